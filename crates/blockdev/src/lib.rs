@@ -1,0 +1,173 @@
+//! Backing members ("block devices") for stripelog.
+//!
+//! The engine talks to every member through one small trait, [`BlockDevice`]. Its
+//! contract:
+//!
+//! - **Positional, aligned I/O.** `read_at` / `write_at` take a byte offset and a buffer
+//!   whose address, offset and length are multiples of [`BlockDevice::alignment_bytes`]
+//!   (4096 for every implementation here, which satisfies O_DIRECT on 512e and 4Kn
+//!   drives). Misaligned or out-of-range requests return [`DeviceError::InvalidRequest`];
+//!   they never panic.
+//! - **Many in flight.** Every method takes `&self`; callers may issue I/O from many
+//!   threads at once. [`BlockDevice::submit_batch`] hands a whole batch over in one call
+//!   (io_uring submits them together) and returns when every request in it has finished.
+//! - **Durability.** A completed write is *not* durable. It becomes durable when a later
+//!   `flush` returns `Ok`. A crash may drop or tear any write not covered by a completed
+//!   flush (see `docs/crash-consistency.md`); [`SimulatedDevice`] does exactly that.
+//! - **Discard** is advisory: afterwards the range reads as zeros or as its old contents.
+//! - **Errors** are values ([`DeviceError`]); a failing member never brings the process down.
+//!
+//! Implementations: [`FileDevice`] (regular files, created sparse, and block devices;
+//! O_DIRECT where the filesystem allows it; io_uring with a portable fallback),
+//! [`MemoryDevice`] (RAM) and [`SimulatedDevice`] (RAM with seeded crashes, torn writes,
+//! latent read errors and bit rot, for the deterministic simulation).
+//!
+//! ```
+//! use stripelog_blockdev::{AlignedBuffer, BlockDevice, MemoryDevice};
+//! let device = MemoryDevice::new(1 << 20);
+//! let mut buffer = AlignedBuffer::zeroed(4096);
+//! buffer.as_mut_slice().fill(7);
+//! device.write_at(buffer.as_slice(), 8192).unwrap();
+//! let mut back = AlignedBuffer::zeroed(4096);
+//! device.read_at(back.as_mut_slice(), 8192).unwrap();
+//! assert_eq!(back.as_slice(), buffer.as_slice());
+//! ```
+
+mod aligned;
+mod file;
+mod memory;
+mod prng;
+mod simulated;
+
+pub use aligned::{AlignedBuffer, IO_ALIGNMENT_BYTES};
+pub use file::{FileDevice, FileDeviceOptions, IoEngine};
+pub use memory::MemoryDevice;
+pub use prng::Prng;
+pub use simulated::{CrashReport, SimulatedArray, SimulatedDevice};
+
+use std::fmt;
+
+/// Errors a member can return. Every variant names what failed, so the engine can say
+/// which member and where.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("I/O error at byte {offset_bytes}: {source}")]
+    Io {
+        offset_bytes: u64,
+        source: std::io::Error,
+    },
+    #[error("cannot open {path}: {source}")]
+    Open {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("device is gone (crashed or removed)")]
+    Gone,
+}
+
+pub type Result<T> = std::result::Result<T, DeviceError>;
+
+/// One request in a batch handed to [`BlockDevice::submit_batch`].
+pub enum IoRequest<'a> {
+    Read {
+        buffer: &'a mut [u8],
+        offset_bytes: u64,
+    },
+    Write {
+        buffer: &'a [u8],
+        offset_bytes: u64,
+    },
+}
+
+impl IoRequest<'_> {
+    pub fn offset_bytes(&self) -> u64 {
+        match self {
+            IoRequest::Read { offset_bytes, .. } | IoRequest::Write { offset_bytes, .. } => {
+                *offset_bytes
+            }
+        }
+    }
+    pub fn length_bytes(&self) -> usize {
+        match self {
+            IoRequest::Read { buffer, .. } => buffer.len(),
+            IoRequest::Write { buffer, .. } => buffer.len(),
+        }
+    }
+}
+
+/// A backing member. See the crate documentation for the contract.
+pub trait BlockDevice: Send + Sync {
+    /// Usable size in bytes (a multiple of `alignment_bytes`).
+    fn size_bytes(&self) -> u64;
+
+    /// Required alignment of buffer addresses, offsets and lengths.
+    fn alignment_bytes(&self) -> usize {
+        IO_ALIGNMENT_BYTES
+    }
+
+    fn read_at(&self, buffer: &mut [u8], offset_bytes: u64) -> Result<()>;
+
+    fn write_at(&self, buffer: &[u8], offset_bytes: u64) -> Result<()>;
+
+    /// Run every request in `requests`, possibly all at once, and return one result per
+    /// request, in order, when all have finished.
+    fn submit_batch(&self, requests: &mut [IoRequest<'_>]) -> Vec<Result<()>> {
+        requests
+            .iter_mut()
+            .map(|request| match request {
+                IoRequest::Read {
+                    buffer,
+                    offset_bytes,
+                } => self.read_at(buffer, *offset_bytes),
+                IoRequest::Write {
+                    buffer,
+                    offset_bytes,
+                } => self.write_at(buffer, *offset_bytes),
+            })
+            .collect()
+    }
+
+    /// Make every write completed before this call durable.
+    fn flush(&self) -> Result<()>;
+
+    /// Tell the device a range no longer holds data (advisory).
+    fn discard(&self, offset_bytes: u64, length_bytes: u64) -> Result<()>;
+
+    /// A short human description: path, I/O engine, whether O_DIRECT is in use.
+    fn describe(&self) -> String;
+}
+
+/// Check alignment and range once, at the edge of every implementation.
+pub fn check_request(
+    size_bytes: u64,
+    offset_bytes: u64,
+    length_bytes: usize,
+    buffer_address: usize,
+) -> Result<()> {
+    let alignment = IO_ALIGNMENT_BYTES as u64;
+    if offset_bytes % alignment != 0 || length_bytes as u64 % alignment != 0 {
+        return Err(DeviceError::InvalidRequest(format!(
+            "offset {offset_bytes} or length {length_bytes} is not a multiple of {alignment}"
+        )));
+    }
+    if buffer_address % IO_ALIGNMENT_BYTES != 0 {
+        return Err(DeviceError::InvalidRequest(format!(
+            "buffer address {buffer_address:#x} is not {alignment}-byte aligned"
+        )));
+    }
+    let end = offset_bytes.checked_add(length_bytes as u64);
+    match end {
+        Some(end) if end <= size_bytes => Ok(()),
+        _ => Err(DeviceError::InvalidRequest(format!(
+            "range {offset_bytes}+{length_bytes} is beyond the device size {size_bytes}"
+        ))),
+    }
+}
+
+impl fmt::Debug for dyn BlockDevice {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(&self.describe())
+    }
+}

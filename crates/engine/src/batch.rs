@@ -1,0 +1,329 @@
+//! Batches: the unit of one stripe write. An [`OpenBatch`] collects accepted writes in
+//! memory, laid out exactly as they will sit in the segment (row-major over the data
+//! columns, groups of a summary block followed by its data blocks); sealing it builds
+//! the summaries and hands a [`SealedBatch`] to the stripe writer.
+
+use crate::format::{self, BatchHeader, Entry, Summary, ENTRIES_PER_SUMMARY};
+use crate::geometry::{Geometry, BLOCK_SIZE_BYTES};
+use parking_lot::{Condvar, Mutex};
+use std::sync::Arc;
+use std::time::Instant;
+use stripelog_blockdev::AlignedBuffer;
+
+/// Sets of chunk-sized buffers allocated once, at open: one pool holds the data
+/// columns of a batch (one set per batch in memory: the open one and the sealed ones in
+/// flight), another the parity shards of batches being written. Their counts bound the
+/// memory on the write path: a writer waits for a set to come back, which is the
+/// engine's backpressure.
+pub struct BufferPool {
+    free: Mutex<Vec<Vec<AlignedBuffer>>>,
+    returned: Condvar,
+}
+
+impl BufferPool {
+    pub fn new(
+        set_count: usize,
+        buffers_per_set: usize,
+        buffer_size_bytes: usize,
+    ) -> Arc<BufferPool> {
+        let sets = (0..set_count)
+            .map(|_| {
+                (0..buffers_per_set)
+                    .map(|_| AlignedBuffer::zeroed(buffer_size_bytes))
+                    .collect()
+            })
+            .collect();
+        Arc::new(BufferPool {
+            free: Mutex::new(sets),
+            returned: Condvar::new(),
+        })
+    }
+
+    /// Take a set, waiting for one to be returned if none is free.
+    pub fn take(self: &Arc<Self>) -> PooledBuffers {
+        let mut free = self.free.lock();
+        loop {
+            if let Some(set) = free.pop() {
+                return PooledBuffers {
+                    buffers: Some(set),
+                    pool: self.clone(),
+                };
+            }
+            self.returned.wait(&mut free);
+        }
+    }
+
+    /// Take a set if one is free now.
+    pub fn try_take(self: &Arc<Self>) -> Option<PooledBuffers> {
+        let set = self.free.lock().pop()?;
+        Some(PooledBuffers {
+            buffers: Some(set),
+            pool: self.clone(),
+        })
+    }
+
+    /// Wait until a set is free (without taking it).
+    pub fn wait_for_free(&self) {
+        let mut free = self.free.lock();
+        while free.is_empty() {
+            self.returned.wait(&mut free);
+        }
+    }
+}
+
+/// A set of buffers on loan from a [`BufferPool`]; goes back when dropped.
+pub struct PooledBuffers {
+    buffers: Option<Vec<AlignedBuffer>>,
+    pool: Arc<BufferPool>,
+}
+
+impl PooledBuffers {
+    pub fn buffers(&self) -> &[AlignedBuffer] {
+        self.buffers.as_deref().expect("present until drop")
+    }
+    pub fn buffers_mut(&mut self) -> &mut [AlignedBuffer] {
+        self.buffers.as_deref_mut().expect("present until drop")
+    }
+}
+
+impl Drop for PooledBuffers {
+    fn drop(&mut self) {
+        if let Some(set) = self.buffers.take() {
+            self.pool.free.lock().push(set);
+            self.pool.returned.notify_one();
+        }
+    }
+}
+
+/// Where the next entry of an open batch goes.
+pub enum Slot {
+    /// A data block at this batch index.
+    Block(u32),
+    /// A range entry (no block).
+    Range,
+}
+
+struct Group {
+    summary_index: u32,
+    entries: Vec<Entry>,
+}
+
+pub struct OpenBatch {
+    pub sequence: u64,
+    pub segment: u64,
+    pub segment_open_sequence: u64,
+    pub first_row: u32,
+    /// Batch indices available: `data_columns × rows left in the segment`.
+    capacity_blocks: u32,
+    data_columns: u32,
+    next_index: u32,
+    groups: Vec<Group>,
+    buffers: PooledBuffers,
+    pub opened_at: Instant,
+}
+
+impl OpenBatch {
+    pub fn new(
+        geometry: &Geometry,
+        sequence: u64,
+        segment: u64,
+        segment_open_sequence: u64,
+        first_row: u32,
+        buffers: PooledBuffers,
+    ) -> OpenBatch {
+        let data_columns = geometry.data_columns() as u32;
+        OpenBatch {
+            sequence,
+            segment,
+            segment_open_sequence,
+            first_row,
+            capacity_blocks: (geometry.rows_per_chunk() - first_row) * data_columns,
+            data_columns,
+            next_index: 0,
+            groups: Vec::new(),
+            buffers,
+            opened_at: Instant::now(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// Reserve room for one more entry (with a block when `with_block`); `None` when the
+    /// batch is full and must be sealed first.
+    pub fn reserve(&mut self, with_block: bool) -> Option<Slot> {
+        let group_full = self
+            .groups
+            .last()
+            .is_none_or(|group| group.entries.len() == ENTRIES_PER_SUMMARY);
+        let needed = group_full as u32 + with_block as u32;
+        if self.next_index + needed > self.capacity_blocks {
+            return None;
+        }
+        if group_full {
+            self.groups.push(Group {
+                summary_index: self.next_index,
+                entries: Vec::new(),
+            });
+            self.next_index += 1;
+        }
+        if with_block {
+            self.next_index += 1;
+            Some(Slot::Block(self.next_index - 1))
+        } else {
+            Some(Slot::Range)
+        }
+    }
+
+    /// Record an entry in the slot just reserved (in order).
+    pub fn push_entry(&mut self, entry: Entry) {
+        self.groups
+            .last_mut()
+            .expect("reserve() opened a group")
+            .entries
+            .push(entry);
+    }
+
+    /// Extend the last entry when it is a range of the same kind ending at
+    /// `logical_block`. Returns false when a new entry is needed.
+    pub fn extend_last_range(&mut self, zero: bool, logical_block: u64) -> bool {
+        let Some(last) = self
+            .groups
+            .last_mut()
+            .and_then(|group| group.entries.last_mut())
+        else {
+            return false;
+        };
+        match last {
+            Entry::Zero {
+                logical_block: start,
+                block_count,
+            } if zero => {
+                if *start + *block_count as u64 == logical_block && *block_count < u32::MAX {
+                    *block_count += 1;
+                    return true;
+                }
+            }
+            Entry::Trim {
+                logical_block: start,
+                block_count,
+            } if !zero => {
+                if *start + *block_count as u64 == logical_block && *block_count < u32::MAX {
+                    *block_count += 1;
+                    return true;
+                }
+            }
+            _ => {}
+        }
+        false
+    }
+
+    /// (row within the batch, data column) of a batch index.
+    pub fn place(&self, index: u32) -> (u32, usize) {
+        (
+            index / self.data_columns,
+            (index % self.data_columns) as usize,
+        )
+    }
+
+    pub fn block_mut(&mut self, index: u32) -> &mut [u8] {
+        let (row, column) = self.place(index);
+        let start = row as usize * BLOCK_SIZE_BYTES;
+        &mut self.buffers.buffers_mut()[column][start..start + BLOCK_SIZE_BYTES]
+    }
+
+    pub fn block(&self, index: u32) -> &[u8] {
+        let (row, column) = self.place(index);
+        let start = row as usize * BLOCK_SIZE_BYTES;
+        &self.buffers.buffers()[column][start..start + BLOCK_SIZE_BYTES]
+    }
+
+    /// Batch index of data-space row `segment_row`, column `column`, when it is filled.
+    pub fn index_of(&self, segment_row: u32, column: usize) -> Option<u32> {
+        let row = segment_row.checked_sub(self.first_row)?;
+        let index = row * self.data_columns + column as u32;
+        (index < self.next_index).then_some(index)
+    }
+
+    /// Seal: write the summaries and zero padding into the buffers. Returns the sealed
+    /// batch and, for every batch index that is a summary or padding, its checksum.
+    pub fn seal(
+        mut self,
+        volume_uuid: [u8; 16],
+        epoch: u64,
+        durable_through_sequence: u64,
+    ) -> (SealedBatch, Vec<(u32, u32)>) {
+        let row_count = self.next_index.div_ceil(self.data_columns);
+        let header = BatchHeader {
+            volume_uuid,
+            sequence: self.sequence,
+            segment: self.segment,
+            segment_open_sequence: self.segment_open_sequence,
+            durable_through_sequence,
+            first_row: self.first_row,
+            row_count,
+            block_count: self.next_index,
+            summary_count: self.groups.len() as u32,
+            epoch,
+        };
+        let mut metadata_checksums = Vec::new();
+        let groups = std::mem::take(&mut self.groups);
+        for (summary_index, group) in groups.into_iter().enumerate() {
+            let summary = Summary {
+                header,
+                summary_index: summary_index as u16,
+                entries: group.entries,
+            };
+            let block = self.block_mut(group.summary_index);
+            summary.encode(block);
+            metadata_checksums.push((group.summary_index, format::block_checksum(block)));
+        }
+        let zero_checksum = format::zero_block_checksum();
+        for index in self.next_index..row_count * self.data_columns {
+            self.block_mut(index).fill(0);
+            metadata_checksums.push((index, zero_checksum));
+        }
+        let sealed = SealedBatch {
+            header,
+            data_columns: self.buffers,
+        };
+        (sealed, metadata_checksums)
+    }
+}
+
+/// A batch whose content is final: written by the stripe writer, readable from memory
+/// until its member writes complete. Its buffers return to the pool when dropped.
+pub struct SealedBatch {
+    pub header: BatchHeader,
+    data_columns: PooledBuffers,
+}
+
+impl SealedBatch {
+    pub fn data_column(&self, column: usize) -> &[u8] {
+        &self.data_columns.buffers()[column][..self.header.row_count as usize * BLOCK_SIZE_BYTES]
+    }
+
+    /// Compute the parity shards of the batch's rows into `parity`.
+    pub fn compute_parity(&self, geometry: &Geometry, parity: &mut PooledBuffers) {
+        let length = self.header.row_count as usize * BLOCK_SIZE_BYTES;
+        let data: Vec<&[u8]> = (0..geometry.data_columns())
+            .map(|column| self.data_column(column))
+            .collect();
+        let mut shards: Vec<&mut [u8]> = parity
+            .buffers_mut()
+            .iter_mut()
+            .map(|shard| &mut shard[..length])
+            .collect();
+        crate::parity::compute(geometry.raid_level, &data, &mut shards);
+    }
+
+    pub fn block(&self, segment_row: u32, column: usize) -> Option<&[u8]> {
+        let row = segment_row.checked_sub(self.header.first_row)?;
+        if row >= self.header.row_count {
+            return None;
+        }
+        let start = row as usize * BLOCK_SIZE_BYTES;
+        Some(&self.data_columns.buffers()[column][start..start + BLOCK_SIZE_BYTES])
+    }
+}

@@ -1,0 +1,334 @@
+//! Volume geometry: RAID level, columns, roles and where every block lives.
+//! See docs/on-disk-format.md, "Volume geometry".
+
+use crate::error::{Error, Result};
+use serde::Serialize;
+
+/// The logical and physical block size. Fixed by the format.
+pub const BLOCK_SIZE_BYTES: usize = 4096;
+pub const MINIMUM_CHUNK_SIZE_BYTES: u32 = 64 << 10;
+pub const MAXIMUM_CHUNK_SIZE_BYTES: u32 = 16 << 20;
+pub const DEFAULT_CHUNK_SIZE_BYTES: u32 = 1 << 20;
+/// Default spare fraction: 20 % of the data capacity is held back from the logical size.
+pub const DEFAULT_SPARE_PPM: u32 = 200_000;
+/// Member counts above this are refused (a bound for every per-member table).
+pub const MAXIMUM_MEMBER_COUNT: u32 = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum RaidLevel {
+    Raid0,
+    Raid10,
+    Raid5,
+    Raid6,
+}
+
+impl RaidLevel {
+    pub fn code(self) -> u32 {
+        match self {
+            RaidLevel::Raid0 => 0,
+            RaidLevel::Raid10 => 10,
+            RaidLevel::Raid5 => 5,
+            RaidLevel::Raid6 => 6,
+        }
+    }
+
+    pub fn from_code(code: u32) -> Option<RaidLevel> {
+        match code {
+            0 => Some(RaidLevel::Raid0),
+            1 | 10 => Some(RaidLevel::Raid10),
+            5 => Some(RaidLevel::Raid5),
+            6 => Some(RaidLevel::Raid6),
+            _ => None,
+        }
+    }
+
+    /// How many failed members this level always survives.
+    pub fn failures_tolerated(self) -> usize {
+        match self {
+            RaidLevel::Raid0 => 0,
+            RaidLevel::Raid10 | RaidLevel::Raid5 => 1,
+            RaidLevel::Raid6 => 2,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RaidLevel::Raid0 => "raid0",
+            RaidLevel::Raid10 => "raid10",
+            RaidLevel::Raid5 => "raid5",
+            RaidLevel::Raid6 => "raid6",
+        }
+    }
+}
+
+impl std::fmt::Display for RaidLevel {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.name())
+    }
+}
+
+/// What a member holds for one segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Data column `column` (for RAID-10, `copy` 0 or 1 of it).
+    Data { column: usize, copy: usize },
+    /// Parity shard 0 (P) or 1 (Q).
+    Parity { shard: usize },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Geometry {
+    pub raid_level: RaidLevel,
+    pub member_count: usize,
+    pub chunk_size_bytes: u32,
+    pub spare_ppm: u32,
+    pub member_size_bytes: u64,
+}
+
+impl Geometry {
+    /// Validate the parameters of a new volume; `smallest_member_bytes` is the size of
+    /// the smallest member.
+    pub fn new(
+        raid_level: RaidLevel,
+        member_count: usize,
+        chunk_size_bytes: u32,
+        spare_ppm: u32,
+        smallest_member_bytes: u64,
+    ) -> Result<Geometry> {
+        let minimum_members = match raid_level {
+            RaidLevel::Raid0 => 1,
+            RaidLevel::Raid10 => 2,
+            RaidLevel::Raid5 => 3,
+            RaidLevel::Raid6 => 4,
+        };
+        if member_count < minimum_members || member_count > MAXIMUM_MEMBER_COUNT as usize {
+            return Err(Error::InvalidGeometry(format!(
+                "{raid_level} needs {minimum_members} to {MAXIMUM_MEMBER_COUNT} members, got {member_count}"
+            )));
+        }
+        if raid_level == RaidLevel::Raid10 && member_count % 2 != 0 {
+            return Err(Error::InvalidGeometry(format!(
+                "raid10 needs an even number of members, got {member_count}"
+            )));
+        }
+        if !chunk_size_bytes.is_power_of_two()
+            || !(MINIMUM_CHUNK_SIZE_BYTES..=MAXIMUM_CHUNK_SIZE_BYTES).contains(&chunk_size_bytes)
+        {
+            return Err(Error::InvalidGeometry(format!(
+                "chunk size must be a power of two from 64 KiB to 16 MiB, got {chunk_size_bytes} bytes"
+            )));
+        }
+        if spare_ppm >= 1_000_000 {
+            return Err(Error::InvalidGeometry(format!(
+                "spare fraction must be below 100 %, got {} %",
+                spare_ppm as f64 / 10_000.0
+            )));
+        }
+        let member_size_bytes =
+            smallest_member_bytes / chunk_size_bytes as u64 * chunk_size_bytes as u64;
+        let geometry = Geometry {
+            raid_level,
+            member_count,
+            chunk_size_bytes,
+            spare_ppm,
+            member_size_bytes,
+        };
+        if geometry.segment_count() < 2 {
+            return Err(Error::InvalidGeometry(format!(
+                "members of {smallest_member_bytes} bytes hold fewer than 2 segments of {chunk_size_bytes}-byte chunks"
+            )));
+        }
+        if geometry.logical_block_count() == 0 {
+            return Err(Error::InvalidGeometry(
+                "the logical size would be zero".into(),
+            ));
+        }
+        Ok(geometry)
+    }
+
+    pub fn data_columns(&self) -> usize {
+        match self.raid_level {
+            RaidLevel::Raid0 => self.member_count,
+            RaidLevel::Raid10 => self.member_count / 2,
+            RaidLevel::Raid5 => self.member_count - 1,
+            RaidLevel::Raid6 => self.member_count - 2,
+        }
+    }
+
+    pub fn parity_shards(&self) -> usize {
+        match self.raid_level {
+            RaidLevel::Raid0 | RaidLevel::Raid10 => 0,
+            RaidLevel::Raid5 => 1,
+            RaidLevel::Raid6 => 2,
+        }
+    }
+
+    pub fn rows_per_chunk(&self) -> u32 {
+        self.chunk_size_bytes / BLOCK_SIZE_BYTES as u32
+    }
+
+    /// Data-space positions per segment (`d × rows_per_chunk`).
+    pub fn blocks_per_segment(&self) -> u64 {
+        self.data_columns() as u64 * self.rows_per_chunk() as u64
+    }
+
+    pub fn segment_count(&self) -> u64 {
+        (self.member_size_bytes / self.chunk_size_bytes as u64).saturating_sub(1)
+    }
+
+    pub fn physical_data_blocks(&self) -> u64 {
+        self.segment_count() * self.blocks_per_segment()
+    }
+
+    /// Logical size: the data capacity less the spare fraction.
+    pub fn logical_block_count(&self) -> u64 {
+        let usable =
+            self.physical_data_blocks() as u128 * (1_000_000 - self.spare_ppm as u128) / 1_000_000;
+        usable as u64
+    }
+
+    pub fn logical_size_bytes(&self) -> u64 {
+        self.logical_block_count() * BLOCK_SIZE_BYTES as u64
+    }
+
+    /// The role member `member` plays in segment `segment`.
+    pub fn role_of_member(&self, segment: u64, member: usize) -> Role {
+        let count = self.member_count as u64;
+        let role_index = ((member as u64 + count - segment % count) % count) as usize;
+        self.role_at(role_index)
+    }
+
+    fn role_at(&self, role_index: usize) -> Role {
+        let data = self.data_columns();
+        match self.raid_level {
+            RaidLevel::Raid10 => Role::Data {
+                column: role_index / 2,
+                copy: role_index % 2,
+            },
+            _ if role_index < data => Role::Data {
+                column: role_index,
+                copy: 0,
+            },
+            _ => Role::Parity {
+                shard: role_index - data,
+            },
+        }
+    }
+
+    /// The member holding `role` in `segment`.
+    pub fn member_of_role(&self, segment: u64, role: Role) -> usize {
+        let role_index = match (self.raid_level, role) {
+            (RaidLevel::Raid10, Role::Data { column, copy }) => column * 2 + copy,
+            (_, Role::Data { column, .. }) => column,
+            (_, Role::Parity { shard }) => self.data_columns() + shard,
+        };
+        ((role_index as u64 + segment) % self.member_count as u64) as usize
+    }
+
+    /// Every member holding a copy of data column `column` of `segment`.
+    pub fn members_of_column(&self, segment: u64, column: usize) -> Vec<usize> {
+        let copies = if self.raid_level == RaidLevel::Raid10 {
+            2
+        } else {
+            1
+        };
+        (0..copies)
+            .map(|copy| self.member_of_role(segment, Role::Data { column, copy }))
+            .collect()
+    }
+
+    /// Member byte offset of row `row` of segment `segment`.
+    pub fn member_offset_bytes(&self, segment: u64, row: u32) -> u64 {
+        (1 + segment) * self.chunk_size_bytes as u64 + row as u64 * BLOCK_SIZE_BYTES as u64
+    }
+
+    /// Split a data-space position into (segment, row, column).
+    pub fn locate(&self, position: u64) -> BlockLocation {
+        let per_segment = self.blocks_per_segment();
+        let within = position % per_segment;
+        let data = self.data_columns() as u64;
+        BlockLocation {
+            segment: position / per_segment,
+            row: (within / data) as u32,
+            column: (within % data) as usize,
+        }
+    }
+
+    pub fn position(&self, segment: u64, row: u32, column: usize) -> u64 {
+        segment * self.blocks_per_segment()
+            + row as u64 * self.data_columns() as u64
+            + column as u64
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockLocation {
+    pub segment: u64,
+    pub row: u32,
+    pub column: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn geometry(level: RaidLevel, members: usize) -> Geometry {
+        Geometry::new(level, members, 64 << 10, 200_000, 16 << 20).unwrap()
+    }
+
+    #[test]
+    fn invalid_parameters_are_refused_with_a_reason() {
+        let cases: &[(RaidLevel, usize, u32, u32, u64)] = &[
+            (RaidLevel::Raid5, 2, 1 << 20, 0, 1 << 30),
+            (RaidLevel::Raid6, 3, 1 << 20, 0, 1 << 30),
+            (RaidLevel::Raid10, 3, 1 << 20, 0, 1 << 30),
+            (RaidLevel::Raid5, 5, 3 << 20, 0, 1 << 30),
+            (RaidLevel::Raid5, 5, 32 << 20, 0, 1 << 30),
+            (RaidLevel::Raid5, 5, 1 << 20, 1_000_000, 1 << 30),
+            (RaidLevel::Raid5, 5, 1 << 20, 0, 2 << 20),
+        ];
+        for &(level, members, chunk, spare, size) in cases {
+            assert!(matches!(
+                Geometry::new(level, members, chunk, spare, size),
+                Err(Error::InvalidGeometry(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn sizes_follow_the_spare_fraction() {
+        let geometry = Geometry::new(RaidLevel::Raid5, 5, 1 << 20, 200_000, 4 << 30).unwrap();
+        assert_eq!(geometry.segment_count(), 4095);
+        assert_eq!(geometry.blocks_per_segment(), 1024);
+        assert_eq!(geometry.logical_block_count(), 4095 * 1024 * 8 / 10);
+    }
+
+    proptest! {
+        #[test]
+        fn roles_are_a_permutation_and_invert(members in 1usize..12, segment in 0u64..1000, level in 0usize..4) {
+            let level = [RaidLevel::Raid0, RaidLevel::Raid10, RaidLevel::Raid5, RaidLevel::Raid6][level];
+            let members = match level {
+                RaidLevel::Raid10 => (members.max(2) / 2) * 2,
+                RaidLevel::Raid5 => members.max(3),
+                RaidLevel::Raid6 => members.max(4),
+                RaidLevel::Raid0 => members,
+            };
+            let geometry = geometry(level, members);
+            let mut seen = vec![false; members];
+            for member in 0..members {
+                let role = geometry.role_of_member(segment, member);
+                prop_assert_eq!(geometry.member_of_role(segment, role), member);
+                seen[member] = true;
+            }
+            prop_assert!(seen.iter().all(|&s| s));
+        }
+
+        #[test]
+        fn positions_round_trip(position in 0u64..1_000_000) {
+            let geometry = geometry(RaidLevel::Raid6, 6);
+            let location = geometry.locate(position);
+            prop_assert_eq!(geometry.position(location.segment, location.row, location.column), position);
+        }
+    }
+}

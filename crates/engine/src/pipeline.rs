@@ -1,0 +1,117 @@
+//! The threaded write pipeline: one stripe writer computes parity and fans a sealed
+//! batch out to one worker per member; each worker drains its queue and submits what it
+//! has as one batch (io_uring), and the last worker to finish a stripe completes it.
+
+use crate::batch::{PooledBuffers, SealedBatch};
+use crate::volume::{Shared, PARITY_PIPELINE_BATCHES};
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use stripelog_blockdev::IoRequest;
+
+/// A stripe being written: the batch, its parity, and how many members still write.
+pub(crate) struct StripeJob {
+    batch: Arc<SealedBatch>,
+    parity: PooledBuffers,
+    members_remaining: AtomicUsize,
+    first_error: Mutex<Option<String>>,
+}
+
+type MemberQueue = Sender<Arc<StripeJob>>;
+
+/// Start one worker per present member. A member's queue holds at most as many jobs as
+/// there are parity sets, since every job holds one; sends never wait long.
+pub(crate) fn start_member_workers(
+    shared: &Arc<Shared>,
+) -> (Vec<Option<MemberQueue>>, Vec<JoinHandle<()>>) {
+    let mut senders = Vec::new();
+    let mut threads = Vec::new();
+    for member in 0..shared.geometry.member_count {
+        if shared.members.device(member).is_none() {
+            senders.push(None);
+            continue;
+        }
+        let (sender, receiver) = crossbeam_channel::bounded(PARITY_PIPELINE_BATCHES);
+        senders.push(Some(sender));
+        let shared = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name(format!("stripelog-member-{member}"))
+                .spawn(move || member_worker(shared, member, receiver))
+                .expect("spawn a member worker thread"),
+        );
+    }
+    (senders, threads)
+}
+
+pub(crate) fn stripe_writer(
+    shared: Arc<Shared>,
+    batches: Receiver<Arc<SealedBatch>>,
+    members: Vec<Option<MemberQueue>>,
+) {
+    while let Ok(batch) = batches.recv() {
+        let mut parity = shared.parity_pool.take();
+        batch.compute_parity(&shared.geometry, &mut parity);
+        let present: Vec<&MemberQueue> = members.iter().flatten().collect();
+        let job = Arc::new(StripeJob {
+            batch,
+            parity,
+            members_remaining: AtomicUsize::new(present.len()),
+            first_error: Mutex::new(None),
+        });
+        for queue in present {
+            if queue.send(job.clone()).is_err() {
+                finish_one(&shared, &job, Some("member worker stopped".into()));
+            }
+        }
+    }
+}
+
+fn member_worker(shared: Arc<Shared>, member: usize, jobs: Receiver<Arc<StripeJob>>) {
+    let device = shared
+        .members
+        .device(member)
+        .expect("workers run for present members")
+        .clone();
+    while let Ok(first) = jobs.recv() {
+        let mut taken = vec![first];
+        while taken.len() < PARITY_PIPELINE_BATCHES {
+            match jobs.try_recv() {
+                Ok(job) => taken.push(job),
+                Err(_) => break,
+            }
+        }
+        let results = {
+            let mut requests: Vec<IoRequest> = taken
+                .iter()
+                .map(|job| {
+                    let (buffer, offset_bytes) =
+                        shared.member_part(&job.batch, &job.parity, member);
+                    IoRequest::Write {
+                        buffer,
+                        offset_bytes,
+                    }
+                })
+                .collect();
+            device.submit_batch(&mut requests)
+        };
+        for (job, result) in taken.iter().zip(results) {
+            let error = result
+                .err()
+                .map(|error| format!("member {member} ({}): {error}", shared.members.name(member)));
+            finish_one(&shared, job, error);
+        }
+    }
+}
+
+fn finish_one(shared: &Shared, job: &StripeJob, error: Option<String>) {
+    if let Some(error) = error {
+        job.first_error.lock().get_or_insert(error);
+    }
+    if job.members_remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+        let error = job.first_error.lock().take();
+        shared.batch_written(&job.batch, error);
+    }
+}

@@ -1,0 +1,110 @@
+//! Counters the engine keeps, and the snapshot it reports (`stripelog info --json`).
+
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Monotonic event counters, updated without locks.
+#[derive(Default)]
+pub struct Counters {
+    pub host_bytes_written: AtomicU64,
+    pub host_bytes_read: AtomicU64,
+    pub host_bytes_zeroed: AtomicU64,
+    pub host_bytes_trimmed: AtomicU64,
+    pub flushes: AtomicU64,
+    pub batches_written: AtomicU64,
+    pub full_stripes: AtomicU64,
+    pub short_stripes: AtomicU64,
+    pub member_bytes_data: AtomicU64,
+    pub member_bytes_redundancy: AtomicU64,
+    pub member_bytes_metadata: AtomicU64,
+    pub member_bytes_padding: AtomicU64,
+    pub read_errors: AtomicU64,
+    pub checksum_mismatches: AtomicU64,
+    pub reconstructed_blocks: AtomicU64,
+    pub unrecoverable_reads: AtomicU64,
+}
+
+impl Counters {
+    pub fn add(counter: &AtomicU64, value: u64) {
+        counter.fetch_add(value, Ordering::Relaxed);
+    }
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MemberStatus {
+    pub index: usize,
+    pub name: String,
+    pub present: bool,
+    pub description: String,
+    pub bytes_written: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RecoveryReport {
+    pub segments_scanned: u64,
+    pub batches_found: u64,
+    pub batches_replayed: u64,
+    /// Batches after the last durable point whose data was read back and verified.
+    pub tail_batches_verified: u64,
+    /// Batches found after the end of the recovered log (unflushed, torn or orphaned).
+    pub batches_discarded: u64,
+    /// Blocks whose redundancy recovery had to restore by rewriting them.
+    pub blocks_rewritten: u64,
+    pub last_sequence: u64,
+    pub seconds: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct VolumeStats {
+    pub volume_uuid: String,
+    pub raid_level: String,
+    pub member_count: usize,
+    pub data_columns: usize,
+    pub chunk_size_bytes: u32,
+    pub block_size_bytes: usize,
+    pub spare_fraction: f64,
+    pub member_size_bytes: u64,
+    pub logical_size_bytes: u64,
+    pub physical_data_bytes: u64,
+    pub epoch: u64,
+    pub read_only: bool,
+    pub degraded: bool,
+    pub missing_members: Vec<usize>,
+    /// How many more member failures the volume survives now.
+    pub failures_still_tolerated: usize,
+    pub failure: Option<String>,
+    pub members: Vec<MemberStatus>,
+    pub blocks_mapped: u64,
+    pub blocks_zero: u64,
+    pub segments_total: u64,
+    pub segments_used: u64,
+    pub segments_free: u64,
+    pub segments_waiting_for_flush: u64,
+    pub host_bytes_written: u64,
+    pub host_bytes_read: u64,
+    pub host_bytes_zeroed: u64,
+    pub host_bytes_trimmed: u64,
+    pub member_bytes_written: u64,
+    pub member_bytes_data: u64,
+    pub member_bytes_redundancy: u64,
+    pub member_bytes_metadata: u64,
+    pub member_bytes_padding: u64,
+    pub flushes: u64,
+    pub batches_written: u64,
+    pub full_stripes: u64,
+    pub short_stripes: u64,
+    pub read_errors: u64,
+    pub checksum_mismatches: u64,
+    pub reconstructed_blocks: u64,
+    pub unrecoverable_reads: u64,
+    pub map_memory_bytes: u64,
+    pub map_bytes_per_logical_block: f64,
+    pub checksum_memory_bytes: u64,
+    pub write_buffer_memory_bytes: u64,
+    pub last_sequence: u64,
+    pub durable_through_sequence: u64,
+    pub recovery: RecoveryReport,
+}

@@ -1,0 +1,1193 @@
+//! The volume: the engine's public API and its write path.
+//!
+//! Threads and locks (see ARCHITECTURE.md):
+//! - Client threads call [`Volume::write`], [`Volume::read`], [`Volume::flush`] … .
+//!   Accepting a write copies it into the open batch under `state` (the order writes
+//!   are accepted in is the order of the log).
+//! - Sealed batches go to the stripe writer (one thread) which computes parity and hands
+//!   every member its part; one worker thread per member submits them (io_uring batches)
+//!   and the last one to finish completes the batch. In `IoMode::Inline` (the
+//!   deterministic simulation) the calling thread does all of that itself.
+//! - Lock order: `reuse_fence` before `state`. Readers hold `reuse_fence` for reading
+//!   while they look up and read blocks; a segment is only made reusable under
+//!   `reuse_fence` for writing, so no reader can be reading a segment being reused.
+
+use crate::batch::{BufferPool, OpenBatch, PooledBuffers, SealedBatch, Slot};
+use crate::error::{Error, Result};
+use crate::format::{self, Entry};
+use crate::geometry::{
+    Geometry, RaidLevel, Role, BLOCK_SIZE_BYTES, DEFAULT_CHUNK_SIZE_BYTES, DEFAULT_SPARE_PPM,
+};
+use crate::map::{BlockMap, Mapping};
+use crate::members::{self, Members};
+use crate::recovery;
+use crate::stats::{Counters, MemberStatus, RecoveryReport, VolumeStats};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+use stripelog_blockdev::{AlignedBuffer, BlockDevice};
+
+/// Batches that may be in memory at once (the open one plus sealed ones not yet on the
+/// members). Bounds write-path memory to this many chunk-sized buffers per data column;
+/// four lets the stripe writer overlap parity, member I/O and filling.
+pub const WRITE_PIPELINE_BATCHES: usize = 4;
+/// Parity buffer sets: batches whose parity is computed or being written at once.
+pub const PARITY_PIPELINE_BATCHES: usize = 3;
+/// Requests are accepted at 512-byte granularity (sub-block writes merge in memory).
+pub const SECTOR_SIZE_BYTES: u64 = 512;
+/// Default time after which a non-empty open batch is sealed and made durable.
+pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How a new volume is laid out.
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    pub raid_level: RaidLevel,
+    pub chunk_size_bytes: u32,
+    /// Spare fraction in parts per million (200 000 = 20 %).
+    pub spare_ppm: u32,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            raid_level: RaidLevel::Raid5,
+            chunk_size_bytes: DEFAULT_CHUNK_SIZE_BYTES,
+            spare_ppm: DEFAULT_SPARE_PPM,
+        }
+    }
+}
+
+/// Who performs member I/O.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoMode {
+    /// A stripe writer thread and one worker per member (production).
+    Threaded,
+    /// The calling thread, synchronously, in a deterministic order (simulation).
+    Inline,
+}
+
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    pub read_only: bool,
+    /// Seal and make durable an open batch this old; `None`: only on flush or when full.
+    pub flush_interval: Option<Duration>,
+    pub io_mode: IoMode,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            read_only: false,
+            flush_interval: Some(DEFAULT_FLUSH_INTERVAL),
+            io_mode: IoMode::Threaded,
+        }
+    }
+}
+
+/// A member as given to `create`/`open`: a name for messages and the device, or `None`
+/// when it is missing.
+pub struct MemberDevice {
+    pub name: String,
+    pub device: Option<Arc<dyn BlockDevice>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SegmentStatus {
+    Free,
+    /// Receiving batches.
+    Current,
+    Used,
+    /// No live blocks; reusable once the batch with this sequence number is durable.
+    WaitingForFlush(u64),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SegmentUse {
+    pub live_blocks: u64,
+    pub status: SegmentStatus,
+}
+
+struct CurrentSegment {
+    segment: u64,
+    next_row: u32,
+    open_sequence: u64,
+}
+
+struct InFlight {
+    batch: Arc<SealedBatch>,
+    written: bool,
+}
+
+pub(crate) struct WriteState {
+    open: Option<OpenBatch>,
+    current_segment: Option<CurrentSegment>,
+    next_sequence: u64,
+    last_sealed_sequence: u64,
+    written_through_sequence: u64,
+    durable_through_sequence: u64,
+    in_flight: VecDeque<InFlight>,
+    pub(crate) segments: Vec<SegmentUse>,
+    free_segments: VecDeque<u64>,
+}
+
+/// Everything the threads of one volume share.
+pub(crate) struct Shared {
+    pub(crate) geometry: Geometry,
+    pub(crate) volume_uuid: [u8; 16],
+    pub(crate) epoch: u64,
+    pub(crate) read_only: bool,
+    pub(crate) members: Members,
+    pub(crate) map: BlockMap,
+    /// CRC32C of every data-space position of every written batch.
+    pub(crate) checksums: Vec<AtomicU32>,
+    /// Per segment: rows whose batches are on the members (reads below go to members).
+    pub(crate) rows_on_media: Vec<AtomicU32>,
+    reuse_fence: RwLock<()>,
+    state: Mutex<WriteState>,
+    progress: Condvar,
+    data_pool: Arc<BufferPool>,
+    pub(crate) parity_pool: Arc<BufferPool>,
+    stripe_queue: Mutex<Option<crossbeam_channel::Sender<Arc<SealedBatch>>>>,
+    io_mode: IoMode,
+    flush_interval: Option<Duration>,
+    pub(crate) counters: Counters,
+    failure: Mutex<Option<String>>,
+    closed: AtomicBool,
+    recovery_report: RecoveryReport,
+}
+
+/// An open stripelog volume. Share it between threads with `Arc<Volume>`; every method
+/// takes `&self`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use stripelog_blockdev::{BlockDevice, MemoryDevice};
+/// use stripelog_engine::{CreateOptions, MemberDevice, OpenOptions, RaidLevel, Volume};
+///
+/// let members = || (0..3).map(|index| MemberDevice {
+///     name: format!("m{index}"),
+///     device: Some(Arc::new(MemoryDevice::new(8 << 20)) as Arc<dyn BlockDevice>),
+/// }).collect::<Vec<_>>();
+/// let options = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, spare_ppm: 200_000 };
+/// let volume = Volume::create(members(), &options, &OpenOptions::default()).unwrap();
+/// volume.write(4096, &[7u8; 8192], false).unwrap();
+/// volume.flush().unwrap();
+/// let mut back = vec![0u8; 8192];
+/// volume.read(4096, &mut back).unwrap();
+/// assert_eq!(back, vec![7u8; 8192]);
+/// volume.close().unwrap();
+/// ```
+pub struct Volume {
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    abandoned: AtomicBool,
+}
+
+/// One unit of work for the write loop, per logical block.
+enum BlockWrite<'a> {
+    Data(u64, &'a [u8]),
+    /// A partial block: bytes `data` at `offset_bytes` inside logical block.
+    Patch(u64, usize, &'a [u8]),
+    Zero(u64),
+    Trim(u64),
+}
+
+enum OpenProblem {
+    NeedBuffers,
+    NeedSpace,
+}
+
+impl Volume {
+    /// Write fresh superblocks to `members` (any previous content is forgotten) and open
+    /// the new volume.
+    pub fn create(
+        members: Vec<MemberDevice>,
+        options: &CreateOptions,
+        open_options: &OpenOptions,
+    ) -> Result<Volume> {
+        members::create(&members, options)?;
+        Volume::open(members, open_options)
+    }
+
+    /// Open a volume: check its members, recover the log, rebuild the map.
+    pub fn open(members: Vec<MemberDevice>, options: &OpenOptions) -> Result<Volume> {
+        let (members, superblock) = members::open(members, options.read_only)?;
+        let geometry = superblock.geometry();
+        let recovered = recovery::recover(&geometry, &members, &superblock.volume_uuid)?;
+        let epoch = if options.read_only {
+            superblock.epoch
+        } else {
+            recovery::destroy_discarded(&geometry, &members, &recovered.discarded)?;
+            members::advance_epoch(&members, &superblock)?
+        };
+        let physical_blocks = geometry.physical_data_blocks();
+        let segment_count = geometry.segment_count();
+        let data_pool = BufferPool::new(
+            WRITE_PIPELINE_BATCHES,
+            geometry.data_columns(),
+            geometry.chunk_size_bytes as usize,
+        );
+        let parity_pool = BufferPool::new(
+            PARITY_PIPELINE_BATCHES,
+            geometry.parity_shards(),
+            geometry.chunk_size_bytes as usize,
+        );
+        let shared = Arc::new(Shared {
+            volume_uuid: superblock.volume_uuid,
+            epoch,
+            read_only: options.read_only,
+            map: recovered.map,
+            checksums: recovered.checksums,
+            rows_on_media: recovered.rows_on_media,
+            reuse_fence: RwLock::new(()),
+            state: Mutex::new(WriteState {
+                open: None,
+                current_segment: None,
+                next_sequence: recovered.last_sequence + 1,
+                last_sealed_sequence: recovered.last_sequence,
+                written_through_sequence: recovered.last_sequence,
+                durable_through_sequence: recovered.last_sequence,
+                in_flight: VecDeque::new(),
+                free_segments: (0..segment_count)
+                    .filter(|&segment| {
+                        recovered.segments[segment as usize].status == SegmentStatus::Free
+                    })
+                    .collect(),
+                segments: recovered.segments,
+            }),
+            progress: Condvar::new(),
+            data_pool,
+            parity_pool,
+            stripe_queue: Mutex::new(None),
+            io_mode: options.io_mode,
+            flush_interval: options.flush_interval,
+            counters: Counters::default(),
+            failure: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            recovery_report: recovered.report,
+            members,
+            geometry,
+        });
+        debug_assert_eq!(shared.checksums.len() as u64, physical_blocks);
+        let volume = Volume {
+            threads: Mutex::new(Vec::new()),
+            shared,
+            abandoned: AtomicBool::new(false),
+        };
+        if !options.read_only {
+            volume.start_threads();
+            for (logical_block, position) in recovered.rewrite {
+                volume.rewrite_if_unchanged(logical_block, position)?;
+            }
+        }
+        Ok(volume)
+    }
+
+    fn start_threads(&self) {
+        let mut threads = self.threads.lock();
+        if self.shared.io_mode == IoMode::Threaded {
+            let (stripe_sender, stripe_receiver) =
+                crossbeam_channel::bounded(WRITE_PIPELINE_BATCHES);
+            *self.shared.stripe_queue.lock() = Some(stripe_sender);
+            let (member_senders, member_threads) =
+                crate::pipeline::start_member_workers(&self.shared);
+            threads.extend(member_threads);
+            let shared = self.shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("stripelog-stripe-writer".into())
+                    .spawn(move || {
+                        crate::pipeline::stripe_writer(shared, stripe_receiver, member_senders)
+                    })
+                    .expect("spawn the stripe writer thread"),
+            );
+        }
+        if let Some(interval) = self.shared.flush_interval {
+            let shared = self.shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("stripelog-flush-timer".into())
+                    .spawn(move || flush_timer(shared, interval))
+                    .expect("spawn the flush timer thread"),
+            );
+        }
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.shared.geometry
+    }
+
+    pub fn logical_size_bytes(&self) -> u64 {
+        self.shared.map.block_count() * BLOCK_SIZE_BYTES as u64
+    }
+
+    /// Write `data` at `offset_bytes` (both multiples of 512). With `fua`, the call
+    /// returns only once this write and every write accepted before it are durable.
+    pub fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<()> {
+        self.shared.check_writable()?;
+        self.shared.check_range(offset_bytes, data.len() as u64)?;
+        let mut blocks = Vec::with_capacity(data.len() / BLOCK_SIZE_BYTES + 2);
+        let mut done = 0usize;
+        while done < data.len() {
+            let position = offset_bytes + done as u64;
+            let logical_block = position / BLOCK_SIZE_BYTES as u64;
+            let within = (position % BLOCK_SIZE_BYTES as u64) as usize;
+            let count = (BLOCK_SIZE_BYTES - within).min(data.len() - done);
+            let piece = &data[done..done + count];
+            blocks.push(if count < BLOCK_SIZE_BYTES {
+                BlockWrite::Patch(logical_block, within, piece)
+            } else if is_all_zero(piece) {
+                BlockWrite::Zero(logical_block)
+            } else {
+                BlockWrite::Data(logical_block, piece)
+            });
+            done += count;
+        }
+        self.shared.apply(&blocks)?;
+        Counters::add(&self.shared.counters.host_bytes_written, data.len() as u64);
+        if fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Make the range read as zeros. Whole blocks cost no media (a zero record); partial
+    /// blocks at the edges are written.
+    pub fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64, fua: bool) -> Result<()> {
+        self.ranged(offset_bytes, length_bytes, false, fua)?;
+        Counters::add(&self.shared.counters.host_bytes_zeroed, length_bytes);
+        Ok(())
+    }
+
+    /// Unmap the range: it reads as zeros and is a hole for block status.
+    pub fn trim(&self, offset_bytes: u64, length_bytes: u64) -> Result<()> {
+        self.ranged(offset_bytes, length_bytes, true, false)?;
+        Counters::add(&self.shared.counters.host_bytes_trimmed, length_bytes);
+        Ok(())
+    }
+
+    fn ranged(&self, offset_bytes: u64, length_bytes: u64, trim: bool, fua: bool) -> Result<()> {
+        self.shared.check_writable()?;
+        self.shared.check_range(offset_bytes, length_bytes)?;
+        let block = BLOCK_SIZE_BYTES as u64;
+        let end = offset_bytes + length_bytes;
+        let first_whole = offset_bytes.div_ceil(block);
+        let end_whole = end / block;
+        static ZEROS: [u8; BLOCK_SIZE_BYTES] = [0; BLOCK_SIZE_BYTES];
+        let mut edges = Vec::new();
+        if first_whole > end_whole {
+            // Entirely inside one block.
+            edges.push(BlockWrite::Patch(
+                offset_bytes / block,
+                (offset_bytes % block) as usize,
+                &ZEROS[..length_bytes as usize],
+            ));
+        } else {
+            if offset_bytes % block != 0 {
+                let within = (offset_bytes % block) as usize;
+                edges.push(BlockWrite::Patch(
+                    offset_bytes / block,
+                    within,
+                    &ZEROS[..BLOCK_SIZE_BYTES - within],
+                ));
+            }
+            if end % block != 0 {
+                edges.push(BlockWrite::Patch(
+                    end_whole,
+                    0,
+                    &ZEROS[..(end % block) as usize],
+                ));
+            }
+        }
+        self.shared.apply(&edges)?;
+        // Whole blocks, a bounded slice of the work list at a time.
+        const BLOCKS_PER_STEP: u64 = 1 << 16;
+        let mut start = first_whole;
+        while start < end_whole {
+            let stop = (start + BLOCKS_PER_STEP).min(end_whole);
+            let step: Vec<BlockWrite> = (start..stop)
+                .map(|lb| {
+                    if trim {
+                        BlockWrite::Trim(lb)
+                    } else {
+                        BlockWrite::Zero(lb)
+                    }
+                })
+                .collect();
+            self.shared.apply(&step)?;
+            start = stop;
+        }
+        if fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Read `buffer.len()` bytes at `offset_bytes` (both multiples of 512).
+    pub fn read(&self, offset_bytes: u64, buffer: &mut [u8]) -> Result<()> {
+        self.shared.check_open()?;
+        self.shared.check_range(offset_bytes, buffer.len() as u64)?;
+        let _fence = self.shared.reuse_fence.read();
+        let mut scratch = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+        let mut done = 0usize;
+        while done < buffer.len() {
+            let position = offset_bytes + done as u64;
+            let logical_block = position / BLOCK_SIZE_BYTES as u64;
+            let within = (position % BLOCK_SIZE_BYTES as u64) as usize;
+            let count = (BLOCK_SIZE_BYTES - within).min(buffer.len() - done);
+            self.shared.read_block(logical_block, &mut scratch, None)?;
+            buffer[done..done + count].copy_from_slice(&scratch[within..within + count]);
+            done += count;
+        }
+        Counters::add(&self.shared.counters.host_bytes_read, buffer.len() as u64);
+        Ok(())
+    }
+
+    /// The mapping of one logical block (for block-status queries).
+    pub fn mapping(&self, logical_block: u64) -> Result<Mapping> {
+        if logical_block >= self.shared.map.block_count() {
+            return Err(Error::InvalidRequest(format!(
+                "block {logical_block} is beyond the end of the volume"
+            )));
+        }
+        Ok(self.shared.map.get(logical_block))
+    }
+
+    /// Return when every write accepted before the call is durable on the members.
+    pub fn flush(&self) -> Result<()> {
+        self.shared.flush()
+    }
+
+    pub fn stats(&self) -> VolumeStats {
+        self.shared.stats()
+    }
+
+    /// Verify every live batch on the members: each block against its checksum, each
+    /// parity row and mirror copy against the data. Flushes first when writable.
+    pub fn check(&self) -> Result<crate::recovery::CheckReport> {
+        if !self.shared.read_only {
+            self.flush()?;
+        }
+        let shared = &self.shared;
+        crate::recovery::check(
+            &shared.geometry,
+            &shared.members,
+            &shared.volume_uuid,
+            &shared.map,
+        )
+    }
+
+    /// Flush, stop the background threads and close the volume.
+    pub fn close(self) -> Result<()> {
+        self.shutdown()
+    }
+
+    /// Drop the volume as if the process died: nothing more is written (simulation).
+    pub fn abandon(self) {
+        self.abandoned.store(true, Ordering::SeqCst);
+        self.shared.fail("abandoned (simulated crash)".into());
+        self.stop_threads();
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        if self.shared.closed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let result = if self.shared.read_only || self.abandoned.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            self.flush()
+        };
+        self.stop_threads();
+        result
+    }
+
+    fn stop_threads(&self) {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        self.shared.progress.notify_all();
+        // Dropping the stripe queue ends the stripe writer, which ends the member workers.
+        self.shared.stripe_queue.lock().take();
+        for thread in self.threads.lock().drain(..) {
+            let _ = thread.join();
+        }
+    }
+
+    /// Rewrite a block whose redundancy was found damaged, unless it changed meanwhile.
+    fn rewrite_if_unchanged(&self, logical_block: u64, position: u64) -> Result<()> {
+        let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+        {
+            let _fence = self.shared.reuse_fence.read();
+            if self.shared.map.get(logical_block) != (Mapping::Data { position }) {
+                return Ok(());
+            }
+            self.shared.read_block(logical_block, &mut block, None)?;
+        }
+        self.shared.apply_if(
+            &[BlockWrite::Data(logical_block, &block)],
+            Some(Mapping::Data { position }),
+        )
+    }
+}
+
+impl Drop for Volume {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+fn flush_timer(shared: Arc<Shared>, interval: Duration) {
+    let tick = (interval / 4).max(Duration::from_millis(5));
+    while !shared.closed.load(Ordering::SeqCst) {
+        std::thread::sleep(tick);
+        let due = {
+            let state = shared.state.lock();
+            state
+                .open
+                .as_ref()
+                .is_some_and(|open| !open.is_empty() && open.opened_at.elapsed() >= interval)
+        };
+        if due {
+            // A failure is recorded in `failure` and reported to the next client call.
+            let _ = shared.flush();
+        }
+    }
+}
+
+pub(crate) fn is_all_zero(bytes: &[u8]) -> bool {
+    let (prefix, words, suffix) = {
+        // SAFETY: u64 has no invalid bit patterns; align_to only reinterprets whole,
+        // aligned u64s inside the slice and returns the unaligned ends as bytes.
+        unsafe { bytes.align_to::<u64>() }
+    };
+    prefix.iter().all(|&b| b == 0)
+        && words.iter().all(|&w| w == 0)
+        && suffix.iter().all(|&b| b == 0)
+}
+
+impl Shared {
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        self.check_open()?;
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        if let Some(reason) = self.failure.lock().clone() {
+            return Err(Error::Failed(reason));
+        }
+        Ok(())
+    }
+
+    fn check_range(&self, offset_bytes: u64, length_bytes: u64) -> Result<()> {
+        if offset_bytes % SECTOR_SIZE_BYTES != 0 || length_bytes % SECTOR_SIZE_BYTES != 0 {
+            return Err(Error::InvalidRequest(format!(
+                "offset {offset_bytes} and length {length_bytes} must be multiples of {SECTOR_SIZE_BYTES}"
+            )));
+        }
+        let size = self.map.block_count() * BLOCK_SIZE_BYTES as u64;
+        match offset_bytes.checked_add(length_bytes) {
+            Some(end) if end <= size => Ok(()),
+            _ => Err(Error::InvalidRequest(format!(
+                "range {offset_bytes}+{length_bytes} is beyond the end of the volume ({size} bytes)"
+            ))),
+        }
+    }
+
+    pub(crate) fn fail(&self, reason: String) {
+        let mut failure = self.failure.lock();
+        if failure.is_none() {
+            *failure = Some(reason);
+        }
+        drop(failure);
+        // Wake flushers waiting for batches that will never complete.
+        let _state = self.state.lock();
+        self.progress.notify_all();
+    }
+
+    fn apply(&self, blocks: &[BlockWrite]) -> Result<()> {
+        self.apply_if(blocks, None)
+    }
+
+    /// The write loop: accept `blocks` in order into open batches, sealing and
+    /// dispatching full ones. With `only_if`, a single block is written only while its
+    /// mapping is still `only_if` (rewrites for repair).
+    fn apply_if(&self, blocks: &[BlockWrite], only_if: Option<Mapping>) -> Result<()> {
+        let mut next = 0usize;
+        while next < blocks.len() {
+            let mut state = self.state.lock();
+            if let Some(reason) = self.failure.lock().clone() {
+                return Err(Error::Failed(reason));
+            }
+            if state.open.is_none() {
+                match self.open_batch(&mut state) {
+                    Ok(()) => {}
+                    Err(OpenProblem::NeedBuffers) => {
+                        drop(state);
+                        self.data_pool.wait_for_free();
+                        continue;
+                    }
+                    Err(OpenProblem::NeedSpace) => {
+                        drop(state);
+                        self.make_space()?;
+                        continue;
+                    }
+                }
+            }
+            let mut sealed = None;
+            while next < blocks.len() {
+                if let Some(expected) = only_if {
+                    let BlockWrite::Data(logical_block, _) = blocks[next] else {
+                        unreachable!("rewrites are data")
+                    };
+                    if self.map.get(logical_block) != expected {
+                        next += 1;
+                        continue;
+                    }
+                }
+                if self.accept(&mut state, &blocks[next])? {
+                    next += 1;
+                } else {
+                    sealed = Some(self.seal(&mut state));
+                    break;
+                }
+            }
+            drop(state);
+            if let Some(batch) = sealed {
+                self.dispatch(batch)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn open_batch(&self, state: &mut WriteState) -> std::result::Result<(), OpenProblem> {
+        let buffers: PooledBuffers = self.data_pool.try_take().ok_or(OpenProblem::NeedBuffers)?;
+        let sequence = state.next_sequence;
+        if state.current_segment.is_none() {
+            let segment = state
+                .free_segments
+                .pop_front()
+                .ok_or(OpenProblem::NeedSpace)?;
+            state.segments[segment as usize].status = SegmentStatus::Current;
+            state.current_segment = Some(CurrentSegment {
+                segment,
+                next_row: 0,
+                open_sequence: sequence,
+            });
+        }
+        let current = state.current_segment.as_ref().expect("set above");
+        state.open = Some(OpenBatch::new(
+            &self.geometry,
+            sequence,
+            current.segment,
+            current.open_sequence,
+            current.next_row,
+            buffers,
+        ));
+        state.next_sequence += 1;
+        Ok(())
+    }
+
+    /// Accept one block into the open batch. `Ok(false)`: the batch is full.
+    fn accept(&self, state: &mut WriteState, block: &BlockWrite) -> Result<bool> {
+        match *block {
+            BlockWrite::Data(logical_block, data) => {
+                Ok(self.accept_data(state, logical_block, data))
+            }
+            BlockWrite::Zero(logical_block) => Ok(self.accept_range(state, logical_block, false)),
+            BlockWrite::Trim(logical_block) => Ok(self.accept_range(state, logical_block, true)),
+            BlockWrite::Patch(logical_block, within, data) => {
+                let mut merged = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+                self.read_block(logical_block, &mut merged, Some(state))?;
+                merged[within..within + data.len()].copy_from_slice(data);
+                if is_all_zero(&merged) {
+                    Ok(self.accept_range(state, logical_block, false))
+                } else {
+                    Ok(self.accept_data(state, logical_block, &merged))
+                }
+            }
+        }
+    }
+
+    fn accept_data(&self, state: &mut WriteState, logical_block: u64, data: &[u8]) -> bool {
+        let open = state.open.as_mut().expect("an open batch");
+        let Some(Slot::Block(index)) = open.reserve(true) else {
+            return false;
+        };
+        let target = open.block_mut(index);
+        target.copy_from_slice(data);
+        let checksum = format::block_checksum(target);
+        let (row, column) = open.place(index);
+        let position = self
+            .geometry
+            .position(open.segment, open.first_row + row, column);
+        open.push_entry(Entry::Data {
+            logical_block,
+            checksum,
+        });
+        self.checksums[position as usize].store(checksum, Ordering::Release);
+        self.remap(state, logical_block, Mapping::Data { position });
+        true
+    }
+
+    fn accept_range(&self, state: &mut WriteState, logical_block: u64, trim: bool) -> bool {
+        let current = self.map.get(logical_block);
+        let redundant = match current {
+            Mapping::Unmapped => true,
+            Mapping::Trimmed { .. } => true,
+            Mapping::Zero { .. } => !trim,
+            Mapping::Data { .. } => false,
+        };
+        if redundant {
+            return true;
+        }
+        let open = state.open.as_mut().expect("an open batch");
+        let segment = open.segment;
+        if !open.extend_last_range(!trim, logical_block) {
+            if open.reserve(false).is_none() {
+                return false;
+            }
+            open.push_entry(if trim {
+                Entry::Trim {
+                    logical_block,
+                    block_count: 1,
+                }
+            } else {
+                Entry::Zero {
+                    logical_block,
+                    block_count: 1,
+                }
+            });
+        }
+        let mapping = if trim {
+            Mapping::Trimmed { segment }
+        } else {
+            Mapping::Zero { segment }
+        };
+        self.remap(state, logical_block, mapping);
+        true
+    }
+
+    /// Point `logical_block` at `mapping`, keeping segment live counts.
+    fn remap(&self, state: &mut WriteState, logical_block: u64, mapping: Mapping) {
+        let per_segment = self.geometry.blocks_per_segment();
+        let old = self.map.set(logical_block, mapping);
+        if let Some(segment) = mapping.segment(per_segment) {
+            state.segments[segment as usize].live_blocks += 1;
+        }
+        if let Some(segment) = old.segment(per_segment) {
+            let killer = state
+                .open
+                .as_ref()
+                .map_or(state.next_sequence, |open| open.sequence);
+            let usage = &mut state.segments[segment as usize];
+            usage.live_blocks -= 1;
+            if usage.live_blocks == 0 && usage.status == SegmentStatus::Used {
+                usage.status = SegmentStatus::WaitingForFlush(killer);
+            }
+        }
+    }
+
+    /// Seal the open batch (it must hold entries) and queue it for writing.
+    fn seal(&self, state: &mut WriteState) -> Arc<SealedBatch> {
+        let open = state.open.take().expect("an open batch");
+        let (sealed, metadata) =
+            open.seal(self.volume_uuid, self.epoch, state.durable_through_sequence);
+        let header = sealed.header;
+        for (index, checksum) in metadata {
+            let data_columns = self.geometry.data_columns() as u32;
+            let position = self.geometry.position(
+                header.segment,
+                header.first_row + index / data_columns,
+                (index % data_columns) as usize,
+            );
+            self.checksums[position as usize].store(checksum, Ordering::Release);
+        }
+        let current = state.current_segment.as_mut().expect("a current segment");
+        current.next_row = header.first_row + header.row_count;
+        if current.next_row == self.geometry.rows_per_chunk() {
+            state.current_segment = None;
+            let usage = &mut state.segments[header.segment as usize];
+            usage.status = if usage.live_blocks == 0 {
+                SegmentStatus::WaitingForFlush(header.sequence)
+            } else {
+                SegmentStatus::Used
+            };
+        }
+        state.last_sealed_sequence = header.sequence;
+        let batch = Arc::new(sealed);
+        state.in_flight.push_back(InFlight {
+            batch: batch.clone(),
+            written: false,
+        });
+        batch
+    }
+
+    fn dispatch(&self, batch: Arc<SealedBatch>) -> Result<()> {
+        match self.io_mode {
+            IoMode::Inline => {
+                let mut parity = self.parity_pool.take();
+                batch.compute_parity(&self.geometry, &mut parity);
+                let mut error = None;
+                for member in 0..self.geometry.member_count {
+                    if let Err(failure) = self.write_member_part(&batch, &parity, member) {
+                        error.get_or_insert(failure);
+                    }
+                }
+                self.batch_written(&batch, error);
+            }
+            IoMode::Threaded => {
+                let sender = self.stripe_queue.lock().clone().ok_or(Error::Closed)?;
+                // Never blocks: the queue holds as many batches as the data pool has sets.
+                sender.send(batch).map_err(|_| Error::Closed)?;
+            }
+        }
+        self.failure
+            .lock()
+            .clone()
+            .map_or(Ok(()), |reason| Err(Error::Failed(reason)))
+    }
+
+    /// The slice of `batch` (or its parity) that `member` stores, and where.
+    pub(crate) fn member_part<'a>(
+        &self,
+        batch: &'a SealedBatch,
+        parity: &'a PooledBuffers,
+        member: usize,
+    ) -> (&'a [u8], u64) {
+        let header = &batch.header;
+        let length = header.row_count as usize * BLOCK_SIZE_BYTES;
+        let buffer = match self.geometry.role_of_member(header.segment, member) {
+            Role::Data { column, .. } => batch.data_column(column),
+            Role::Parity { shard } => &parity.buffers()[shard][..length],
+        };
+        (
+            buffer,
+            self.geometry
+                .member_offset_bytes(header.segment, header.first_row),
+        )
+    }
+
+    fn write_member_part(
+        &self,
+        batch: &SealedBatch,
+        parity: &PooledBuffers,
+        member: usize,
+    ) -> std::result::Result<(), String> {
+        let Some(device) = self.members.device(member) else {
+            return Ok(());
+        };
+        let (buffer, offset) = self.member_part(batch, parity, member);
+        device
+            .write_at(buffer, offset)
+            .map_err(|error| format!("member {member} ({}): {error}", self.members.name(member)))
+    }
+
+    /// Account a batch whose member writes finished (with the first error, if any), and
+    /// retire written batches in sequence order.
+    pub(crate) fn batch_written(&self, batch: &SealedBatch, error: Option<String>) {
+        if let Some(reason) = error {
+            self.fail(format!("writing batch {}: {reason}", batch.header.sequence));
+        }
+        self.count_batch(batch);
+        let mut state = self.state.lock();
+        if let Some(entry) = state
+            .in_flight
+            .iter_mut()
+            .find(|entry| entry.batch.header.sequence == batch.header.sequence)
+        {
+            entry.written = true;
+        }
+        while state.in_flight.front().is_some_and(|entry| entry.written) {
+            let entry = state.in_flight.pop_front().expect("front exists");
+            let header = &entry.batch.header;
+            self.rows_on_media[header.segment as usize]
+                .store(header.first_row + header.row_count, Ordering::Release);
+            state.written_through_sequence = header.sequence;
+        }
+        self.progress.notify_all();
+    }
+
+    fn count_batch(&self, batch: &SealedBatch) {
+        let header = &batch.header;
+        let block = BLOCK_SIZE_BYTES as u64;
+        let data_columns = self.geometry.data_columns() as u64;
+        let slots = header.row_count as u64 * data_columns;
+        let data_blocks = (header.block_count - header.summary_count) as u64;
+        let padding = slots - header.block_count as u64;
+        let redundancy =
+            (self.geometry.member_count as u64 - data_columns) * header.row_count as u64;
+        let counters = &self.counters;
+        Counters::add(&counters.batches_written, 1);
+        if header.first_row == 0 && header.row_count == self.geometry.rows_per_chunk() {
+            Counters::add(&counters.full_stripes, 1);
+        } else {
+            Counters::add(&counters.short_stripes, 1);
+        }
+        Counters::add(&counters.member_bytes_data, data_blocks * block);
+        Counters::add(
+            &counters.member_bytes_metadata,
+            header.summary_count as u64 * block,
+        );
+        Counters::add(&counters.member_bytes_padding, padding * block);
+        Counters::add(&counters.member_bytes_redundancy, redundancy * block);
+        self.members.count_written(header.row_count as u64 * block);
+    }
+
+    pub(crate) fn flush(&self) -> Result<()> {
+        self.check_open()?;
+        if self.read_only {
+            return Ok(());
+        }
+        let (target, sealed) = {
+            let mut state = self.state.lock();
+            let sealed = match &state.open {
+                Some(open) if !open.is_empty() => Some(self.seal(&mut state)),
+                _ => None,
+            };
+            (state.last_sealed_sequence, sealed)
+        };
+        if let Some(batch) = sealed {
+            self.dispatch(batch)?;
+        }
+        {
+            let mut state = self.state.lock();
+            loop {
+                if let Some(reason) = self.failure.lock().clone() {
+                    return Err(Error::Failed(reason));
+                }
+                if state.durable_through_sequence >= target {
+                    return Ok(());
+                }
+                if state.written_through_sequence >= target {
+                    break;
+                }
+                self.progress.wait(&mut state);
+            }
+        }
+        self.members
+            .flush_all(self.io_mode == IoMode::Threaded)
+            .inspect_err(|error| self.fail(error.to_string()))?;
+        Counters::add(&self.counters.flushes, 1);
+        {
+            let mut state = self.state.lock();
+            state.durable_through_sequence = state.durable_through_sequence.max(target);
+        }
+        self.reclaim();
+        Ok(())
+    }
+
+    /// Make segments whose death is durable free again.
+    fn reclaim(&self) {
+        let ready = |state: &WriteState, segment: &SegmentUse| matches!(segment.status, SegmentStatus::WaitingForFlush(tag) if tag <= state.durable_through_sequence);
+        {
+            let state = self.state.lock();
+            if !state.segments.iter().any(|segment| ready(&state, segment)) {
+                return;
+            }
+        }
+        let _fence = self.reuse_fence.write();
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        for index in 0..state.segments.len() {
+            if ready(state, &state.segments[index]) {
+                state.segments[index].status = SegmentStatus::Free;
+                self.rows_on_media[index].store(0, Ordering::Release);
+                state.free_segments.push_back(index as u64);
+            }
+        }
+    }
+
+    fn make_space(&self) -> Result<()> {
+        self.flush()?;
+        let state = self.state.lock();
+        if state.free_segments.is_empty() && state.current_segment.is_none() {
+            return Err(Error::OutOfSpace);
+        }
+        Ok(())
+    }
+
+    /// Read logical block `logical_block` into `out` (4096 bytes). Callers hold the reuse
+    /// fence, or pass the state they hold (which also keeps segments from being reused).
+    pub(crate) fn read_block(
+        &self,
+        logical_block: u64,
+        out: &mut [u8],
+        held: Option<&WriteState>,
+    ) -> Result<()> {
+        let position = match self.map.get(logical_block) {
+            Mapping::Data { position } => position,
+            _ => {
+                out.fill(0);
+                return Ok(());
+            }
+        };
+        let location = self.geometry.locate(position);
+        if location.row >= self.rows_on_media[location.segment as usize].load(Ordering::Acquire) {
+            let found = match held {
+                Some(state) => copy_from_memory(state, location, out),
+                None => copy_from_memory(&self.state.lock(), location, out),
+            };
+            if found {
+                return Ok(());
+            }
+        }
+        let expected = self.checksums[position as usize].load(Ordering::Acquire);
+        let checksum_of = |column: usize| {
+            let other = self
+                .geometry
+                .position(location.segment, location.row, column);
+            Some(self.checksums[other as usize].load(Ordering::Acquire))
+        };
+        self.read_verified(
+            location,
+            &|block| format::block_checksum(block) == expected,
+            &checksum_of,
+            out,
+        )
+        .map_err(|reason| {
+            Counters::add(&self.counters.unrecoverable_reads, 1);
+            Error::Unrecoverable {
+                logical_block,
+                reason,
+            }
+        })
+    }
+
+    fn read_verified(
+        &self,
+        location: crate::geometry::BlockLocation,
+        valid: &dyn Fn(&[u8]) -> bool,
+        checksum_of: &dyn Fn(usize) -> Option<u32>,
+        out: &mut [u8],
+    ) -> std::result::Result<(), String> {
+        self.members
+            .read_verified(
+                &self.geometry,
+                &self.counters,
+                location,
+                valid,
+                checksum_of,
+                out,
+            )
+            .map(|_| ())
+    }
+
+    pub(crate) fn stats(&self) -> VolumeStats {
+        let geometry = &self.geometry;
+        let (mut blocks_mapped, mut blocks_zero) = (0u64, 0u64);
+        for mapping in self.map.iter() {
+            match mapping {
+                Mapping::Data { .. } => blocks_mapped += 1,
+                Mapping::Zero { .. } => blocks_zero += 1,
+                _ => {}
+            }
+        }
+        let state = self.state.lock();
+        let count_status = |wanted: fn(&SegmentStatus) -> bool| {
+            state
+                .segments
+                .iter()
+                .filter(|segment| wanted(&segment.status))
+                .count() as u64
+        };
+        let segments_free = count_status(|status| *status == SegmentStatus::Free);
+        let segments_waiting =
+            count_status(|status| matches!(status, SegmentStatus::WaitingForFlush(_)));
+        let counters = &self.counters;
+        let missing = self.members.missing();
+        let member_statuses: Vec<MemberStatus> = self.members.statuses();
+        let member_bytes_written = member_statuses
+            .iter()
+            .map(|member| member.bytes_written)
+            .sum();
+        VolumeStats {
+            volume_uuid: uuid::Uuid::from_bytes(self.volume_uuid).to_string(),
+            raid_level: geometry.raid_level.to_string(),
+            member_count: geometry.member_count,
+            data_columns: geometry.data_columns(),
+            chunk_size_bytes: geometry.chunk_size_bytes,
+            block_size_bytes: BLOCK_SIZE_BYTES,
+            spare_fraction: geometry.spare_ppm as f64 / 1_000_000.0,
+            member_size_bytes: geometry.member_size_bytes,
+            logical_size_bytes: geometry.logical_size_bytes(),
+            physical_data_bytes: geometry.physical_data_blocks() * BLOCK_SIZE_BYTES as u64,
+            epoch: self.epoch,
+            read_only: self.read_only,
+            degraded: !missing.is_empty(),
+            failures_still_tolerated: geometry
+                .raid_level
+                .failures_tolerated()
+                .saturating_sub(missing.len()),
+            missing_members: missing,
+            failure: self.failure.lock().clone(),
+            members: member_statuses,
+            blocks_mapped,
+            blocks_zero,
+            segments_total: geometry.segment_count(),
+            segments_used: geometry.segment_count() - segments_free - segments_waiting,
+            segments_free,
+            segments_waiting_for_flush: segments_waiting,
+            host_bytes_written: Counters::get(&counters.host_bytes_written),
+            host_bytes_read: Counters::get(&counters.host_bytes_read),
+            host_bytes_zeroed: Counters::get(&counters.host_bytes_zeroed),
+            host_bytes_trimmed: Counters::get(&counters.host_bytes_trimmed),
+            member_bytes_written,
+            member_bytes_data: Counters::get(&counters.member_bytes_data),
+            member_bytes_redundancy: Counters::get(&counters.member_bytes_redundancy),
+            member_bytes_metadata: Counters::get(&counters.member_bytes_metadata),
+            member_bytes_padding: Counters::get(&counters.member_bytes_padding),
+            flushes: Counters::get(&counters.flushes),
+            batches_written: Counters::get(&counters.batches_written),
+            full_stripes: Counters::get(&counters.full_stripes),
+            short_stripes: Counters::get(&counters.short_stripes),
+            read_errors: Counters::get(&counters.read_errors),
+            checksum_mismatches: Counters::get(&counters.checksum_mismatches),
+            reconstructed_blocks: Counters::get(&counters.reconstructed_blocks),
+            unrecoverable_reads: Counters::get(&counters.unrecoverable_reads),
+            map_memory_bytes: self.map.size_bytes(),
+            map_bytes_per_logical_block: self.map.size_bytes() as f64
+                / self.map.block_count().max(1) as f64,
+            checksum_memory_bytes: self.checksums.len() as u64 * 4,
+            write_buffer_memory_bytes: (WRITE_PIPELINE_BATCHES * geometry.data_columns()
+                + PARITY_PIPELINE_BATCHES * geometry.parity_shards())
+                as u64
+                * geometry.chunk_size_bytes as u64,
+            last_sequence: state.last_sealed_sequence,
+            durable_through_sequence: state.durable_through_sequence,
+            recovery: self.recovery_report.clone(),
+        }
+    }
+}
+
+/// Copy a block that is still only in memory (open or in-flight batch).
+fn copy_from_memory(
+    state: &WriteState,
+    location: crate::geometry::BlockLocation,
+    out: &mut [u8],
+) -> bool {
+    if let Some(open) = &state.open {
+        if open.segment == location.segment {
+            if let Some(index) = open.index_of(location.row, location.column) {
+                out.copy_from_slice(open.block(index));
+                return true;
+            }
+        }
+    }
+    for entry in &state.in_flight {
+        if entry.batch.header.segment == location.segment {
+            if let Some(block) = entry.batch.block(location.row, location.column) {
+                out.copy_from_slice(block);
+                return true;
+            }
+        }
+    }
+    false
+}
