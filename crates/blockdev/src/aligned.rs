@@ -22,18 +22,13 @@ unsafe impl Sync for AlignedBuffer {}
 impl AlignedBuffer {
     /// Allocate `length_bytes` (rounded up to the alignment; at least one block) of zeros.
     pub fn zeroed(length_bytes: usize) -> Self {
-        let length_bytes = length_bytes
-            .max(IO_ALIGNMENT_BYTES)
-            .next_multiple_of(IO_ALIGNMENT_BYTES);
-        let layout = Layout::from_size_align(length_bytes, IO_ALIGNMENT_BYTES)
-            .expect("aligned buffer layout: size fits isize");
+        let length_bytes = length_bytes.max(IO_ALIGNMENT_BYTES).next_multiple_of(IO_ALIGNMENT_BYTES);
+        let layout =
+            Layout::from_size_align(length_bytes, IO_ALIGNMENT_BYTES).expect("aligned buffer layout: size fits isize");
         // SAFETY: layout has non-zero size (at least IO_ALIGNMENT_BYTES).
         let raw = unsafe { alloc::alloc_zeroed(layout) };
         let pointer = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        AlignedBuffer {
-            pointer,
-            length_bytes,
-        }
+        AlignedBuffer { pointer, length_bytes }
     }
 
     pub fn len(&self) -> usize {
@@ -57,8 +52,8 @@ impl AlignedBuffer {
 
 impl Drop for AlignedBuffer {
     fn drop(&mut self) {
-        let layout = Layout::from_size_align(self.length_bytes, IO_ALIGNMENT_BYTES)
-            .expect("layout was valid at allocation");
+        let layout =
+            Layout::from_size_align(self.length_bytes, IO_ALIGNMENT_BYTES).expect("layout was valid at allocation");
         // SAFETY: allocated in `zeroed` with exactly this layout, freed once.
         unsafe { alloc::dealloc(self.pointer.as_ptr(), layout) }
     }

@@ -30,8 +30,7 @@ const QUEUE_DEPTH_ENTRIES: u32 = 128;
 /// `BLKGETSIZE64` = `_IOR(0x12, 114, size_t)`: size of a block device in bytes. Encoded
 /// with the generic ioctl layout (direction bits 30-31, size bits 16-29) used by x86_64,
 /// aarch64, arm and riscv; equals 0x80081272 on 64-bit targets.
-const BLKGETSIZE64: u64 =
-    (2 << 30) | ((std::mem::size_of::<usize>() as u64) << 16) | (0x12 << 8) | 114;
+const BLKGETSIZE64: u64 = (2 << 30) | ((std::mem::size_of::<usize>() as u64) << 16) | (0x12 << 8) | 114;
 
 /// `BLKDISCARD` = `_IO(0x12, 119)`: discard a byte range `[u64; 2] = {offset, length}`.
 const BLKDISCARD: u64 = 0x1277;
@@ -66,12 +65,7 @@ pub struct FileDeviceOptions {
 
 impl Default for FileDeviceOptions {
     fn default() -> Self {
-        FileDeviceOptions {
-            create_size_bytes: None,
-            direct_io: true,
-            io_engine: IoEngine::IoUring,
-            read_only: false,
-        }
+        FileDeviceOptions { create_size_bytes: None, direct_io: true, io_engine: IoEngine::IoUring, read_only: false }
     }
 }
 
@@ -102,10 +96,7 @@ pub struct FileDevice {
 impl FileDevice {
     /// Open (and if asked, create or extend) the file or block device at `path`.
     pub fn open(path: &Path, options: &FileDeviceOptions) -> Result<FileDevice> {
-        let open_error = |source: io::Error| DeviceError::Open {
-            path: path.display().to_string(),
-            source,
-        };
+        let open_error = |source: io::Error| DeviceError::Open { path: path.display().to_string(), source };
 
         prepare_path(path, options).map_err(open_error)?;
 
@@ -115,15 +106,9 @@ impl FileDevice {
         let (kind, raw_size_bytes) = if file_type.is_file() {
             (MemberKind::RegularFile, metadata.len())
         } else if file_type.is_block_device() {
-            (
-                MemberKind::BlockDevice,
-                block_device_size_bytes(&file).map_err(open_error)?,
-            )
+            (MemberKind::BlockDevice, block_device_size_bytes(&file).map_err(open_error)?)
         } else {
-            return Err(open_error(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a regular file or block device",
-            )));
+            return Err(open_error(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file or block device")));
         };
         let size_bytes = raw_size_bytes / IO_ALIGNMENT_BYTES as u64 * IO_ALIGNMENT_BYTES as u64;
 
@@ -186,12 +171,7 @@ impl FileDevice {
                 buffer.as_ptr() as usize
             }
         };
-        check_request(
-            self.size_bytes,
-            request.offset_bytes(),
-            request.length_bytes(),
-            buffer_address,
-        )
+        check_request(self.size_bytes, request.offset_bytes(), request.length_bytes(), buffer_address)
     }
 
     /// pread until `buffer` is full. No validation: callers have checked the request.
@@ -212,12 +192,7 @@ impl FileDevice {
                     offset_bytes += count as u64;
                 }
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                Err(source) => {
-                    return Err(DeviceError::Io {
-                        offset_bytes,
-                        source,
-                    })
-                }
+                Err(source) => return Err(DeviceError::Io { offset_bytes, source }),
             }
         }
         Ok(())
@@ -241,12 +216,7 @@ impl FileDevice {
                     offset_bytes += count as u64;
                 }
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                Err(source) => {
-                    return Err(DeviceError::Io {
-                        offset_bytes,
-                        source,
-                    })
-                }
+                Err(source) => return Err(DeviceError::Io { offset_bytes, source }),
             }
         }
         Ok(())
@@ -255,17 +225,11 @@ impl FileDevice {
     /// Finish a validated request synchronously, starting `done_bytes` into it.
     fn finish_synchronously(&self, request: &mut IoRequest<'_>, done_bytes: usize) -> Result<()> {
         match request {
-            IoRequest::Read {
-                buffer,
-                offset_bytes,
-            } => {
+            IoRequest::Read { buffer, offset_bytes } => {
                 let remainder = buffer.get_mut(done_bytes..).unwrap_or_default();
                 self.read_fully(remainder, *offset_bytes + done_bytes as u64)
             }
-            IoRequest::Write {
-                buffer,
-                offset_bytes,
-            } => {
+            IoRequest::Write { buffer, offset_bytes } => {
                 let remainder = buffer.get(done_bytes..).unwrap_or_default();
                 self.write_fully(remainder, *offset_bytes + done_bytes as u64)
             }
@@ -277,14 +241,8 @@ impl FileDevice {
         requests
             .iter_mut()
             .map(|request| match request {
-                IoRequest::Read {
-                    buffer,
-                    offset_bytes,
-                } => self.read_at(buffer, *offset_bytes),
-                IoRequest::Write {
-                    buffer,
-                    offset_bytes,
-                } => self.write_at(buffer, *offset_bytes),
+                IoRequest::Read { buffer, offset_bytes } => self.read_at(buffer, *offset_bytes),
+                IoRequest::Write { buffer, offset_bytes } => self.write_at(buffer, *offset_bytes),
             })
             .collect()
     }
@@ -292,11 +250,7 @@ impl FileDevice {
     /// The batch through io_uring. Requests the ring did not complete in full (short
     /// transfers, oversized requests, transient errors, an abandoned ring) are finished
     /// with pread/pwrite afterwards, so nothing is ever returned short.
-    fn submit_batch_with_ring(
-        &self,
-        ring: &Mutex<IoUring>,
-        requests: &mut [IoRequest<'_>],
-    ) -> Vec<Result<()>> {
+    fn submit_batch_with_ring(&self, ring: &Mutex<IoUring>, requests: &mut [IoRequest<'_>]) -> Vec<Result<()>> {
         let mut results: Vec<Option<Result<()>>> = requests.iter().map(|_| None).collect();
         // Bytes already transferred per request, for finishing short ones.
         let mut done_bytes: Vec<usize> = vec![0; requests.len()];
@@ -350,18 +304,12 @@ impl FileDevice {
             for &index in chunk {
                 // Lengths were checked against MAX_RING_REQUEST_BYTES, so they fit in u32.
                 let entry = match &mut requests[index] {
-                    IoRequest::Read {
-                        buffer,
-                        offset_bytes,
-                    } => opcode::Read::new(fd, buffer.as_mut_ptr(), buffer.len() as u32)
-                        .offset(*offset_bytes)
-                        .build(),
-                    IoRequest::Write {
-                        buffer,
-                        offset_bytes,
-                    } => opcode::Write::new(fd, buffer.as_ptr(), buffer.len() as u32)
-                        .offset(*offset_bytes)
-                        .build(),
+                    IoRequest::Read { buffer, offset_bytes } => {
+                        opcode::Read::new(fd, buffer.as_mut_ptr(), buffer.len() as u32).offset(*offset_bytes).build()
+                    }
+                    IoRequest::Write { buffer, offset_bytes } => {
+                        opcode::Write::new(fd, buffer.as_ptr(), buffer.len() as u32).offset(*offset_bytes).build()
+                    }
                 }
                 .user_data(index as u64);
                 // SAFETY: the entry points at `requests[index]`'s buffer, which is borrowed
@@ -389,8 +337,7 @@ impl FileDevice {
                 Err(error) if is_transient(&error) => std::thread::yield_now(),
                 Err(_) => {
                     let unsubmitted_count = ring.submission().len();
-                    let in_flight_count =
-                        pushed_count.saturating_sub(completed_count + unsubmitted_count);
+                    let in_flight_count = pushed_count.saturating_sub(completed_count + unsubmitted_count);
                     if in_flight_count == 0 && ring.completion().is_empty() {
                         // Nothing is owned by the kernel: stop here. Entries still in the
                         // queue point at this batch's buffers, so the ring must never be
@@ -406,8 +353,7 @@ impl FileDevice {
             for completion in ring.completion() {
                 completed_count += 1;
                 let index = completion.user_data() as usize;
-                let (Some(slot), Some(request)) = (results.get_mut(index), requests.get(index))
-                else {
+                let (Some(slot), Some(request)) = (results.get_mut(index), requests.get(index)) else {
                     continue;
                 };
                 let result = completion.result();
@@ -457,12 +403,7 @@ impl BlockDevice for FileDevice {
     }
 
     fn read_at(&self, buffer: &mut [u8], offset_bytes: u64) -> Result<()> {
-        check_request(
-            self.size_bytes,
-            offset_bytes,
-            buffer.len(),
-            buffer.as_ptr() as usize,
-        )?;
+        check_request(self.size_bytes, offset_bytes, buffer.len(), buffer.as_ptr() as usize)?;
         self.read_fully(buffer, offset_bytes)
     }
 
@@ -470,20 +411,13 @@ impl BlockDevice for FileDevice {
         if self.read_only {
             return Err(Self::read_only_error());
         }
-        check_request(
-            self.size_bytes,
-            offset_bytes,
-            buffer.len(),
-            buffer.as_ptr() as usize,
-        )?;
+        check_request(self.size_bytes, offset_bytes, buffer.len(), buffer.as_ptr() as usize)?;
         self.write_fully(buffer, offset_bytes)
     }
 
     fn submit_batch(&self, requests: &mut [IoRequest<'_>]) -> Vec<Result<()>> {
         match &self.ring {
-            Some(ring) if !self.ring_abandoned.load(Ordering::Acquire) => {
-                self.submit_batch_with_ring(ring, requests)
-            }
+            Some(ring) if !self.ring_abandoned.load(Ordering::Acquire) => self.submit_batch_with_ring(ring, requests),
             _ => self.submit_batch_synchronously(requests),
         }
     }
@@ -500,10 +434,7 @@ impl BlockDevice for FileDevice {
             }
             let error = io::Error::last_os_error();
             if error.kind() != io::ErrorKind::Interrupted {
-                return Err(DeviceError::Io {
-                    offset_bytes: 0,
-                    source: error,
-                });
+                return Err(DeviceError::Io { offset_bytes: 0, source: error });
             }
         }
     }
@@ -522,22 +453,16 @@ impl BlockDevice for FileDevice {
                 MemberKind::RegularFile => {
                     // Both values are at most the file's size, which the kernel keeps
                     // within off_t; convert without wrapping anyway.
-                    let (Ok(offset), Ok(length)) = (
-                        libc::off_t::try_from(offset_bytes),
-                        libc::off_t::try_from(length_bytes),
-                    ) else {
+                    let (Ok(offset), Ok(length)) =
+                        (libc::off_t::try_from(offset_bytes), libc::off_t::try_from(length_bytes))
+                    else {
                         return Err(DeviceError::InvalidRequest(format!(
                             "discard range {offset_bytes}+{length_bytes} does not fit off_t"
                         )));
                     };
                     // SAFETY: fallocate takes only integers and an open file descriptor.
                     unsafe {
-                        libc::fallocate(
-                            fd,
-                            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                            offset,
-                            length,
-                        )
+                        libc::fallocate(fd, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, offset, length)
                     }
                 }
                 MemberKind::BlockDevice => {
@@ -554,15 +479,8 @@ impl BlockDevice for FileDevice {
             match error.raw_os_error() {
                 Some(libc::EINTR) => continue,
                 // Discard is advisory: a member that cannot discard keeps its old contents.
-                Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::EINVAL | libc::ENOSYS) => {
-                    return Ok(())
-                }
-                _ => {
-                    return Err(DeviceError::Io {
-                        offset_bytes,
-                        source: error,
-                    })
-                }
+                Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::EINVAL | libc::ENOSYS) => return Ok(()),
+                _ => return Err(DeviceError::Io { offset_bytes, source: error }),
             }
         }
     }
@@ -582,17 +500,11 @@ impl BlockDevice for FileDevice {
         let engine = match (self.io_engine(), &self.io_uring_unavailable_reason) {
             (IoEngine::IoUring, _) => "io_uring".to_string(),
             (IoEngine::Sync, Some(reason)) => format!("sync I/O (io_uring unavailable: {reason})"),
-            (IoEngine::Sync, None) if self.ring.is_some() => {
-                "sync I/O (io_uring failed and was abandoned)".to_string()
-            }
+            (IoEngine::Sync, None) if self.ring.is_some() => "sync I/O (io_uring failed and was abandoned)".to_string(),
             (IoEngine::Sync, None) => "sync I/O".to_string(),
         };
         let read_only = if self.read_only { ", read-only" } else { "" };
-        format!(
-            "{} ({kind}, {} bytes, {direct_io}, {engine}{read_only})",
-            self.path.display(),
-            self.size_bytes
-        )
+        format!("{} ({kind}, {} bytes, {direct_io}, {engine}{read_only})", self.path.display(), self.size_bytes)
     }
 }
 
@@ -607,28 +519,20 @@ fn prepare_path(path: &Path, options: &FileDeviceOptions) -> io::Result<()> {
     let Some(create_size_bytes) = options.create_size_bytes else {
         return match existing {
             Some(_) => Ok(()),
-            None => Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                "does not exist (give a create size to create it)",
-            )),
+            None => Err(io::Error::new(io::ErrorKind::NotFound, "does not exist (give a create size to create it)")),
         };
     };
     match existing {
         // Block devices cannot be resized; the create size does not apply to them.
         Some(metadata) if !metadata.file_type().is_file() => Ok(()),
         Some(metadata) if metadata.len() >= create_size_bytes => Ok(()),
-        _ if options.read_only => Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            "read-only open will not create or extend the file",
-        )),
+        _ if options.read_only => {
+            Err(io::Error::new(io::ErrorKind::PermissionDenied, "read-only open will not create or extend the file"))
+        }
         _ => {
             // create(true) rather than create_new: if someone else creates it in the
             // meantime, the length check below still only ever extends.
-            let file = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(path)?;
+            let file = OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
             // set_len allocates nothing: the new range is a hole (sparse).
             if file.metadata()?.len() < create_size_bytes {
                 file.set_len(create_size_bytes)?;
@@ -642,11 +546,7 @@ fn prepare_path(path: &Path, options: &FileDeviceOptions) -> io::Result<()> {
 fn open_file(path: &Path, options: &FileDeviceOptions) -> io::Result<(File, bool)> {
     open_with_fallback(options.direct_io, |direct_io| {
         let flags = libc::O_CLOEXEC | if direct_io { libc::O_DIRECT } else { 0 };
-        OpenOptions::new()
-            .read(true)
-            .write(!options.read_only)
-            .custom_flags(flags)
-            .open(path)
+        OpenOptions::new().read(true).write(!options.read_only).custom_flags(flags).open(path)
     })
 }
 
@@ -670,13 +570,7 @@ fn block_device_size_bytes(file: &File) -> io::Result<u64> {
     let mut size_bytes: u64 = 0;
     // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which points at
     // `size_bytes`, alive and exclusively borrowed for the whole call.
-    let status = unsafe {
-        libc::ioctl(
-            file.as_raw_fd(),
-            BLKGETSIZE64 as _,
-            &mut size_bytes as *mut u64,
-        )
-    };
+    let status = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64 as _, &mut size_bytes as *mut u64) };
     if status < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -687,9 +581,7 @@ fn block_device_size_bytes(file: &File) -> io::Result<u64> {
 fn set_up_ring() -> std::result::Result<IoUring, String> {
     let ring = IoUring::new(QUEUE_DEPTH_ENTRIES).map_err(|error| error.to_string())?;
     let mut probe = io_uring::Probe::new();
-    ring.submitter()
-        .register_probe(&mut probe)
-        .map_err(|error| format!("cannot probe opcodes: {error}"))?;
+    ring.submitter().register_probe(&mut probe).map_err(|error| format!("cannot probe opcodes: {error}"))?;
     if !probe.is_supported(opcode::Read::CODE) || !probe.is_supported(opcode::Write::CODE) {
         return Err("kernel lacks IORING_OP_READ/IORING_OP_WRITE".to_string());
     }
@@ -698,10 +590,7 @@ fn set_up_ring() -> std::result::Result<IoUring, String> {
 
 /// io_uring_enter errors after which simply entering again is right.
 fn is_transient(error: &io::Error) -> bool {
-    matches!(
-        error.raw_os_error(),
-        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
-    )
+    matches!(error.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY))
 }
 
 #[cfg(test)]
@@ -742,11 +631,7 @@ mod tests {
     }
 
     fn options(create_size_bytes: u64, io_engine: IoEngine) -> FileDeviceOptions {
-        FileDeviceOptions {
-            create_size_bytes: Some(create_size_bytes),
-            io_engine,
-            ..Default::default()
-        }
+        FileDeviceOptions { create_size_bytes: Some(create_size_bytes), io_engine, ..Default::default() }
     }
 
     fn pattern(seed: usize, length_bytes: usize) -> AlignedBuffer {
@@ -777,15 +662,8 @@ mod tests {
         assert_eq!(metadata.len(), size_bytes);
         // blocks() counts 512-byte units actually allocated.
         let allocated_bytes = metadata.blocks() * 512;
-        assert!(
-            allocated_bytes < size_bytes / 100,
-            "allocated {allocated_bytes} bytes"
-        );
-        assert!(
-            device.describe().contains("(file, 1073741824 bytes"),
-            "{}",
-            device.describe()
-        );
+        assert!(allocated_bytes < size_bytes / 100, "allocated {allocated_bytes} bytes");
+        assert!(device.describe().contains("(file, 1073741824 bytes"), "{}", device.describe());
     }
 
     #[test]
@@ -799,12 +677,7 @@ mod tests {
         let device = FileDevice::open(&path, &options(1 << 20, IoEngine::Sync)).unwrap();
         assert_eq!(device.size_bytes(), 4 << 20);
         let without_create = FileDeviceOptions::default();
-        assert_eq!(
-            FileDevice::open(&path, &without_create)
-                .unwrap()
-                .size_bytes(),
-            4 << 20
-        );
+        assert_eq!(FileDevice::open(&path, &without_create).unwrap().size_bytes(), 4 << 20);
     }
 
     #[test]
@@ -813,17 +686,11 @@ mod tests {
         let path = directory.file("missing");
         let result = FileDevice::open(&path, &FileDeviceOptions::default());
         match result {
-            Err(DeviceError::Open {
-                path: reported,
-                source,
-            }) => {
+            Err(DeviceError::Open { path: reported, source }) => {
                 assert!(reported.contains("missing"));
                 assert_eq!(source.kind(), io::ErrorKind::NotFound);
             }
-            other => panic!(
-                "expected Open error, got {:?}",
-                other.map(|device| device.describe())
-            ),
+            other => panic!("expected Open error, got {:?}", other.map(|device| device.describe())),
         }
         assert!(!path.exists());
     }
@@ -831,20 +698,13 @@ mod tests {
     #[test]
     fn opening_a_directory_fails() {
         let directory = TemporaryDirectory::new(&std::env::temp_dir());
-        let options = FileDeviceOptions {
-            direct_io: false,
-            ..Default::default()
-        };
-        assert!(matches!(
-            FileDevice::open(&directory.path, &options),
-            Err(DeviceError::Open { .. })
-        ));
+        let options = FileDeviceOptions { direct_io: false, ..Default::default() };
+        assert!(matches!(FileDevice::open(&directory.path, &options), Err(DeviceError::Open { .. })));
     }
 
     fn round_trip(io_engine: IoEngine) {
         let directory = TemporaryDirectory::new(&std::env::temp_dir());
-        let device =
-            FileDevice::open(&directory.file("member"), &options(8 << 20, io_engine)).unwrap();
+        let device = FileDevice::open(&directory.file("member"), &options(8 << 20, io_engine)).unwrap();
         let written = pattern(1, 3 * BLOCK);
         device.write_at(&written, 5 * BLOCK as u64).unwrap();
         let mut back = AlignedBuffer::zeroed(3 * BLOCK);
@@ -852,9 +712,7 @@ mod tests {
         assert_eq!(back.as_slice(), written.as_slice());
         // Untouched space reads as zeros; the last block is reachable.
         let mut last = pattern(2, BLOCK);
-        device
-            .read_at(&mut last, device.size_bytes() - BLOCK as u64)
-            .unwrap();
+        device.read_at(&mut last, device.size_bytes() - BLOCK as u64).unwrap();
         assert!(last.iter().all(|&byte| byte == 0));
         device.flush().unwrap();
     }
@@ -871,8 +729,7 @@ mod tests {
 
     fn batch_round_trip(io_engine: IoEngine) {
         let directory = TemporaryDirectory::new(&std::env::temp_dir());
-        let device =
-            FileDevice::open(&directory.file("member"), &options(16 << 20, io_engine)).unwrap();
+        let device = FileDevice::open(&directory.file("member"), &options(16 << 20, io_engine)).unwrap();
         if io_engine == IoEngine::Sync {
             assert_eq!(device.io_engine(), IoEngine::Sync);
         }
@@ -893,18 +750,12 @@ mod tests {
         assert!(results.iter().all(Result::is_ok));
 
         // Then 64 mixed requests: read back the 32 written slots, write 32 new ones.
-        let second: Vec<AlignedBuffer> = (0..32)
-            .map(|index| pattern(1000 + index, 2 * BLOCK))
-            .collect();
-        let mut read_buffers: Vec<AlignedBuffer> =
-            (0..32).map(|_| AlignedBuffer::zeroed(2 * BLOCK)).collect();
+        let second: Vec<AlignedBuffer> = (0..32).map(|index| pattern(1000 + index, 2 * BLOCK)).collect();
+        let mut read_buffers: Vec<AlignedBuffer> = (0..32).map(|_| AlignedBuffer::zeroed(2 * BLOCK)).collect();
         let mut requests: Vec<IoRequest<'_>> = Vec::new();
-        for ((index, read_buffer), write_buffer) in read_buffers.iter_mut().enumerate().zip(&second)
-        {
-            requests.push(IoRequest::Read {
-                buffer: read_buffer.as_mut_slice(),
-                offset_bytes: (index * 4 * BLOCK) as u64,
-            });
+        for ((index, read_buffer), write_buffer) in read_buffers.iter_mut().enumerate().zip(&second) {
+            requests
+                .push(IoRequest::Read { buffer: read_buffer.as_mut_slice(), offset_bytes: (index * 4 * BLOCK) as u64 });
             requests.push(IoRequest::Write {
                 buffer: write_buffer.as_slice(),
                 offset_bytes: ((index * 4 + 2) * BLOCK) as u64,
@@ -918,15 +769,9 @@ mod tests {
         }
         drop(requests);
         for index in 0..32 {
-            assert_eq!(
-                read_buffers[index].as_slice(),
-                first[index].as_slice(),
-                "slot {index}"
-            );
+            assert_eq!(read_buffers[index].as_slice(), first[index].as_slice(), "slot {index}");
             let mut back = AlignedBuffer::zeroed(2 * BLOCK);
-            device
-                .read_at(&mut back, ((index * 4 + 2) * BLOCK) as u64)
-                .unwrap();
+            device.read_at(&mut back, ((index * 4 + 2) * BLOCK) as u64).unwrap();
             assert_eq!(back.as_slice(), second[index].as_slice(), "slot {index}");
         }
     }
@@ -944,24 +789,16 @@ mod tests {
     #[test]
     fn batch_larger_than_queue_depth_io_uring() {
         let directory = TemporaryDirectory::new(&std::env::temp_dir());
-        let device = FileDevice::open(
-            &directory.file("member"),
-            &options(8 << 20, IoEngine::IoUring),
-        )
-        .unwrap();
+        let device = FileDevice::open(&directory.file("member"), &options(8 << 20, IoEngine::IoUring)).unwrap();
         let count = QUEUE_DEPTH_ENTRIES as usize * 2 + 17;
         let written: Vec<AlignedBuffer> = (0..count).map(|index| pattern(index, BLOCK)).collect();
         let mut requests: Vec<IoRequest<'_>> = written
             .iter()
             .enumerate()
-            .map(|(index, buffer)| IoRequest::Write {
-                buffer: buffer.as_slice(),
-                offset_bytes: (index * BLOCK) as u64,
-            })
+            .map(|(index, buffer)| IoRequest::Write { buffer: buffer.as_slice(), offset_bytes: (index * BLOCK) as u64 })
             .collect();
         assert!(device.submit_batch(&mut requests).iter().all(Result::is_ok));
-        let mut back: Vec<AlignedBuffer> =
-            (0..count).map(|_| AlignedBuffer::zeroed(BLOCK)).collect();
+        let mut back: Vec<AlignedBuffer> = (0..count).map(|_| AlignedBuffer::zeroed(BLOCK)).collect();
         let mut requests: Vec<IoRequest<'_>> = back
             .iter_mut()
             .enumerate()
@@ -980,20 +817,15 @@ mod tests {
     #[test]
     fn concurrent_batches_from_many_threads() {
         let directory = TemporaryDirectory::new(&std::env::temp_dir());
-        let device = FileDevice::open(
-            &directory.file("member"),
-            &options(8 << 20, IoEngine::IoUring),
-        )
-        .unwrap();
+        let device = FileDevice::open(&directory.file("member"), &options(8 << 20, IoEngine::IoUring)).unwrap();
         std::thread::scope(|scope| {
             for thread in 0..4usize {
                 let device = &device;
                 scope.spawn(move || {
                     for round in 0..8usize {
                         let base = (thread * 64 + round * 8) * BLOCK;
-                        let written: Vec<AlignedBuffer> = (0..8)
-                            .map(|index| pattern(thread * 100 + round * 10 + index, BLOCK))
-                            .collect();
+                        let written: Vec<AlignedBuffer> =
+                            (0..8).map(|index| pattern(thread * 100 + round * 10 + index, BLOCK)).collect();
                         let mut requests: Vec<IoRequest<'_>> = written
                             .iter()
                             .enumerate()
@@ -1005,9 +837,7 @@ mod tests {
                         assert!(device.submit_batch(&mut requests).iter().all(Result::is_ok));
                         for (index, buffer) in written.iter().enumerate() {
                             let mut back = AlignedBuffer::zeroed(BLOCK);
-                            device
-                                .read_at(&mut back, (base + index * BLOCK) as u64)
-                                .unwrap();
+                            device.read_at(&mut back, (base + index * BLOCK) as u64).unwrap();
                             assert_eq!(back.as_slice(), buffer.as_slice());
                         }
                     }
@@ -1018,8 +848,7 @@ mod tests {
 
     fn invalid_requests(io_engine: IoEngine) {
         let directory = TemporaryDirectory::new(&std::env::temp_dir());
-        let device =
-            FileDevice::open(&directory.file("member"), &options(1 << 20, io_engine)).unwrap();
+        let device = FileDevice::open(&directory.file("member"), &options(1 << 20, io_engine)).unwrap();
         let size_bytes = device.size_bytes();
         let mut buffer = AlignedBuffer::zeroed(2 * BLOCK);
         let invalid = |result: Result<()>| matches!(result, Err(DeviceError::InvalidRequest(_)));
@@ -1034,33 +863,17 @@ mod tests {
         assert!(invalid(device.write_at(&buffer[512..512 + BLOCK], 0)));
         // Out of range, including offsets that would overflow.
         assert!(invalid(device.read_at(&mut buffer[..BLOCK], size_bytes)));
-        assert!(invalid(
-            device.write_at(&buffer[..2 * BLOCK], size_bytes - BLOCK as u64)
-        ));
-        assert!(invalid(
-            device.read_at(&mut buffer[..BLOCK], u64::MAX - 4095)
-        ));
+        assert!(invalid(device.write_at(&buffer[..2 * BLOCK], size_bytes - BLOCK as u64)));
+        assert!(invalid(device.read_at(&mut buffer[..BLOCK], u64::MAX - 4095)));
 
         // In a batch: invalid requests get their error, valid ones still run.
         let good = pattern(7, BLOCK);
         let misaligned = AlignedBuffer::zeroed(2 * BLOCK);
         let mut requests = vec![
-            IoRequest::Write {
-                buffer: &misaligned[512..512 + BLOCK],
-                offset_bytes: 0,
-            },
-            IoRequest::Write {
-                buffer: good.as_slice(),
-                offset_bytes: BLOCK as u64,
-            },
-            IoRequest::Write {
-                buffer: good.as_slice(),
-                offset_bytes: 100,
-            },
-            IoRequest::Write {
-                buffer: good.as_slice(),
-                offset_bytes: size_bytes,
-            },
+            IoRequest::Write { buffer: &misaligned[512..512 + BLOCK], offset_bytes: 0 },
+            IoRequest::Write { buffer: good.as_slice(), offset_bytes: BLOCK as u64 },
+            IoRequest::Write { buffer: good.as_slice(), offset_bytes: 100 },
+            IoRequest::Write { buffer: good.as_slice(), offset_bytes: size_bytes },
         ];
         let results = device.submit_batch(&mut requests);
         assert_eq!(results.len(), 4);
@@ -1101,22 +914,10 @@ mod tests {
         assert!(discarded.iter().all(|&byte| byte == 0) || discarded == &written[..32 * BLOCK]);
         assert_eq!(&back[32 * BLOCK..], &written[32 * BLOCK..]);
 
-        assert!(matches!(
-            device.discard(512, BLOCK as u64),
-            Err(DeviceError::InvalidRequest(_))
-        ));
-        assert!(matches!(
-            device.discard(0, 100),
-            Err(DeviceError::InvalidRequest(_))
-        ));
-        assert!(matches!(
-            device.discard(device.size_bytes(), BLOCK as u64),
-            Err(DeviceError::InvalidRequest(_))
-        ));
-        assert!(matches!(
-            device.discard(BLOCK as u64, u64::MAX - 4095),
-            Err(DeviceError::InvalidRequest(_))
-        ));
+        assert!(matches!(device.discard(512, BLOCK as u64), Err(DeviceError::InvalidRequest(_))));
+        assert!(matches!(device.discard(0, 100), Err(DeviceError::InvalidRequest(_))));
+        assert!(matches!(device.discard(device.size_bytes(), BLOCK as u64), Err(DeviceError::InvalidRequest(_))));
+        assert!(matches!(device.discard(BLOCK as u64, u64::MAX - 4095), Err(DeviceError::InvalidRequest(_))));
     }
 
     #[test]
@@ -1129,43 +930,22 @@ mod tests {
         writer.flush().unwrap();
         drop(writer);
 
-        let read_only = FileDeviceOptions {
-            read_only: true,
-            ..Default::default()
-        };
+        let read_only = FileDeviceOptions { read_only: true, ..Default::default() };
         let device = FileDevice::open(&path, &read_only).unwrap();
         assert!(device.read_only());
         let mut back = AlignedBuffer::zeroed(BLOCK);
         device.read_at(&mut back, 0).unwrap();
         assert_eq!(back.as_slice(), written.as_slice());
-        assert!(matches!(
-            device.write_at(&written, 0),
-            Err(DeviceError::InvalidRequest(_))
-        ));
-        assert!(matches!(
-            device.discard(0, BLOCK as u64),
-            Err(DeviceError::InvalidRequest(_))
-        ));
-        let mut requests = vec![IoRequest::Write {
-            buffer: written.as_slice(),
-            offset_bytes: 0,
-        }];
-        assert!(matches!(
-            device.submit_batch(&mut requests)[0],
-            Err(DeviceError::InvalidRequest(_))
-        ));
+        assert!(matches!(device.write_at(&written, 0), Err(DeviceError::InvalidRequest(_))));
+        assert!(matches!(device.discard(0, BLOCK as u64), Err(DeviceError::InvalidRequest(_))));
+        let mut requests = vec![IoRequest::Write { buffer: written.as_slice(), offset_bytes: 0 }];
+        assert!(matches!(device.submit_batch(&mut requests)[0], Err(DeviceError::InvalidRequest(_))));
         device.flush().unwrap();
         assert!(device.describe().contains("read-only"));
 
         // A read-only open never creates or extends.
-        let missing = FileDeviceOptions {
-            create_size_bytes: Some(1 << 20),
-            ..read_only
-        };
-        assert!(matches!(
-            FileDevice::open(&directory.file("other"), &missing),
-            Err(DeviceError::Open { .. })
-        ));
+        let missing = FileDeviceOptions { create_size_bytes: Some(1 << 20), ..read_only };
+        assert!(matches!(FileDevice::open(&directory.file("other"), &missing), Err(DeviceError::Open { .. })));
     }
 
     /// On tmpfs, O_DIRECT is refused by kernels before 6.6 and accepted after; either
@@ -1182,41 +962,26 @@ mod tests {
         let path = directory.file("member");
         let device = FileDevice::open(&path, &options(1 << 20, IoEngine::IoUring)).unwrap();
 
-        let filesystem_accepts_direct_io = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(&path)
-            .is_ok();
+        let filesystem_accepts_direct_io =
+            OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&path).is_ok();
         assert_eq!(device.direct_io_in_use(), filesystem_accepts_direct_io);
         if !filesystem_accepts_direct_io {
-            assert!(device
-                .describe()
-                .contains("buffered (filesystem refused O_DIRECT)"));
+            assert!(device.describe().contains("buffered (filesystem refused O_DIRECT)"));
         }
         eprintln!("/dev/shm member: {}", device.describe());
 
         // The alignment contract holds with or without O_DIRECT.
         let written = pattern(4, 2 * BLOCK);
-        assert!(matches!(
-            device.write_at(&written[..BLOCK], 512),
-            Err(DeviceError::InvalidRequest(_))
-        ));
+        assert!(matches!(device.write_at(&written[..BLOCK], 512), Err(DeviceError::InvalidRequest(_))));
         device.write_at(&written, 0).unwrap();
         let mut back = AlignedBuffer::zeroed(2 * BLOCK);
         device.read_at(&mut back, 0).unwrap();
         assert_eq!(back.as_slice(), written.as_slice());
 
-        let buffered = FileDeviceOptions {
-            direct_io: false,
-            ..options(1 << 20, IoEngine::Sync)
-        };
+        let buffered = FileDeviceOptions { direct_io: false, ..options(1 << 20, IoEngine::Sync) };
         let device = FileDevice::open(&path, &buffered).unwrap();
         assert!(!device.direct_io_in_use());
-        assert!(
-            device.describe().ends_with("buffered, sync I/O)"),
-            "{}",
-            device.describe()
-        );
+        assert!(device.describe().ends_with("buffered, sync I/O)"), "{}", device.describe());
     }
 
     #[test]
@@ -1228,21 +993,11 @@ mod tests {
                 Ok("buffered")
             }
         };
-        assert_eq!(
-            open_with_fallback(true, refusing).unwrap(),
-            ("buffered", false)
-        );
+        assert_eq!(open_with_fallback(true, refusing).unwrap(), ("buffered", false));
         let accepting = |direct_io: bool| Ok(if direct_io { "direct" } else { "buffered" });
-        assert_eq!(
-            open_with_fallback(true, accepting).unwrap(),
-            ("direct", true)
-        );
-        assert_eq!(
-            open_with_fallback(false, accepting).unwrap(),
-            ("buffered", false)
-        );
-        let denied =
-            |_: bool| -> io::Result<&str> { Err(io::Error::from_raw_os_error(libc::EACCES)) };
+        assert_eq!(open_with_fallback(true, accepting).unwrap(), ("direct", true));
+        assert_eq!(open_with_fallback(false, accepting).unwrap(), ("buffered", false));
+        let denied = |_: bool| -> io::Result<&str> { Err(io::Error::from_raw_os_error(libc::EACCES)) };
         assert!(open_with_fallback(true, denied).is_err());
     }
 
@@ -1252,30 +1007,16 @@ mod tests {
     fn short_read_is_an_error(io_engine: IoEngine) {
         let directory = TemporaryDirectory::new(&std::env::temp_dir());
         let path = directory.file("member");
-        let options = FileDeviceOptions {
-            direct_io: false,
-            ..options(1 << 20, io_engine)
-        };
+        let options = FileDeviceOptions { direct_io: false, ..options(1 << 20, io_engine) };
         let device = FileDevice::open(&path, &options).unwrap();
         device.write_at(&pattern(5, 4 * BLOCK), 0).unwrap();
-        OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(6000)
-            .unwrap();
+        OpenOptions::new().write(true).open(&path).unwrap().set_len(6000).unwrap();
 
         let mut whole = AlignedBuffer::zeroed(4 * BLOCK);
         let mut beyond = AlignedBuffer::zeroed(BLOCK);
         let mut requests = vec![
-            IoRequest::Read {
-                buffer: whole.as_mut_slice(),
-                offset_bytes: 0,
-            },
-            IoRequest::Read {
-                buffer: beyond.as_mut_slice(),
-                offset_bytes: 8 * BLOCK as u64,
-            },
+            IoRequest::Read { buffer: whole.as_mut_slice(), offset_bytes: 0 },
+            IoRequest::Read { buffer: beyond.as_mut_slice(), offset_bytes: 8 * BLOCK as u64 },
         ];
         for result in device.submit_batch(&mut requests) {
             match result {
@@ -1288,10 +1029,7 @@ mod tests {
         drop(requests);
         assert_eq!(&whole[..6000], &pattern(5, 4 * BLOCK)[..6000]);
         match device.read_at(&mut whole, 0) {
-            Err(DeviceError::Io {
-                offset_bytes,
-                source,
-            }) => {
+            Err(DeviceError::Io { offset_bytes, source }) => {
                 assert_eq!(offset_bytes, 6000);
                 assert_eq!(source.kind(), io::ErrorKind::UnexpectedEof);
             }

@@ -54,15 +54,9 @@ pub enum DeviceError {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
     #[error("I/O error at byte {offset_bytes}: {source}")]
-    Io {
-        offset_bytes: u64,
-        source: std::io::Error,
-    },
+    Io { offset_bytes: u64, source: std::io::Error },
     #[error("cannot open {path}: {source}")]
-    Open {
-        path: String,
-        source: std::io::Error,
-    },
+    Open { path: String, source: std::io::Error },
     #[error("device is gone (crashed or removed)")]
     Gone,
 }
@@ -71,22 +65,14 @@ pub type Result<T> = std::result::Result<T, DeviceError>;
 
 /// One request in a batch handed to [`BlockDevice::submit_batch`].
 pub enum IoRequest<'a> {
-    Read {
-        buffer: &'a mut [u8],
-        offset_bytes: u64,
-    },
-    Write {
-        buffer: &'a [u8],
-        offset_bytes: u64,
-    },
+    Read { buffer: &'a mut [u8], offset_bytes: u64 },
+    Write { buffer: &'a [u8], offset_bytes: u64 },
 }
 
 impl IoRequest<'_> {
     pub fn offset_bytes(&self) -> u64 {
         match self {
-            IoRequest::Read { offset_bytes, .. } | IoRequest::Write { offset_bytes, .. } => {
-                *offset_bytes
-            }
+            IoRequest::Read { offset_bytes, .. } | IoRequest::Write { offset_bytes, .. } => *offset_bytes,
         }
     }
     pub fn length_bytes(&self) -> usize {
@@ -117,14 +103,8 @@ pub trait BlockDevice: Send + Sync {
         requests
             .iter_mut()
             .map(|request| match request {
-                IoRequest::Read {
-                    buffer,
-                    offset_bytes,
-                } => self.read_at(buffer, *offset_bytes),
-                IoRequest::Write {
-                    buffer,
-                    offset_bytes,
-                } => self.write_at(buffer, *offset_bytes),
+                IoRequest::Read { buffer, offset_bytes } => self.read_at(buffer, *offset_bytes),
+                IoRequest::Write { buffer, offset_bytes } => self.write_at(buffer, *offset_bytes),
             })
             .collect()
     }
@@ -140,12 +120,7 @@ pub trait BlockDevice: Send + Sync {
 }
 
 /// Check alignment and range once, at the edge of every implementation.
-pub fn check_request(
-    size_bytes: u64,
-    offset_bytes: u64,
-    length_bytes: usize,
-    buffer_address: usize,
-) -> Result<()> {
+pub fn check_request(size_bytes: u64, offset_bytes: u64, length_bytes: usize, buffer_address: usize) -> Result<()> {
     let alignment = IO_ALIGNMENT_BYTES as u64;
     if offset_bytes % alignment != 0 || length_bytes as u64 % alignment != 0 {
         return Err(DeviceError::InvalidRequest(format!(

@@ -18,18 +18,12 @@ impl MemoryDevice {
     pub fn new(size_bytes: u64) -> Self {
         let size_bytes = size_bytes / 4096 * 4096;
         let region_count = size_bytes.div_ceil(REGION_SIZE_BYTES) as usize;
-        MemoryDevice {
-            size_bytes,
-            regions: (0..region_count).map(|_| RwLock::new(Vec::new())).collect(),
-        }
+        MemoryDevice { size_bytes, regions: (0..region_count).map(|_| RwLock::new(Vec::new())).collect() }
     }
 
     /// Split `offset..offset+length` into (region index, offset within region, range of
     /// the caller's buffer) pieces.
-    fn pieces(
-        offset_bytes: u64,
-        length_bytes: usize,
-    ) -> Vec<(usize, usize, std::ops::Range<usize>)> {
+    fn pieces(offset_bytes: u64, length_bytes: usize) -> Vec<(usize, usize, std::ops::Range<usize>)> {
         let mut pieces = Vec::new();
         let mut done = 0usize;
         while done < length_bytes {
@@ -69,12 +63,7 @@ impl BlockDevice for MemoryDevice {
     }
 
     fn read_at(&self, buffer: &mut [u8], offset_bytes: u64) -> Result<()> {
-        check_request(
-            self.size_bytes,
-            offset_bytes,
-            buffer.len(),
-            buffer.as_ptr() as usize,
-        )?;
+        check_request(self.size_bytes, offset_bytes, buffer.len(), buffer.as_ptr() as usize)?;
         for (region, within, range) in Self::pieces(offset_bytes, buffer.len()) {
             self.region_read(region, within, &mut buffer[range]);
         }
@@ -82,12 +71,7 @@ impl BlockDevice for MemoryDevice {
     }
 
     fn write_at(&self, buffer: &[u8], offset_bytes: u64) -> Result<()> {
-        check_request(
-            self.size_bytes,
-            offset_bytes,
-            buffer.len(),
-            buffer.as_ptr() as usize,
-        )?;
+        check_request(self.size_bytes, offset_bytes, buffer.len(), buffer.as_ptr() as usize)?;
         for (region, within, range) in Self::pieces(offset_bytes, buffer.len()) {
             self.region_write(region, within, &buffer[range]);
         }

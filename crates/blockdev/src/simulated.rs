@@ -124,9 +124,7 @@ impl SimulatedArray {
 
     /// The operation with this index (0-based, across the array) and all later ones fail.
     pub fn crash_at_operation(&self, operation: u64) {
-        self.controller
-            .crash_at_operation
-            .store(operation, Ordering::SeqCst);
+        self.controller.crash_at_operation.store(operation, Ordering::SeqCst);
     }
 
     pub fn has_crashed(&self) -> bool {
@@ -169,9 +167,7 @@ impl SimulatedArray {
             state.live = durable;
         }
         self.controller.crashed.store(false, Ordering::SeqCst);
-        self.controller
-            .crash_at_operation
-            .store(u64::MAX, Ordering::SeqCst);
+        self.controller.crash_at_operation.store(u64::MAX, Ordering::SeqCst);
         report
     }
 }
@@ -179,10 +175,7 @@ impl SimulatedArray {
 impl SimulatedDevice {
     /// Reads of the 4 KiB block containing `offset_bytes` fail until it is rewritten.
     pub fn inject_read_error(&self, offset_bytes: u64) {
-        self.state
-            .lock()
-            .latent_read_errors
-            .insert(offset_bytes / FAULT_BLOCK_SIZE_BYTES);
+        self.state.lock().latent_read_errors.insert(offset_bytes / FAULT_BLOCK_SIZE_BYTES);
     }
 
     /// Flip one bit, durably (bit rot).
@@ -212,12 +205,7 @@ impl BlockDevice for SimulatedDevice {
     }
 
     fn read_at(&self, buffer: &mut [u8], offset_bytes: u64) -> Result<()> {
-        check_request(
-            self.size_bytes,
-            offset_bytes,
-            buffer.len(),
-            buffer.as_ptr() as usize,
-        )?;
+        check_request(self.size_bytes, offset_bytes, buffer.len(), buffer.as_ptr() as usize)?;
         self.admit()?;
         let state = self.state.lock();
         let first = offset_bytes / FAULT_BLOCK_SIZE_BYTES;
@@ -234,30 +222,18 @@ impl BlockDevice for SimulatedDevice {
     }
 
     fn write_at(&self, buffer: &[u8], offset_bytes: u64) -> Result<()> {
-        check_request(
-            self.size_bytes,
-            offset_bytes,
-            buffer.len(),
-            buffer.as_ptr() as usize,
-        )?;
+        check_request(self.size_bytes, offset_bytes, buffer.len(), buffer.as_ptr() as usize)?;
         self.admit()?;
         let mut state = self.state.lock();
         let start = offset_bytes as usize;
         state.live[start..start + buffer.len()].copy_from_slice(buffer);
         let first = offset_bytes / FAULT_BLOCK_SIZE_BYTES;
         let last = (offset_bytes + buffer.len() as u64 - 1) / FAULT_BLOCK_SIZE_BYTES;
-        let healed: Vec<u64> = state
-            .latent_read_errors
-            .range(first..=last)
-            .copied()
-            .collect();
+        let healed: Vec<u64> = state.latent_read_errors.range(first..=last).copied().collect();
         for block in healed {
             state.latent_read_errors.remove(&block);
         }
-        state.unsynced.push(UnsyncedWrite {
-            offset_bytes,
-            data: buffer.to_vec(),
-        });
+        state.unsynced.push(UnsyncedWrite { offset_bytes, data: buffer.to_vec() });
         Ok(())
     }
 
@@ -312,11 +288,7 @@ mod tests {
                 _ => "torn",
             });
         }
-        assert_eq!(
-            outcomes.len(),
-            3,
-            "each fate happens for some seed: {outcomes:?}"
-        );
+        assert_eq!(outcomes.len(), 3, "each fate happens for some seed: {outcomes:?}");
     }
 
     #[test]
@@ -326,10 +298,7 @@ mod tests {
         let second = array.add_device(1 << 20);
         array.crash_at_operation(1);
         first.write_at(&filled(3), 0).unwrap();
-        assert!(matches!(
-            second.write_at(&filled(3), 0),
-            Err(DeviceError::Gone)
-        ));
+        assert!(matches!(second.write_at(&filled(3), 0), Err(DeviceError::Gone)));
         assert!(matches!(first.flush(), Err(DeviceError::Gone)));
         array.crash();
         assert!(second.write_at(&filled(4), 0).is_ok());
@@ -341,13 +310,7 @@ mod tests {
         let device = array.add_device(1 << 20);
         device.inject_read_error(4096);
         let mut back = AlignedBuffer::zeroed(8192);
-        assert!(matches!(
-            device.read_at(&mut back, 0),
-            Err(DeviceError::Io {
-                offset_bytes: 4096,
-                ..
-            })
-        ));
+        assert!(matches!(device.read_at(&mut back, 0), Err(DeviceError::Io { offset_bytes: 4096, .. })));
         device.write_at(&filled(7), 0).unwrap();
         device.read_at(&mut back, 0).unwrap();
         device.flush().unwrap();

@@ -21,22 +21,11 @@ pub struct BufferPool {
 }
 
 impl BufferPool {
-    pub fn new(
-        set_count: usize,
-        buffers_per_set: usize,
-        buffer_size_bytes: usize,
-    ) -> Arc<BufferPool> {
+    pub fn new(set_count: usize, buffers_per_set: usize, buffer_size_bytes: usize) -> Arc<BufferPool> {
         let sets = (0..set_count)
-            .map(|_| {
-                (0..buffers_per_set)
-                    .map(|_| AlignedBuffer::zeroed(buffer_size_bytes))
-                    .collect()
-            })
+            .map(|_| (0..buffers_per_set).map(|_| AlignedBuffer::zeroed(buffer_size_bytes)).collect())
             .collect();
-        Arc::new(BufferPool {
-            free: Mutex::new(sets),
-            returned: Condvar::new(),
-        })
+        Arc::new(BufferPool { free: Mutex::new(sets), returned: Condvar::new() })
     }
 
     /// Take a set, waiting for one to be returned if none is free.
@@ -44,10 +33,7 @@ impl BufferPool {
         let mut free = self.free.lock();
         loop {
             if let Some(set) = free.pop() {
-                return PooledBuffers {
-                    buffers: Some(set),
-                    pool: self.clone(),
-                };
+                return PooledBuffers { buffers: Some(set), pool: self.clone() };
             }
             self.returned.wait(&mut free);
         }
@@ -56,10 +42,7 @@ impl BufferPool {
     /// Take a set if one is free now.
     pub fn try_take(self: &Arc<Self>) -> Option<PooledBuffers> {
         let set = self.free.lock().pop()?;
-        Some(PooledBuffers {
-            buffers: Some(set),
-            pool: self.clone(),
-        })
+        Some(PooledBuffers { buffers: Some(set), pool: self.clone() })
     }
 
     /// Wait until a set is free (without taking it).
@@ -153,19 +136,13 @@ impl OpenBatch {
     /// Reserve room for one more entry (with a block when `with_block`); `None` when the
     /// batch is full and must be sealed first.
     pub fn reserve(&mut self, with_block: bool) -> Option<Slot> {
-        let group_full = self
-            .groups
-            .last()
-            .is_none_or(|group| group.entries.len() == ENTRIES_PER_SUMMARY);
+        let group_full = self.groups.last().is_none_or(|group| group.entries.len() == ENTRIES_PER_SUMMARY);
         let needed = group_full as u32 + with_block as u32;
         if self.next_index + needed > self.capacity_blocks {
             return None;
         }
         if group_full {
-            self.groups.push(Group {
-                summary_index: self.next_index,
-                entries: Vec::new(),
-            });
+            self.groups.push(Group { summary_index: self.next_index, entries: Vec::new() });
             self.next_index += 1;
         }
         if with_block {
@@ -178,37 +155,23 @@ impl OpenBatch {
 
     /// Record an entry in the slot just reserved (in order).
     pub fn push_entry(&mut self, entry: Entry) {
-        self.groups
-            .last_mut()
-            .expect("reserve() opened a group")
-            .entries
-            .push(entry);
+        self.groups.last_mut().expect("reserve() opened a group").entries.push(entry);
     }
 
     /// Extend the last entry when it is a range of the same kind ending at
     /// `logical_block`. Returns false when a new entry is needed.
     pub fn extend_last_range(&mut self, zero: bool, logical_block: u64) -> bool {
-        let Some(last) = self
-            .groups
-            .last_mut()
-            .and_then(|group| group.entries.last_mut())
-        else {
+        let Some(last) = self.groups.last_mut().and_then(|group| group.entries.last_mut()) else {
             return false;
         };
         match last {
-            Entry::Zero {
-                logical_block: start,
-                block_count,
-            } if zero => {
+            Entry::Zero { logical_block: start, block_count } if zero => {
                 if *start + *block_count as u64 == logical_block && *block_count < u32::MAX {
                     *block_count += 1;
                     return true;
                 }
             }
-            Entry::Trim {
-                logical_block: start,
-                block_count,
-            } if !zero => {
+            Entry::Trim { logical_block: start, block_count } if !zero => {
                 if *start + *block_count as u64 == logical_block && *block_count < u32::MAX {
                     *block_count += 1;
                     return true;
@@ -221,10 +184,7 @@ impl OpenBatch {
 
     /// (row within the batch, data column) of a batch index.
     pub fn place(&self, index: u32) -> (u32, usize) {
-        (
-            index / self.data_columns,
-            (index % self.data_columns) as usize,
-        )
+        (index / self.data_columns, (index % self.data_columns) as usize)
     }
 
     pub fn block_mut(&mut self, index: u32) -> &mut [u8] {
@@ -270,11 +230,7 @@ impl OpenBatch {
         let mut metadata_checksums = Vec::new();
         let groups = std::mem::take(&mut self.groups);
         for (summary_index, group) in groups.into_iter().enumerate() {
-            let summary = Summary {
-                header,
-                summary_index: summary_index as u16,
-                entries: group.entries,
-            };
+            let summary = Summary { header, summary_index: summary_index as u16, entries: group.entries };
             let block = self.block_mut(group.summary_index);
             summary.encode(block);
             metadata_checksums.push((group.summary_index, format::block_checksum(block)));
@@ -284,10 +240,7 @@ impl OpenBatch {
             self.block_mut(index).fill(0);
             metadata_checksums.push((index, zero_checksum));
         }
-        let sealed = SealedBatch {
-            header,
-            data_columns: self.buffers,
-        };
+        let sealed = SealedBatch { header, data_columns: self.buffers };
         (sealed, metadata_checksums)
     }
 }
@@ -307,14 +260,8 @@ impl SealedBatch {
     /// Compute the parity shards of the batch's rows into `parity`.
     pub fn compute_parity(&self, geometry: &Geometry, parity: &mut PooledBuffers) {
         let length = self.header.row_count as usize * BLOCK_SIZE_BYTES;
-        let data: Vec<&[u8]> = (0..geometry.data_columns())
-            .map(|column| self.data_column(column))
-            .collect();
-        let mut shards: Vec<&mut [u8]> = parity
-            .buffers_mut()
-            .iter_mut()
-            .map(|shard| &mut shard[..length])
-            .collect();
+        let data: Vec<&[u8]> = (0..geometry.data_columns()).map(|column| self.data_column(column)).collect();
+        let mut shards: Vec<&mut [u8]> = parity.buffers_mut().iter_mut().map(|shard| &mut shard[..length]).collect();
         crate::parity::compute(geometry.raid_level, &data, &mut shards);
     }
 

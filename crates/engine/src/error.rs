@@ -10,11 +10,7 @@ pub enum Error {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
     #[error("member {member} ({path}): {reason}")]
-    Member {
-        member: usize,
-        path: String,
-        reason: String,
-    },
+    Member { member: usize, path: String, reason: String },
     #[error("member {member}: {source}")]
     Device { member: usize, source: DeviceError },
     #[error("I/O error: logical block {logical_block} cannot be read or rebuilt ({reason})")]

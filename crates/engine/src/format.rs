@@ -60,6 +60,9 @@ pub struct Superblock {
     pub logical_size_bytes: u64,
     pub created_unix_seconds: u64,
     pub epoch: u64,
+    /// Bit i set: member i was missing or failed when this epoch began; its content is
+    /// stale and it must not rejoin the volume (it can only be replaced).
+    pub failed_members: u64,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -88,6 +91,7 @@ impl Superblock {
         put(block, 72, &self.logical_size_bytes.to_le_bytes());
         put(block, 80, &self.created_unix_seconds.to_le_bytes());
         put(block, 88, &self.epoch.to_le_bytes());
+        put(block, 96, &self.failed_members.to_le_bytes());
         seal(block);
     }
 
@@ -109,14 +113,11 @@ impl Superblock {
             )));
         }
         let raid_code = read_u32(block, 40);
-        let raid_level = RaidLevel::from_code(raid_code).ok_or_else(|| {
-            SuperblockProblem::Inconsistent(format!("unknown RAID level {raid_code}"))
-        })?;
+        let raid_level = RaidLevel::from_code(raid_code)
+            .ok_or_else(|| SuperblockProblem::Inconsistent(format!("unknown RAID level {raid_code}")))?;
         let block_size = read_u32(block, 48);
         if block_size as usize != BLOCK_SIZE_BYTES {
-            return Err(SuperblockProblem::Inconsistent(format!(
-                "block size {block_size}"
-            )));
+            return Err(SuperblockProblem::Inconsistent(format!("block size {block_size}")));
         }
         let superblock = Superblock {
             copy,
@@ -131,6 +132,7 @@ impl Superblock {
             logical_size_bytes: read_u64(block, 72),
             created_unix_seconds: read_u64(block, 80),
             epoch: read_u64(block, 88),
+            failed_members: read_u64(block, 96),
         };
         // The geometry must be one we would have created, and agree with its own sizes.
         let geometry = Geometry::new(
@@ -145,9 +147,7 @@ impl Superblock {
             || geometry.logical_size_bytes() != superblock.logical_size_bytes
             || superblock.member_index >= superblock.member_count
         {
-            return Err(SuperblockProblem::Inconsistent(
-                "sizes do not match the geometry".into(),
-            ));
+            return Err(SuperblockProblem::Inconsistent("sizes do not match the geometry".into()));
         }
         Ok(superblock)
     }
@@ -169,15 +169,9 @@ pub enum Entry {
     /// Logical block `logical_block` now holds the next data block of the group.
     Data { logical_block: u64, checksum: u32 },
     /// `block_count` blocks from `logical_block` read as zeros (written zeros).
-    Zero {
-        logical_block: u64,
-        block_count: u32,
-    },
+    Zero { logical_block: u64, block_count: u32 },
     /// `block_count` blocks from `logical_block` are unmapped (trimmed).
-    Trim {
-        logical_block: u64,
-        block_count: u32,
-    },
+    Trim { logical_block: u64, block_count: u32 },
 }
 
 const ENTRY_KIND_DATA: u8 = 1;
@@ -187,18 +181,9 @@ const ENTRY_KIND_TRIM: u8 = 3;
 impl Entry {
     fn encode(&self, bytes: &mut [u8]) {
         let (kind, value, logical_block) = match *self {
-            Entry::Data {
-                logical_block,
-                checksum,
-            } => (ENTRY_KIND_DATA, checksum, logical_block),
-            Entry::Zero {
-                logical_block,
-                block_count,
-            } => (ENTRY_KIND_ZERO, block_count, logical_block),
-            Entry::Trim {
-                logical_block,
-                block_count,
-            } => (ENTRY_KIND_TRIM, block_count, logical_block),
+            Entry::Data { logical_block, checksum } => (ENTRY_KIND_DATA, checksum, logical_block),
+            Entry::Zero { logical_block, block_count } => (ENTRY_KIND_ZERO, block_count, logical_block),
+            Entry::Trim { logical_block, block_count } => (ENTRY_KIND_TRIM, block_count, logical_block),
         };
         bytes[..ENTRY_SIZE_BYTES].fill(0);
         bytes[0] = kind;
@@ -210,18 +195,9 @@ impl Entry {
         let value = read_u32(bytes, 4);
         let logical_block = read_u64(bytes, 8);
         match bytes[0] {
-            ENTRY_KIND_DATA => Some(Entry::Data {
-                logical_block,
-                checksum: value,
-            }),
-            ENTRY_KIND_ZERO if value > 0 => Some(Entry::Zero {
-                logical_block,
-                block_count: value,
-            }),
-            ENTRY_KIND_TRIM if value > 0 => Some(Entry::Trim {
-                logical_block,
-                block_count: value,
-            }),
+            ENTRY_KIND_DATA => Some(Entry::Data { logical_block, checksum: value }),
+            ENTRY_KIND_ZERO if value > 0 => Some(Entry::Zero { logical_block, block_count: value }),
+            ENTRY_KIND_TRIM if value > 0 => Some(Entry::Trim { logical_block, block_count: value }),
             _ => None,
         }
     }
@@ -255,10 +231,7 @@ pub struct Summary {
 
 impl Summary {
     pub fn encode(&self, block: &mut [u8]) {
-        assert!(
-            self.entries.len() <= ENTRIES_PER_SUMMARY,
-            "summary holds at most {ENTRIES_PER_SUMMARY} entries"
-        );
+        assert!(self.entries.len() <= ENTRIES_PER_SUMMARY, "summary holds at most {ENTRIES_PER_SUMMARY} entries");
         let header = &self.header;
         block[..BLOCK_SIZE_BYTES].fill(0);
         put(block, 0, SUMMARY_MAGIC);
@@ -312,11 +285,7 @@ impl Summary {
             let offset = ENTRIES_OFFSET + index * ENTRY_SIZE_BYTES;
             entries.push(Entry::decode(&block[offset..offset + ENTRY_SIZE_BYTES])?);
         }
-        Some(Summary {
-            header,
-            summary_index: read_u16(block, 10),
-            entries,
-        })
+        Some(Summary { header, summary_index: read_u16(block, 10), entries })
     }
 
     pub fn data_block_count(&self) -> usize {
@@ -331,18 +300,9 @@ mod tests {
 
     fn arbitrary_entry() -> impl Strategy<Value = Entry> {
         prop_oneof![
-            (any::<u64>(), any::<u32>()).prop_map(|(logical_block, checksum)| Entry::Data {
-                logical_block,
-                checksum
-            }),
-            (any::<u64>(), 1u32..).prop_map(|(logical_block, block_count)| Entry::Zero {
-                logical_block,
-                block_count
-            }),
-            (any::<u64>(), 1u32..).prop_map(|(logical_block, block_count)| Entry::Trim {
-                logical_block,
-                block_count
-            }),
+            (any::<u64>(), any::<u32>()).prop_map(|(logical_block, checksum)| Entry::Data { logical_block, checksum }),
+            (any::<u64>(), 1u32..).prop_map(|(logical_block, block_count)| Entry::Zero { logical_block, block_count }),
+            (any::<u64>(), 1u32..).prop_map(|(logical_block, block_count)| Entry::Trim { logical_block, block_count }),
         ]
     }
 
@@ -361,6 +321,7 @@ mod tests {
             logical_size_bytes: geometry.logical_size_bytes(),
             created_unix_seconds: 1_700_000_000,
             epoch: 9,
+            failed_members: 0b100,
         }
     }
 
@@ -370,22 +331,13 @@ mod tests {
         let mut block = vec![0u8; BLOCK_SIZE_BYTES];
         superblock.encode(&mut block);
         assert_eq!(Superblock::decode(&block, 1).unwrap(), superblock);
-        assert!(matches!(
-            Superblock::decode(&block, 0),
-            Err(SuperblockProblem::Inconsistent(_))
-        ));
+        assert!(matches!(Superblock::decode(&block, 0), Err(SuperblockProblem::Inconsistent(_))));
         for byte in [0usize, 20, 100, 4000, 4095] {
             let mut damaged = block.clone();
             damaged[byte] ^= 0x10;
-            assert!(
-                Superblock::decode(&damaged, 1).is_err(),
-                "flip at {byte} undetected"
-            );
+            assert!(Superblock::decode(&damaged, 1).is_err(), "flip at {byte} undetected");
         }
-        assert_eq!(
-            Superblock::decode(&[0u8; BLOCK_SIZE_BYTES], 0),
-            Err(SuperblockProblem::NotStripelog)
-        );
+        assert_eq!(Superblock::decode(&[0u8; BLOCK_SIZE_BYTES], 0), Err(SuperblockProblem::NotStripelog));
     }
 
     proptest! {

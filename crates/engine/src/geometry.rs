@@ -107,9 +107,7 @@ impl Geometry {
             )));
         }
         if raid_level == RaidLevel::Raid10 && member_count % 2 != 0 {
-            return Err(Error::InvalidGeometry(format!(
-                "raid10 needs an even number of members, got {member_count}"
-            )));
+            return Err(Error::InvalidGeometry(format!("raid10 needs an even number of members, got {member_count}")));
         }
         if !chunk_size_bytes.is_power_of_two()
             || !(MINIMUM_CHUNK_SIZE_BYTES..=MAXIMUM_CHUNK_SIZE_BYTES).contains(&chunk_size_bytes)
@@ -124,24 +122,15 @@ impl Geometry {
                 spare_ppm as f64 / 10_000.0
             )));
         }
-        let member_size_bytes =
-            smallest_member_bytes / chunk_size_bytes as u64 * chunk_size_bytes as u64;
-        let geometry = Geometry {
-            raid_level,
-            member_count,
-            chunk_size_bytes,
-            spare_ppm,
-            member_size_bytes,
-        };
+        let member_size_bytes = smallest_member_bytes / chunk_size_bytes as u64 * chunk_size_bytes as u64;
+        let geometry = Geometry { raid_level, member_count, chunk_size_bytes, spare_ppm, member_size_bytes };
         if geometry.segment_count() < 2 {
             return Err(Error::InvalidGeometry(format!(
                 "members of {smallest_member_bytes} bytes hold fewer than 2 segments of {chunk_size_bytes}-byte chunks"
             )));
         }
         if geometry.logical_block_count() == 0 {
-            return Err(Error::InvalidGeometry(
-                "the logical size would be zero".into(),
-            ));
+            return Err(Error::InvalidGeometry("the logical size would be zero".into()));
         }
         Ok(geometry)
     }
@@ -182,8 +171,7 @@ impl Geometry {
 
     /// Logical size: the data capacity less the spare fraction.
     pub fn logical_block_count(&self) -> u64 {
-        let usable =
-            self.physical_data_blocks() as u128 * (1_000_000 - self.spare_ppm as u128) / 1_000_000;
+        let usable = self.physical_data_blocks() as u128 * (1_000_000 - self.spare_ppm as u128) / 1_000_000;
         usable as u64
     }
 
@@ -201,17 +189,9 @@ impl Geometry {
     fn role_at(&self, role_index: usize) -> Role {
         let data = self.data_columns();
         match self.raid_level {
-            RaidLevel::Raid10 => Role::Data {
-                column: role_index / 2,
-                copy: role_index % 2,
-            },
-            _ if role_index < data => Role::Data {
-                column: role_index,
-                copy: 0,
-            },
-            _ => Role::Parity {
-                shard: role_index - data,
-            },
+            RaidLevel::Raid10 => Role::Data { column: role_index / 2, copy: role_index % 2 },
+            _ if role_index < data => Role::Data { column: role_index, copy: 0 },
+            _ => Role::Parity { shard: role_index - data },
         }
     }
 
@@ -227,14 +207,8 @@ impl Geometry {
 
     /// Every member holding a copy of data column `column` of `segment`.
     pub fn members_of_column(&self, segment: u64, column: usize) -> Vec<usize> {
-        let copies = if self.raid_level == RaidLevel::Raid10 {
-            2
-        } else {
-            1
-        };
-        (0..copies)
-            .map(|copy| self.member_of_role(segment, Role::Data { column, copy }))
-            .collect()
+        let copies = if self.raid_level == RaidLevel::Raid10 { 2 } else { 1 };
+        (0..copies).map(|copy| self.member_of_role(segment, Role::Data { column, copy })).collect()
     }
 
     /// Member byte offset of row `row` of segment `segment`.
@@ -247,17 +221,11 @@ impl Geometry {
         let per_segment = self.blocks_per_segment();
         let within = position % per_segment;
         let data = self.data_columns() as u64;
-        BlockLocation {
-            segment: position / per_segment,
-            row: (within / data) as u32,
-            column: (within % data) as usize,
-        }
+        BlockLocation { segment: position / per_segment, row: (within / data) as u32, column: (within % data) as usize }
     }
 
     pub fn position(&self, segment: u64, row: u32, column: usize) -> u64 {
-        segment * self.blocks_per_segment()
-            + row as u64 * self.data_columns() as u64
-            + column as u64
+        segment * self.blocks_per_segment() + row as u64 * self.data_columns() as u64 + column as u64
     }
 }
 
@@ -289,10 +257,7 @@ mod tests {
             (RaidLevel::Raid5, 5, 1 << 20, 0, 2 << 20),
         ];
         for &(level, members, chunk, spare, size) in cases {
-            assert!(matches!(
-                Geometry::new(level, members, chunk, spare, size),
-                Err(Error::InvalidGeometry(_))
-            ));
+            assert!(matches!(Geometry::new(level, members, chunk, spare, size), Err(Error::InvalidGeometry(_))));
         }
     }
 

@@ -31,6 +31,6 @@ pub use map::Mapping;
 pub use recovery::CheckReport;
 pub use stats::{RecoveryReport, VolumeStats};
 pub use volume::{
-    CreateOptions, IoMode, MemberDevice, OpenOptions, Volume, DEFAULT_FLUSH_INTERVAL,
-    PARITY_PIPELINE_BATCHES, SECTOR_SIZE_BYTES, WRITE_PIPELINE_BATCHES,
+    CreateOptions, IoMode, MemberDevice, OpenOptions, Volume, DEFAULT_FLUSH_INTERVAL, PARITY_PIPELINE_BATCHES,
+    SECTOR_SIZE_BYTES, WRITE_PIPELINE_BATCHES,
 };

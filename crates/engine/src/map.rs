@@ -58,9 +58,7 @@ pub struct BlockMap {
 
 impl BlockMap {
     pub fn new(block_count: u64) -> Self {
-        BlockMap {
-            words: (0..block_count).map(|_| AtomicU64::new(0)).collect(),
-        }
+        BlockMap { words: (0..block_count).map(|_| AtomicU64::new(0)).collect() }
     }
 
     pub fn block_count(&self) -> u64 {
@@ -81,9 +79,7 @@ impl BlockMap {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = Mapping> + '_ {
-        self.words
-            .iter()
-            .map(|word| Mapping::decode(word.load(Ordering::Acquire)))
+        self.words.iter().map(|word| Mapping::decode(word.load(Ordering::Acquire)))
     }
 }
 

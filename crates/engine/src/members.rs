@@ -13,6 +13,8 @@ use std::sync::Arc;
 use stripelog_blockdev::{AlignedBuffer, BlockDevice};
 
 pub(crate) struct Members {
+    /// Members present but left out because an earlier epoch recorded them as failed.
+    pub(crate) excluded: Vec<usize>,
     names: Vec<String>,
     devices: Vec<Option<Arc<dyn BlockDevice>>>,
     bytes_written: Vec<AtomicU64>,
@@ -21,15 +23,8 @@ pub(crate) struct Members {
 impl Members {
     pub(crate) fn new(members: Vec<MemberDevice>) -> Members {
         let bytes_written = members.iter().map(|_| AtomicU64::new(0)).collect();
-        let (names, devices) = members
-            .into_iter()
-            .map(|member| (member.name, member.device))
-            .unzip();
-        Members {
-            names,
-            devices,
-            bytes_written,
-        }
+        let (names, devices) = members.into_iter().map(|member| (member.name, member.device)).unzip();
+        Members { excluded: Vec::new(), names, devices, bytes_written }
     }
 
     pub(crate) fn device(&self, member: usize) -> Option<&Arc<dyn BlockDevice>> {
@@ -45,9 +40,7 @@ impl Members {
     }
 
     pub(crate) fn missing(&self) -> Vec<usize> {
-        (0..self.count())
-            .filter(|&member| self.devices[member].is_none())
-            .collect()
+        (0..self.count()).filter(|&member| self.devices[member].is_none()).collect()
     }
 
     /// Account `bytes` written to every present member (one batch).
@@ -74,33 +67,23 @@ impl Members {
     }
 
     fn device_error(&self, member: usize, source: stripelog_blockdev::DeviceError) -> Error {
-        Error::Member {
-            member,
-            path: self.names[member].clone(),
-            reason: source.to_string(),
-        }
+        Error::Member { member, path: self.names[member].clone(), reason: source.to_string() }
     }
 
     /// Flush every present member, in parallel when `parallel`.
     pub(crate) fn flush_all(&self, parallel: bool) -> Result<()> {
         let flush_one = |member: usize| match &self.devices[member] {
-            Some(device) => device
-                .flush()
-                .map_err(|error| self.device_error(member, error)),
+            Some(device) => device.flush().map_err(|error| self.device_error(member, error)),
             None => Ok(()),
         };
         if !parallel {
             return (0..self.count()).try_for_each(flush_one);
         }
         std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..self.count())
-                .map(|member| scope.spawn(move || flush_one(member)))
-                .collect();
-            handles.into_iter().try_for_each(|handle| {
-                handle
-                    .join()
-                    .unwrap_or(Err(Error::Failed("flush thread panicked".into())))
-            })
+            let handles: Vec<_> = (0..self.count()).map(|member| scope.spawn(move || flush_one(member))).collect();
+            handles
+                .into_iter()
+                .try_for_each(|handle| handle.join().unwrap_or(Err(Error::Failed("flush thread panicked".into()))))
         })
     }
 
@@ -108,21 +91,14 @@ impl Members {
     pub(crate) fn write_everywhere(&self, block: &AlignedBuffer, offset_bytes: u64) -> Result<()> {
         for member in 0..self.count() {
             if let Some(device) = &self.devices[member] {
-                device
-                    .write_at(block, offset_bytes)
-                    .map_err(|error| self.device_error(member, error))?;
+                device.write_at(block, offset_bytes).map_err(|error| self.device_error(member, error))?;
             }
         }
         Ok(())
     }
 
     /// Read one member block raw; `None` when the member is missing or the read fails.
-    pub(crate) fn read_raw(
-        &self,
-        member: usize,
-        offset_bytes: u64,
-        counters: &Counters,
-    ) -> Option<AlignedBuffer> {
+    pub(crate) fn read_raw(&self, member: usize, offset_bytes: u64, counters: &Counters) -> Option<AlignedBuffer> {
         let device = self.devices[member].as_ref()?;
         let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
         match device.read_at(&mut block, offset_bytes) {
@@ -137,6 +113,10 @@ impl Members {
     /// Read the block at `location` into `out`: directly (any copy) when `valid` accepts
     /// it, else rebuilt from the rest of its row. `checksum_of(column)` gives the checksum
     /// of another data column of the row, when known, to pick trustworthy shards.
+    /// With `zero_means_unwritten` (scanning for summaries), a block that reads back as all
+    /// zeros is unwritten space, not damage: no reconstruction is attempted (bit rot
+    /// cannot zero a block; recovery's own destruction of a batch writes zeros).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn read_verified(
         &self,
         geometry: &Geometry,
@@ -144,23 +124,30 @@ impl Members {
         location: BlockLocation,
         valid: &dyn Fn(&[u8]) -> bool,
         checksum_of: &dyn Fn(usize) -> Option<u32>,
+        zero_means_unwritten: bool,
         out: &mut [u8],
     ) -> std::result::Result<ReadSource, String> {
         let offset = geometry.member_offset_bytes(location.segment, location.row);
+        let mut every_copy_unwritten = true;
         for member in geometry.members_of_column(location.segment, location.column) {
             if let Some(block) = self.read_raw(member, offset, counters) {
                 if valid(&block) {
                     out.copy_from_slice(&block);
                     return Ok(ReadSource::Direct);
                 }
-                Counters::add(&counters.checksum_mismatches, 1);
+                every_copy_unwritten &= crate::volume::is_all_zero(&block);
+                if !(zero_means_unwritten && every_copy_unwritten) {
+                    Counters::add(&counters.checksum_mismatches, 1);
+                }
+            } else {
+                every_copy_unwritten = false;
             }
         }
+        if zero_means_unwritten && every_copy_unwritten {
+            return Err("never written".into());
+        }
         if geometry.parity_shards() == 0 {
-            return Err(
-                "no copy of the block is readable and correct, and the RAID level has no parity"
-                    .into(),
-            );
+            return Err("no copy of the block is readable and correct, and the RAID level has no parity".into());
         }
         let data_columns = geometry.data_columns();
         let data: Vec<Option<AlignedBuffer>> = (0..data_columns)
@@ -168,8 +155,7 @@ impl Members {
                 if column == location.column {
                     return None;
                 }
-                let member =
-                    geometry.member_of_role(location.segment, Role::Data { column, copy: 0 });
+                let member = geometry.member_of_role(location.segment, Role::Data { column, copy: 0 });
                 let block = self.read_raw(member, offset, counters)?;
                 match checksum_of(column) {
                     Some(expected) if crate::format::block_checksum(&block) != expected => {
@@ -200,31 +186,14 @@ impl Members {
             let data_view: Vec<Option<&[u8]>> = data
                 .iter()
                 .enumerate()
-                .map(|(column, block)| {
-                    if excluded == Some(column) {
-                        None
-                    } else {
-                        block.as_deref()
-                    }
-                })
+                .map(|(column, block)| if excluded == Some(column) { None } else { block.as_deref() })
                 .collect();
             let parity_view: Vec<Option<&[u8]>> = parity
                 .iter()
                 .enumerate()
-                .map(|(shard, block)| {
-                    if excluded == Some(data_columns + shard) {
-                        None
-                    } else {
-                        block.as_deref()
-                    }
-                })
+                .map(|(shard, block)| if excluded == Some(data_columns + shard) { None } else { block.as_deref() })
                 .collect();
-            if let Some(rebuilt) = parity::reconstruct(
-                geometry.raid_level,
-                &data_view,
-                &parity_view,
-                location.column,
-            ) {
+            if let Some(rebuilt) = parity::reconstruct(geometry.raid_level, &data_view, &parity_view, location.column) {
                 if valid(&rebuilt) {
                     out.copy_from_slice(&rebuilt);
                     Counters::add(&counters.reconstructed_blocks, 1);
@@ -243,9 +212,7 @@ pub(crate) enum ReadSource {
 }
 
 fn now_unix_seconds() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_secs())
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_secs())
 }
 
 /// Write the superblocks of a new volume on every member.
@@ -262,14 +229,9 @@ pub(crate) fn create(members: &[MemberDevice], options: &CreateOptions) -> Resul
     if members.is_empty() {
         return Err(Error::InvalidGeometry("no members given".into()));
     }
-    let geometry = Geometry::new(
-        options.raid_level,
-        members.len(),
-        options.chunk_size_bytes,
-        options.spare_ppm,
-        smallest,
-    )?;
-    let volume_uuid = *uuid::Uuid::new_v4().as_bytes();
+    let geometry =
+        Geometry::new(options.raid_level, members.len(), options.chunk_size_bytes, options.spare_ppm, smallest)?;
+    let volume_uuid = options.volume_uuid.unwrap_or_else(|| *uuid::Uuid::new_v4().as_bytes());
     let created_unix_seconds = now_unix_seconds();
     let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
     for (index, member) in members.iter().enumerate() {
@@ -281,9 +243,7 @@ pub(crate) fn create(members: &[MemberDevice], options: &CreateOptions) -> Resul
         };
         // Tell the device the old content is garbage (advisory; makes files sparse).
         let data_start = geometry.chunk_size_bytes as u64;
-        device
-            .discard(data_start, geometry.member_size_bytes - data_start)
-            .map_err(member_error)?;
+        device.discard(data_start, geometry.member_size_bytes - data_start).map_err(member_error)?;
         for (copy, offset) in SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
             let superblock = Superblock {
                 copy: copy as u32,
@@ -298,6 +258,7 @@ pub(crate) fn create(members: &[MemberDevice], options: &CreateOptions) -> Resul
                 logical_size_bytes: geometry.logical_size_bytes(),
                 created_unix_seconds,
                 epoch: 0,
+                failed_members: 0,
             };
             superblock.encode(&mut block);
             device.write_at(&block, *offset).map_err(member_error)?;
@@ -327,10 +288,7 @@ pub(crate) fn open(members: Vec<MemberDevice>, read_only: bool) -> Result<(Membe
         .iter()
         .max_by_key(|(_, count)| **count)
         .map(|(uuid, _)| *uuid)
-        .ok_or_else(|| Error::TooManyFailures {
-            level: "any level".into(),
-            reason: "no member is present".into(),
-        })?;
+        .ok_or_else(|| Error::TooManyFailures { level: "any level".into(), reason: "no member is present".into() })?;
     let reference = found
         .iter()
         .flatten()
@@ -351,11 +309,7 @@ pub(crate) fn open(members: Vec<MemberDevice>, read_only: bool) -> Result<(Membe
             continue;
         };
         let name = members[index].name.clone();
-        let problem = |reason: String| Error::Member {
-            member: index,
-            path: name.clone(),
-            reason,
-        };
+        let problem = |reason: String| Error::Member { member: index, path: name.clone(), reason };
         if superblock.volume_uuid != volume_uuid {
             return Err(problem(format!(
                 "belongs to another volume ({}), not to {uuid_text}",
@@ -369,15 +323,9 @@ pub(crate) fn open(members: Vec<MemberDevice>, read_only: bool) -> Result<(Membe
             )));
         }
         if superblock.geometry() != reference.geometry() {
-            return Err(problem(
-                "its superblock describes a different geometry from the other members".into(),
-            ));
+            return Err(problem("its superblock describes a different geometry from the other members".into()));
         }
-        let size = members[index]
-            .device
-            .as_ref()
-            .expect("present")
-            .size_bytes();
+        let size = members[index].device.as_ref().expect("present").size_bytes();
         if size < reference.member_size_bytes {
             return Err(problem(format!(
                 "is truncated: {size} bytes, the volume needs {} bytes on every member",
@@ -385,15 +333,21 @@ pub(crate) fn open(members: Vec<MemberDevice>, read_only: bool) -> Result<(Membe
             )));
         }
     }
-    let missing = found
-        .iter()
-        .filter(|superblock| superblock.is_none())
-        .count();
+    // Members the newest superblock records as failed missed writes: keep them out.
+    let mut members = members;
+    let mut excluded = Vec::new();
+    for index in 0..members.len() {
+        if found[index].is_some() && reference.failed_members & (1 << index) != 0 {
+            found[index] = None;
+            members[index].device = None;
+            excluded.push(index);
+        }
+    }
+    let missing = found.iter().filter(|superblock| superblock.is_none()).count();
     let tolerated = reference.raid_level.failures_tolerated();
     let geometry = reference.geometry();
     let mirror_pair_lost = geometry.raid_level == crate::geometry::RaidLevel::Raid10
-        && (0..members.len() / 2)
-            .any(|pair| found[2 * pair].is_none() && found[2 * pair + 1].is_none());
+        && (0..members.len() / 2).any(|pair| found[2 * pair].is_none() && found[2 * pair + 1].is_none());
     if missing > tolerated || mirror_pair_lost {
         let names: Vec<String> = (0..members.len())
             .filter(|&index| found[index].is_none())
@@ -401,14 +355,12 @@ pub(crate) fn open(members: Vec<MemberDevice>, read_only: bool) -> Result<(Membe
             .collect();
         return Err(Error::TooManyFailures {
             level: reference.raid_level.to_string(),
-            reason: format!(
-                "missing {}: {}; it survives {tolerated}",
-                missing,
-                names.join(", ")
-            ),
+            reason: format!("missing {}: {}; it survives {tolerated}", missing, names.join(", ")),
         });
     }
-    Ok((Members::new(members), reference))
+    let mut opened = Members::new(members);
+    opened.excluded = excluded;
+    Ok((opened, reference))
 }
 
 fn read_superblock(index: usize, name: &str, device: &dyn BlockDevice) -> Result<Superblock> {
@@ -426,10 +378,7 @@ fn read_superblock(index: usize, name: &str, device: &dyn BlockDevice) -> Result
         }
         match Superblock::decode(&block, copy as u32) {
             Ok(superblock) => {
-                if best
-                    .as_ref()
-                    .is_none_or(|current| superblock.epoch > current.epoch)
-                {
+                if best.as_ref().is_none_or(|current| superblock.epoch > current.epoch) {
                     best = Some(superblock);
                 }
             }
@@ -456,6 +405,8 @@ fn read_superblock(index: usize, name: &str, device: &dyn BlockDevice) -> Result
 /// copy 1, flush), before any batch of the new epoch is written.
 pub(crate) fn advance_epoch(members: &Members, reference: &Superblock) -> Result<u64> {
     let epoch = reference.epoch + 1;
+    let failed_members =
+        reference.failed_members | members.missing().iter().fold(0u64, |bits, &member| bits | 1 << member);
     let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
     for (copy, offset) in SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
         for member in 0..members.count() {
@@ -466,12 +417,11 @@ pub(crate) fn advance_epoch(members: &Members, reference: &Superblock) -> Result
                 copy: copy as u32,
                 member_index: member as u32,
                 epoch,
+                failed_members,
                 ..reference.clone()
             };
             superblock.encode(&mut block);
-            device
-                .write_at(&block, *offset)
-                .map_err(|error| members.device_error(member, error))?;
+            device.write_at(&block, *offset).map_err(|error| members.device_error(member, error))?;
         }
         members.flush_all(false)?;
     }

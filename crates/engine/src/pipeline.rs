@@ -23,9 +23,7 @@ type MemberQueue = Sender<Arc<StripeJob>>;
 
 /// Start one worker per present member. A member's queue holds at most as many jobs as
 /// there are parity sets, since every job holds one; sends never wait long.
-pub(crate) fn start_member_workers(
-    shared: &Arc<Shared>,
-) -> (Vec<Option<MemberQueue>>, Vec<JoinHandle<()>>) {
+pub(crate) fn start_member_workers(shared: &Arc<Shared>) -> (Vec<Option<MemberQueue>>, Vec<JoinHandle<()>>) {
     let mut senders = Vec::new();
     let mut threads = Vec::new();
     for member in 0..shared.geometry.member_count {
@@ -70,11 +68,7 @@ pub(crate) fn stripe_writer(
 }
 
 fn member_worker(shared: Arc<Shared>, member: usize, jobs: Receiver<Arc<StripeJob>>) {
-    let device = shared
-        .members
-        .device(member)
-        .expect("workers run for present members")
-        .clone();
+    let device = shared.members.device(member).expect("workers run for present members").clone();
     while let Ok(first) = jobs.recv() {
         let mut taken = vec![first];
         while taken.len() < PARITY_PIPELINE_BATCHES {
@@ -87,20 +81,14 @@ fn member_worker(shared: Arc<Shared>, member: usize, jobs: Receiver<Arc<StripeJo
             let mut requests: Vec<IoRequest> = taken
                 .iter()
                 .map(|job| {
-                    let (buffer, offset_bytes) =
-                        shared.member_part(&job.batch, &job.parity, member);
-                    IoRequest::Write {
-                        buffer,
-                        offset_bytes,
-                    }
+                    let (buffer, offset_bytes) = shared.member_part(&job.batch, &job.parity, member);
+                    IoRequest::Write { buffer, offset_bytes }
                 })
                 .collect();
             device.submit_batch(&mut requests)
         };
         for (job, result) in taken.iter().zip(results) {
-            let error = result
-                .err()
-                .map(|error| format!("member {member} ({}): {error}", shared.members.name(member)));
+            let error = result.err().map(|error| format!("member {member} ({}): {error}", shared.members.name(member)));
             finish_one(&shared, job, error);
         }
     }

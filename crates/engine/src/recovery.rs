@@ -42,21 +42,18 @@ impl FoundBatch {
     /// Every entry in order, with the batch index of its block (ranges: the index of the
     /// summary that holds them; unused by callers).
     fn entries(&self) -> impl Iterator<Item = (u32, Entry)> + '_ {
-        self.summaries
-            .iter()
-            .zip(&self.summary_indices)
-            .flat_map(|(summary, &summary_index)| {
-                let mut next_block = summary_index + 1;
-                summary.entries.iter().map(move |entry| {
-                    let index = if entry.is_data() {
-                        next_block += 1;
-                        next_block - 1
-                    } else {
-                        summary_index
-                    };
-                    (index, *entry)
-                })
+        self.summaries.iter().zip(&self.summary_indices).flat_map(|(summary, &summary_index)| {
+            let mut next_block = summary_index + 1;
+            summary.entries.iter().map(move |entry| {
+                let index = if entry.is_data() {
+                    next_block += 1;
+                    next_block - 1
+                } else {
+                    summary_index
+                };
+                (index, *entry)
             })
+        })
     }
 
     fn data_blocks(&self) -> impl Iterator<Item = (u32, Entry)> + '_ {
@@ -87,8 +84,8 @@ pub(crate) struct Recovered {
     pub last_sequence: u64,
     /// (segment, first row) of every batch found after the end of the log.
     pub discarded: Vec<(u64, u32)>,
-    /// Live blocks whose redundancy must be restored by rewriting them.
-    pub rewrite: Vec<(u64, u64)>,
+    /// Damaged shards of the tail, rebuilt: (member, byte offset, content).
+    pub repairs: Vec<(usize, u64, AlignedBuffer)>,
     pub report: RecoveryReport,
 }
 
@@ -102,22 +99,8 @@ struct Reader<'a> {
 impl Reader<'_> {
     /// Read batch index `index` of a batch starting at `first_row` of `segment`, accepted
     /// by `valid`, reconstructing it when needed.
-    fn read(
-        &self,
-        location: BlockLocation,
-        valid: &dyn Fn(&[u8]) -> bool,
-        out: &mut [u8],
-    ) -> Option<ReadSource> {
-        self.members
-            .read_verified(
-                self.geometry,
-                &self.counters,
-                location,
-                valid,
-                &|_| None,
-                out,
-            )
-            .ok()
+    fn read(&self, location: BlockLocation, valid: &dyn Fn(&[u8]) -> bool, out: &mut [u8]) -> Option<ReadSource> {
+        self.members.read_verified(self.geometry, &self.counters, location, valid, &|_| None, true, out).ok()
     }
 
     /// Follow the batch at `first_row` of `segment`: all its summaries, checked against
@@ -141,11 +124,7 @@ impl Reader<'_> {
                     && header.block_count >= header.summary_count
             })
         };
-        let location = BlockLocation {
-            segment,
-            row: first_row,
-            column: 0,
-        };
+        let location = BlockLocation { segment, row: first_row, column: 0 };
         self.read(location, &first_valid, &mut block)?;
         let first = Summary::decode(&block, uuid)?;
         let header = first.header;
@@ -157,9 +136,7 @@ impl Reader<'_> {
         };
         loop {
             let last = found.summaries.last().expect("at least one");
-            let next_index = found.summary_indices.last().expect("at least one")
-                + 1
-                + last.data_block_count() as u32;
+            let next_index = found.summary_indices.last().expect("at least one") + 1 + last.data_block_count() as u32;
             let summary_number = found.summaries.len() as u32;
             if summary_number == header.summary_count {
                 return (next_index == header.block_count).then_some(found);
@@ -168,9 +145,8 @@ impl Reader<'_> {
                 return None;
             }
             let valid = |bytes: &[u8]| {
-                Summary::decode(bytes, uuid).is_some_and(|summary| {
-                    summary.header == header && summary.summary_index as u32 == summary_number
-                })
+                Summary::decode(bytes, uuid)
+                    .is_some_and(|summary| summary.header == header && summary.summary_index as u32 == summary_number)
             };
             let location = BlockLocation {
                 segment,
@@ -210,28 +186,25 @@ impl Reader<'_> {
         batches
     }
 
-    /// Read every row of a batch: data against its checksums (with reconstruction), and
-    /// redundancy against the data.
+    /// Read every row of a batch: every data block against its checksum (rebuilding it
+    /// from the rest of the row when needed), then every member's shard of the row
+    /// against what it must hold. Damaged shards that the row can rebuild become repairs.
     fn verify(&self, batch: &FoundBatch) -> Verification {
         let geometry = self.geometry;
         let data_columns = geometry.data_columns();
         let expected = batch.expected_checksums(data_columns);
+        let segment = batch.header.segment;
         let mut verification = Verification::default();
         let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
         for row_in_batch in 0..batch.header.row_count {
             let row = batch.header.first_row + row_in_batch;
+            let base = row_in_batch as usize * data_columns;
             let mut row_data: Vec<Vec<u8>> = Vec::with_capacity(data_columns);
             let mut row_complete = true;
             for column in 0..data_columns {
-                let index = row_in_batch as usize * data_columns + column;
-                let want = expected[index];
-                let location = BlockLocation {
-                    segment: batch.header.segment,
-                    row,
-                    column,
-                };
-                let checksum_of =
-                    |other: usize| Some(expected[row_in_batch as usize * data_columns + other]);
+                let want = expected[base + column];
+                let location = BlockLocation { segment, row, column };
+                let checksum_of = |other: usize| Some(expected[base + other]);
                 let valid = |bytes: &[u8]| format::block_checksum(bytes) == want;
                 verification.blocks_checked += 1;
                 match self.members.read_verified(
@@ -240,64 +213,58 @@ impl Reader<'_> {
                     location,
                     &valid,
                     &checksum_of,
+                    false,
                     &mut block,
                 ) {
                     Ok(ReadSource::Direct) => {}
-                    Ok(ReadSource::Reconstructed) => {
-                        verification.blocks_repairable.push(index as u32)
-                    }
+                    Ok(ReadSource::Reconstructed) => verification.blocks_repairable.push((base + column) as u32),
                     Err(_) => {
-                        verification.blocks_unrecoverable.push(index as u32);
+                        verification.blocks_unrecoverable.push((base + column) as u32);
                         row_complete = false;
                     }
                 }
                 row_data.push(block.to_vec());
             }
-            if row_complete && !self.redundancy_matches(batch.header.segment, row, &row_data) {
-                verification.rows_with_bad_redundancy += 1;
+            if row_complete {
+                self.compare_shards(segment, row, &row_data, &mut verification);
             }
         }
         verification
     }
 
-    fn redundancy_matches(&self, segment: u64, row: u32, row_data: &[Vec<u8>]) -> bool {
+    /// Compare what every present member holds for one row with what it must hold.
+    fn compare_shards(&self, segment: u64, row: u32, row_data: &[Vec<u8>], verification: &mut Verification) {
         let geometry = self.geometry;
         let offset = geometry.member_offset_bytes(segment, row);
-        let mut matches = true;
-        match geometry.raid_level {
-            RaidLevel::Raid0 => {}
-            RaidLevel::Raid10 => {
-                for (column, data) in row_data.iter().enumerate() {
-                    let mirror = geometry.member_of_role(segment, Role::Data { column, copy: 1 });
-                    let primary = geometry.member_of_role(segment, Role::Data { column, copy: 0 });
-                    for member in [primary, mirror] {
-                        if self.members.device(member).is_some() {
-                            matches &= self
-                                .members
-                                .read_raw(member, offset, &self.counters)
-                                .is_some_and(|b| b[..] == data[..]);
-                        }
-                    }
-                }
+        let mut parity = vec![vec![0u8; BLOCK_SIZE_BYTES]; geometry.parity_shards()];
+        {
+            let data: Vec<&[u8]> = row_data.iter().map(Vec::as_slice).collect();
+            let mut targets: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
+            crate::parity::compute(geometry.raid_level, &data, &mut targets);
+        }
+        let mut redundancy_bad = false;
+        for member in 0..geometry.member_count {
+            if self.members.device(member).is_none() {
+                continue;
             }
-            RaidLevel::Raid5 | RaidLevel::Raid6 => {
-                let mut parity = vec![vec![0u8; BLOCK_SIZE_BYTES]; geometry.parity_shards()];
-                let data: Vec<&[u8]> = row_data.iter().map(Vec::as_slice).collect();
-                let mut targets: Vec<&mut [u8]> =
-                    parity.iter_mut().map(Vec::as_mut_slice).collect();
-                crate::parity::compute(geometry.raid_level, &data, &mut targets);
-                for (shard, expected) in parity.iter().enumerate() {
-                    let member = geometry.member_of_role(segment, Role::Parity { shard });
-                    if self.members.device(member).is_some() {
-                        matches &= self
-                            .members
-                            .read_raw(member, offset, &self.counters)
-                            .is_some_and(|b| b[..] == expected[..]);
-                    }
-                }
+            let role = geometry.role_of_member(segment, member);
+            let must_hold = match role {
+                Role::Data { column, .. } => &row_data[column],
+                Role::Parity { shard } => &parity[shard],
+            };
+            let holds = self.members.read_raw(member, offset, &self.counters);
+            if holds.as_deref() != Some(must_hold.as_slice()) {
+                let is_redundancy = matches!(role, Role::Parity { .. } | Role::Data { copy: 1, .. })
+                    || geometry.raid_level == RaidLevel::Raid10;
+                redundancy_bad |= is_redundancy;
+                let mut repair = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+                repair.copy_from_slice(must_hold);
+                verification.repairs.push((member, offset, repair));
             }
         }
-        matches
+        if redundancy_bad {
+            verification.rows_with_bad_redundancy += 1;
+        }
     }
 }
 
@@ -307,14 +274,16 @@ struct Verification {
     blocks_repairable: Vec<u32>,
     blocks_unrecoverable: Vec<u32>,
     rows_with_bad_redundancy: u64,
+    /// (member, byte offset, content): damaged shards and what they must hold.
+    repairs: Vec<(usize, u64, AlignedBuffer)>,
 }
 
 /// Steps 2–4: every batch found, by sequence number, and where the log ends.
 struct Log {
     batches: BTreeMap<u64, FoundBatch>,
     last_sequence: u64,
-    /// Tail batches whose redundancy needs rewriting.
-    needs_rewrite: Vec<u64>,
+    /// Damaged shards of tail batches, to rewrite in place.
+    repairs: Vec<(usize, u64, AlignedBuffer)>,
     tail_verified: u64,
     segments_scanned: u64,
 }
@@ -339,13 +308,9 @@ fn read_log(reader: &Reader, verify_tail: bool) -> Result<Log> {
             }
         }
     }
-    let durable = batches
-        .values()
-        .map(|batch| batch.header.durable_through_sequence)
-        .max()
-        .unwrap_or(0);
+    let durable = batches.values().map(|batch| batch.header.durable_through_sequence).max().unwrap_or(0);
     let mut last_sequence = durable;
-    let mut needs_rewrite = Vec::new();
+    let mut repairs = Vec::new();
     let mut tail_verified = 0;
     while let Some(batch) = batches.get(&(last_sequence + 1)) {
         if verify_tail {
@@ -354,45 +319,22 @@ fn read_log(reader: &Reader, verify_tail: bool) -> Result<Log> {
             if !verification.blocks_unrecoverable.is_empty() {
                 break;
             }
-            if !verification.blocks_repairable.is_empty()
-                || verification.rows_with_bad_redundancy > 0
-            {
-                needs_rewrite.push(last_sequence + 1);
-            }
+            repairs.extend(verification.repairs);
         }
         last_sequence += 1;
     }
-    Ok(Log {
-        batches,
-        last_sequence,
-        needs_rewrite,
-        tail_verified,
-        segments_scanned: geometry.segment_count(),
-    })
+    Ok(Log { batches, last_sequence, repairs, tail_verified, segments_scanned: geometry.segment_count() })
 }
 
 /// Recover the volume's state from its members (steps 2–6).
-pub(crate) fn recover(
-    geometry: &Geometry,
-    members: &Members,
-    volume_uuid: &[u8; 16],
-) -> Result<Recovered> {
+pub(crate) fn recover(geometry: &Geometry, members: &Members, volume_uuid: &[u8; 16]) -> Result<Recovered> {
     let started = Instant::now();
-    let reader = Reader {
-        geometry,
-        members,
-        volume_uuid,
-        counters: Counters::default(),
-    };
+    let reader = Reader { geometry, members, volume_uuid, counters: Counters::default() };
     let log = read_log(&reader, true)?;
     let logical_blocks = geometry.logical_block_count();
     let map = BlockMap::new(logical_blocks);
-    let checksums: Vec<AtomicU32> = (0..geometry.physical_data_blocks())
-        .map(|_| AtomicU32::new(0))
-        .collect();
-    let rows_on_media: Vec<AtomicU32> = (0..geometry.segment_count())
-        .map(|_| AtomicU32::new(0))
-        .collect();
+    let checksums: Vec<AtomicU32> = (0..geometry.physical_data_blocks()).map(|_| AtomicU32::new(0)).collect();
+    let rows_on_media: Vec<AtomicU32> = (0..geometry.segment_count()).map(|_| AtomicU32::new(0)).collect();
     let mut replayed = 0;
     for (&sequence, batch) in log.batches.range(..=log.last_sequence) {
         replay(geometry, batch, &map, &checksums, logical_blocks)
@@ -402,13 +344,8 @@ pub(crate) fn recover(
         replayed += 1;
     }
     let per_segment = geometry.blocks_per_segment();
-    let mut segments = vec![
-        SegmentUse {
-            live_blocks: 0,
-            status: SegmentStatus::Free
-        };
-        geometry.segment_count() as usize
-    ];
+    let mut segments =
+        vec![SegmentUse { live_blocks: 0, status: SegmentStatus::Free }; geometry.segment_count() as usize];
     for mapping in map.iter() {
         if let Some(segment) = mapping.segment(per_segment) {
             segments[segment as usize].live_blocks += 1;
@@ -419,18 +356,6 @@ pub(crate) fn recover(
             segment.status = SegmentStatus::Used;
         } else {
             rows_on_media[index].store(0, Ordering::Relaxed);
-        }
-    }
-    let mut rewrite = Vec::new();
-    for sequence in &log.needs_rewrite {
-        let batch = &log.batches[sequence];
-        for (index, entry) in batch.data_blocks() {
-            let position = batch.position(geometry, index);
-            if let Entry::Data { logical_block, .. } = entry {
-                if map.get(logical_block) == (Mapping::Data { position }) {
-                    rewrite.push((logical_block, position));
-                }
-            }
         }
     }
     let discarded: Vec<(u64, u32)> = log
@@ -444,7 +369,7 @@ pub(crate) fn recover(
         batches_replayed: replayed,
         tail_batches_verified: log.tail_verified,
         batches_discarded: discarded.len() as u64,
-        blocks_rewritten: rewrite.len() as u64,
+        shards_repaired: log.repairs.len() as u64,
         last_sequence: log.last_sequence,
         seconds: started.elapsed().as_secs_f64(),
     };
@@ -455,7 +380,7 @@ pub(crate) fn recover(
         segments,
         last_sequence: log.last_sequence,
         discarded,
-        rewrite,
+        repairs: log.repairs,
         report,
     })
 }
@@ -468,44 +393,24 @@ fn replay(
     checksums: &[AtomicU32],
     logical_blocks: u64,
 ) -> std::result::Result<(), String> {
-    for (index, checksum) in batch
-        .expected_checksums(geometry.data_columns())
-        .into_iter()
-        .enumerate()
-    {
-        checksums[batch.position(geometry, index as u32) as usize]
-            .store(checksum, Ordering::Relaxed);
+    for (index, checksum) in batch.expected_checksums(geometry.data_columns()).into_iter().enumerate() {
+        checksums[batch.position(geometry, index as u32) as usize].store(checksum, Ordering::Relaxed);
     }
     let segment = batch.header.segment;
     for (index, entry) in batch.entries() {
         let (first, count, mapping) = match entry {
-            Entry::Data { logical_block, .. } => (
-                logical_block,
-                1,
-                Mapping::Data {
-                    position: batch.position(geometry, index),
-                },
-            ),
-            Entry::Zero {
-                logical_block,
-                block_count,
-            } => (logical_block, block_count as u64, Mapping::Zero { segment }),
-            Entry::Trim {
-                logical_block,
-                block_count,
-            } => (
-                logical_block,
-                block_count as u64,
-                Mapping::Trimmed { segment },
-            ),
+            Entry::Data { logical_block, .. } => {
+                (logical_block, 1, Mapping::Data { position: batch.position(geometry, index) })
+            }
+            Entry::Zero { logical_block, block_count } => {
+                (logical_block, block_count as u64, Mapping::Zero { segment })
+            }
+            Entry::Trim { logical_block, block_count } => {
+                (logical_block, block_count as u64, Mapping::Trimmed { segment })
+            }
         };
-        if first
-            .checked_add(count)
-            .is_none_or(|end| end > logical_blocks)
-        {
-            return Err(format!(
-                "entry for blocks {first}+{count} is beyond the volume ({logical_blocks} blocks)"
-            ));
+        if first.checked_add(count).is_none_or(|end| end > logical_blocks) {
+            return Err(format!("entry for blocks {first}+{count} is beyond the volume ({logical_blocks} blocks)"));
         }
         for logical_block in first..first + count {
             map.set(logical_block, mapping);
@@ -514,13 +419,24 @@ fn replay(
     Ok(())
 }
 
-/// Step 5: make the batches found after the end of the log unreadable, then flush
-/// every member so that the accepted log is durable before anything new is written.
-pub(crate) fn destroy_discarded(
+/// Steps 4–5 on the media: rewrite the damaged shards of the tail in place, make the
+/// batches found after the end of the log unreadable, then flush every member so that the
+/// accepted log is durable before anything new is written.
+pub(crate) fn write_back(
     geometry: &Geometry,
     members: &Members,
     discarded: &[(u64, u32)],
+    repairs: &[(usize, u64, AlignedBuffer)],
 ) -> Result<()> {
+    for (member, offset, content) in repairs {
+        if let Some(device) = members.device(*member) {
+            device.write_at(content, *offset).map_err(|error| Error::Member {
+                member: *member,
+                path: members.name(*member).to_string(),
+                reason: format!("repairing a damaged shard: {error}"),
+            })?;
+        }
+    }
     let zeros = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
     for &(segment, first_row) in discarded {
         members.write_everywhere(&zeros, geometry.member_offset_bytes(segment, first_row))?;
@@ -548,9 +464,7 @@ pub struct CheckReport {
 
 impl CheckReport {
     pub fn is_clean(&self) -> bool {
-        self.blocks_repairable == 0
-            && self.blocks_unrecoverable == 0
-            && self.rows_with_bad_redundancy == 0
+        self.blocks_repairable == 0 && self.blocks_unrecoverable == 0 && self.rows_with_bad_redundancy == 0
     }
 }
 
@@ -562,12 +476,7 @@ pub(crate) fn check(
     volume_uuid: &[u8; 16],
     map: &BlockMap,
 ) -> Result<CheckReport> {
-    let reader = Reader {
-        geometry,
-        members,
-        volume_uuid,
-        counters: Counters::default(),
-    };
+    let reader = Reader { geometry, members, volume_uuid, counters: Counters::default() };
     let log = read_log(&reader, false)?;
     let per_segment = geometry.blocks_per_segment();
     let mut live_segments = vec![false; geometry.segment_count() as usize];
@@ -581,11 +490,7 @@ pub(crate) fn check(
         batches_after_log_end: log.batches.range(log.last_sequence + 1..).count() as u64,
         ..CheckReport::default()
     };
-    for batch in log
-        .batches
-        .range(..=log.last_sequence)
-        .map(|(_, batch)| batch)
-    {
+    for batch in log.batches.range(..=log.last_sequence).map(|(_, batch)| batch) {
         if !live_segments[batch.header.segment as usize] {
             continue;
         }
@@ -597,10 +502,7 @@ pub(crate) fn check(
         report.rows_with_bad_redundancy += verification.rows_with_bad_redundancy;
         for (index, entry) in batch.data_blocks() {
             if let Entry::Data { logical_block, .. } = entry {
-                let live = map.get(logical_block)
-                    == (Mapping::Data {
-                        position: batch.position(geometry, index),
-                    });
+                let live = map.get(logical_block) == (Mapping::Data { position: batch.position(geometry, index) });
                 if live && verification.blocks_unrecoverable.contains(&index) {
                     report.logical_blocks_unrecoverable.push(logical_block);
                 }

@@ -51,8 +51,8 @@ pub struct RecoveryReport {
     pub tail_batches_verified: u64,
     /// Batches found after the end of the recovered log (unflushed, torn or orphaned).
     pub batches_discarded: u64,
-    /// Blocks whose redundancy recovery had to restore by rewriting them.
-    pub blocks_rewritten: u64,
+    /// Damaged shards of the tail that recovery rebuilt and rewrote in place.
+    pub shards_repaired: u64,
     pub last_sequence: u64,
     pub seconds: f64,
 }

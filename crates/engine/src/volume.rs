@@ -15,9 +15,7 @@
 use crate::batch::{BufferPool, OpenBatch, PooledBuffers, SealedBatch, Slot};
 use crate::error::{Error, Result};
 use crate::format::{self, Entry};
-use crate::geometry::{
-    Geometry, RaidLevel, Role, BLOCK_SIZE_BYTES, DEFAULT_CHUNK_SIZE_BYTES, DEFAULT_SPARE_PPM,
-};
+use crate::geometry::{Geometry, RaidLevel, Role, BLOCK_SIZE_BYTES, DEFAULT_CHUNK_SIZE_BYTES, DEFAULT_SPARE_PPM};
 use crate::map::{BlockMap, Mapping};
 use crate::members::{self, Members};
 use crate::recovery;
@@ -48,6 +46,8 @@ pub struct CreateOptions {
     pub chunk_size_bytes: u32,
     /// Spare fraction in parts per million (200 000 = 20 %).
     pub spare_ppm: u32,
+    /// The volume UUID; a random one when `None` (tests fix it for determinism).
+    pub volume_uuid: Option<[u8; 16]>,
 }
 
 impl Default for CreateOptions {
@@ -56,6 +56,7 @@ impl Default for CreateOptions {
             raid_level: RaidLevel::Raid5,
             chunk_size_bytes: DEFAULT_CHUNK_SIZE_BYTES,
             spare_ppm: DEFAULT_SPARE_PPM,
+            volume_uuid: None,
         }
     }
 }
@@ -79,11 +80,7 @@ pub struct OpenOptions {
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions {
-            read_only: false,
-            flush_interval: Some(DEFAULT_FLUSH_INTERVAL),
-            io_mode: IoMode::Threaded,
-        }
+        OpenOptions { read_only: false, flush_interval: Some(DEFAULT_FLUSH_INTERVAL), io_mode: IoMode::Threaded }
     }
 }
 
@@ -171,7 +168,7 @@ pub(crate) struct Shared {
 ///     name: format!("m{index}"),
 ///     device: Some(Arc::new(MemoryDevice::new(8 << 20)) as Arc<dyn BlockDevice>),
 /// }).collect::<Vec<_>>();
-/// let options = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, spare_ppm: 200_000 };
+/// let options = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..Default::default() };
 /// let volume = Volume::create(members(), &options, &OpenOptions::default()).unwrap();
 /// volume.write(4096, &[7u8; 8192], false).unwrap();
 /// volume.flush().unwrap();
@@ -203,11 +200,7 @@ enum OpenProblem {
 impl Volume {
     /// Write fresh superblocks to `members` (any previous content is forgotten) and open
     /// the new volume.
-    pub fn create(
-        members: Vec<MemberDevice>,
-        options: &CreateOptions,
-        open_options: &OpenOptions,
-    ) -> Result<Volume> {
+    pub fn create(members: Vec<MemberDevice>, options: &CreateOptions, open_options: &OpenOptions) -> Result<Volume> {
         members::create(&members, options)?;
         Volume::open(members, open_options)
     }
@@ -220,21 +213,15 @@ impl Volume {
         let epoch = if options.read_only {
             superblock.epoch
         } else {
-            recovery::destroy_discarded(&geometry, &members, &recovered.discarded)?;
+            recovery::write_back(&geometry, &members, &recovered.discarded, &recovered.repairs)?;
             members::advance_epoch(&members, &superblock)?
         };
         let physical_blocks = geometry.physical_data_blocks();
         let segment_count = geometry.segment_count();
-        let data_pool = BufferPool::new(
-            WRITE_PIPELINE_BATCHES,
-            geometry.data_columns(),
-            geometry.chunk_size_bytes as usize,
-        );
-        let parity_pool = BufferPool::new(
-            PARITY_PIPELINE_BATCHES,
-            geometry.parity_shards(),
-            geometry.chunk_size_bytes as usize,
-        );
+        let data_pool =
+            BufferPool::new(WRITE_PIPELINE_BATCHES, geometry.data_columns(), geometry.chunk_size_bytes as usize);
+        let parity_pool =
+            BufferPool::new(PARITY_PIPELINE_BATCHES, geometry.parity_shards(), geometry.chunk_size_bytes as usize);
         let shared = Arc::new(Shared {
             volume_uuid: superblock.volume_uuid,
             epoch,
@@ -252,9 +239,7 @@ impl Volume {
                 durable_through_sequence: recovered.last_sequence,
                 in_flight: VecDeque::new(),
                 free_segments: (0..segment_count)
-                    .filter(|&segment| {
-                        recovered.segments[segment as usize].status == SegmentStatus::Free
-                    })
+                    .filter(|&segment| recovered.segments[segment as usize].status == SegmentStatus::Free)
                     .collect(),
                 segments: recovered.segments,
             }),
@@ -272,16 +257,9 @@ impl Volume {
             geometry,
         });
         debug_assert_eq!(shared.checksums.len() as u64, physical_blocks);
-        let volume = Volume {
-            threads: Mutex::new(Vec::new()),
-            shared,
-            abandoned: AtomicBool::new(false),
-        };
+        let volume = Volume { threads: Mutex::new(Vec::new()), shared, abandoned: AtomicBool::new(false) };
         if !options.read_only {
             volume.start_threads();
-            for (logical_block, position) in recovered.rewrite {
-                volume.rewrite_if_unchanged(logical_block, position)?;
-            }
         }
         Ok(volume)
     }
@@ -289,19 +267,15 @@ impl Volume {
     fn start_threads(&self) {
         let mut threads = self.threads.lock();
         if self.shared.io_mode == IoMode::Threaded {
-            let (stripe_sender, stripe_receiver) =
-                crossbeam_channel::bounded(WRITE_PIPELINE_BATCHES);
+            let (stripe_sender, stripe_receiver) = crossbeam_channel::bounded(WRITE_PIPELINE_BATCHES);
             *self.shared.stripe_queue.lock() = Some(stripe_sender);
-            let (member_senders, member_threads) =
-                crate::pipeline::start_member_workers(&self.shared);
+            let (member_senders, member_threads) = crate::pipeline::start_member_workers(&self.shared);
             threads.extend(member_threads);
             let shared = self.shared.clone();
             threads.push(
                 std::thread::Builder::new()
                     .name("stripelog-stripe-writer".into())
-                    .spawn(move || {
-                        crate::pipeline::stripe_writer(shared, stripe_receiver, member_senders)
-                    })
+                    .spawn(move || crate::pipeline::stripe_writer(shared, stripe_receiver, member_senders))
                     .expect("spawn the stripe writer thread"),
             );
         }
@@ -388,18 +362,10 @@ impl Volume {
         } else {
             if offset_bytes % block != 0 {
                 let within = (offset_bytes % block) as usize;
-                edges.push(BlockWrite::Patch(
-                    offset_bytes / block,
-                    within,
-                    &ZEROS[..BLOCK_SIZE_BYTES - within],
-                ));
+                edges.push(BlockWrite::Patch(offset_bytes / block, within, &ZEROS[..BLOCK_SIZE_BYTES - within]));
             }
             if end % block != 0 {
-                edges.push(BlockWrite::Patch(
-                    end_whole,
-                    0,
-                    &ZEROS[..(end % block) as usize],
-                ));
+                edges.push(BlockWrite::Patch(end_whole, 0, &ZEROS[..(end % block) as usize]));
             }
         }
         self.shared.apply(&edges)?;
@@ -408,15 +374,8 @@ impl Volume {
         let mut start = first_whole;
         while start < end_whole {
             let stop = (start + BLOCKS_PER_STEP).min(end_whole);
-            let step: Vec<BlockWrite> = (start..stop)
-                .map(|lb| {
-                    if trim {
-                        BlockWrite::Trim(lb)
-                    } else {
-                        BlockWrite::Zero(lb)
-                    }
-                })
-                .collect();
+            let step: Vec<BlockWrite> =
+                (start..stop).map(|lb| if trim { BlockWrite::Trim(lb) } else { BlockWrite::Zero(lb) }).collect();
             self.shared.apply(&step)?;
             start = stop;
         }
@@ -449,9 +408,7 @@ impl Volume {
     /// The mapping of one logical block (for block-status queries).
     pub fn mapping(&self, logical_block: u64) -> Result<Mapping> {
         if logical_block >= self.shared.map.block_count() {
-            return Err(Error::InvalidRequest(format!(
-                "block {logical_block} is beyond the end of the volume"
-            )));
+            return Err(Error::InvalidRequest(format!("block {logical_block} is beyond the end of the volume")));
         }
         Ok(self.shared.map.get(logical_block))
     }
@@ -472,12 +429,7 @@ impl Volume {
             self.flush()?;
         }
         let shared = &self.shared;
-        crate::recovery::check(
-            &shared.geometry,
-            &shared.members,
-            &shared.volume_uuid,
-            &shared.map,
-        )
+        crate::recovery::check(&shared.geometry, &shared.members, &shared.volume_uuid, &shared.map)
     }
 
     /// Flush, stop the background threads and close the volume.
@@ -496,11 +448,7 @@ impl Volume {
         if self.shared.closed.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let result = if self.shared.read_only || self.abandoned.load(Ordering::SeqCst) {
-            Ok(())
-        } else {
-            self.flush()
-        };
+        let result = if self.shared.read_only || self.abandoned.load(Ordering::SeqCst) { Ok(()) } else { self.flush() };
         self.stop_threads();
         result
     }
@@ -513,22 +461,6 @@ impl Volume {
         for thread in self.threads.lock().drain(..) {
             let _ = thread.join();
         }
-    }
-
-    /// Rewrite a block whose redundancy was found damaged, unless it changed meanwhile.
-    fn rewrite_if_unchanged(&self, logical_block: u64, position: u64) -> Result<()> {
-        let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-        {
-            let _fence = self.shared.reuse_fence.read();
-            if self.shared.map.get(logical_block) != (Mapping::Data { position }) {
-                return Ok(());
-            }
-            self.shared.read_block(logical_block, &mut block, None)?;
-        }
-        self.shared.apply_if(
-            &[BlockWrite::Data(logical_block, &block)],
-            Some(Mapping::Data { position }),
-        )
     }
 }
 
@@ -544,10 +476,7 @@ fn flush_timer(shared: Arc<Shared>, interval: Duration) {
         std::thread::sleep(tick);
         let due = {
             let state = shared.state.lock();
-            state
-                .open
-                .as_ref()
-                .is_some_and(|open| !open.is_empty() && open.opened_at.elapsed() >= interval)
+            state.open.as_ref().is_some_and(|open| !open.is_empty() && open.opened_at.elapsed() >= interval)
         };
         if due {
             // A failure is recorded in `failure` and reported to the next client call.
@@ -562,9 +491,7 @@ pub(crate) fn is_all_zero(bytes: &[u8]) -> bool {
         // aligned u64s inside the slice and returns the unaligned ends as bytes.
         unsafe { bytes.align_to::<u64>() }
     };
-    prefix.iter().all(|&b| b == 0)
-        && words.iter().all(|&w| w == 0)
-        && suffix.iter().all(|&b| b == 0)
+    prefix.iter().all(|&b| b == 0) && words.iter().all(|&w| w == 0) && suffix.iter().all(|&b| b == 0)
 }
 
 impl Shared {
@@ -612,14 +539,9 @@ impl Shared {
         self.progress.notify_all();
     }
 
-    fn apply(&self, blocks: &[BlockWrite]) -> Result<()> {
-        self.apply_if(blocks, None)
-    }
-
     /// The write loop: accept `blocks` in order into open batches, sealing and
-    /// dispatching full ones. With `only_if`, a single block is written only while its
-    /// mapping is still `only_if` (rewrites for repair).
-    fn apply_if(&self, blocks: &[BlockWrite], only_if: Option<Mapping>) -> Result<()> {
+    /// dispatching full ones.
+    fn apply(&self, blocks: &[BlockWrite]) -> Result<()> {
         let mut next = 0usize;
         while next < blocks.len() {
             let mut state = self.state.lock();
@@ -643,17 +565,12 @@ impl Shared {
             }
             let mut sealed = None;
             while next < blocks.len() {
-                if let Some(expected) = only_if {
-                    let BlockWrite::Data(logical_block, _) = blocks[next] else {
-                        unreachable!("rewrites are data")
-                    };
-                    if self.map.get(logical_block) != expected {
-                        next += 1;
-                        continue;
-                    }
-                }
                 if self.accept(&mut state, &blocks[next])? {
                     next += 1;
+                } else if state.open.as_ref().is_some_and(OpenBatch::is_empty) {
+                    // Too few rows left in the segment for even one entry: retire them.
+                    self.retire_current_segment(&mut state);
+                    break;
                 } else {
                     sealed = Some(self.seal(&mut state));
                     break;
@@ -671,16 +588,9 @@ impl Shared {
         let buffers: PooledBuffers = self.data_pool.try_take().ok_or(OpenProblem::NeedBuffers)?;
         let sequence = state.next_sequence;
         if state.current_segment.is_none() {
-            let segment = state
-                .free_segments
-                .pop_front()
-                .ok_or(OpenProblem::NeedSpace)?;
+            let segment = state.free_segments.pop_front().ok_or(OpenProblem::NeedSpace)?;
             state.segments[segment as usize].status = SegmentStatus::Current;
-            state.current_segment = Some(CurrentSegment {
-                segment,
-                next_row: 0,
-                open_sequence: sequence,
-            });
+            state.current_segment = Some(CurrentSegment { segment, next_row: 0, open_sequence: sequence });
         }
         let current = state.current_segment.as_ref().expect("set above");
         state.open = Some(OpenBatch::new(
@@ -698,9 +608,7 @@ impl Shared {
     /// Accept one block into the open batch. `Ok(false)`: the batch is full.
     fn accept(&self, state: &mut WriteState, block: &BlockWrite) -> Result<bool> {
         match *block {
-            BlockWrite::Data(logical_block, data) => {
-                Ok(self.accept_data(state, logical_block, data))
-            }
+            BlockWrite::Data(logical_block, data) => Ok(self.accept_data(state, logical_block, data)),
             BlockWrite::Zero(logical_block) => Ok(self.accept_range(state, logical_block, false)),
             BlockWrite::Trim(logical_block) => Ok(self.accept_range(state, logical_block, true)),
             BlockWrite::Patch(logical_block, within, data) => {
@@ -725,13 +633,8 @@ impl Shared {
         target.copy_from_slice(data);
         let checksum = format::block_checksum(target);
         let (row, column) = open.place(index);
-        let position = self
-            .geometry
-            .position(open.segment, open.first_row + row, column);
-        open.push_entry(Entry::Data {
-            logical_block,
-            checksum,
-        });
+        let position = self.geometry.position(open.segment, open.first_row + row, column);
+        open.push_entry(Entry::Data { logical_block, checksum });
         self.checksums[position as usize].store(checksum, Ordering::Release);
         self.remap(state, logical_block, Mapping::Data { position });
         true
@@ -755,22 +658,12 @@ impl Shared {
                 return false;
             }
             open.push_entry(if trim {
-                Entry::Trim {
-                    logical_block,
-                    block_count: 1,
-                }
+                Entry::Trim { logical_block, block_count: 1 }
             } else {
-                Entry::Zero {
-                    logical_block,
-                    block_count: 1,
-                }
+                Entry::Zero { logical_block, block_count: 1 }
             });
         }
-        let mapping = if trim {
-            Mapping::Trimmed { segment }
-        } else {
-            Mapping::Zero { segment }
-        };
+        let mapping = if trim { Mapping::Trimmed { segment } } else { Mapping::Zero { segment } };
         self.remap(state, logical_block, mapping);
         true
     }
@@ -783,10 +676,7 @@ impl Shared {
             state.segments[segment as usize].live_blocks += 1;
         }
         if let Some(segment) = old.segment(per_segment) {
-            let killer = state
-                .open
-                .as_ref()
-                .map_or(state.next_sequence, |open| open.sequence);
+            let killer = state.open.as_ref().map_or(state.next_sequence, |open| open.sequence);
             let usage = &mut state.segments[segment as usize];
             usage.live_blocks -= 1;
             if usage.live_blocks == 0 && usage.status == SegmentStatus::Used {
@@ -795,11 +685,24 @@ impl Shared {
         }
     }
 
+    /// Give up the rest of the current segment (and the empty open batch in it).
+    fn retire_current_segment(&self, state: &mut WriteState) {
+        state.open = None;
+        state.next_sequence -= 1;
+        if let Some(current) = state.current_segment.take() {
+            let usage = &mut state.segments[current.segment as usize];
+            usage.status = if usage.live_blocks == 0 {
+                SegmentStatus::WaitingForFlush(state.last_sealed_sequence)
+            } else {
+                SegmentStatus::Used
+            };
+        }
+    }
+
     /// Seal the open batch (it must hold entries) and queue it for writing.
     fn seal(&self, state: &mut WriteState) -> Arc<SealedBatch> {
         let open = state.open.take().expect("an open batch");
-        let (sealed, metadata) =
-            open.seal(self.volume_uuid, self.epoch, state.durable_through_sequence);
+        let (sealed, metadata) = open.seal(self.volume_uuid, self.epoch, state.durable_through_sequence);
         let header = sealed.header;
         for (index, checksum) in metadata {
             let data_columns = self.geometry.data_columns() as u32;
@@ -823,10 +726,7 @@ impl Shared {
         }
         state.last_sealed_sequence = header.sequence;
         let batch = Arc::new(sealed);
-        state.in_flight.push_back(InFlight {
-            batch: batch.clone(),
-            written: false,
-        });
+        state.in_flight.push_back(InFlight { batch: batch.clone(), written: false });
         batch
     }
 
@@ -849,10 +749,7 @@ impl Shared {
                 sender.send(batch).map_err(|_| Error::Closed)?;
             }
         }
-        self.failure
-            .lock()
-            .clone()
-            .map_or(Ok(()), |reason| Err(Error::Failed(reason)))
+        self.failure.lock().clone().map_or(Ok(()), |reason| Err(Error::Failed(reason)))
     }
 
     /// The slice of `batch` (or its parity) that `member` stores, and where.
@@ -868,11 +765,7 @@ impl Shared {
             Role::Data { column, .. } => batch.data_column(column),
             Role::Parity { shard } => &parity.buffers()[shard][..length],
         };
-        (
-            buffer,
-            self.geometry
-                .member_offset_bytes(header.segment, header.first_row),
-        )
+        (buffer, self.geometry.member_offset_bytes(header.segment, header.first_row))
     }
 
     fn write_member_part(
@@ -898,18 +791,15 @@ impl Shared {
         }
         self.count_batch(batch);
         let mut state = self.state.lock();
-        if let Some(entry) = state
-            .in_flight
-            .iter_mut()
-            .find(|entry| entry.batch.header.sequence == batch.header.sequence)
+        if let Some(entry) =
+            state.in_flight.iter_mut().find(|entry| entry.batch.header.sequence == batch.header.sequence)
         {
             entry.written = true;
         }
         while state.in_flight.front().is_some_and(|entry| entry.written) {
             let entry = state.in_flight.pop_front().expect("front exists");
             let header = &entry.batch.header;
-            self.rows_on_media[header.segment as usize]
-                .store(header.first_row + header.row_count, Ordering::Release);
+            self.rows_on_media[header.segment as usize].store(header.first_row + header.row_count, Ordering::Release);
             state.written_through_sequence = header.sequence;
         }
         self.progress.notify_all();
@@ -922,8 +812,7 @@ impl Shared {
         let slots = header.row_count as u64 * data_columns;
         let data_blocks = (header.block_count - header.summary_count) as u64;
         let padding = slots - header.block_count as u64;
-        let redundancy =
-            (self.geometry.member_count as u64 - data_columns) * header.row_count as u64;
+        let redundancy = (self.geometry.member_count as u64 - data_columns) * header.row_count as u64;
         let counters = &self.counters;
         Counters::add(&counters.batches_written, 1);
         if header.first_row == 0 && header.row_count == self.geometry.rows_per_chunk() {
@@ -932,10 +821,7 @@ impl Shared {
             Counters::add(&counters.short_stripes, 1);
         }
         Counters::add(&counters.member_bytes_data, data_blocks * block);
-        Counters::add(
-            &counters.member_bytes_metadata,
-            header.summary_count as u64 * block,
-        );
+        Counters::add(&counters.member_bytes_metadata, header.summary_count as u64 * block);
         Counters::add(&counters.member_bytes_padding, padding * block);
         Counters::add(&counters.member_bytes_redundancy, redundancy * block);
         self.members.count_written(header.row_count as u64 * block);
@@ -972,9 +858,7 @@ impl Shared {
                 self.progress.wait(&mut state);
             }
         }
-        self.members
-            .flush_all(self.io_mode == IoMode::Threaded)
-            .inspect_err(|error| self.fail(error.to_string()))?;
+        self.members.flush_all(self.io_mode == IoMode::Threaded).inspect_err(|error| self.fail(error.to_string()))?;
         Counters::add(&self.counters.flushes, 1);
         {
             let mut state = self.state.lock();
@@ -1016,12 +900,7 @@ impl Shared {
 
     /// Read logical block `logical_block` into `out` (4096 bytes). Callers hold the reuse
     /// fence, or pass the state they hold (which also keeps segments from being reused).
-    pub(crate) fn read_block(
-        &self,
-        logical_block: u64,
-        out: &mut [u8],
-        held: Option<&WriteState>,
-    ) -> Result<()> {
+    pub(crate) fn read_block(&self, logical_block: u64, out: &mut [u8], held: Option<&WriteState>) -> Result<()> {
         let position = match self.map.get(logical_block) {
             Mapping::Data { position } => position,
             _ => {
@@ -1041,24 +920,15 @@ impl Shared {
         }
         let expected = self.checksums[position as usize].load(Ordering::Acquire);
         let checksum_of = |column: usize| {
-            let other = self
-                .geometry
-                .position(location.segment, location.row, column);
+            let other = self.geometry.position(location.segment, location.row, column);
             Some(self.checksums[other as usize].load(Ordering::Acquire))
         };
-        self.read_verified(
-            location,
-            &|block| format::block_checksum(block) == expected,
-            &checksum_of,
-            out,
+        self.read_verified(location, &|block| format::block_checksum(block) == expected, &checksum_of, out).map_err(
+            |reason| {
+                Counters::add(&self.counters.unrecoverable_reads, 1);
+                Error::Unrecoverable { logical_block, reason }
+            },
         )
-        .map_err(|reason| {
-            Counters::add(&self.counters.unrecoverable_reads, 1);
-            Error::Unrecoverable {
-                logical_block,
-                reason,
-            }
-        })
     }
 
     fn read_verified(
@@ -1068,16 +938,7 @@ impl Shared {
         checksum_of: &dyn Fn(usize) -> Option<u32>,
         out: &mut [u8],
     ) -> std::result::Result<(), String> {
-        self.members
-            .read_verified(
-                &self.geometry,
-                &self.counters,
-                location,
-                valid,
-                checksum_of,
-                out,
-            )
-            .map(|_| ())
+        self.members.read_verified(&self.geometry, &self.counters, location, valid, checksum_of, false, out).map(|_| ())
     }
 
     pub(crate) fn stats(&self) -> VolumeStats {
@@ -1092,22 +953,14 @@ impl Shared {
         }
         let state = self.state.lock();
         let count_status = |wanted: fn(&SegmentStatus) -> bool| {
-            state
-                .segments
-                .iter()
-                .filter(|segment| wanted(&segment.status))
-                .count() as u64
+            state.segments.iter().filter(|segment| wanted(&segment.status)).count() as u64
         };
         let segments_free = count_status(|status| *status == SegmentStatus::Free);
-        let segments_waiting =
-            count_status(|status| matches!(status, SegmentStatus::WaitingForFlush(_)));
+        let segments_waiting = count_status(|status| matches!(status, SegmentStatus::WaitingForFlush(_)));
         let counters = &self.counters;
         let missing = self.members.missing();
         let member_statuses: Vec<MemberStatus> = self.members.statuses();
-        let member_bytes_written = member_statuses
-            .iter()
-            .map(|member| member.bytes_written)
-            .sum();
+        let member_bytes_written = member_statuses.iter().map(|member| member.bytes_written).sum();
         VolumeStats {
             volume_uuid: uuid::Uuid::from_bytes(self.volume_uuid).to_string(),
             raid_level: geometry.raid_level.to_string(),
@@ -1122,10 +975,7 @@ impl Shared {
             epoch: self.epoch,
             read_only: self.read_only,
             degraded: !missing.is_empty(),
-            failures_still_tolerated: geometry
-                .raid_level
-                .failures_tolerated()
-                .saturating_sub(missing.len()),
+            failures_still_tolerated: geometry.raid_level.failures_tolerated().saturating_sub(missing.len()),
             missing_members: missing,
             failure: self.failure.lock().clone(),
             members: member_statuses,
@@ -1153,12 +1003,10 @@ impl Shared {
             reconstructed_blocks: Counters::get(&counters.reconstructed_blocks),
             unrecoverable_reads: Counters::get(&counters.unrecoverable_reads),
             map_memory_bytes: self.map.size_bytes(),
-            map_bytes_per_logical_block: self.map.size_bytes() as f64
-                / self.map.block_count().max(1) as f64,
+            map_bytes_per_logical_block: self.map.size_bytes() as f64 / self.map.block_count().max(1) as f64,
             checksum_memory_bytes: self.checksums.len() as u64 * 4,
             write_buffer_memory_bytes: (WRITE_PIPELINE_BATCHES * geometry.data_columns()
-                + PARITY_PIPELINE_BATCHES * geometry.parity_shards())
-                as u64
+                + PARITY_PIPELINE_BATCHES * geometry.parity_shards()) as u64
                 * geometry.chunk_size_bytes as u64,
             last_sequence: state.last_sealed_sequence,
             durable_through_sequence: state.durable_through_sequence,
@@ -1168,11 +1016,7 @@ impl Shared {
 }
 
 /// Copy a block that is still only in memory (open or in-flight batch).
-fn copy_from_memory(
-    state: &WriteState,
-    location: crate::geometry::BlockLocation,
-    out: &mut [u8],
-) -> bool {
+fn copy_from_memory(state: &WriteState, location: crate::geometry::BlockLocation, out: &mut [u8]) -> bool {
     if let Some(open) = &state.open {
         if open.segment == location.segment {
             if let Some(index) = open.index_of(location.row, location.column) {
