@@ -122,12 +122,12 @@ pub trait BlockDevice: Send + Sync {
 /// Check alignment and range once, at the edge of every implementation.
 pub fn check_request(size_bytes: u64, offset_bytes: u64, length_bytes: usize, buffer_address: usize) -> Result<()> {
     let alignment = IO_ALIGNMENT_BYTES as u64;
-    if offset_bytes % alignment != 0 || length_bytes as u64 % alignment != 0 {
+    if !offset_bytes.is_multiple_of(alignment) || !(length_bytes as u64).is_multiple_of(alignment) {
         return Err(DeviceError::InvalidRequest(format!(
             "offset {offset_bytes} or length {length_bytes} is not a multiple of {alignment}"
         )));
     }
-    if buffer_address % IO_ALIGNMENT_BYTES != 0 {
+    if !buffer_address.is_multiple_of(IO_ALIGNMENT_BYTES) {
         return Err(DeviceError::InvalidRequest(format!(
             "buffer address {buffer_address:#x} is not {alignment}-byte aligned"
         )));

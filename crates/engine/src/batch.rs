@@ -165,17 +165,17 @@ impl OpenBatch {
             return false;
         };
         match last {
-            Entry::Zero { logical_block: start, block_count } if zero => {
-                if *start + *block_count as u64 == logical_block && *block_count < u32::MAX {
-                    *block_count += 1;
-                    return true;
-                }
+            Entry::Zero { logical_block: start, block_count }
+                if zero && *start + *block_count as u64 == logical_block && *block_count < u32::MAX =>
+            {
+                *block_count += 1;
+                return true;
             }
-            Entry::Trim { logical_block: start, block_count } if !zero => {
-                if *start + *block_count as u64 == logical_block && *block_count < u32::MAX {
-                    *block_count += 1;
-                    return true;
-                }
+            Entry::Trim { logical_block: start, block_count }
+                if !zero && *start + *block_count as u64 == logical_block && *block_count < u32::MAX =>
+            {
+                *block_count += 1;
+                return true;
             }
             _ => {}
         }

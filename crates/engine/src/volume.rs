@@ -360,11 +360,11 @@ impl Volume {
                 &ZEROS[..length_bytes as usize],
             ));
         } else {
-            if offset_bytes % block != 0 {
+            if !offset_bytes.is_multiple_of(block) {
                 let within = (offset_bytes % block) as usize;
                 edges.push(BlockWrite::Patch(offset_bytes / block, within, &ZEROS[..BLOCK_SIZE_BYTES - within]));
             }
-            if end % block != 0 {
+            if !end.is_multiple_of(block) {
                 edges.push(BlockWrite::Patch(end_whole, 0, &ZEROS[..(end % block) as usize]));
             }
         }
@@ -514,7 +514,7 @@ impl Shared {
     }
 
     fn check_range(&self, offset_bytes: u64, length_bytes: u64) -> Result<()> {
-        if offset_bytes % SECTOR_SIZE_BYTES != 0 || length_bytes % SECTOR_SIZE_BYTES != 0 {
+        if !offset_bytes.is_multiple_of(SECTOR_SIZE_BYTES) || !length_bytes.is_multiple_of(SECTOR_SIZE_BYTES) {
             return Err(Error::InvalidRequest(format!(
                 "offset {offset_bytes} and length {length_bytes} must be multiples of {SECTOR_SIZE_BYTES}"
             )));

@@ -1,1 +1,416 @@
-fn main() {}
+//! `stripelog`: the command line. CLI and glue only: parsing, opening members by path,
+//! printing reports. The work is done by the engine and benchmark crates.
+
+mod units;
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use stripelog_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
+use stripelog_engine::{CheckReport, CreateOptions, MemberDevice, OpenOptions, RaidLevel, Volume, VolumeStats};
+use units::format_bytes;
+
+const EXAMPLES: &str = "\
+Examples:
+  # a RAID-5 volume on five sparse 4 GiB files (created if missing)
+  stripelog create --raid 5 --chunk 1MiB --spare 20% --member-size 4GiB d/m0 d/m1 d/m2 d/m3 d/m4
+  # what it holds, for people and for scripts
+  stripelog info d/m0 d/m1 d/m2 d/m3 d/m4
+  stripelog info --json d/m0 d/m1 d/m2 d/m3 d/m4
+  # a member is gone: open degraded (RAID-5/6/10 only)
+  stripelog info d/m0 missing d/m2 d/m3 d/m4
+  # verify every checksum and parity row
+  stripelog check d/m0 d/m1 d/m2 d/m3 d/m4
+  # random 4 KiB writes against the members' own sequential bandwidth
+  stripelog bench engine --dir /var/tmp/stripelog-bench --duration 10s";
+
+#[derive(Parser)]
+#[command(name = "stripelog", version, about = "Log-structured, full-stripe RAID for flash drives", after_help = EXAMPLES)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a new volume on MEMBER... (files are created sparse when missing).
+    #[command(
+        after_help = "Example:\n  stripelog create --raid 6 --chunk 1MiB --spare 27% --member-size 8GiB /dev/sdb /dev/sdc /dev/sdd /dev/sde"
+    )]
+    Create(CreateArguments),
+    /// Show a volume's geometry, space and counters.
+    #[command(after_help = "Example:\n  stripelog info --json d/m0 d/m1 d/m2 d/m3 d/m4")]
+    Info(InspectArguments),
+    /// Verify every live block's checksum and every parity row; exit 1 on damage.
+    #[command(after_help = "Example:\n  stripelog check d/m0 d/m1 d/m2 d/m3 d/m4 && echo clean")]
+    Check(InspectArguments),
+    /// Benchmarks that print figures.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Args)]
+struct CreateArguments {
+    /// RAID level: 0, 1 (two-member mirror), 10, 5 or 6.
+    #[arg(long, default_value = "5")]
+    raid: String,
+    /// Chunk written to one member per segment: a power of two from 64KiB to 16MiB.
+    #[arg(long, default_value = "1MiB", value_parser = units::parse_size)]
+    chunk: u64,
+    /// Share of the data capacity held back from the logical size (free space for the log).
+    #[arg(long, default_value = "20%", value_parser = units::parse_fraction_ppm)]
+    spare: u32,
+    /// Size of member files to create (ignored for block devices and existing larger files).
+    #[arg(long, value_parser = units::parse_size)]
+    member_size: Option<u64>,
+    /// Print the new volume's info as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Members in order: files, block devices.
+    #[arg(required = true)]
+    members: Vec<PathBuf>,
+}
+
+#[derive(Args)]
+struct InspectArguments {
+    /// Print JSON for machines.
+    #[arg(long)]
+    json: bool,
+    /// Members in order; `missing` (or a path that does not exist) for a lost member.
+    #[arg(required = true)]
+    members: Vec<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// 4 KiB random writes in process (1 and several threads) on a fresh volume of file
+    /// members, as a ratio of the members' own sequential O_DIRECT write bandwidth
+    /// measured in the same run; then random reads and the engine's memory per GiB.
+    #[command(
+        after_help = "Example:\n  stripelog bench engine --dir /var/tmp/sl --members 5 --member-size 8GiB --threads 1,4 --duration 10s --json engine.json"
+    )]
+    Engine(EngineBenchArguments),
+}
+
+#[derive(Args)]
+struct EngineBenchArguments {
+    /// Directory for the member files (created; files removed afterwards unless --keep).
+    #[arg(long, default_value = "stripelog-bench")]
+    dir: PathBuf,
+    #[arg(long, default_value_t = 5)]
+    members: usize,
+    #[arg(long, default_value = "8GiB", value_parser = units::parse_size)]
+    member_size: u64,
+    #[arg(long, default_value = "1MiB", value_parser = units::parse_size)]
+    chunk: u64,
+    #[arg(long, default_value = "5")]
+    raid: String,
+    /// Random I/O goes over the first SIZE of the volume.
+    #[arg(long, default_value = "4GiB", value_parser = units::parse_size)]
+    region: u64,
+    /// Time per phase.
+    #[arg(long, default_value = "10s", value_parser = units::parse_duration)]
+    duration: std::time::Duration,
+    /// Writer thread counts, one phase each.
+    #[arg(long, default_value = "1,4", value_delimiter = ',')]
+    threads: Vec<usize>,
+    /// Reader thread counts, one phase each.
+    #[arg(long, default_value = "1,8", value_delimiter = ',')]
+    read_threads: Vec<usize>,
+    /// Keep the member files.
+    #[arg(long)]
+    keep: bool,
+    /// Also write the report as JSON to FILE.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn parse_raid(text: &str) -> Result<RaidLevel, String> {
+    match text.trim().to_ascii_lowercase().trim_start_matches("raid") {
+        "0" => Ok(RaidLevel::Raid0),
+        "1" | "10" => Ok(RaidLevel::Raid10),
+        "5" => Ok(RaidLevel::Raid5),
+        "6" => Ok(RaidLevel::Raid6),
+        _ => Err(format!("unknown RAID level '{text}': use 0, 1, 10, 5 or 6")),
+    }
+}
+
+/// Open members by path: `missing` or a path that does not exist is a missing member.
+fn open_members(
+    paths: &[PathBuf],
+    create_size_bytes: Option<u64>,
+    read_only: bool,
+) -> Result<Vec<MemberDevice>, String> {
+    paths
+        .iter()
+        .map(|path| {
+            let name = path.display().to_string();
+            if create_size_bytes.is_none() && (name == "missing" || !path.exists()) {
+                if name != "missing" {
+                    eprintln!("stripelog: {name} does not exist: treating it as a missing member");
+                }
+                return Ok(MemberDevice { name, device: None });
+            }
+            if let (Some(parent), Some(_)) = (path.parent(), create_size_bytes) {
+                if !parent.as_os_str().is_empty() {
+                    std::fs::create_dir_all(parent).map_err(|error| format!("{}: {error}", parent.display()))?;
+                }
+            }
+            let options = FileDeviceOptions { create_size_bytes, read_only, ..FileDeviceOptions::default() };
+            let device = FileDevice::open(path, &options).map_err(|error| format!("{name}: {error}"))?;
+            Ok(MemberDevice { name, device: Some(Arc::new(device) as Arc<dyn BlockDevice>) })
+        })
+        .collect()
+}
+
+fn print_info(stats: &VolumeStats) {
+    let state = match (&stats.failure, stats.degraded) {
+        (Some(_), _) => "FAILED",
+        (None, true) => "DEGRADED",
+        (None, false) => "ONLINE",
+    };
+    println!("volume {}", stats.volume_uuid);
+    println!("  state          {state}: survives {} more member failure(s)", stats.failures_still_tolerated);
+    if let Some(failure) = &stats.failure {
+        println!("  failure        {failure}");
+    }
+    println!(
+        "  geometry       {} on {} members, {} data columns, chunk {}, block {}",
+        stats.raid_level,
+        stats.member_count,
+        stats.data_columns,
+        format_bytes(stats.chunk_size_bytes as u64),
+        format_bytes(stats.block_size_bytes as u64)
+    );
+    println!(
+        "  logical size   {} ({} bytes), spare {:.1} % of {} data capacity",
+        format_bytes(stats.logical_size_bytes),
+        stats.logical_size_bytes,
+        stats.spare_fraction * 100.0,
+        format_bytes(stats.physical_data_bytes)
+    );
+    let block = stats.block_size_bytes as u64;
+    println!(
+        "  mapped         {} in {} blocks; {} zero blocks (no media)",
+        format_bytes(stats.blocks_mapped * block),
+        stats.blocks_mapped,
+        stats.blocks_zero
+    );
+    println!(
+        "  segments       {} used, {} free, {} waiting for a flush, of {}",
+        stats.segments_used, stats.segments_free, stats.segments_waiting_for_flush, stats.segments_total
+    );
+    println!(
+        "  host written   {}; members written {} (data {}, redundancy {}, metadata {}, padding {})",
+        format_bytes(stats.host_bytes_written),
+        format_bytes(stats.member_bytes_written),
+        format_bytes(stats.member_bytes_data),
+        format_bytes(stats.member_bytes_redundancy),
+        format_bytes(stats.member_bytes_metadata),
+        format_bytes(stats.member_bytes_padding)
+    );
+    println!(
+        "  memory         map {} ({:.0} bytes per logical block), checksums {}, write buffers {}",
+        format_bytes(stats.map_memory_bytes),
+        stats.map_bytes_per_logical_block,
+        format_bytes(stats.checksum_memory_bytes),
+        format_bytes(stats.write_buffer_memory_bytes)
+    );
+    let recovery = &stats.recovery;
+    println!(
+        "  mount          {} segments scanned, {} batches replayed, {} verified, {} discarded, {} shards repaired in {:.3} s",
+        recovery.segments_scanned,
+        recovery.batches_replayed,
+        recovery.tail_batches_verified,
+        recovery.batches_discarded,
+        recovery.shards_repaired,
+        recovery.seconds
+    );
+    println!("  members");
+    for member in &stats.members {
+        let state = if member.present { "ONLINE " } else { "MISSING" };
+        println!("    {:>2}  {state}  {}  {}", member.index, member.name, member.description);
+    }
+}
+
+fn print_check(report: &CheckReport) {
+    println!(
+        "checked {} batches, {} blocks in {} segments",
+        report.batches_checked, report.blocks_checked, report.segments_scanned
+    );
+    println!("  damaged blocks rebuildable from redundancy: {}", report.blocks_repairable);
+    println!("  damaged blocks that cannot be rebuilt:      {}", report.blocks_unrecoverable);
+    println!("  stripe rows with bad parity or mirror:      {}", report.rows_with_bad_redundancy);
+    if report.batches_after_log_end > 0 {
+        println!("  batches after the end of the log (unflushed writes of a crash): {}", report.batches_after_log_end);
+    }
+    if !report.logical_blocks_unrecoverable.is_empty() {
+        let shown: Vec<String> = report.logical_blocks_unrecoverable.iter().take(32).map(u64::to_string).collect();
+        println!("  unreadable logical blocks (4 KiB): {}", shown.join(", "));
+    }
+    println!("{}", if report.is_clean() { "clean" } else { "DAMAGED" });
+}
+
+fn print_json<T: serde::Serialize>(value: &T) -> Result<(), String> {
+    println!("{}", serde_json::to_string_pretty(value).map_err(|error| error.to_string())?);
+    Ok(())
+}
+
+fn run(cli: Cli) -> Result<ExitCode, String> {
+    match cli.command {
+        Command::Create(arguments) => {
+            let raid_level = parse_raid(&arguments.raid)?;
+            let chunk_size_bytes = u32::try_from(arguments.chunk).map_err(|_| "chunk size is too large".to_string())?;
+            let members = open_members(&arguments.members, Some(arguments.member_size.unwrap_or(0)), false)?;
+            let options = CreateOptions { raid_level, chunk_size_bytes, spare_ppm: arguments.spare, volume_uuid: None };
+            let volume =
+                Volume::create(members, &options, &OpenOptions::default()).map_err(|error| error.to_string())?;
+            let stats = volume.stats();
+            volume.close().map_err(|error| error.to_string())?;
+            if arguments.json {
+                print_json(&stats)?;
+            } else {
+                print_info(&stats);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Info(arguments) => {
+            let volume = open_read_only(&arguments.members)?;
+            let stats = volume.stats();
+            if arguments.json {
+                print_json(&stats)?;
+            } else {
+                print_info(&stats);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check(arguments) => {
+            let volume = open_read_only(&arguments.members)?;
+            let bar = spinner("verifying every live block and parity row");
+            let report = volume.check().map_err(|error| error.to_string());
+            bar.finish_and_clear();
+            let report = report?;
+            if arguments.json {
+                print_json(&report)?;
+            } else {
+                print_check(&report);
+            }
+            Ok(if report.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::Bench(BenchCommand::Engine(arguments)) => bench_engine(arguments),
+    }
+}
+
+/// A spinner on stderr for long work; indicatif draws nothing when stderr is not a TTY.
+fn spinner(message: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} [{elapsed}] {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    bar.set_message(message.to_string());
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}
+
+fn open_read_only(paths: &[PathBuf]) -> Result<Volume, String> {
+    let members = open_members(paths, None, true)?;
+    let options = OpenOptions { read_only: true, flush_interval: None, ..OpenOptions::default() };
+    let bar = spinner("reading segment summaries");
+    let volume = Volume::open(members, &options).map_err(|error| error.to_string());
+    bar.finish_and_clear();
+    volume
+}
+
+fn bench_engine(arguments: EngineBenchArguments) -> Result<ExitCode, String> {
+    let options = stripelog_bench::engine::Options {
+        directory: arguments.dir,
+        member_count: arguments.members,
+        member_size_bytes: arguments.member_size,
+        chunk_size_bytes: u32::try_from(arguments.chunk).map_err(|_| "chunk size is too large".to_string())?,
+        raid_level: parse_raid(&arguments.raid)?,
+        region_bytes: arguments.region,
+        duration: arguments.duration,
+        write_thread_counts: arguments.threads,
+        read_thread_counts: arguments.read_threads,
+        keep_files: arguments.keep,
+    };
+    let bar = spinner("starting");
+    let report = stripelog_bench::engine::run(&options, &|line| {
+        if bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            bar.println(line);
+            bar.set_message(line.trim().to_string());
+        }
+    });
+    bar.finish_and_clear();
+    let report = report?;
+    println!(
+        "stripelog engine benchmark: {} × {} members ({}), chunk {}, 4 KiB random I/O over {}",
+        report.raid_level,
+        report.member_count,
+        format_bytes(report.member_size_bytes),
+        format_bytes(report.chunk_size_bytes as u64),
+        format_bytes(report.region_bytes)
+    );
+    println!(
+        "members' sequential O_DIRECT write bandwidth: {:.0} MB/s (all members at once); data fraction {:.2}",
+        report.sequential_write_bytes_per_second / 1e6,
+        report.data_fraction
+    );
+    println!("{:<14} {:>8} {:>12} {:>10} {:>8}", "phase", "threads", "IOPS", "MB/s", "ratio");
+    for phase in &report.random_write {
+        println!(
+            "{:<14} {:>8} {:>12.0} {:>10.1} {:>8.2}{}",
+            "random write",
+            phase.threads,
+            phase.iops,
+            phase.bytes_per_second / 1e6,
+            phase.ratio_to_sequential.unwrap_or(0.0),
+            if phase.stopped_by_space_budget { "  (stopped at the space budget)" } else { "" }
+        );
+    }
+    for phase in &report.random_read {
+        println!(
+            "{:<14} {:>8} {:>12.0} {:>10.1} {:>8}",
+            "random read",
+            phase.threads,
+            phase.iops,
+            phase.bytes_per_second / 1e6,
+            ""
+        );
+    }
+    println!("ratio = write IOPS × 4 KiB ÷ (sequential bandwidth × data fraction); bar 0.6, goal 0.9");
+    println!(
+        "engine memory: {:.2} MiB per logical GiB (map {:.0} bytes per 4 KiB block, checksums, write buffers){}",
+        report.engine_memory_bytes_per_logical_gib / (1 << 20) as f64,
+        report.map_bytes_per_logical_block,
+        report
+            .resident_memory_bytes_per_logical_gib
+            .map(|bytes| format!("; process resident growth {:.2} MiB per logical GiB", bytes / (1 << 20) as f64))
+            .unwrap_or_default()
+    );
+    if let Some(path) = arguments.json {
+        let text = serde_json::to_string_pretty(&report).map_err(|error| error.to_string())?;
+        std::fs::write(&path, text).map_err(|error| format!("{}: {error}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    // SAFETY: called first thing in main, before any thread starts; restoring the default
+    // action makes `stripelog info | head` end quietly like other Unix tools instead of
+    // panicking on a closed pipe.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("stripelog: {message}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! The engine benchmark: 4 KiB random writes in process, with one and several threads,
+//! on a fresh volume of file members, against the members' own sequential O_DIRECT write
+//! bandwidth measured on the same files in the same run; then random reads.
+//!
+//! The figure of merit is `(write IOPS × 4 KiB) ÷ (sequential bandwidth × data fraction)`:
+//! the share of the drives' linear speed that random writes reach (the seed system claims
+//! 0.95). The data fraction is (n−1)/n for RAID-5: parity costs what it must.
+
+use crate::workload::RandomData;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use stripelog_blockdev::{AlignedBuffer, BlockDevice, FileDevice, FileDeviceOptions, IoRequest, Prng};
+use stripelog_engine::{CreateOptions, MemberDevice, OpenOptions, RaidLevel, Volume};
+
+/// Block size of the random I/O.
+pub const IO_SIZE_BYTES: usize = 4096;
+/// Sequential baseline: chunk-sized writes, this many in flight per member.
+const SEQUENTIAL_QUEUE_DEPTH: usize = 4;
+/// A write phase stops when it has written this share of the volume's physical data
+/// capacity (there is no garbage collector yet to make room beyond it).
+const WRITE_BUDGET_SHARE: f64 = 0.7;
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub directory: PathBuf,
+    pub member_count: usize,
+    pub member_size_bytes: u64,
+    pub chunk_size_bytes: u32,
+    pub raid_level: RaidLevel,
+    pub region_bytes: u64,
+    pub duration: Duration,
+    pub write_thread_counts: Vec<usize>,
+    pub read_thread_counts: Vec<usize>,
+    pub keep_files: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Phase {
+    pub threads: usize,
+    pub operations: u64,
+    pub seconds: f64,
+    pub iops: f64,
+    pub bytes_per_second: f64,
+    /// Writes: IOPS × 4 KiB ÷ (sequential bandwidth × data fraction).
+    pub ratio_to_sequential: Option<f64>,
+    /// The phase ended on the space budget rather than on time.
+    pub stopped_by_space_budget: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub member_count: usize,
+    pub raid_level: String,
+    pub member_size_bytes: u64,
+    pub chunk_size_bytes: u32,
+    pub region_bytes: u64,
+    pub members: Vec<String>,
+    pub sequential_write_bytes_per_second: f64,
+    pub data_fraction: f64,
+    pub random_write: Vec<Phase>,
+    pub random_read: Vec<Phase>,
+    pub logical_size_bytes: u64,
+    pub map_bytes_per_logical_block: f64,
+    pub engine_memory_bytes: u64,
+    pub engine_memory_bytes_per_logical_gib: f64,
+    pub resident_memory_bytes_per_logical_gib: Option<f64>,
+}
+
+fn member_paths(options: &Options) -> Vec<PathBuf> {
+    (0..options.member_count).map(|index| options.directory.join(format!("bench-member-{index}"))).collect()
+}
+
+fn open_devices(paths: &[PathBuf], size_bytes: u64) -> Result<Vec<Arc<FileDevice>>, String> {
+    paths
+        .iter()
+        .map(|path| {
+            let options = FileDeviceOptions { create_size_bytes: Some(size_bytes), ..FileDeviceOptions::default() };
+            FileDevice::open(path, &options).map(Arc::new).map_err(|error| format!("{}: {error}", path.display()))
+        })
+        .collect()
+}
+
+/// Write every member sequentially, all members at once, with chunk-sized O_DIRECT
+/// writes, for `duration` or until the members are full; returns bytes per second
+/// (including the final flush).
+pub fn sequential_write_bandwidth(
+    devices: &[Arc<FileDevice>],
+    chunk_size_bytes: usize,
+    duration: Duration,
+) -> Result<f64, String> {
+    let started = Instant::now();
+    let written: Vec<Result<u64, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = devices
+            .iter()
+            .map(|device| {
+                scope.spawn(move || {
+                    let buffers: Vec<AlignedBuffer> = (0..SEQUENTIAL_QUEUE_DEPTH)
+                        .map(|index| {
+                            let mut buffer = AlignedBuffer::zeroed(chunk_size_bytes);
+                            Prng::new(index as u64 + 1).fill(&mut buffer);
+                            buffer
+                        })
+                        .collect();
+                    let mut offset = 0u64;
+                    let size = device.size_bytes();
+                    while started.elapsed() < duration
+                        && offset + (chunk_size_bytes * SEQUENTIAL_QUEUE_DEPTH) as u64 <= size
+                    {
+                        let mut requests: Vec<IoRequest> = buffers
+                            .iter()
+                            .enumerate()
+                            .map(|(index, buffer)| IoRequest::Write {
+                                buffer,
+                                offset_bytes: offset + (index * chunk_size_bytes) as u64,
+                            })
+                            .collect();
+                        for result in device.submit_batch(&mut requests) {
+                            result.map_err(|error| error.to_string())?;
+                        }
+                        offset += (chunk_size_bytes * SEQUENTIAL_QUEUE_DEPTH) as u64;
+                    }
+                    device.flush().map_err(|error| error.to_string())?;
+                    Ok(offset)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|handle| handle.join().unwrap_or(Err("thread panicked".into()))).collect()
+    });
+    let seconds = started.elapsed().as_secs_f64();
+    let mut total = 0;
+    for bytes in written {
+        total += bytes?;
+    }
+    Ok(total as f64 / seconds)
+}
+
+fn create_volume(devices: &[Arc<FileDevice>], options: &Options) -> Result<Volume, String> {
+    let members = devices
+        .iter()
+        .enumerate()
+        .map(|(index, device)| MemberDevice {
+            name: format!("bench-member-{index}"),
+            device: Some(device.clone() as Arc<dyn BlockDevice>),
+        })
+        .collect();
+    let create = CreateOptions {
+        raid_level: options.raid_level,
+        chunk_size_bytes: options.chunk_size_bytes,
+        ..CreateOptions::default()
+    };
+    Volume::create(members, &create, &OpenOptions::default()).map_err(|error| error.to_string())
+}
+
+/// Run `threads` workers doing 4 KiB random I/O over the first `region_bytes` of the
+/// volume until `duration` passes or `byte_budget` bytes are done.
+fn random_phase(
+    volume: &Volume,
+    data: &RandomData,
+    threads: usize,
+    region_bytes: u64,
+    duration: Duration,
+    byte_budget: u64,
+    write: bool,
+) -> Result<Phase, String> {
+    let blocks = region_bytes / IO_SIZE_BYTES as u64;
+    let operations = AtomicU64::new(0);
+    let over_budget = AtomicBool::new(false);
+    let failure = std::sync::Mutex::new(None::<String>);
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for thread in 0..threads {
+            let (operations, over_budget, failure) = (&operations, &over_budget, &failure);
+            scope.spawn(move || {
+                let mut prng = Prng::new(0xBE_7C4 + thread as u64);
+                let mut read_buffer = vec![0u8; IO_SIZE_BYTES];
+                while started.elapsed() < duration && !over_budget.load(Ordering::Relaxed) {
+                    let offset = prng.below(blocks) * IO_SIZE_BYTES as u64;
+                    let result = if write {
+                        volume.write(offset, data.window(&mut prng, IO_SIZE_BYTES), false)
+                    } else {
+                        volume.read(offset, &mut read_buffer)
+                    };
+                    if let Err(error) = result {
+                        if let Ok(mut slot) = failure.lock() {
+                            slot.get_or_insert(error.to_string());
+                        }
+                        over_budget.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                    let done = operations.fetch_add(1, Ordering::Relaxed) + 1;
+                    if done * IO_SIZE_BYTES as u64 >= byte_budget {
+                        over_budget.store(true, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    if write {
+        volume.flush().map_err(|error| error.to_string())?;
+    }
+    if let Some(error) = failure.lock().ok().and_then(|slot| slot.clone()) {
+        return Err(error);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let operations = operations.load(Ordering::Relaxed);
+    let iops = operations as f64 / seconds;
+    Ok(Phase {
+        threads,
+        operations,
+        seconds,
+        iops,
+        bytes_per_second: iops * IO_SIZE_BYTES as f64,
+        ratio_to_sequential: None,
+        stopped_by_space_budget: over_budget.load(Ordering::Relaxed) && started.elapsed() < duration,
+    })
+}
+
+/// Fill the first `region_bytes` sequentially (so random reads hit mapped blocks).
+fn fill_region(volume: &Volume, data: &RandomData, region_bytes: u64) -> Result<(), String> {
+    const FILL_SIZE_BYTES: usize = 1 << 20;
+    let mut prng = Prng::new(7);
+    let mut offset = 0;
+    while offset < region_bytes {
+        let length = FILL_SIZE_BYTES.min((region_bytes - offset) as usize);
+        volume.write(offset, data.window(&mut prng, length), false).map_err(|error| error.to_string())?;
+        offset += length as u64;
+    }
+    volume.flush().map_err(|error| error.to_string())
+}
+
+/// Run the whole benchmark; `progress` receives a line per step.
+pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String> {
+    std::fs::create_dir_all(&options.directory).map_err(|error| format!("{}: {error}", options.directory.display()))?;
+    let paths = member_paths(options);
+    let result = run_in(options, &paths, progress);
+    if !options.keep_files {
+        for path in &paths {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    result
+}
+
+fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Result<Report, String> {
+    let devices = open_devices(paths, options.member_size_bytes)?;
+    let descriptions: Vec<String> = devices.iter().map(|device| device.describe()).collect();
+    progress(&format!("members: {}", descriptions.join("; ")));
+    progress("measuring the members' sequential O_DIRECT write bandwidth (all members at once)");
+    let sequential = sequential_write_bandwidth(&devices, options.chunk_size_bytes as usize, options.duration)?;
+    progress(&format!("  {:.0} MB/s", sequential / 1e6));
+    let data = RandomData::new(42);
+    let mut random_write = Vec::new();
+    let mut last_volume = None;
+    let mut data_fraction = 1.0;
+    let mut logical_size_bytes = 0;
+    for &threads in &options.write_thread_counts {
+        drop(last_volume.take()); // close the previous volume before re-creating on the same files
+        let memory_before = crate::resident_memory_bytes();
+        let volume = create_volume(&devices, options)?;
+        let stats = volume.stats();
+        data_fraction = stats.data_columns as f64 / stats.member_count as f64;
+        logical_size_bytes = stats.logical_size_bytes;
+        let region = options.region_bytes.min(stats.logical_size_bytes);
+        let budget = (stats.physical_data_bytes as f64 * WRITE_BUDGET_SHARE) as u64;
+        progress(&format!("4 KiB random writes, {threads} thread(s), region {} MiB", region >> 20));
+        let mut phase = random_phase(&volume, &data, threads, region, options.duration, budget, true)?;
+        phase.ratio_to_sequential = Some(phase.bytes_per_second / (sequential * data_fraction));
+        progress(&format!(
+            "  {:.0} IOPS, {:.0} MB/s, ratio {:.2}",
+            phase.iops,
+            phase.bytes_per_second / 1e6,
+            phase.ratio_to_sequential.unwrap_or(0.0)
+        ));
+        random_write.push(phase);
+        last_volume = Some((volume, memory_before));
+    }
+    let (volume, memory_before) = match last_volume {
+        Some(pair) => pair,
+        None => (create_volume(&devices, options)?, crate::resident_memory_bytes()),
+    };
+    let region = options.region_bytes.min(volume.stats().logical_size_bytes);
+    progress(&format!("filling the {} MiB region for the read phase", region >> 20));
+    fill_region(&volume, &data, region)?;
+    let mut random_read = Vec::new();
+    for &threads in &options.read_thread_counts {
+        progress(&format!("4 KiB random reads, {threads} thread(s)"));
+        let phase = random_phase(&volume, &data, threads, region, options.duration, u64::MAX, false)?;
+        progress(&format!("  {:.0} IOPS", phase.iops));
+        random_read.push(phase);
+    }
+    let stats = volume.stats();
+    let logical_gib = logical_size_bytes as f64 / (1u64 << 30) as f64;
+    let engine_memory = stats.map_memory_bytes + stats.checksum_memory_bytes + stats.write_buffer_memory_bytes;
+    let resident = match (memory_before, crate::resident_memory_bytes()) {
+        (Some(before), Some(after)) => Some(after.saturating_sub(before) as f64 / logical_gib),
+        _ => None,
+    };
+    volume.close().map_err(|error| error.to_string())?;
+    Ok(Report {
+        member_count: options.member_count,
+        raid_level: options.raid_level.to_string(),
+        member_size_bytes: options.member_size_bytes,
+        chunk_size_bytes: options.chunk_size_bytes,
+        region_bytes: options.region_bytes,
+        members: descriptions,
+        sequential_write_bytes_per_second: sequential,
+        data_fraction,
+        random_write,
+        random_read,
+        logical_size_bytes,
+        map_bytes_per_logical_block: stats.map_bytes_per_logical_block,
+        engine_memory_bytes: engine_memory,
+        engine_memory_bytes_per_logical_gib: engine_memory as f64 / logical_gib,
+        resident_memory_bytes_per_logical_gib: resident,
+    })
+}
+
+/// The default directory for benchmark members: beside the working directory.
+pub fn default_directory() -> PathBuf {
+    Path::new("stripelog-bench").to_path_buf()
+}

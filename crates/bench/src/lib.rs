@@ -1,0 +1,11 @@
+//! Benchmarks that print figures (never timed tests). Every figure is a ratio against a
+//! limit measured in the same run, because this kind of machine is small and noisy.
+//!
+//! [`engine::run`] measures stripelog's 4 KiB random writes in process against the
+//! members' own sequential O_DIRECT write bandwidth on the same files.
+
+pub mod engine;
+mod memory;
+mod workload;
+
+pub use memory::resident_memory_bytes;

@@ -1,0 +1,121 @@
+//! Sizes and fractions as people type them: `4GiB`, `1MiB`, `512`, `4G`, `27%`, `0.27`.
+
+/// Parse a byte size: a number with an optional binary (KiB, MiB, GiB, TiB; K, M, G, T)
+/// or decimal (KB, MB, GB, TB) suffix, case-insensitive.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let split = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
+    let (number, suffix) = trimmed.split_at(split);
+    let value: f64 = number.parse().map_err(|_| format!("'{text}' is not a size (try 4GiB, 1MiB, 65536)"))?;
+    let multiplier: f64 = match suffix.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        other => return Err(format!("unknown size unit '{other}' in '{text}' (use KiB, MiB, GiB, TiB)")),
+    };
+    let bytes = value * multiplier;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 || bytes.fract() != 0.0 {
+        return Err(format!("'{text}' is not a whole number of bytes"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Parse a fraction as parts per million: `27%`, `27 %` or `0.27`.
+pub fn parse_fraction_ppm(text: &str) -> Result<u32, String> {
+    let trimmed = text.trim();
+    let value = match trimmed.strip_suffix('%') {
+        Some(percent) => percent.trim().parse::<f64>().map(|value| value / 100.0),
+        None => trimmed.parse::<f64>(),
+    }
+    .map_err(|_| format!("'{text}' is not a fraction (try 20% or 0.2)"))?;
+    if !(0.0..1.0).contains(&value) {
+        return Err(format!("'{text}' must be at least 0 % and below 100 %"));
+    }
+    Ok((value * 1_000_000.0).round() as u32)
+}
+
+/// Parse a duration: `10s`, `500ms`, `2m`, or plain seconds.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let trimmed = text.trim();
+    let (number, scale) = if let Some(value) = trimmed.strip_suffix("ms") {
+        (value, 1e-3)
+    } else if let Some(value) = trimmed.strip_suffix('s') {
+        (value, 1.0)
+    } else if let Some(value) = trimmed.strip_suffix('m') {
+        (value, 60.0)
+    } else {
+        (trimmed, 1.0)
+    };
+    let seconds: f64 = number.trim().parse().map_err(|_| format!("'{text}' is not a duration (try 10s, 500ms)"))?;
+    if !seconds.is_finite() || seconds <= 0.0 {
+        return Err(format!("'{text}' must be a positive duration"));
+    }
+    Ok(std::time::Duration::from_secs_f64(seconds * scale))
+}
+
+/// `1536` → `1.5 KiB`.
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        let cases: &[(&str, Result<u64, ()>)] = &[
+            ("4GiB", Ok(4 << 30)),
+            ("1MiB", Ok(1 << 20)),
+            ("64k", Ok(64 << 10)),
+            ("65536", Ok(65536)),
+            ("1.5KiB", Ok(1536)),
+            ("2GB", Ok(2_000_000_000)),
+            ("4 GiB", Ok(4 << 30)),
+            ("", Err(())),
+            ("GiB", Err(())),
+            ("4XB", Err(())),
+            ("0.3", Err(())),
+            ("-1", Err(())),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(parse_size(text).map_err(|_| ()), *expected, "{text}");
+        }
+    }
+
+    #[test]
+    fn fractions_parse() {
+        assert_eq!(parse_fraction_ppm("27%"), Ok(270_000));
+        assert_eq!(parse_fraction_ppm("0.2"), Ok(200_000));
+        assert_eq!(parse_fraction_ppm("7 %"), Ok(70_000));
+        assert!(parse_fraction_ppm("100%").is_err());
+        assert!(parse_fraction_ppm("-5%").is_err());
+        assert!(parse_fraction_ppm("lots").is_err());
+    }
+
+    #[test]
+    fn durations_and_formatting() {
+        assert_eq!(parse_duration("10s"), Ok(std::time::Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(std::time::Duration::from_millis(500)));
+        assert!(parse_duration("0s").is_err());
+        assert_eq!(format_bytes(1536), "1.5 KiB");
+        assert_eq!(format_bytes(512), "512 B");
+    }
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Install the Debian packages stripelog's tests and tools need, when they are missing.
+# Idempotent: does nothing when everything is there. Needs root (or sudo) only to install.
+set -euo pipefail
+
+# One line per package: why it is needed.
+packages=(
+  # (none yet: the engine's tests need only the Rust toolchain. The NBD server's tests
+  #  add libnbd-bin, nbdkit, qemu-utils, fio and fuse3 here.)
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: nothing to install"
+  exit 0
+fi
+
+if ! command -v apt-get >/dev/null; then
+  echo "install-deps: apt-get not found; install these yourself: ${missing[*]}" >&2
+  exit 1
+fi
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
