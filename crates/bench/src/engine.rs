@@ -58,7 +58,11 @@ pub struct Report {
     pub chunk_size_bytes: u32,
     pub region_bytes: u64,
     pub members: Vec<String>,
+    /// The members' sequential bandwidth: the higher of the two measurements (the
+    /// conservative choice for the ratio), and each of them.
     pub sequential_write_bytes_per_second: f64,
+    pub sequential_write_bytes_per_second_before: f64,
+    pub sequential_write_bytes_per_second_after: f64,
     pub data_fraction: f64,
     pub random_write: Vec<Phase>,
     pub random_read: Vec<Phase>,
@@ -249,39 +253,36 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
     let descriptions: Vec<String> = devices.iter().map(|device| device.describe()).collect();
     progress(&format!("members: {}", descriptions.join("; ")));
     progress("measuring the members' sequential O_DIRECT write bandwidth (all members at once)");
-    let sequential = sequential_write_bandwidth(&devices, options.chunk_size_bytes as usize, options.duration)?;
-    progress(&format!("  {:.0} MB/s", sequential / 1e6));
+    let sequential_before = sequential_write_bandwidth(&devices, options.chunk_size_bytes as usize, options.duration)?;
+    progress(&format!("  {:.0} MB/s", sequential_before / 1e6));
     let data = RandomData::new(42);
     let mut random_write = Vec::new();
-    let mut last_volume = None;
-    let mut data_fraction = 1.0;
-    let mut logical_size_bytes = 0;
     for &threads in &options.write_thread_counts {
-        drop(last_volume.take()); // close the previous volume before re-creating on the same files
-        let memory_before = crate::resident_memory_bytes();
         let volume = create_volume(&devices, options)?;
         let stats = volume.stats();
-        data_fraction = stats.data_columns as f64 / stats.member_count as f64;
-        logical_size_bytes = stats.logical_size_bytes;
         let region = options.region_bytes.min(stats.logical_size_bytes);
         let budget = (stats.physical_data_bytes as f64 * WRITE_BUDGET_SHARE) as u64;
         progress(&format!("4 KiB random writes, {threads} thread(s), region {} MiB", region >> 20));
-        let mut phase = random_phase(&volume, &data, threads, region, options.duration, budget, true)?;
-        phase.ratio_to_sequential = Some(phase.bytes_per_second / (sequential * data_fraction));
-        progress(&format!(
-            "  {:.0} IOPS, {:.0} MB/s, ratio {:.2}",
-            phase.iops,
-            phase.bytes_per_second / 1e6,
-            phase.ratio_to_sequential.unwrap_or(0.0)
-        ));
+        let phase = random_phase(&volume, &data, threads, region, options.duration, budget, true)?;
+        progress(&format!("  {:.0} IOPS, {:.0} MB/s", phase.iops, phase.bytes_per_second / 1e6));
         random_write.push(phase);
-        last_volume = Some((volume, memory_before));
+        volume.close().map_err(|error| error.to_string())?;
     }
-    let (volume, memory_before) = match last_volume {
-        Some(pair) => pair,
-        None => (create_volume(&devices, options)?, crate::resident_memory_bytes()),
-    };
-    let region = options.region_bytes.min(volume.stats().logical_size_bytes);
+    // Measure the members again, on the same files, after the writes: the disk is noisy,
+    // and the ratio uses the higher figure.
+    progress("measuring the members' sequential bandwidth again");
+    let sequential_after = sequential_write_bandwidth(&devices, options.chunk_size_bytes as usize, options.duration)?;
+    progress(&format!("  {:.0} MB/s", sequential_after / 1e6));
+    let sequential = sequential_before.max(sequential_after);
+    let memory_before = crate::resident_memory_bytes();
+    let volume = create_volume(&devices, options)?;
+    let created = volume.stats();
+    let data_fraction = created.data_columns as f64 / created.member_count as f64;
+    let logical_size_bytes = created.logical_size_bytes;
+    for phase in &mut random_write {
+        phase.ratio_to_sequential = Some(phase.bytes_per_second / (sequential * data_fraction));
+    }
+    let region = options.region_bytes.min(logical_size_bytes);
     progress(&format!("filling the {} MiB region for the read phase", region >> 20));
     fill_region(&volume, &data, region)?;
     let mut random_read = Vec::new();
@@ -307,6 +308,8 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         region_bytes: options.region_bytes,
         members: descriptions,
         sequential_write_bytes_per_second: sequential,
+        sequential_write_bytes_per_second_before: sequential_before,
+        sequential_write_bytes_per_second_after: sequential_after,
         data_fraction,
         random_write,
         random_read,

@@ -213,6 +213,7 @@ impl OpenBatch {
         volume_uuid: [u8; 16],
         epoch: u64,
         durable_through_sequence: u64,
+        previous_segment: u64,
     ) -> (SealedBatch, Vec<(u32, u32)>) {
         let row_count = self.next_index.div_ceil(self.data_columns);
         let header = BatchHeader {
@@ -226,6 +227,7 @@ impl OpenBatch {
             block_count: self.next_index,
             summary_count: self.groups.len() as u32,
             epoch,
+            previous_segment,
         };
         let mut metadata_checksums = Vec::new();
         let groups = std::mem::take(&mut self.groups);

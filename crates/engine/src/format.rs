@@ -63,6 +63,10 @@ pub struct Superblock {
     /// Bit i set: member i was missing or failed when this epoch began; its content is
     /// stale and it must not rejoin the volume (it can only be replaced).
     pub failed_members: u64,
+    /// Every batch with a sequence number up to this was durable when the superblock was
+    /// written (a checkpoint of the durable frontier, written before segments whose
+    /// batches recovery would otherwise miss are released).
+    pub durable_through_sequence: u64,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -92,6 +96,7 @@ impl Superblock {
         put(block, 80, &self.created_unix_seconds.to_le_bytes());
         put(block, 88, &self.epoch.to_le_bytes());
         put(block, 96, &self.failed_members.to_le_bytes());
+        put(block, 104, &self.durable_through_sequence.to_le_bytes());
         seal(block);
     }
 
@@ -133,6 +138,7 @@ impl Superblock {
             created_unix_seconds: read_u64(block, 80),
             epoch: read_u64(block, 88),
             failed_members: read_u64(block, 96),
+            durable_through_sequence: read_u64(block, 104),
         };
         // The geometry must be one we would have created, and agree with its own sizes.
         let geometry = Geometry::new(
@@ -161,6 +167,20 @@ impl Superblock {
             member_size_bytes: self.member_size_bytes,
         }
     }
+}
+
+/// See [`Summary::classify_damaged`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DamagedHead {
+    /// All zeros: never written, or released.
+    Zero,
+    /// A summary of this volume whose zeroing (release) was torn by a crash.
+    TornZeroing,
+    /// A summary of this volume that fails its checksum: lost metadata, unless its
+    /// sequence number lies after the end of the log (a torn write of a new head).
+    DamagedSummary { sequence: u64 },
+    /// Anything else (a torn new head whose first sector did not land, old data).
+    Other,
 }
 
 /// One entry of a batch summary: what a batch did to the logical space, in order.
@@ -220,7 +240,13 @@ pub struct BatchHeader {
     pub block_count: u32,
     pub summary_count: u32,
     pub epoch: u64,
+    /// The segment that holds batch `sequence − 1`, or [`NO_SEGMENT`]: lets recovery tell
+    /// a batch lost to damage from one whose segment was legitimately reused.
+    pub previous_segment: u64,
 }
+
+/// `previous_segment` when the previous batch's segment is not known.
+pub const NO_SEGMENT: u64 = u64::MAX;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Summary {
@@ -248,6 +274,7 @@ impl Summary {
         put(block, 72, &header.block_count.to_le_bytes());
         put(block, 76, &header.summary_count.to_le_bytes());
         put(block, 80, &header.epoch.to_le_bytes());
+        put(block, 88, &header.previous_segment.to_le_bytes());
         for (index, entry) in self.entries.iter().enumerate() {
             let offset = ENTRIES_OFFSET + index * ENTRY_SIZE_BYTES;
             entry.encode(&mut block[offset..offset + ENTRY_SIZE_BYTES]);
@@ -279,6 +306,7 @@ impl Summary {
             block_count: read_u32(block, 72),
             summary_count: read_u32(block, 76),
             epoch: read_u64(block, 80),
+            previous_segment: read_u64(block, 88),
         };
         let mut entries = Vec::with_capacity(entry_count);
         for index in 0..entry_count {
@@ -286,6 +314,35 @@ impl Summary {
             entries.push(Entry::decode(&block[offset..offset + ENTRY_SIZE_BYTES])?);
         }
         Some(Summary { header, summary_index: read_u16(block, 10), entries })
+    }
+
+    /// What a block at the head of a segment that does not decode as a summary looks
+    /// like (recovery tells lost metadata from released or torn heads with it).
+    pub fn classify_damaged(block: &[u8], volume_uuid: &[u8; 16]) -> DamagedHead {
+        if block.iter().all(|&byte| byte == 0) {
+            return DamagedHead::Zero;
+        }
+        if &block[0..8] != SUMMARY_MAGIC || &block[16..32] != volume_uuid {
+            return DamagedHead::Other;
+        }
+        // Sectors a real summary can never have all zero: the header, the entries, the
+        // checksum. A zeroing write torn at sector granularity leaves one of them zero;
+        // bit rot does not.
+        let entry_count = (read_u16(block, 12) as usize).min(ENTRIES_PER_SUMMARY);
+        let entries_end = ENTRIES_OFFSET + entry_count * ENTRY_SIZE_BYTES;
+        const SECTOR: usize = 512;
+        let must_hold_data = |sector: usize| {
+            let (start, end) = (sector * SECTOR, (sector + 1) * SECTOR);
+            sector == 0 || end > CHECKSUM_OFFSET || (start < entries_end && end > ENTRIES_OFFSET)
+        };
+        let torn_zeroing = (0..BLOCK_SIZE_BYTES / SECTOR).any(|sector| {
+            must_hold_data(sector) && block[sector * SECTOR..(sector + 1) * SECTOR].iter().all(|&b| b == 0)
+        });
+        if torn_zeroing {
+            DamagedHead::TornZeroing
+        } else {
+            DamagedHead::DamagedSummary { sequence: read_u64(block, 32) }
+        }
     }
 
     pub fn data_block_count(&self) -> usize {
@@ -322,6 +379,7 @@ mod tests {
             created_unix_seconds: 1_700_000_000,
             epoch: 9,
             failed_members: 0b100,
+            durable_through_sequence: 77,
         }
     }
 
@@ -348,7 +406,7 @@ mod tests {
                 header: BatchHeader {
                     volume_uuid: [3; 16], sequence, segment: 17, segment_open_sequence: sequence,
                     durable_through_sequence: sequence / 2, first_row: 4, row_count: 8, block_count: 30,
-                    summary_count: 1, epoch: 2,
+                    summary_count: 1, epoch: 2, previous_segment: 3,
                 },
                 summary_index: 0,
                 entries,

@@ -182,8 +182,19 @@ impl Geometry {
     /// The role member `member` plays in segment `segment`.
     pub fn role_of_member(&self, segment: u64, member: usize) -> Role {
         let count = self.member_count as u64;
-        let role_index = ((member as u64 + count - segment % count) % count) as usize;
+        let rotation = self.rotation(segment);
+        let role_index = ((member as u64 + count - rotation) % count) as usize;
         self.role_at(role_index)
+    }
+
+    /// Roles rotate by one member per segment so that parity is spread evenly; RAID-0
+    /// and RAID-10 have no parity and keep fixed places (RAID-10 mirrors stay the fixed
+    /// pairs 2i, 2i+1, so losing one member of every pair is survivable).
+    fn rotation(&self, segment: u64) -> u64 {
+        match self.raid_level {
+            RaidLevel::Raid5 | RaidLevel::Raid6 => segment % self.member_count as u64,
+            RaidLevel::Raid0 | RaidLevel::Raid10 => 0,
+        }
     }
 
     fn role_at(&self, role_index: usize) -> Role {
@@ -202,7 +213,7 @@ impl Geometry {
             (_, Role::Data { column, .. }) => column,
             (_, Role::Parity { shard }) => self.data_columns() + shard,
         };
-        ((role_index as u64 + segment) % self.member_count as u64) as usize
+        ((role_index as u64 + self.rotation(segment)) % self.member_count as u64) as usize
     }
 
     /// Every member holding a copy of data column `column` of `segment`.

@@ -58,9 +58,13 @@ impl Members {
                 index: member,
                 name: self.names[member].clone(),
                 present: self.devices[member].is_some(),
-                description: self.devices[member]
-                    .as_ref()
-                    .map_or_else(|| "missing".to_string(), |device| device.describe()),
+                description: match &self.devices[member] {
+                    Some(device) => device.describe(),
+                    None if self.excluded.contains(&member) => {
+                        "excluded: recorded as failed, it missed writes (replace it)".to_string()
+                    }
+                    None => "missing".to_string(),
+                },
                 bytes_written: Counters::get(&self.bytes_written[member]),
             })
             .collect()
@@ -259,6 +263,7 @@ pub(crate) fn create(members: &[MemberDevice], options: &CreateOptions) -> Resul
                 created_unix_seconds,
                 epoch: 0,
                 failed_members: 0,
+                durable_through_sequence: 0,
             };
             superblock.encode(&mut block);
             device.write_at(&block, *offset).map_err(member_error)?;
@@ -289,13 +294,33 @@ pub(crate) fn open(members: Vec<MemberDevice>, read_only: bool) -> Result<(Membe
         .max_by_key(|(_, count)| **count)
         .map(|(uuid, _)| *uuid)
         .ok_or_else(|| Error::TooManyFailures { level: "any level".into(), reason: "no member is present".into() })?;
+    // The geometry is the one most of those members describe (so that an odd member is
+    // the one blamed), and its newest superblock is the reference.
+    let mut geometry_votes: Vec<(crate::geometry::Geometry, usize)> = Vec::new();
+    for superblock in found.iter().flatten().filter(|superblock| superblock.volume_uuid == volume_uuid) {
+        match geometry_votes.iter_mut().find(|(geometry, _)| *geometry == superblock.geometry()) {
+            Some((_, count)) => *count += 1,
+            None => geometry_votes.push((superblock.geometry(), 1)),
+        }
+    }
+    let voted_geometry = geometry_votes.iter().max_by_key(|(_, count)| *count).map(|(geometry, _)| geometry.clone());
     let reference = found
         .iter()
         .flatten()
-        .filter(|superblock| superblock.volume_uuid == volume_uuid)
+        .filter(|superblock| superblock.volume_uuid == volume_uuid && Some(superblock.geometry()) == voted_geometry)
         .max_by_key(|superblock| superblock.epoch)
-        .expect("the voted UUID comes from a member")
+        .expect("the voted UUID and geometry come from a member")
         .clone();
+    // The durable frontier is the highest any member recorded (a crash can interrupt a
+    // superblock update part-way through the members).
+    let mut reference = reference;
+    reference.durable_through_sequence = found
+        .iter()
+        .flatten()
+        .filter(|superblock| superblock.volume_uuid == volume_uuid)
+        .map(|superblock| superblock.durable_through_sequence)
+        .max()
+        .unwrap_or(0);
     let uuid_text = uuid::Uuid::from_bytes(volume_uuid);
     if reference.member_count as usize != members.len() {
         return Err(Error::InvalidRequest(format!(
@@ -346,9 +371,14 @@ pub(crate) fn open(members: Vec<MemberDevice>, read_only: bool) -> Result<(Membe
     let missing = found.iter().filter(|superblock| superblock.is_none()).count();
     let tolerated = reference.raid_level.failures_tolerated();
     let geometry = reference.geometry();
-    let mirror_pair_lost = geometry.raid_level == crate::geometry::RaidLevel::Raid10
-        && (0..members.len() / 2).any(|pair| found[2 * pair].is_none() && found[2 * pair + 1].is_none());
-    if missing > tolerated || mirror_pair_lost {
+    // RAID-10 mirrors are fixed pairs (2i, 2i+1): it survives any losses that leave one
+    // member of every pair; the other levels survive `tolerated` losses.
+    let survivable = if geometry.raid_level == crate::geometry::RaidLevel::Raid10 {
+        (0..members.len() / 2).all(|pair| found[2 * pair].is_some() || found[2 * pair + 1].is_some())
+    } else {
+        missing <= tolerated
+    };
+    if !survivable {
         let names: Vec<String> = (0..members.len())
             .filter(|&index| found[index].is_none())
             .map(|index| members[index].name.clone())
@@ -378,7 +408,11 @@ fn read_superblock(index: usize, name: &str, device: &dyn BlockDevice) -> Result
         }
         match Superblock::decode(&block, copy as u32) {
             Ok(superblock) => {
-                if best.as_ref().is_none_or(|current| superblock.epoch > current.epoch) {
+                let newer = |current: &Superblock| {
+                    (superblock.epoch, superblock.durable_through_sequence)
+                        > (current.epoch, current.durable_through_sequence)
+                };
+                if best.as_ref().is_none_or(newer) {
                     best = Some(superblock);
                 }
             }
@@ -401,29 +435,39 @@ fn read_superblock(index: usize, name: &str, device: &dyn BlockDevice) -> Result
     })
 }
 
-/// Record a new open epoch on every present member (copy 0 everywhere, flush, then
-/// copy 1, flush), before any batch of the new epoch is written.
-pub(crate) fn advance_epoch(members: &Members, reference: &Superblock) -> Result<u64> {
-    let epoch = reference.epoch + 1;
+/// Record a new open epoch on every present member, with the members now missing added
+/// to the failed set and the recovered log's end as durable, before any batch of the new
+/// epoch is written. Returns the new superblock.
+pub(crate) fn advance_epoch(
+    members: &Members,
+    reference: &Superblock,
+    durable_through_sequence: u64,
+) -> Result<Superblock> {
     let failed_members =
         reference.failed_members | members.missing().iter().fold(0u64, |bits, &member| bits | 1 << member);
+    let superblock = Superblock {
+        epoch: reference.epoch + 1,
+        failed_members,
+        durable_through_sequence: durable_through_sequence.max(reference.durable_through_sequence),
+        ..reference.clone()
+    };
+    write_superblocks(members, &superblock)?;
+    Ok(superblock)
+}
+
+/// Write `superblock` (per member: its index; both copies) to every present member:
+/// copy 0 everywhere, flush, then copy 1, flush.
+pub(crate) fn write_superblocks(members: &Members, superblock: &Superblock) -> Result<()> {
     let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
     for (copy, offset) in SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
         for member in 0..members.count() {
             let Some(device) = members.device(member) else {
                 continue;
             };
-            let superblock = Superblock {
-                copy: copy as u32,
-                member_index: member as u32,
-                epoch,
-                failed_members,
-                ..reference.clone()
-            };
-            superblock.encode(&mut block);
+            Superblock { copy: copy as u32, member_index: member as u32, ..superblock.clone() }.encode(&mut block);
             device.write_at(&block, *offset).map_err(|error| members.device_error(member, error))?;
         }
         members.flush_all(false)?;
     }
-    Ok(epoch)
+    Ok(())
 }

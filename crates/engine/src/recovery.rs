@@ -2,7 +2,7 @@
 //! docs/crash-consistency.md ("Recovery"); step numbers below refer to it.
 
 use crate::error::{Error, Result};
-use crate::format::{self, BatchHeader, Entry, Summary};
+use crate::format::{self, BatchHeader, DamagedHead, Entry, Summary, NO_SEGMENT};
 use crate::geometry::{BlockLocation, Geometry, RaidLevel, Role, BLOCK_SIZE_BYTES};
 use crate::map::{BlockMap, Mapping};
 use crate::members::{Members, ReadSource};
@@ -86,6 +86,11 @@ pub(crate) struct Recovered {
     pub discarded: Vec<(u64, u32)>,
     /// Damaged shards of the tail, rebuilt: (member, byte offset, content).
     pub repairs: Vec<(usize, u64, AlignedBuffer)>,
+    /// Rows where no batch of the log may start: the head of free segments and the row
+    /// after each chain. Zeroed (where anything is there) before new writes.
+    pub release: Vec<(u64, u32)>,
+    /// The segment of batch `last_sequence`, or `NO_SEGMENT`.
+    pub last_segment: u64,
     pub report: RecoveryReport,
 }
 
@@ -160,14 +165,13 @@ impl Reader<'_> {
         }
     }
 
-    /// Step 2: the chain of batches of one segment.
-    fn scan_segment(&self, segment: u64) -> Vec<FoundBatch> {
+    /// Step 2: the chain of batches of one segment, and when it has none, what its head
+    /// block holds.
+    fn scan_segment(&self, segment: u64) -> SegmentScan {
         let mut batches: Vec<FoundBatch> = Vec::new();
         let mut row = 0;
         while row < self.geometry.rows_per_chunk() {
-            let Some(batch) = self.read_batch(segment, row) else {
-                break;
-            };
+            let Some(batch) = self.read_batch(segment, row) else { break };
             let header = batch.header;
             let continues = match batches.first() {
                 None => header.sequence == header.segment_open_sequence,
@@ -183,7 +187,19 @@ impl Reader<'_> {
             row = header.first_row + header.row_count;
             batches.push(batch);
         }
-        batches
+        let head = if batches.is_empty() { self.classify_head(segment) } else { None };
+        SegmentScan { batches, head }
+    }
+
+    /// What the head block (row 0, column 0) of a segment without a chain holds, as read
+    /// from the first present copy; `None` when no copy can be read.
+    fn classify_head(&self, segment: u64) -> Option<DamagedHead> {
+        let offset = self.geometry.member_offset_bytes(segment, 0);
+        self.geometry
+            .members_of_column(segment, 0)
+            .into_iter()
+            .find_map(|member| self.members.read_raw(member, offset, &self.counters))
+            .map(|block| Summary::classify_damaged(&block, self.volume_uuid))
     }
 
     /// Read every row of a batch: every data block against its checksum (rebuilding it
@@ -268,6 +284,12 @@ impl Reader<'_> {
     }
 }
 
+struct SegmentScan {
+    batches: Vec<FoundBatch>,
+    /// For a segment without a chain: what its head block holds.
+    head: Option<DamagedHead>,
+}
+
 #[derive(Default)]
 struct Verification {
     blocks_checked: u64,
@@ -288,11 +310,24 @@ struct Log {
     segments_scanned: u64,
 }
 
-fn read_log(reader: &Reader, verify_tail: bool) -> Result<Log> {
+/// Per segment: the open sequence of its chain, or what its head holds.
+#[derive(Clone, Copy, Debug)]
+enum SegmentHead {
+    Chain { open_sequence: u64 },
+    Damaged(Option<DamagedHead>),
+}
+
+fn read_log(reader: &Reader, verify_tail: bool, superblock_durable_through: u64) -> Result<Log> {
     let geometry = reader.geometry;
     let mut batches: BTreeMap<u64, FoundBatch> = BTreeMap::new();
+    let mut heads = Vec::with_capacity(geometry.segment_count() as usize);
     for segment in 0..geometry.segment_count() {
-        for batch in reader.scan_segment(segment) {
+        let scan = reader.scan_segment(segment);
+        heads.push(match scan.batches.first() {
+            Some(first) => SegmentHead::Chain { open_sequence: first.header.segment_open_sequence },
+            None => SegmentHead::Damaged(scan.head),
+        });
+        for batch in scan.batches {
             let sequence = batch.header.sequence;
             match batches.get(&sequence) {
                 Some(other) if other.header.epoch == batch.header.epoch => {
@@ -308,7 +343,12 @@ fn read_log(reader: &Reader, verify_tail: bool) -> Result<Log> {
             }
         }
     }
-    let durable = batches.values().map(|batch| batch.header.durable_through_sequence).max().unwrap_or(0);
+    let durable = batches
+        .values()
+        .map(|batch| batch.header.durable_through_sequence)
+        .max()
+        .unwrap_or(0)
+        .max(superblock_durable_through);
     let mut last_sequence = durable;
     let mut repairs = Vec::new();
     let mut tail_verified = 0;
@@ -323,14 +363,54 @@ fn read_log(reader: &Reader, verify_tail: bool) -> Result<Log> {
         }
         last_sequence += 1;
     }
+    check_predecessors(&batches, &heads, last_sequence)?;
     Ok(Log { batches, last_sequence, repairs, tail_verified, segments_scanned: geometry.segment_count() })
 }
 
+/// Every accepted batch names the segment of its predecessor. A predecessor that is not
+/// found must have been released with its segment (zeroed head, or a newer chain there);
+/// otherwise metadata was lost and the blocks it described cannot be told apart from
+/// never-written ones: refuse rather than return zeros for them.
+fn check_predecessors(batches: &BTreeMap<u64, FoundBatch>, heads: &[SegmentHead], last_sequence: u64) -> Result<()> {
+    if last_sequence < 2 {
+        return Ok(());
+    }
+    for (&sequence, batch) in batches.range(2..=last_sequence) {
+        let previous = sequence - 1;
+        let segment = batch.header.previous_segment;
+        if segment == NO_SEGMENT || batches.contains_key(&previous) {
+            continue;
+        }
+        let lost = match heads.get(segment as usize) {
+            None => true,
+            // A chain that starts after the predecessor: the segment was reused.
+            Some(SegmentHead::Chain { open_sequence }) => *open_sequence <= previous,
+            Some(SegmentHead::Damaged(head)) => match head {
+                Some(DamagedHead::DamagedSummary { sequence: head_sequence }) => *head_sequence <= last_sequence,
+                _ => false,
+            },
+        };
+        if lost {
+            return Err(Error::Failed(format!(
+                "metadata damaged beyond repair: batch {previous} in segment {segment} cannot be read \
+                 (a summary block failed its checksum and redundancy could not rebuild it); \
+                 the blocks it held would read as stale or zeros"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Recover the volume's state from its members (steps 2–6).
-pub(crate) fn recover(geometry: &Geometry, members: &Members, volume_uuid: &[u8; 16]) -> Result<Recovered> {
+pub(crate) fn recover(
+    geometry: &Geometry,
+    members: &Members,
+    volume_uuid: &[u8; 16],
+    superblock_durable_through: u64,
+) -> Result<Recovered> {
     let started = Instant::now();
     let reader = Reader { geometry, members, volume_uuid, counters: Counters::default() };
-    let log = read_log(&reader, true)?;
+    let log = read_log(&reader, true, superblock_durable_through)?;
     let logical_blocks = geometry.logical_block_count();
     let map = BlockMap::new(logical_blocks);
     let checksums: Vec<AtomicU32> = (0..geometry.physical_data_blocks()).map(|_| AtomicU32::new(0)).collect();
@@ -358,6 +438,23 @@ pub(crate) fn recover(geometry: &Geometry, members: &Members, volume_uuid: &[u8;
             rows_on_media[index].store(0, Ordering::Relaxed);
         }
     }
+    // Where a batch nobody could read may sit (a torn write beyond the log end that a
+    // different set of members might rebuild later): the row after each used segment's
+    // chain, and row 0 of each free segment. They are zeroed before new writes.
+    let mut chain_ends = vec![0u32; geometry.segment_count() as usize];
+    for batch in log.batches.values() {
+        let end = batch.header.first_row + batch.header.row_count;
+        let slot = &mut chain_ends[batch.header.segment as usize];
+        *slot = (*slot).max(end);
+    }
+    let release: Vec<(u64, u32)> = (0..geometry.segment_count())
+        .filter_map(|segment| {
+            let row =
+                if segments[segment as usize].status == SegmentStatus::Free { 0 } else { chain_ends[segment as usize] };
+            (row < geometry.rows_per_chunk()).then_some((segment, row))
+        })
+        .collect();
+    let last_segment = log.batches.get(&log.last_sequence).map_or(NO_SEGMENT, |batch| batch.header.segment);
     let discarded: Vec<(u64, u32)> = log
         .batches
         .range(log.last_sequence + 1..)
@@ -381,6 +478,8 @@ pub(crate) fn recover(geometry: &Geometry, members: &Members, volume_uuid: &[u8;
         last_sequence: log.last_sequence,
         discarded,
         repairs: log.repairs,
+        release,
+        last_segment,
         report,
     })
 }
@@ -420,8 +519,8 @@ fn replay(
 }
 
 /// Steps 4–5 on the media: rewrite the damaged shards of the tail in place, make the
-/// batches found after the end of the log unreadable, then flush every member so that the
-/// accepted log is durable before anything new is written.
+/// batches found after the end of the log unreadable, then flush every member so that
+/// both are durable before anything new is written.
 pub(crate) fn write_back(
     geometry: &Geometry,
     members: &Members,
@@ -442,6 +541,31 @@ pub(crate) fn write_back(
         members.write_everywhere(&zeros, geometry.member_offset_bytes(segment, first_row))?;
     }
     members.flush_all(false)
+}
+
+/// Close every chain: zero, on every member, the rows where a batch beyond the log could
+/// sit (head of free segments, row after each chain) wherever any member holds anything
+/// there, then flush. Runs after the superblock records the recovered log's end as
+/// durable (docs/crash-consistency.md, step 7).
+pub(crate) fn release_heads(geometry: &Geometry, members: &Members, release: &[(u64, u32)]) -> Result<()> {
+    let zeros = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+    let counters = Counters::default();
+    let mut written = false;
+    for &(segment, row) in release {
+        let offset = geometry.member_offset_bytes(segment, row);
+        let holds_something = (0..geometry.member_count).any(|member| {
+            members.device(member).is_some()
+                && members.read_raw(member, offset, &counters).is_none_or(|block| !crate::volume::is_all_zero(&block))
+        });
+        if holds_something {
+            members.write_everywhere(&zeros, offset)?;
+            written = true;
+        }
+    }
+    if written {
+        members.flush_all(false)?;
+    }
+    Ok(())
 }
 
 /// What `check` found.
@@ -474,10 +598,11 @@ pub(crate) fn check(
     geometry: &Geometry,
     members: &Members,
     volume_uuid: &[u8; 16],
+    superblock_durable_through: u64,
     map: &BlockMap,
 ) -> Result<CheckReport> {
     let reader = Reader { geometry, members, volume_uuid, counters: Counters::default() };
-    let log = read_log(&reader, false)?;
+    let log = read_log(&reader, false, superblock_durable_through)?;
     let per_segment = geometry.blocks_per_segment();
     let mut live_segments = vec![false; geometry.segment_count() as usize];
     for mapping in map.iter() {

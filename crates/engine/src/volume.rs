@@ -99,6 +99,8 @@ pub(crate) enum SegmentStatus {
     Used,
     /// No live blocks; reusable once the batch with this sequence number is durable.
     WaitingForFlush(u64),
+    /// Its head row is being zeroed before it becomes free (one reclaimer owns it).
+    Releasing,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -123,6 +125,8 @@ pub(crate) struct WriteState {
     current_segment: Option<CurrentSegment>,
     next_sequence: u64,
     last_sealed_sequence: u64,
+    /// The segment of the last sealed batch (each summary names its predecessor's).
+    last_sealed_segment: u64,
     written_through_sequence: u64,
     durable_through_sequence: u64,
     in_flight: VecDeque<InFlight>,
@@ -135,6 +139,9 @@ pub(crate) struct Shared {
     pub(crate) geometry: Geometry,
     pub(crate) volume_uuid: [u8; 16],
     pub(crate) epoch: u64,
+    /// The superblock as last written (its durable-through is advanced before segments
+    /// are released).
+    superblock: Mutex<crate::format::Superblock>,
     pub(crate) read_only: bool,
     pub(crate) members: Members,
     pub(crate) map: BlockMap,
@@ -209,13 +216,17 @@ impl Volume {
     pub fn open(members: Vec<MemberDevice>, options: &OpenOptions) -> Result<Volume> {
         let (members, superblock) = members::open(members, options.read_only)?;
         let geometry = superblock.geometry();
-        let recovered = recovery::recover(&geometry, &members, &superblock.volume_uuid)?;
-        let epoch = if options.read_only {
-            superblock.epoch
+        let recovered =
+            recovery::recover(&geometry, &members, &superblock.volume_uuid, superblock.durable_through_sequence)?;
+        let superblock = if options.read_only {
+            superblock
         } else {
             recovery::write_back(&geometry, &members, &recovered.discarded, &recovered.repairs)?;
-            members::advance_epoch(&members, &superblock)?
+            let superblock = members::advance_epoch(&members, &superblock, recovered.last_sequence)?;
+            recovery::release_heads(&geometry, &members, &recovered.release)?;
+            superblock
         };
+        let epoch = superblock.epoch;
         let physical_blocks = geometry.physical_data_blocks();
         let segment_count = geometry.segment_count();
         let data_pool =
@@ -225,6 +236,7 @@ impl Volume {
         let shared = Arc::new(Shared {
             volume_uuid: superblock.volume_uuid,
             epoch,
+            superblock: Mutex::new(superblock),
             read_only: options.read_only,
             map: recovered.map,
             checksums: recovered.checksums,
@@ -235,6 +247,7 @@ impl Volume {
                 current_segment: None,
                 next_sequence: recovered.last_sequence + 1,
                 last_sealed_sequence: recovered.last_sequence,
+                last_sealed_segment: recovered.last_segment,
                 written_through_sequence: recovered.last_sequence,
                 durable_through_sequence: recovered.last_sequence,
                 in_flight: VecDeque::new(),
@@ -429,7 +442,8 @@ impl Volume {
             self.flush()?;
         }
         let shared = &self.shared;
-        crate::recovery::check(&shared.geometry, &shared.members, &shared.volume_uuid, &shared.map)
+        let durable = shared.superblock.lock().durable_through_sequence;
+        crate::recovery::check(&shared.geometry, &shared.members, &shared.volume_uuid, durable, &shared.map)
     }
 
     /// Flush, stop the background threads and close the volume.
@@ -702,7 +716,8 @@ impl Shared {
     /// Seal the open batch (it must hold entries) and queue it for writing.
     fn seal(&self, state: &mut WriteState) -> Arc<SealedBatch> {
         let open = state.open.take().expect("an open batch");
-        let (sealed, metadata) = open.seal(self.volume_uuid, self.epoch, state.durable_through_sequence);
+        let (sealed, metadata) =
+            open.seal(self.volume_uuid, self.epoch, state.durable_through_sequence, state.last_sealed_segment);
         let header = sealed.header;
         for (index, checksum) in metadata {
             let data_columns = self.geometry.data_columns() as u32;
@@ -725,6 +740,7 @@ impl Shared {
             };
         }
         state.last_sealed_sequence = header.sequence;
+        state.last_sealed_segment = header.segment;
         let batch = Arc::new(sealed);
         state.in_flight.push_back(InFlight { batch: batch.clone(), written: false });
         batch
@@ -864,29 +880,55 @@ impl Shared {
             let mut state = self.state.lock();
             state.durable_through_sequence = state.durable_through_sequence.max(target);
         }
-        self.reclaim();
+        self.reclaim().inspect_err(|error| self.fail(error.to_string()))?;
         Ok(())
     }
 
-    /// Make segments whose death is durable free again.
-    fn reclaim(&self) {
-        let ready = |state: &WriteState, segment: &SegmentUse| matches!(segment.status, SegmentStatus::WaitingForFlush(tag) if tag <= state.durable_through_sequence);
+    /// Make segments whose death is durable free again. Their head row is zeroed and
+    /// flushed first, on every member, so that recovery can always tell a released
+    /// segment from one whose metadata was lost (docs/crash-consistency.md).
+    fn reclaim(&self) -> Result<()> {
+        let (releasing, durable): (Vec<u64>, u64) = {
+            let mut guard = self.state.lock();
+            let state = &mut *guard;
+            let durable = state.durable_through_sequence;
+            let mut releasing = Vec::new();
+            for (index, segment) in state.segments.iter_mut().enumerate() {
+                if matches!(segment.status, SegmentStatus::WaitingForFlush(tag) if tag <= durable) {
+                    segment.status = SegmentStatus::Releasing;
+                    releasing.push(index as u64);
+                }
+            }
+            (releasing, durable)
+        };
+        if releasing.is_empty() {
+            return Ok(());
+        }
+        // The batches in these segments leave the log: record durably that everything
+        // up to `durable` was durable, so that recovery does not take their absence for
+        // the end of the log.
         {
-            let state = self.state.lock();
-            if !state.segments.iter().any(|segment| ready(&state, segment)) {
-                return;
+            let mut superblock = self.superblock.lock();
+            if superblock.durable_through_sequence < durable {
+                let updated = crate::format::Superblock { durable_through_sequence: durable, ..superblock.clone() };
+                members::write_superblocks(&self.members, &updated)?;
+                *superblock = updated;
             }
         }
-        let _fence = self.reuse_fence.write();
-        let mut guard = self.state.lock();
-        let state = &mut *guard;
-        for index in 0..state.segments.len() {
-            if ready(state, &state.segments[index]) {
-                state.segments[index].status = SegmentStatus::Free;
-                self.rows_on_media[index].store(0, Ordering::Release);
-                state.free_segments.push_back(index as u64);
-            }
+        // Barrier: wait for readers that may still hold a position in these segments.
+        drop(self.reuse_fence.write());
+        let zeros = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+        for &segment in &releasing {
+            self.members.write_everywhere(&zeros, self.geometry.member_offset_bytes(segment, 0))?;
         }
+        self.members.flush_all(self.io_mode == IoMode::Threaded)?;
+        let mut state = self.state.lock();
+        for segment in releasing {
+            state.segments[segment as usize].status = SegmentStatus::Free;
+            self.rows_on_media[segment as usize].store(0, Ordering::Release);
+            state.free_segments.push_back(segment);
+        }
+        Ok(())
     }
 
     fn make_space(&self) -> Result<()> {
@@ -956,7 +998,8 @@ impl Shared {
             state.segments.iter().filter(|segment| wanted(&segment.status)).count() as u64
         };
         let segments_free = count_status(|status| *status == SegmentStatus::Free);
-        let segments_waiting = count_status(|status| matches!(status, SegmentStatus::WaitingForFlush(_)));
+        let segments_waiting =
+            count_status(|status| matches!(status, SegmentStatus::WaitingForFlush(_) | SegmentStatus::Releasing));
         let counters = &self.counters;
         let missing = self.members.missing();
         let member_statuses: Vec<MemberStatus> = self.members.statuses();

@@ -356,7 +356,9 @@ fn bench_engine(arguments: EngineBenchArguments) -> Result<ExitCode, String> {
         format_bytes(report.region_bytes)
     );
     println!(
-        "members' sequential O_DIRECT write bandwidth: {:.0} MB/s (all members at once); data fraction {:.2}",
+        "members' sequential O_DIRECT write bandwidth (all members at once): {:.0} MB/s before, {:.0} MB/s after the writes; ratios use {:.0} MB/s; data fraction {:.2}",
+        report.sequential_write_bytes_per_second_before / 1e6,
+        report.sequential_write_bytes_per_second_after / 1e6,
         report.sequential_write_bytes_per_second / 1e6,
         report.data_fraction
     );

@@ -1,0 +1,558 @@
+//! The threaded pipeline (`IoMode::Threaded`, a stripe writer, one worker per member,
+//! the flush timer) under concurrent clients, on memory members and on files.
+//!
+//! - Writers on disjoint ranges, each checking its reads against its own model, then a
+//!   reopen that must hold exactly every model.
+//! - Readers racing writers on the same few blocks of a small volume (segments die and
+//!   are reused all the time): every block read is one whole version of the right block,
+//!   and versions never go backwards for one reader.
+//! - The flush timer, FUA and the byte accounting of `stats()`.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use stripelog_blockdev::{BlockDevice, FileDevice, FileDeviceOptions, MemoryDevice, Prng};
+use stripelog_engine::{CreateOptions, MemberDevice, OpenOptions, RaidLevel, Volume, BLOCK_SIZE_BYTES};
+
+const CHUNK_SIZE_BYTES: u32 = 64 << 10;
+const BLOCK_BYTES: u64 = BLOCK_SIZE_BYTES as u64;
+const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
+
+fn memory_members(count: usize, size_bytes: u64) -> Vec<Arc<dyn BlockDevice>> {
+    (0..count).map(|_| Arc::new(MemoryDevice::new(size_bytes)) as Arc<dyn BlockDevice>).collect()
+}
+
+/// A directory under the system temporary directory, removed when dropped.
+struct TemporaryDirectory {
+    path: PathBuf,
+}
+
+impl TemporaryDirectory {
+    fn new(label: &str) -> TemporaryDirectory {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanoseconds = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.subsec_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "stripelog-concurrency-{label}-{}-{nanoseconds}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&path).expect("create a temporary directory");
+        TemporaryDirectory { path }
+    }
+}
+
+impl Drop for TemporaryDirectory {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// `count` file members in `directory`: created sparse at `size_bytes` when given, else
+/// opened as they are.
+fn file_members(directory: &Path, count: usize, size_bytes: Option<u64>) -> Vec<Arc<dyn BlockDevice>> {
+    (0..count)
+        .map(|index| {
+            let options = FileDeviceOptions { create_size_bytes: size_bytes, ..FileDeviceOptions::default() };
+            let device =
+                FileDevice::open(&directory.join(format!("member{index}.img")), &options).expect("open a file");
+            Arc::new(device) as Arc<dyn BlockDevice>
+        })
+        .collect()
+}
+
+fn members(devices: &[Arc<dyn BlockDevice>]) -> Vec<MemberDevice> {
+    devices
+        .iter()
+        .enumerate()
+        .map(|(index, device)| MemberDevice { name: format!("member{index}"), device: Some(device.clone()) })
+        .collect()
+}
+
+fn options(raid_level: RaidLevel, chunk_size_bytes: u32) -> CreateOptions {
+    CreateOptions { raid_level, chunk_size_bytes, ..CreateOptions::default() }
+}
+
+/// The production pipeline, with a short flush interval.
+fn threaded_options() -> OpenOptions {
+    OpenOptions { flush_interval: Some(FLUSH_INTERVAL), ..OpenOptions::default() }
+}
+
+fn create(devices: &[Arc<dyn BlockDevice>], raid_level: RaidLevel) -> Volume {
+    Volume::create(members(devices), &options(raid_level, CHUNK_SIZE_BYTES), &threaded_options()).expect("create")
+}
+
+fn open(devices: &[Arc<dyn BlockDevice>]) -> Volume {
+    Volume::open(members(devices), &threaded_options()).expect("open")
+}
+
+fn member_count(raid_level: RaidLevel) -> usize {
+    match raid_level {
+        RaidLevel::Raid6 => 5,
+        _ => 4,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Writers on disjoint ranges.
+// ---------------------------------------------------------------------------------------
+
+const WRITER_THREADS: u64 = 4;
+const BLOCKS_PER_WRITER: u64 = 96;
+/// Writer `t` owns blocks `t × WRITER_STRIDE_BLOCKS ..` (+ BLOCKS_PER_WRITER).
+const WRITER_STRIDE_BLOCKS: u64 = 1000;
+const WRITER_DURATION: Duration = Duration::from_millis(700);
+const WRITER_MAXIMUM_OPERATIONS: usize = 3000;
+
+/// One writer's view of its range: the content of every block (`None`: reads zeros).
+struct RangeModel {
+    first_block: u64,
+    blocks: Vec<Option<Vec<u8>>>,
+}
+
+impl RangeModel {
+    fn expected(&self, first: u64, count: u64) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity((count * BLOCK_BYTES) as usize);
+        for block in first..first + count {
+            match &self.blocks[(block - self.first_block) as usize] {
+                Some(content) => bytes.extend_from_slice(content),
+                None => bytes.resize(bytes.len() + BLOCK_SIZE_BYTES, 0),
+            }
+        }
+        bytes
+    }
+
+    /// Apply `data` written at byte `offset` (inside the range).
+    fn apply(&mut self, offset: u64, data: &[u8]) {
+        let mut done = 0usize;
+        while done < data.len() {
+            let position = offset + done as u64;
+            let index = (position / BLOCK_BYTES - self.first_block) as usize;
+            let within = (position % BLOCK_BYTES) as usize;
+            let count = (BLOCK_SIZE_BYTES - within).min(data.len() - done);
+            let block = self.blocks[index].get_or_insert_with(|| vec![0u8; BLOCK_SIZE_BYTES]);
+            block[within..within + count].copy_from_slice(&data[done..done + count]);
+            if block.iter().all(|&byte| byte == 0) {
+                self.blocks[index] = None;
+            }
+            done += count;
+        }
+    }
+}
+
+fn check_range(volume: &Volume, model: &RangeModel, first: u64, count: u64, what: &str) -> Result<(), String> {
+    let mut actual = vec![0u8; (count * BLOCK_BYTES) as usize];
+    volume.read(first * BLOCK_BYTES, &mut actual).map_err(|error| format!("{what}: read {first}+{count}: {error}"))?;
+    let expected = model.expected(first, count);
+    match actual.chunks(BLOCK_SIZE_BYTES).zip(expected.chunks(BLOCK_SIZE_BYTES)).position(|(a, e)| a != e) {
+        Some(index) => Err(format!("{what}: block {} differs from the model", first + index as u64)),
+        None => Ok(()),
+    }
+}
+
+/// Random writes (whole and sub-block, some FUA), zeroing, trims, flushes and reads in
+/// the writer's own range, every write read back at once.
+fn disjoint_writer(volume: &Volume, thread: u64) -> Result<RangeModel, String> {
+    let mut prng = Prng::new(0xD15_0000 + thread);
+    let first_block = thread * WRITER_STRIDE_BLOCKS;
+    let mut model = RangeModel { first_block, blocks: vec![None; BLOCKS_PER_WRITER as usize] };
+    let deadline = Instant::now() + WRITER_DURATION;
+    let mut operations = 0;
+    while Instant::now() < deadline && operations < WRITER_MAXIMUM_OPERATIONS {
+        operations += 1;
+        let choice = prng.below(100);
+        let count = 1 + prng.below(4);
+        let first = first_block + prng.below(BLOCKS_PER_WRITER - count + 1);
+        let what = format!("thread {thread} operation {operations}");
+        match choice {
+            0..=54 => {
+                let mut data = vec![0u8; (count * BLOCK_BYTES) as usize];
+                if !prng.chance(1, 20) {
+                    prng.fill(&mut data);
+                }
+                let fua = prng.chance(1, 20);
+                volume.write(first * BLOCK_BYTES, &data, fua).map_err(|error| format!("{what}: write: {error}"))?;
+                model.apply(first * BLOCK_BYTES, &data);
+                check_range(volume, &model, first, count, &format!("{what}: read after write"))?;
+            }
+            55..=64 => {
+                // At most 6 KiB from inside a block: within three blocks of the range.
+                let first = first_block + prng.below(BLOCKS_PER_WRITER - 2);
+                let offset = first * BLOCK_BYTES + prng.below(7) * 512;
+                let mut data = vec![0u8; (1 + prng.below(12)) as usize * 512];
+                prng.fill(&mut data);
+                volume.write(offset, &data, false).map_err(|error| format!("{what}: sub-block write: {error}"))?;
+                model.apply(offset, &data);
+                check_range(volume, &model, first, 3, &format!("{what}: read after sub-block write"))?;
+            }
+            65..=69 => {
+                let (offset, length) = (first * BLOCK_BYTES, count * BLOCK_BYTES);
+                let result = if prng.chance(1, 2) {
+                    volume.trim(offset, length)
+                } else {
+                    volume.write_zeroes(offset, length, false)
+                };
+                result.map_err(|error| format!("{what}: trim or write-zeroes: {error}"))?;
+                model.apply(offset, &vec![0u8; length as usize]);
+                check_range(volume, &model, first, count, &format!("{what}: read after trim"))?;
+            }
+            70..=74 => volume.flush().map_err(|error| format!("{what}: flush: {error}"))?,
+            _ => check_range(volume, &model, first, count, &what)?,
+        }
+    }
+    Ok(model)
+}
+
+/// Run the disjoint writers on `volume`; returns their models.
+fn run_disjoint_writers(volume: &Volume) -> Vec<RangeModel> {
+    let results: Vec<Result<RangeModel, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> =
+            (0..WRITER_THREADS).map(|thread| scope.spawn(move || disjoint_writer(volume, thread))).collect();
+        handles.into_iter().map(|handle| handle.join().expect("writer thread panicked")).collect()
+    });
+    results.into_iter().collect::<Result<Vec<_>, String>>().unwrap_or_else(|message| panic!("{message}"))
+}
+
+fn verify_models(volume: &Volume, models: &[RangeModel]) {
+    for model in models {
+        // Read the range with a block on either side (never written: zeros).
+        let first = model.first_block.saturating_sub(1);
+        let mut actual = vec![0u8; ((BLOCKS_PER_WRITER + 2) * BLOCK_BYTES) as usize];
+        volume.read(first * BLOCK_BYTES, &mut actual).expect("read a range after reopening");
+        for (index, content) in actual.chunks(BLOCK_SIZE_BYTES).enumerate() {
+            let block = first + index as u64;
+            let expected = block
+                .checked_sub(model.first_block)
+                .and_then(|offset| model.blocks.get(offset as usize))
+                .and_then(Option::as_ref);
+            match expected {
+                Some(expected) => assert!(content == expected.as_slice(), "block {block} differs after reopening"),
+                None => assert!(content.iter().all(|&byte| byte == 0), "block {block} should read as zeros"),
+            }
+        }
+    }
+}
+
+/// Writers on `devices`; then close, reopen (through `reopen`) and verify every model.
+fn disjoint_writers_keep_their_data(
+    raid_level: RaidLevel,
+    devices: Vec<Arc<dyn BlockDevice>>,
+    reopen: impl FnOnce() -> Vec<Arc<dyn BlockDevice>>,
+) {
+    let volume = create(&devices, raid_level);
+    let models = run_disjoint_writers(&volume);
+    verify_models(&volume, &models);
+    let stats = volume.stats();
+    assert!(stats.failure.is_none(), "{:?}", stats.failure);
+    assert_eq!(stats.unrecoverable_reads, 0);
+    assert_eq!(stats.checksum_mismatches, 0);
+    volume.close().expect("close");
+    drop(devices);
+    let devices = reopen();
+    let volume = open(&devices);
+    verify_models(&volume, &models);
+    let report = volume.check().expect("check");
+    assert!(report.is_clean(), "{report:?}");
+    volume.close().expect("close");
+}
+
+const DISJOINT_MEMBER_SIZE_BYTES: u64 = 32 << 20;
+
+fn disjoint_writers_on_memory(raid_level: RaidLevel) {
+    let devices = memory_members(member_count(raid_level), DISJOINT_MEMBER_SIZE_BYTES);
+    let same = devices.clone();
+    disjoint_writers_keep_their_data(raid_level, devices, move || same);
+}
+
+fn disjoint_writers_on_files(raid_level: RaidLevel) {
+    let directory = TemporaryDirectory::new(raid_level.name());
+    let count = member_count(raid_level);
+    let devices = file_members(&directory.path, count, Some(DISJOINT_MEMBER_SIZE_BYTES));
+    disjoint_writers_keep_their_data(raid_level, devices, || file_members(&directory.path, count, None));
+}
+
+#[test]
+fn disjoint_writers_on_raid5_memory_members() {
+    disjoint_writers_on_memory(RaidLevel::Raid5);
+}
+
+#[test]
+fn disjoint_writers_on_raid6_memory_members() {
+    disjoint_writers_on_memory(RaidLevel::Raid6);
+}
+
+#[test]
+fn disjoint_writers_on_raid10_memory_members() {
+    disjoint_writers_on_memory(RaidLevel::Raid10);
+}
+
+#[test]
+fn disjoint_writers_on_raid5_file_members() {
+    disjoint_writers_on_files(RaidLevel::Raid5);
+}
+
+#[test]
+fn disjoint_writers_on_raid6_file_members() {
+    disjoint_writers_on_files(RaidLevel::Raid6);
+}
+
+#[test]
+fn disjoint_writers_on_raid10_file_members() {
+    disjoint_writers_on_files(RaidLevel::Raid10);
+}
+
+// ---------------------------------------------------------------------------------------
+// Readers racing writers on the same blocks.
+// ---------------------------------------------------------------------------------------
+
+const HOT_BLOCK_COUNT: u64 = 24;
+/// Hot block `i` is logical block `i × HOT_BLOCK_SPACING`.
+const HOT_BLOCK_SPACING: u64 = 37;
+const RACE_WRITERS: u64 = 2;
+const RACE_READERS: u64 = 3;
+const RACE_DURATION: Duration = Duration::from_millis(1000);
+
+/// Version `version` (≥ 1) of logical block `block`: the block number, the version, then
+/// words derived from both, so a torn or misplaced block never passes for a whole one.
+fn versioned_content(block: u64, version: u64) -> Vec<u8> {
+    let mut content = vec![0u8; BLOCK_SIZE_BYTES];
+    content[..8].copy_from_slice(&block.to_le_bytes());
+    content[8..16].copy_from_slice(&version.to_le_bytes());
+    Prng::new(block.wrapping_mul(0x1_0000_0001) ^ version.rotate_left(17)).fill(&mut content[16..]);
+    content
+}
+
+/// The version a read block holds (0: zeros, never written), or why it is not whole.
+fn version_of(block: u64, content: &[u8]) -> Result<u64, String> {
+    if content.iter().all(|&byte| byte == 0) {
+        return Ok(0);
+    }
+    let found_block = u64::from_le_bytes(content[..8].try_into().expect("8 bytes"));
+    let version = u64::from_le_bytes(content[8..16].try_into().expect("8 bytes"));
+    if found_block != block {
+        return Err(format!("block {block} holds content of block {found_block} (version {version})"));
+    }
+    if version == 0 || content != versioned_content(block, version).as_slice() {
+        return Err(format!("block {block} holds a torn or corrupt version {version}"));
+    }
+    Ok(version)
+}
+
+fn hot_block(index: u64) -> u64 {
+    index * HOT_BLOCK_SPACING
+}
+
+/// Writer `writer` owns the hot blocks with `index % RACE_WRITERS == writer` and writes
+/// ever newer versions of them, flushing often. Returns the last version of every block.
+fn racing_writer(volume: &Volume, writer: u64) -> Result<Vec<(u64, u64)>, String> {
+    let mut prng = Prng::new(0xACE + writer);
+    let owned: Vec<u64> = (0..HOT_BLOCK_COUNT).filter(|index| index % RACE_WRITERS == writer).map(hot_block).collect();
+    let mut versions = vec![0u64; owned.len()];
+    let deadline = Instant::now() + RACE_DURATION;
+    let mut writes = 0u64;
+    while Instant::now() < deadline {
+        let index = prng.below(owned.len() as u64) as usize;
+        versions[index] += 1;
+        let block = owned[index];
+        let fua = prng.chance(1, 30);
+        volume
+            .write(block * BLOCK_BYTES, &versioned_content(block, versions[index]), fua)
+            .map_err(|error| format!("writer {writer}: write {writes}: {error}"))?;
+        writes += 1;
+        if writes.is_multiple_of(16) {
+            volume.flush().map_err(|error| format!("writer {writer}: flush: {error}"))?;
+        }
+    }
+    Ok(owned.into_iter().zip(versions).collect())
+}
+
+/// Read hot blocks (alone, or in a range spanning two of them) until `stop`; every block
+/// must be whole, and its version never older than one this reader saw before.
+fn racing_reader(volume: &Volume, reader: u64, stop: &AtomicBool) -> Result<u64, String> {
+    let mut prng = Prng::new(0xBEAD + reader);
+    let mut seen = vec![0u64; HOT_BLOCK_COUNT as usize];
+    let mut reads = 0u64;
+    let mut buffer = vec![0u8; ((HOT_BLOCK_SPACING + 1) * BLOCK_BYTES) as usize];
+    while !stop.load(Ordering::SeqCst) {
+        let spanning = prng.chance(1, 8);
+        let index = prng.below(if spanning { HOT_BLOCK_COUNT - 1 } else { HOT_BLOCK_COUNT });
+        let length = if spanning { (HOT_BLOCK_SPACING + 1) * BLOCK_BYTES } else { BLOCK_BYTES };
+        let first = hot_block(index);
+        volume
+            .read(first * BLOCK_BYTES, &mut buffer[..length as usize])
+            .map_err(|error| format!("reader {reader}: read {reads}: {error}"))?;
+        reads += 1;
+        for (offset, content) in buffer[..length as usize].chunks(BLOCK_SIZE_BYTES).enumerate() {
+            let block = first + offset as u64;
+            if !block.is_multiple_of(HOT_BLOCK_SPACING) {
+                if content.iter().any(|&byte| byte != 0) {
+                    return Err(format!("reader {reader}: block {block} was never written but is not zero"));
+                }
+                continue;
+            }
+            let hot_index = (block / HOT_BLOCK_SPACING) as usize;
+            let version = version_of(block, content).map_err(|message| format!("reader {reader}: {message}"))?;
+            if version < seen[hot_index] {
+                return Err(format!(
+                    "reader {reader}: block {block} went back from version {} to {version}",
+                    seen[hot_index]
+                ));
+            }
+            seen[hot_index] = version;
+        }
+    }
+    Ok(reads)
+}
+
+#[test]
+fn readers_see_whole_versions_that_never_go_back_while_segments_are_reused() {
+    // 31 segments: the hot blocks' segments die and are reused many times over.
+    let devices = memory_members(4, 2 << 20);
+    let volume = create(&devices, RaidLevel::Raid5);
+    let stop = AtomicBool::new(false);
+    let (writer_results, reader_results) = std::thread::scope(|scope| {
+        let (volume, stop) = (&volume, &stop);
+        let readers: Vec<_> =
+            (0..RACE_READERS).map(|reader| scope.spawn(move || racing_reader(volume, reader, stop))).collect();
+        let writers: Vec<_> =
+            (0..RACE_WRITERS).map(|writer| scope.spawn(move || racing_writer(volume, writer))).collect();
+        let writer_results: Vec<_> =
+            writers.into_iter().map(|handle| handle.join().expect("writer panicked")).collect();
+        stop.store(true, Ordering::SeqCst);
+        let reader_results: Vec<_> =
+            readers.into_iter().map(|handle| handle.join().expect("reader panicked")).collect();
+        (writer_results, reader_results)
+    });
+    let mut last_versions = Vec::new();
+    for result in writer_results {
+        last_versions.extend(result.unwrap_or_else(|message| panic!("{message}")));
+    }
+    let reads: u64 =
+        reader_results.into_iter().map(|result| result.unwrap_or_else(|message| panic!("{message}"))).sum();
+    assert!(reads > 100, "the readers ran ({reads} reads)");
+
+    volume.flush().expect("flush");
+    let stats = volume.stats();
+    assert!(stats.failure.is_none(), "{:?}", stats.failure);
+    // More went through the data space than it holds: segments were reused.
+    let data_space_written = stats.member_bytes_data + stats.member_bytes_metadata + stats.member_bytes_padding;
+    assert!(
+        data_space_written > 2 * stats.physical_data_bytes,
+        "{data_space_written} bytes written to {} bytes of data space: too little to reuse segments",
+        stats.physical_data_bytes
+    );
+    let check_final = |volume: &Volume| {
+        for &(block, version) in &last_versions {
+            let mut content = vec![0u8; BLOCK_SIZE_BYTES];
+            volume.read(block * BLOCK_BYTES, &mut content).expect("read");
+            assert_eq!(version_of(block, &content), Ok(version), "block {block} after the race");
+        }
+    };
+    check_final(&volume);
+    volume.close().expect("close");
+    let volume = open(&devices);
+    check_final(&volume);
+    volume.close().expect("close");
+}
+
+// ---------------------------------------------------------------------------------------
+// The flush timer, FUA and accounting.
+// ---------------------------------------------------------------------------------------
+
+fn random_data(prng: &mut Prng, length_bytes: u64) -> Vec<u8> {
+    let mut data = vec![0u8; length_bytes as usize];
+    prng.fill(&mut data);
+    data
+}
+
+#[test]
+fn the_flush_timer_makes_unflushed_writes_durable() {
+    let devices = memory_members(4, 8 << 20);
+    let volume = create(&devices, RaidLevel::Raid5);
+    let mut prng = Prng::new(11);
+    let data = random_data(&mut prng, 3 * BLOCK_BYTES);
+    volume.write(5 * BLOCK_BYTES, &data, false).expect("write");
+    std::thread::sleep(Duration::from_millis(300));
+    let stats = volume.stats();
+    assert!(stats.last_sequence >= 1, "the timer sealed the batch: {stats:?}");
+    assert!(
+        stats.durable_through_sequence >= stats.last_sequence,
+        "durable through {} of {}",
+        stats.durable_through_sequence,
+        stats.last_sequence
+    );
+    assert!(stats.short_stripes > 0, "a few blocks make a short stripe");
+    assert!(stats.flushes > 0);
+    // Durable means it survives a process that dies now.
+    volume.abandon();
+    let volume = open(&devices);
+    let mut back = vec![0u8; data.len()];
+    volume.read(5 * BLOCK_BYTES, &mut back).expect("read");
+    assert!(back == data, "the timer-flushed write did not survive");
+    volume.close().expect("close");
+}
+
+#[test]
+fn a_fua_write_returns_durable() {
+    let devices = memory_members(4, 8 << 20);
+    let volume = create(&devices, RaidLevel::Raid5);
+    let mut prng = Prng::new(12);
+    for round in 0..20u64 {
+        // Some ordinary writes first, then one FUA write.
+        for block in 0..prng.below(20) {
+            volume
+                .write((round * 40 + block) * BLOCK_BYTES, &random_data(&mut prng, BLOCK_BYTES), false)
+                .expect("write");
+        }
+        let before = volume.stats().last_sequence;
+        let length = (1 + prng.below(8)) * 512;
+        volume.write((round * 40 + 30) * BLOCK_BYTES, &random_data(&mut prng, length), true).expect("FUA write");
+        let stats = volume.stats();
+        assert!(stats.last_sequence > before, "round {round}: the FUA write sealed a batch");
+        assert_eq!(
+            stats.durable_through_sequence, stats.last_sequence,
+            "round {round}: a FUA write returned before it was durable"
+        );
+    }
+    volume.close().expect("close");
+}
+
+#[test]
+fn member_bytes_account_for_data_parity_and_metadata() {
+    let member_count = 5;
+    let devices = memory_members(member_count, 8 << 20);
+    let volume = create(&devices, RaidLevel::Raid5);
+    let data_columns = volume.geometry().data_columns() as u64;
+    assert_eq!(data_columns, 4);
+    let full_stripe_bytes = data_columns * CHUNK_SIZE_BYTES as u64;
+    let stripe_count = 16;
+    let total_bytes = stripe_count * full_stripe_bytes;
+    let mut prng = Prng::new(13);
+    for stripe in 0..stripe_count {
+        volume.write(stripe * full_stripe_bytes, &random_data(&mut prng, full_stripe_bytes), false).expect("write");
+    }
+    volume.flush().expect("flush");
+    let stats = volume.stats();
+    assert_eq!(stats.host_bytes_written, total_bytes);
+    assert_eq!(stats.member_bytes_data, total_bytes, "every data block is stored exactly once");
+    assert!(stats.member_bytes_metadata > 0, "summaries");
+    // Parity is one block per row, and a row holds data, summaries or padding.
+    let data_space_bytes = stats.member_bytes_data + stats.member_bytes_metadata + stats.member_bytes_padding;
+    assert_eq!(stats.member_bytes_redundancy * data_columns, data_space_bytes, "{stats:?}");
+    let quarter = total_bytes / data_columns;
+    assert!(stats.member_bytes_redundancy >= quarter);
+    assert!(
+        stats.member_bytes_redundancy <= quarter + quarter / 20,
+        "parity {} is more than 5 % above a quarter of the data ({quarter})",
+        stats.member_bytes_redundancy
+    );
+    assert!(stats.full_stripes > 0, "{stats:?}");
+    // Every member wrote one block per row: data space plus parity, spread evenly.
+    let per_member: Vec<u64> = stats.members.iter().map(|member| member.bytes_written).collect();
+    assert_eq!(stats.member_bytes_written, per_member.iter().sum::<u64>());
+    assert_eq!(stats.member_bytes_written, data_space_bytes + stats.member_bytes_redundancy);
+    assert!(per_member.iter().all(|&bytes| bytes == stats.member_bytes_redundancy), "{per_member:?}");
+    volume.close().expect("close");
+}
