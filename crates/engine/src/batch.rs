@@ -73,7 +73,8 @@ impl Drop for PooledBuffers {
     fn drop(&mut self) {
         if let Some(set) = self.buffers.take() {
             self.pool.free.lock().push(set);
-            self.pool.returned.notify_one();
+            // Every waiter: `wait_for_free` takes nothing, so waking one could strand others.
+            self.pool.returned.notify_all();
         }
     }
 }
@@ -139,6 +140,10 @@ impl OpenBatch {
         let group_full = self.groups.last().is_none_or(|group| group.entries.len() == ENTRIES_PER_SUMMARY);
         let needed = group_full as u32 + with_block as u32;
         if self.next_index + needed > self.capacity_blocks {
+            return None;
+        }
+        // Summary indices are 16-bit on disk.
+        if group_full && self.groups.len() > u16::MAX as usize {
             return None;
         }
         if group_full {

@@ -37,11 +37,22 @@ pub(crate) fn start_member_workers(shared: &Arc<Shared>) -> (Vec<Option<MemberQu
         threads.push(
             std::thread::Builder::new()
                 .name(format!("stripelog-member-{member}"))
-                .spawn(move || member_worker(shared, member, receiver))
+                .spawn(move || {
+                    let guard = shared.clone();
+                    fail_on_panic(&guard, || member_worker(shared, member, receiver))
+                })
                 .expect("spawn a member worker thread"),
         );
     }
     (senders, threads)
+}
+
+/// Run a pipeline thread's body; a panic in it (a bug, or a device implementation's)
+/// fails the volume instead of leaving flushes waiting for batches that never complete.
+pub(crate) fn fail_on_panic(shared: &Shared, body: impl FnOnce()) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).is_err() {
+        shared.fail("internal error: a write pipeline thread panicked".into());
+    }
 }
 
 pub(crate) fn stripe_writer(

@@ -119,14 +119,16 @@ impl Reader<'_> {
         let first_valid = |bytes: &[u8]| {
             Summary::decode(bytes, uuid).is_some_and(|summary| {
                 let header = summary.header;
+                let slots = header.row_count as u64 * data_columns as u64;
                 summary.summary_index == 0
                     && header.segment == segment
                     && header.first_row == first_row
                     && header.row_count >= 1
-                    && header.row_count * data_columns <= slots_left
-                    && header.block_count <= header.row_count * data_columns
+                    && slots <= slots_left as u64
+                    && header.block_count as u64 <= slots
                     && header.summary_count >= 1
                     && header.block_count >= header.summary_count
+                    && header.durable_through_sequence < header.sequence
             })
         };
         let location = BlockLocation { segment, row: first_row, column: 0 };
@@ -349,6 +351,13 @@ fn read_log(reader: &Reader, verify_tail: bool, superblock_durable_through: u64)
         .max()
         .unwrap_or(0)
         .max(superblock_durable_through);
+    // Sequence numbers grow by one per batch: no real log comes near the top of u64.
+    const SEQUENCE_LIMIT: u64 = u64::MAX / 4;
+    if durable >= SEQUENCE_LIMIT || batches.keys().next_back().is_some_and(|&last| last >= SEQUENCE_LIMIT) {
+        return Err(Error::Failed(format!(
+            "the log is inconsistent: a sequence number or durable claim ({durable}) beyond any real log"
+        )));
+    }
     let mut last_sequence = durable;
     let mut repairs = Vec::new();
     let mut tail_verified = 0;

@@ -288,7 +288,12 @@ impl Volume {
             threads.push(
                 std::thread::Builder::new()
                     .name("stripelog-stripe-writer".into())
-                    .spawn(move || crate::pipeline::stripe_writer(shared, stripe_receiver, member_senders))
+                    .spawn(move || {
+                        let guard = shared.clone();
+                        crate::pipeline::fail_on_panic(&guard, || {
+                            crate::pipeline::stripe_writer(shared, stripe_receiver, member_senders)
+                        })
+                    })
                     .expect("spawn the stripe writer thread"),
             );
         }
@@ -436,12 +441,15 @@ impl Volume {
     }
 
     /// Verify every live batch on the members: each block against its checksum, each
-    /// parity row and mirror copy against the data. Flushes first when writable.
+    /// parity row and mirror copy against the data. Flushes first when writable, and
+    /// holds writers back while it runs.
     pub fn check(&self) -> Result<crate::recovery::CheckReport> {
         if !self.shared.read_only {
             self.flush()?;
         }
         let shared = &self.shared;
+        // Writers pause while the log is read, so that it does not change under the scan.
+        let _state = shared.state.lock();
         let durable = shared.superblock.lock().durable_through_sequence;
         crate::recovery::check(&shared.geometry, &shared.members, &shared.volume_uuid, durable, &shared.map)
     }
@@ -928,16 +936,34 @@ impl Shared {
             self.rows_on_media[segment as usize].store(0, Ordering::Release);
             state.free_segments.push_back(segment);
         }
+        self.progress.notify_all();
         Ok(())
     }
 
+    /// Flush so that dead segments can be released, release them, and wait for releases
+    /// another thread has under way; `OutOfSpace` only when nothing more can come free.
     fn make_space(&self) -> Result<()> {
         self.flush()?;
-        let state = self.state.lock();
-        if state.free_segments.is_empty() && state.current_segment.is_none() {
-            return Err(Error::OutOfSpace);
+        loop {
+            self.reclaim().inspect_err(|error| self.fail(error.to_string()))?;
+            let mut state = self.state.lock();
+            if !state.free_segments.is_empty() || state.current_segment.is_some() {
+                return Ok(());
+            }
+            let durable = state.durable_through_sequence;
+            let coming_free = state.segments.iter().any(|segment| match segment.status {
+                SegmentStatus::Releasing => true,
+                SegmentStatus::WaitingForFlush(tag) => tag <= durable,
+                _ => false,
+            });
+            if !coming_free {
+                return Err(Error::OutOfSpace);
+            }
+            if let Some(reason) = self.failure.lock().clone() {
+                return Err(Error::Failed(reason));
+            }
+            self.progress.wait_for(&mut state, Duration::from_millis(10));
         }
-        Ok(())
     }
 
     /// Read logical block `logical_block` into `out` (4096 bytes). Callers hold the reuse

@@ -312,7 +312,11 @@ const HOT_BLOCK_COUNT: u64 = 24;
 const HOT_BLOCK_SPACING: u64 = 37;
 const RACE_WRITERS: u64 = 2;
 const RACE_READERS: u64 = 3;
-const RACE_DURATION: Duration = Duration::from_millis(1000);
+/// Each writer stops after this many writes (enough to pass the data space through
+/// several times: 2 writers × 3000 × (4 KiB + short-stripe overhead) ≫ 6 MiB) …
+const RACE_WRITES_PER_WRITER: u64 = 3000;
+/// … or at this safety cap on a very slow machine.
+const RACE_TIME_LIMIT: Duration = Duration::from_secs(30);
 
 /// Version `version` (≥ 1) of logical block `block`: the block number, the version, then
 /// words derived from both, so a torn or misplaced block never passes for a whole one.
@@ -350,9 +354,9 @@ fn racing_writer(volume: &Volume, writer: u64) -> Result<Vec<(u64, u64)>, String
     let mut prng = Prng::new(0xACE + writer);
     let owned: Vec<u64> = (0..HOT_BLOCK_COUNT).filter(|index| index % RACE_WRITERS == writer).map(hot_block).collect();
     let mut versions = vec![0u64; owned.len()];
-    let deadline = Instant::now() + RACE_DURATION;
+    let deadline = Instant::now() + RACE_TIME_LIMIT;
     let mut writes = 0u64;
-    while Instant::now() < deadline {
+    while writes < RACE_WRITES_PER_WRITER && Instant::now() < deadline {
         let index = prng.below(owned.len() as u64) as usize;
         versions[index] += 1;
         let block = owned[index];
