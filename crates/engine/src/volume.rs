@@ -192,7 +192,8 @@ pub struct Volume {
 
 /// One unit of work for the write loop, per logical block.
 enum BlockWrite<'a> {
-    Data(u64, &'a [u8]),
+    /// A whole block and its CRC32C (computed before the state lock is taken).
+    Data(u64, &'a [u8], u32),
     /// A partial block: bytes `data` at `offset_bytes` inside logical block.
     Patch(u64, usize, &'a [u8]),
     Zero(u64),
@@ -334,7 +335,7 @@ impl Volume {
             } else if is_all_zero(piece) {
                 BlockWrite::Zero(logical_block)
             } else {
-                BlockWrite::Data(logical_block, piece)
+                BlockWrite::Data(logical_block, piece, format::block_checksum(piece))
             });
             done += count;
         }
@@ -630,7 +631,9 @@ impl Shared {
     /// Accept one block into the open batch. `Ok(false)`: the batch is full.
     fn accept(&self, state: &mut WriteState, block: &BlockWrite) -> Result<bool> {
         match *block {
-            BlockWrite::Data(logical_block, data) => Ok(self.accept_data(state, logical_block, data)),
+            BlockWrite::Data(logical_block, data, checksum) => {
+                Ok(self.accept_data(state, logical_block, data, checksum))
+            }
             BlockWrite::Zero(logical_block) => Ok(self.accept_range(state, logical_block, false)),
             BlockWrite::Trim(logical_block) => Ok(self.accept_range(state, logical_block, true)),
             BlockWrite::Patch(logical_block, within, data) => {
@@ -640,20 +643,20 @@ impl Shared {
                 if is_all_zero(&merged) {
                     Ok(self.accept_range(state, logical_block, false))
                 } else {
-                    Ok(self.accept_data(state, logical_block, &merged))
+                    let checksum = format::block_checksum(&merged);
+                    Ok(self.accept_data(state, logical_block, &merged, checksum))
                 }
             }
         }
     }
 
-    fn accept_data(&self, state: &mut WriteState, logical_block: u64, data: &[u8]) -> bool {
+    fn accept_data(&self, state: &mut WriteState, logical_block: u64, data: &[u8], checksum: u32) -> bool {
+        debug_assert_eq!(checksum, format::block_checksum(data));
         let open = state.open.as_mut().expect("an open batch");
         let Some(Slot::Block(index)) = open.reserve(true) else {
             return false;
         };
-        let target = open.block_mut(index);
-        target.copy_from_slice(data);
-        let checksum = format::block_checksum(target);
+        open.block_mut(index).copy_from_slice(data);
         let (row, column) = open.place(index);
         let position = self.geometry.position(open.segment, open.first_row + row, column);
         open.push_entry(Entry::Data { logical_block, checksum });
