@@ -1,0 +1,106 @@
+//! The `stripelog` command as a user runs it: create, info (text and JSON), check, and
+//! clear errors with a non-zero exit for wrong input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn stripelog(arguments: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stripelog")).args(arguments).output().expect("run stripelog")
+}
+
+fn text(output: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+}
+
+/// A fresh directory under the system temporary directory, removed when dropped.
+struct Directory(PathBuf);
+
+impl Directory {
+    fn new(label: &str) -> Directory {
+        let path = std::env::temp_dir().join(format!("stripelog-cli-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create a directory");
+        Directory(path)
+    }
+
+    fn members(&self, count: usize) -> Vec<String> {
+        (0..count).map(|index| self.0.join(format!("m{index}")).display().to_string()).collect()
+    }
+}
+
+impl Drop for Directory {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn with_members<'a>(arguments: &[&'a str], members: &'a [String]) -> Vec<&'a str> {
+    arguments.iter().copied().chain(members.iter().map(String::as_str)).collect()
+}
+
+#[test]
+fn create_info_and_check_a_raid6_volume() {
+    let directory = Directory::new("raid6");
+    let members = directory.members(6);
+    let create = stripelog(&with_members(
+        &["create", "--raid", "6", "--chunk", "64KiB", "--spare", "27%", "--member-size", "16MiB"],
+        &members,
+    ));
+    assert!(create.status.success(), "{}", text(&create));
+    assert!(text(&create).contains("raid6 on 6 members, 4 data columns"), "{}", text(&create));
+    // Files are created sparse.
+    let metadata = std::fs::metadata(Path::new(&members[0])).expect("member exists");
+    assert_eq!(metadata.len(), 16 << 20);
+
+    let info = stripelog(&with_members(&["info", "--json"], &members));
+    assert!(info.status.success(), "{}", text(&info));
+    let stats: serde_json::Value = serde_json::from_slice(&info.stdout).expect("JSON");
+    assert_eq!(stats["raid_level"], "raid6");
+    assert_eq!(stats["member_count"], 6);
+    assert_eq!(stats["map_bytes_per_logical_block"], 8.0);
+    assert!((stats["spare_fraction"].as_f64().unwrap() - 0.27).abs() < 1e-9);
+
+    let check = stripelog(&with_members(&["check"], &members));
+    assert!(check.status.success(), "{}", text(&check));
+    assert!(text(&check).contains("clean"));
+
+    // Two members missing: RAID-6 still opens, and says it is degraded.
+    let mut degraded = members.clone();
+    degraded[1] = "missing".into();
+    degraded[4] = directory.0.join("gone").display().to_string();
+    let info = stripelog(&with_members(&["info"], &degraded));
+    assert!(info.status.success(), "{}", text(&info));
+    assert!(text(&info).contains("DEGRADED: survives 0 more member failure(s)"), "{}", text(&info));
+}
+
+#[test]
+fn wrong_input_gets_a_clear_error_and_a_failing_exit() {
+    let directory = Directory::new("errors");
+    let members = directory.members(3);
+    let create =
+        stripelog(&with_members(&["create", "--raid", "5", "--chunk", "64KiB", "--member-size", "8MiB"], &members));
+    assert!(create.status.success(), "{}", text(&create));
+    let mut swapped = members.clone();
+    swapped.swap(0, 2);
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (with_members(&["info"], &swapped), "original order"),
+        (with_members(&["info"], &members[..2]), "3 members but 2 were given"),
+        (vec!["create", "--raid", "7", "x"], "unknown RAID level"),
+        (vec!["create", "--spare", "100%", "x"], "below 100 %"),
+        (vec!["create", "--chunk", "3MiB", "--member-size", "8MiB", "x1", "x2", "x3"], "power of two"),
+        (vec!["create", "--chunk", "lots", "x"], "is not a size"),
+    ];
+    for (mut arguments, expected) in cases {
+        // Paths of members a failing `create` may touch live in the test directory.
+        let scratch: Vec<String> =
+            arguments.iter().map(|argument| directory.0.join(argument).display().to_string()).collect();
+        for (argument, path) in arguments.iter_mut().zip(&scratch) {
+            if argument.starts_with('x') {
+                *argument = path;
+            }
+        }
+        let output = stripelog(&arguments);
+        assert!(!output.status.success(), "{arguments:?} succeeded");
+        assert!(text(&output).contains(expected), "{arguments:?}: {}", text(&output));
+    }
+}
