@@ -236,17 +236,6 @@ impl FileDevice {
         }
     }
 
-    /// The whole batch with pread/pwrite, in order.
-    fn submit_batch_synchronously(&self, requests: &mut [IoRequest<'_>]) -> Vec<Result<()>> {
-        requests
-            .iter_mut()
-            .map(|request| match request {
-                IoRequest::Read { buffer, offset_bytes } => self.read_at(buffer, *offset_bytes),
-                IoRequest::Write { buffer, offset_bytes } => self.write_at(buffer, *offset_bytes),
-            })
-            .collect()
-    }
-
     /// The batch through io_uring. Requests the ring did not complete in full (short
     /// transfers, oversized requests, transient errors, an abandoned ring) are finished
     /// with pread/pwrite afterwards, so nothing is ever returned short.
@@ -418,7 +407,7 @@ impl BlockDevice for FileDevice {
     fn submit_batch(&self, requests: &mut [IoRequest<'_>]) -> Vec<Result<()>> {
         match &self.ring {
             Some(ring) if !self.ring_abandoned.load(Ordering::Acquire) => self.submit_batch_with_ring(ring, requests),
-            _ => self.submit_batch_synchronously(requests),
+            _ => crate::submit_one_by_one(self, requests),
         }
     }
 

@@ -100,13 +100,7 @@ pub trait BlockDevice: Send + Sync {
     /// Run every request in `requests`, possibly all at once, and return one result per
     /// request, in order, when all have finished.
     fn submit_batch(&self, requests: &mut [IoRequest<'_>]) -> Vec<Result<()>> {
-        requests
-            .iter_mut()
-            .map(|request| match request {
-                IoRequest::Read { buffer, offset_bytes } => self.read_at(buffer, *offset_bytes),
-                IoRequest::Write { buffer, offset_bytes } => self.write_at(buffer, *offset_bytes),
-            })
-            .collect()
+        submit_one_by_one(self, requests)
     }
 
     /// Make every write completed before this call durable.
@@ -117,6 +111,18 @@ pub trait BlockDevice: Send + Sync {
 
     /// A short human description: path, I/O engine, whether O_DIRECT is in use.
     fn describe(&self) -> String;
+}
+
+/// Run a batch one request after the other with `read_at`/`write_at` (the default
+/// `submit_batch`, and the fallback of implementations that have a faster path).
+pub fn submit_one_by_one<D: BlockDevice + ?Sized>(device: &D, requests: &mut [IoRequest<'_>]) -> Vec<Result<()>> {
+    requests
+        .iter_mut()
+        .map(|request| match request {
+            IoRequest::Read { buffer, offset_bytes } => device.read_at(buffer, *offset_bytes),
+            IoRequest::Write { buffer, offset_bytes } => device.write_at(buffer, *offset_bytes),
+        })
+        .collect()
 }
 
 /// Check alignment and range once, at the edge of every implementation.

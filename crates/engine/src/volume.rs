@@ -322,23 +322,18 @@ impl Volume {
     pub fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<()> {
         self.shared.check_writable()?;
         self.shared.check_range(offset_bytes, data.len() as u64)?;
-        let mut blocks = Vec::with_capacity(data.len() / BLOCK_SIZE_BYTES + 2);
-        let mut done = 0usize;
-        while done < data.len() {
-            let position = offset_bytes + done as u64;
-            let logical_block = position / BLOCK_SIZE_BYTES as u64;
-            let within = (position % BLOCK_SIZE_BYTES as u64) as usize;
-            let count = (BLOCK_SIZE_BYTES - within).min(data.len() - done);
-            let piece = &data[done..done + count];
-            blocks.push(if count < BLOCK_SIZE_BYTES {
-                BlockWrite::Patch(logical_block, within, piece)
-            } else if is_all_zero(piece) {
-                BlockWrite::Zero(logical_block)
-            } else {
-                BlockWrite::Data(logical_block, piece, format::block_checksum(piece))
-            });
-            done += count;
-        }
+        let blocks: Vec<BlockWrite> = block_pieces(offset_bytes, data.len())
+            .map(|(logical_block, within, range)| {
+                let piece = &data[range];
+                if piece.len() < BLOCK_SIZE_BYTES {
+                    BlockWrite::Patch(logical_block, within, piece)
+                } else if is_all_zero(piece) {
+                    BlockWrite::Zero(logical_block)
+                } else {
+                    BlockWrite::Data(logical_block, piece, format::block_checksum(piece))
+                }
+            })
+            .collect();
         self.shared.apply(&blocks)?;
         Counters::add(&self.shared.counters.host_bytes_written, data.len() as u64);
         if fua {
@@ -410,15 +405,10 @@ impl Volume {
         self.shared.check_range(offset_bytes, buffer.len() as u64)?;
         let _fence = self.shared.reuse_fence.read();
         let mut scratch = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-        let mut done = 0usize;
-        while done < buffer.len() {
-            let position = offset_bytes + done as u64;
-            let logical_block = position / BLOCK_SIZE_BYTES as u64;
-            let within = (position % BLOCK_SIZE_BYTES as u64) as usize;
-            let count = (BLOCK_SIZE_BYTES - within).min(buffer.len() - done);
+        for (logical_block, within, range) in block_pieces(offset_bytes, buffer.len()) {
             self.shared.read_block(logical_block, &mut scratch, None)?;
-            buffer[done..done + count].copy_from_slice(&scratch[within..within + count]);
-            done += count;
+            let count = range.len();
+            buffer[range].copy_from_slice(&scratch[within..within + count]);
         }
         Counters::add(&self.shared.counters.host_bytes_read, buffer.len() as u64);
         Ok(())
@@ -506,6 +496,24 @@ fn flush_timer(shared: Arc<Shared>, interval: Duration) {
             let _ = shared.flush();
         }
     }
+}
+
+/// Split the byte range `offset_bytes .. + length_bytes` into per-block pieces:
+/// (logical block, offset inside it, range of the caller's buffer).
+fn block_pieces(offset_bytes: u64, length_bytes: usize) -> impl Iterator<Item = (u64, usize, std::ops::Range<usize>)> {
+    let block = BLOCK_SIZE_BYTES as u64;
+    let mut done = 0usize;
+    std::iter::from_fn(move || {
+        if done >= length_bytes {
+            return None;
+        }
+        let position = offset_bytes + done as u64;
+        let within = (position % block) as usize;
+        let count = (BLOCK_SIZE_BYTES - within).min(length_bytes - done);
+        let piece = (position / block, within, done..done + count);
+        done += count;
+        Some(piece)
+    })
 }
 
 pub(crate) fn is_all_zero(bytes: &[u8]) -> bool {

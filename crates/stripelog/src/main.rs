@@ -252,6 +252,15 @@ fn print_check(report: &CheckReport) {
     println!("{}", if report.is_clean() { "clean" } else { "DAMAGED" });
 }
 
+fn show_info(stats: &VolumeStats, json: bool) -> Result<(), String> {
+    if json {
+        print_json(stats)
+    } else {
+        print_info(stats);
+        Ok(())
+    }
+}
+
 fn print_json<T: serde::Serialize>(value: &T) -> Result<(), String> {
     println!("{}", serde_json::to_string_pretty(value).map_err(|error| error.to_string())?);
     Ok(())
@@ -268,21 +277,12 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 Volume::create(members, &options, &OpenOptions::default()).map_err(|error| error.to_string())?;
             let stats = volume.stats();
             volume.close().map_err(|error| error.to_string())?;
-            if arguments.json {
-                print_json(&stats)?;
-            } else {
-                print_info(&stats);
-            }
+            show_info(&stats, arguments.json)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Info(arguments) => {
             let volume = open_read_only(&arguments.members)?;
-            let stats = volume.stats();
-            if arguments.json {
-                print_json(&stats)?;
-            } else {
-                print_info(&stats);
-            }
+            show_info(&volume.stats(), arguments.json)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Check(arguments) => {
