@@ -104,3 +104,45 @@ fn wrong_input_gets_a_clear_error_and_a_failing_exit() {
         assert!(text(&output).contains(expected), "{arguments:?}: {}", text(&output));
     }
 }
+
+/// Write through the library, damage one member file behind the volume's back, and
+/// `check` must say so with a failing exit; `info` still opens (RAID-5 rebuilds).
+#[test]
+fn check_reports_damage_with_a_failing_exit() {
+    use std::os::unix::fs::FileExt;
+    use std::sync::Arc;
+    use stripelog_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
+    use stripelog_engine::{MemberDevice, OpenOptions, Volume};
+
+    let directory = Directory::new("damage");
+    let members = directory.members(3);
+    let create =
+        stripelog(&with_members(&["create", "--raid", "5", "--chunk", "64KiB", "--member-size", "8MiB"], &members));
+    assert!(create.status.success(), "{}", text(&create));
+    let devices: Vec<MemberDevice> = members
+        .iter()
+        .map(|path| MemberDevice {
+            name: path.clone(),
+            device: Some(Arc::new(FileDevice::open(Path::new(path), &FileDeviceOptions::default()).expect("open"))
+                as Arc<dyn BlockDevice>),
+        })
+        .collect();
+    let volume = Volume::open(devices, &OpenOptions::default()).expect("open");
+    let data: Vec<u8> = (0..256 * 1024).map(|index| (index * 7 % 251) as u8 + 1).collect();
+    volume.write(0, &data, true).expect("write");
+    volume.close().expect("close");
+
+    // Segment 0 starts after the reserved chunk; damage 16 KiB of member 1 there.
+    let file = std::fs::OpenOptions::new().write(true).open(&members[1]).expect("open member");
+    file.write_all_at(&[0xA5; 16384], 64 << 10).expect("damage");
+    drop(file);
+
+    let check = stripelog(&with_members(&["check", "--json"], &members));
+    assert_eq!(check.status.code(), Some(1), "{}", text(&check));
+    let report: serde_json::Value = serde_json::from_slice(&check.stdout).expect("JSON");
+    let damaged = report["blocks_repairable"].as_u64().unwrap() + report["rows_with_bad_redundancy"].as_u64().unwrap();
+    assert!(damaged > 0, "{report}");
+    assert_eq!(report["blocks_unrecoverable"], 0, "{report}");
+    let human = stripelog(&with_members(&["check"], &members));
+    assert!(text(&human).contains("DAMAGED"), "{}", text(&human));
+}
