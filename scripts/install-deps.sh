@@ -5,8 +5,13 @@ set -euo pipefail
 
 # One line per package: why it is needed.
 packages=(
-  # (none yet: the engine's tests need only the Rust toolchain. The NBD server's tests
-  #  add libnbd-bin, nbdkit, qemu-utils, fio and fuse3 here.)
+  libnbd-bin      # nbdinfo, nbdcopy and nbdfuse: NBD clients the NBD server's tests drive it with
+  python3-libnbd  # nbdsh: scripted NBD client (Python) for the server's tests
+  nbdkit          # a reference NBD server, to check the client tests themselves against
+  qemu-utils      # qemu-io and qemu-img: QEMU's NBD client, as a virtual machine would use the export
+  fio             # fio's nbd engine: load on the NBD server (benchmarks and stress)
+  fuse3           # fusermount3: mounting an export with nbdfuse (FUSE tests)
+  e2fsprogs       # mkfs.ext4 and e2fsck: a real file system on the export (FUSE/loop tests)
 )
 
 missing=()

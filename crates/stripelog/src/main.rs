@@ -1,6 +1,7 @@
 //! `stripelog`: the command line. CLI and glue only: parsing, opening members by path,
 //! printing reports. The work is done by the engine and benchmark crates.
 
+mod serve;
 mod units;
 
 use clap::{Args, Parser, Subcommand};
@@ -45,6 +46,11 @@ enum Command {
     /// Verify every live block's checksum and every parity row; exit 1 on damage.
     #[command(after_help = "Example:\n  stripelog check d/m0 d/m1 d/m2 d/m3 d/m4 && echo clean")]
     Check(InspectArguments),
+    /// Serve volumes over NBD (a Unix socket by default; TCP on loopback with --listen).
+    #[command(
+        after_help = "Examples:\n  stripelog serve d/m0 d/m1 d/m2 d/m3 d/m4 --socket ./stripelog.sock\n  stripelog serve --export a=d/a0,d/a1,d/a2 --export b=d/b0,d/b1,d/b2 --listen 10809\n  nbdinfo 'nbd+unix:///stripelog?socket=./stripelog.sock'"
+    )]
+    Serve(ServeArguments),
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -79,6 +85,24 @@ struct InspectArguments {
     json: bool,
     /// Members in order; `missing` (or a path that does not exist) for a lost member.
     #[arg(required = true)]
+    members: Vec<PathBuf>,
+}
+
+#[derive(Args)]
+pub(crate) struct ServeArguments {
+    /// Unix socket to serve on.
+    #[arg(long, default_value = "stripelog.sock")]
+    socket: PathBuf,
+    /// Serve on TCP instead: PORT (loopback) or ADDRESS:PORT.
+    #[arg(long)]
+    listen: Option<String>,
+    /// NAME for the volume on MEMBER..., or NAME=MEMBER,MEMBER,... for another volume.
+    #[arg(long)]
+    export: Vec<String>,
+    /// Refuse writes.
+    #[arg(long)]
+    read_only: bool,
+    /// Members of the (first) exported volume, in order.
     members: Vec<PathBuf>,
 }
 
@@ -298,6 +322,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             }
             Ok(if report.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
+        Command::Serve(arguments) => serve::serve(arguments),
         Command::Bench(BenchCommand::Engine(arguments)) => bench_engine(arguments),
     }
 }

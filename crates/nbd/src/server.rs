@@ -1,0 +1,661 @@
+//! Connections: handshake, then transmission with many requests in flight and replies
+//! out of order. One reader thread per connection parses requests (validating each once)
+//! and hands them to a bounded pool of workers that run them on the volume and write the
+//! replies under the connection's writer lock.
+
+use crate::codec::{self, OptionRequest, ProtocolError, Request};
+use crate::protocol::*;
+use parking_lot::Mutex;
+use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use stripelog_engine::{Mapping, Volume, BLOCK_SIZE_BYTES};
+
+/// Largest request payload (read or write) a client may send; advertised as the maximum
+/// block size. Larger writes are refused with EOVERFLOW after their payload is skipped.
+pub const MAXIMUM_REQUEST_BYTES: u32 = 4 << 20;
+/// Largest write payload the server reads and discards to refuse it politely; beyond it
+/// the connection is closed (a client announcing 4 GiB is never buffered).
+pub const DISCARD_LIMIT_BYTES: u32 = 64 << 20;
+/// Requests in flight per connection: with `MAXIMUM_REQUEST_BYTES` this bounds a
+/// connection's buffers to 128 MiB; the reader stops reading when it is reached.
+pub const REQUESTS_IN_FLIGHT_PER_CONNECTION: usize = 32;
+/// Worker threads per connection running requests on the volume concurrently.
+pub const WORKERS_PER_CONNECTION: usize = 4;
+/// Block-status replies describe at most this many extents.
+pub const BLOCK_STATUS_EXTENTS_MAXIMUM: usize = 1024;
+/// The one meta context we serve.
+const BASE_ALLOCATION_CONTEXT_ID: u32 = 1;
+
+/// A volume offered under a name.
+pub struct Export {
+    pub name: String,
+    pub description: String,
+    pub volume: Arc<Volume>,
+    pub read_only: bool,
+}
+
+impl Export {
+    fn transmission_flags(&self) -> u16 {
+        let mut flags = TRANSMISSION_HAS_FLAGS
+            | TRANSMISSION_SEND_FLUSH
+            | TRANSMISSION_SEND_FUA
+            | TRANSMISSION_CAN_MULTI_CONN
+            | TRANSMISSION_SEND_CACHE;
+        if self.read_only {
+            flags |= TRANSMISSION_READ_ONLY;
+        } else {
+            flags |= TRANSMISSION_SEND_TRIM | TRANSMISSION_SEND_WRITE_ZEROES | TRANSMISSION_SEND_FAST_ZERO;
+        }
+        flags
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.volume.logical_size_bytes()
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ServerOptions {}
+
+/// Counters for the summary printed on exit.
+#[derive(Default)]
+pub struct ServerStatistics {
+    pub connections: AtomicU64,
+    pub requests: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+/// A byte stream a connection runs on (Unix or TCP socket).
+pub trait Connection: Read + Write + Send + 'static {
+    fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>>;
+    /// Stop reading (used at shutdown so the reader ends after its current request).
+    fn shutdown_read(&self);
+}
+
+impl Connection for std::os::unix::net::UnixStream {
+    fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>> {
+        Ok(Box::new(self.try_clone()?))
+    }
+    fn shutdown_read(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Read);
+    }
+}
+
+impl Connection for std::net::TcpStream {
+    fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>> {
+        Ok(Box::new(self.try_clone()?))
+    }
+    fn shutdown_read(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Read);
+    }
+}
+
+pub struct Server {
+    exports: Vec<Export>,
+    pub statistics: ServerStatistics,
+    shutting_down: AtomicBool,
+    /// Read-side handles of open connections, to stop them at shutdown.
+    open_connections: Mutex<Vec<(u64, Box<dyn Connection>)>>,
+    next_connection: AtomicU64,
+}
+
+/// What the handshake settled.
+struct Negotiated {
+    export: usize,
+    structured_replies: bool,
+    base_allocation: bool,
+}
+
+enum HandshakeEnd {
+    Transmission(Negotiated),
+    Closed,
+}
+
+impl Server {
+    pub fn new(exports: Vec<Export>, _options: ServerOptions) -> Arc<Server> {
+        Arc::new(Server {
+            exports,
+            statistics: ServerStatistics::default(),
+            shutting_down: AtomicBool::new(false),
+            open_connections: Mutex::new(Vec::new()),
+            next_connection: AtomicU64::new(1),
+        })
+    }
+
+    pub fn exports(&self) -> &[Export] {
+        &self.exports
+    }
+
+    /// Give the exports back (to close their volumes) once the server is done.
+    pub fn into_exports(self) -> Vec<Export> {
+        self.exports
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// Stop accepting and stop reading new requests; requests in flight finish.
+    pub fn shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+        for (_, connection) in self.open_connections.lock().iter() {
+            connection.shutdown_read();
+        }
+    }
+
+    /// Accept connections on a Unix socket until shutdown; each runs on its own thread.
+    pub fn run_unix(self: &Arc<Self>, listener: std::os::unix::net::UnixListener) -> io::Result<()> {
+        listener.set_nonblocking(true)?;
+        self.accept_loop(|| listener.accept().map(|(stream, _)| (stream, "unix".to_string())))
+    }
+
+    pub fn run_tcp(self: &Arc<Self>, listener: std::net::TcpListener) -> io::Result<()> {
+        listener.set_nonblocking(true)?;
+        self.accept_loop(|| {
+            let (stream, peer) = listener.accept()?;
+            let _ = stream.set_nodelay(true);
+            Ok((stream, peer.to_string()))
+        })
+    }
+
+    fn accept_loop<S: Connection + AcceptedStream>(
+        self: &Arc<Self>,
+        accept: impl Fn() -> io::Result<(S, String)>,
+    ) -> io::Result<()> {
+        let mut threads = Vec::new();
+        while !self.is_shutting_down() {
+            match accept() {
+                Ok((stream, peer)) => {
+                    stream.set_blocking()?;
+                    let server = self.clone();
+                    threads.push(std::thread::spawn(move || server.serve(Box::new(stream), peer)));
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(error),
+            }
+            threads.retain(|thread: &std::thread::JoinHandle<()>| !thread.is_finished());
+        }
+        for thread in threads {
+            let _ = thread.join();
+        }
+        Ok(())
+    }
+
+    /// Serve one connection to its end (never panics on client input).
+    pub fn serve(self: &Arc<Self>, stream: Box<dyn Connection>, peer: String) {
+        let number = self.next_connection.fetch_add(1, Ordering::Relaxed);
+        self.statistics.connections.fetch_add(1, Ordering::Relaxed);
+        if let Ok(handle) = stream.try_clone_connection() {
+            self.open_connections.lock().push((number, handle));
+        }
+        let outcome = self.run_connection(stream, number, &peer);
+        self.open_connections.lock().retain(|(open, _)| *open != number);
+        match outcome {
+            Ok(summary) => eprintln!("stripelog-nbd: connection={number} client={peer} closed {summary}"),
+            Err(error) => eprintln!("stripelog-nbd: connection={number} client={peer} ended: {error}"),
+        }
+    }
+
+    fn run_connection(
+        self: &Arc<Self>,
+        mut stream: Box<dyn Connection>,
+        number: u64,
+        peer: &str,
+    ) -> io::Result<String> {
+        let negotiated = match self.handshake(&mut stream)? {
+            HandshakeEnd::Transmission(negotiated) => negotiated,
+            HandshakeEnd::Closed => return Ok("during the handshake".into()),
+        };
+        let export = &self.exports[negotiated.export];
+        eprintln!(
+            "stripelog-nbd: connection={number} client={peer} export={} size={} read_only={} structured_replies={} meta_context={}",
+            export.name,
+            export.size_bytes(),
+            export.read_only,
+            negotiated.structured_replies,
+            if negotiated.base_allocation { META_CONTEXT_BASE_ALLOCATION } else { "none" }
+        );
+        crate::server::transmission(self.clone(), stream, negotiated)
+    }
+
+    fn find_export(&self, name: &str) -> Option<usize> {
+        if name.is_empty() {
+            return (!self.exports.is_empty()).then_some(0);
+        }
+        self.exports.iter().position(|export| export.name == name)
+    }
+
+    fn handshake(&self, stream: &mut Box<dyn Connection>) -> io::Result<HandshakeEnd> {
+        stream.write_all(&codec::server_greeting())?;
+        let mut flags = [0u8; 4];
+        stream.read_exact(&mut flags)?;
+        let client = codec::parse_client_flags(flags).map_err(protocol_error)?;
+        let mut structured_replies = false;
+        let mut base_allocation = false;
+        loop {
+            let mut header = [0u8; codec::OPTION_HEADER_BYTES];
+            stream.read_exact(&mut header)?;
+            let header = codec::parse_option_header(&header).map_err(protocol_error)?;
+            if header.length > codec::OPTION_PAYLOAD_MAXIMUM_BYTES {
+                if header.length > DISCARD_LIMIT_BYTES {
+                    return Err(protocol_error(ProtocolError::OptionTooLarge(header.length)));
+                }
+                discard(stream, header.length as u64)?;
+                stream.write_all(&codec::reply_error(header.option, REPLY_ERROR_TOO_BIG, "option too large"))?;
+                continue;
+            }
+            let mut payload = vec![0u8; header.length as usize];
+            stream.read_exact(&mut payload)?;
+            let request = match codec::parse_option(header.option, &payload) {
+                Ok(request) => request,
+                Err(error) => {
+                    stream.write_all(&codec::reply_error(header.option, REPLY_ERROR_INVALID, &error.to_string()))?;
+                    continue;
+                }
+            };
+            let option = header.option;
+            match request {
+                OptionRequest::ExportName { name } => {
+                    let Some(export) = self.find_export(&name) else {
+                        return Ok(HandshakeEnd::Closed); // the protocol's answer: close
+                    };
+                    let chosen = &self.exports[export];
+                    stream.write_all(&codec::export_name_reply(
+                        chosen.size_bytes(),
+                        chosen.transmission_flags(),
+                        client.no_zeroes,
+                    ))?;
+                    return Ok(HandshakeEnd::Transmission(Negotiated { export, structured_replies, base_allocation }));
+                }
+                OptionRequest::Abort => {
+                    stream.write_all(&codec::option_reply(option, REPLY_ACK, &[]))?;
+                    return Ok(HandshakeEnd::Closed);
+                }
+                OptionRequest::List => {
+                    for export in &self.exports {
+                        stream.write_all(&codec::reply_server_entry(option, &export.name, &export.description))?;
+                    }
+                    stream.write_all(&codec::option_reply(option, REPLY_ACK, &[]))?;
+                }
+                OptionRequest::StartTls => {
+                    stream.write_all(&codec::reply_error(option, REPLY_ERROR_UNSUPPORTED, "TLS is not offered"))?;
+                }
+                OptionRequest::Info { name, information } | OptionRequest::Go { name, information } => {
+                    let Some(export) = self.find_export(&name) else {
+                        let message = format!("no export named '{name}'");
+                        stream.write_all(&codec::reply_error(option, REPLY_ERROR_UNKNOWN, &message))?;
+                        continue;
+                    };
+                    let chosen = &self.exports[export];
+                    let mut reply = codec::reply_info_export(option, chosen.size_bytes(), chosen.transmission_flags());
+                    if information.contains(&INFO_NAME) {
+                        reply.extend(codec::reply_info_text(option, INFO_NAME, &chosen.name));
+                    }
+                    if information.contains(&INFO_DESCRIPTION) {
+                        reply.extend(codec::reply_info_text(option, INFO_DESCRIPTION, &chosen.description));
+                    }
+                    reply.extend(codec::reply_info_block_size(
+                        option,
+                        512,
+                        BLOCK_SIZE_BYTES as u32,
+                        MAXIMUM_REQUEST_BYTES,
+                    ));
+                    reply.extend(codec::option_reply(option, REPLY_ACK, &[]));
+                    stream.write_all(&reply)?;
+                    if option == OPTION_GO {
+                        return Ok(HandshakeEnd::Transmission(Negotiated {
+                            export,
+                            structured_replies,
+                            base_allocation,
+                        }));
+                    }
+                }
+                OptionRequest::StructuredReply => {
+                    if structured_replies {
+                        stream.write_all(&codec::reply_error(option, REPLY_ERROR_INVALID, "already negotiated"))?;
+                    } else {
+                        structured_replies = true;
+                        stream.write_all(&codec::option_reply(option, REPLY_ACK, &[]))?;
+                    }
+                }
+                OptionRequest::ListMetaContext { name, queries } | OptionRequest::SetMetaContext { name, queries } => {
+                    let setting = option == OPTION_SET_META_CONTEXT;
+                    if !structured_replies {
+                        let message = "meta contexts need structured replies";
+                        stream.write_all(&codec::reply_error(option, REPLY_ERROR_INVALID, message))?;
+                        continue;
+                    }
+                    if self.find_export(&name).is_none() {
+                        let message = format!("no export named '{name}'");
+                        stream.write_all(&codec::reply_error(option, REPLY_ERROR_UNKNOWN, &message))?;
+                        continue;
+                    }
+                    let wanted = queries.iter().any(|query| {
+                        query == META_CONTEXT_BASE_ALLOCATION || (!setting && (query == "base:" || query.is_empty()))
+                    }) || (!setting && queries.is_empty());
+                    let mut reply = Vec::new();
+                    if wanted {
+                        reply.extend(codec::reply_meta_context(
+                            option,
+                            BASE_ALLOCATION_CONTEXT_ID,
+                            META_CONTEXT_BASE_ALLOCATION,
+                        ));
+                    }
+                    if setting {
+                        base_allocation = wanted;
+                    }
+                    reply.extend(codec::option_reply(option, REPLY_ACK, &[]));
+                    stream.write_all(&reply)?;
+                }
+                OptionRequest::Unknown { option } => {
+                    stream.write_all(&codec::reply_error(option, REPLY_ERROR_UNSUPPORTED, "unknown option"))?;
+                }
+            }
+        }
+    }
+}
+
+/// Streams accepted from a non-blocking listener are switched back to blocking.
+pub trait AcceptedStream {
+    fn set_blocking(&self) -> io::Result<()>;
+}
+impl AcceptedStream for std::os::unix::net::UnixStream {
+    fn set_blocking(&self) -> io::Result<()> {
+        self.set_nonblocking(false)
+    }
+}
+impl AcceptedStream for std::net::TcpStream {
+    fn set_blocking(&self) -> io::Result<()> {
+        self.set_nonblocking(false)
+    }
+}
+
+fn protocol_error(error: ProtocolError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, error.to_string())
+}
+
+/// Read and drop `count` bytes in bounded pieces.
+fn discard(stream: &mut dyn Read, count: u64) -> io::Result<()> {
+    let mut scratch = [0u8; 64 << 10];
+    let mut left = count;
+    while left > 0 {
+        let piece = left.min(scratch.len() as u64) as usize;
+        stream.read_exact(&mut scratch[..piece])?;
+        left -= piece as u64;
+    }
+    Ok(())
+}
+
+/// The engine's errors as NBD error numbers: the one place they are mapped.
+pub fn wire_error(error: &stripelog_engine::Error) -> u32 {
+    match error.errno() {
+        1 => ERROR_PERMISSION,
+        22 => ERROR_INVALID,
+        28 => ERROR_NO_SPACE,
+        108 => ERROR_SHUTDOWN,
+        _ => ERROR_IO,
+    }
+}
+
+/// One request handed to a worker.
+struct Job {
+    request: Request,
+    payload: Vec<u8>,
+    /// A refusal decided while parsing (error number and message).
+    refusal: Option<(u32, String)>,
+}
+
+struct ConnectionState {
+    server: Arc<Server>,
+    export: usize,
+    structured_replies: bool,
+    base_allocation: bool,
+    writer: Mutex<Box<dyn Connection>>,
+    requests: AtomicU64,
+    errors: AtomicU64,
+}
+
+fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Negotiated) -> io::Result<String> {
+    let writer = stream.try_clone_connection()?;
+    let state = Arc::new(ConnectionState {
+        server,
+        export: negotiated.export,
+        structured_replies: negotiated.structured_replies,
+        base_allocation: negotiated.base_allocation,
+        writer: Mutex::new(writer),
+        requests: AtomicU64::new(0),
+        errors: AtomicU64::new(0),
+    });
+    // Tokens bound the requests in flight: the reader takes one before reading a payload.
+    let (token_return, tokens) = crossbeam_channel::bounded::<()>(REQUESTS_IN_FLIGHT_PER_CONNECTION);
+    for _ in 0..REQUESTS_IN_FLIGHT_PER_CONNECTION {
+        token_return.send(()).expect("capacity for every token");
+    }
+    let (job_sender, jobs) = crossbeam_channel::bounded::<Job>(REQUESTS_IN_FLIGHT_PER_CONNECTION);
+    let result = std::thread::scope(|scope| {
+        for _ in 0..WORKERS_PER_CONNECTION {
+            let (state, jobs, token_return) = (&state, jobs.clone(), token_return.clone());
+            scope.spawn(move || {
+                for job in jobs {
+                    if let Err(error) = state.run(job) {
+                        eprintln!("stripelog-nbd: writing a reply failed: {error}");
+                    }
+                    let _ = token_return.send(());
+                }
+            });
+        }
+        let result = read_requests(&state, stream, &tokens, &job_sender);
+        drop(job_sender);
+        result
+    });
+    let statistics = &state.server.statistics;
+    statistics.requests.fetch_add(state.requests.load(Ordering::Relaxed), Ordering::Relaxed);
+    statistics.errors.fetch_add(state.errors.load(Ordering::Relaxed), Ordering::Relaxed);
+    result.map(|()| {
+        format!("requests={} errors={}", state.requests.load(Ordering::Relaxed), state.errors.load(Ordering::Relaxed))
+    })
+}
+
+/// The reader: parse and validate requests, read write payloads, queue jobs.
+fn read_requests(
+    state: &ConnectionState,
+    mut stream: Box<dyn Connection>,
+    tokens: &crossbeam_channel::Receiver<()>,
+    jobs: &crossbeam_channel::Sender<Job>,
+) -> io::Result<()> {
+    let export = &state.server.exports[state.export];
+    let size = export.size_bytes();
+    loop {
+        let mut header = [0u8; codec::REQUEST_HEADER_BYTES];
+        match stream.read_exact(&mut header) {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(error) if state.server.is_shutting_down() => {
+                let _ = error;
+                return Ok(());
+            }
+            Err(error) => return Err(error),
+        }
+        let request = codec::parse_request(&header).map_err(protocol_error)?;
+        if request.command == COMMAND_DISCONNECT {
+            return Ok(());
+        }
+        let carries_payload = request.command == COMMAND_WRITE;
+        let refusal = validate(state, export, size, &request);
+        if carries_payload && request.length_bytes > MAXIMUM_REQUEST_BYTES {
+            if request.length_bytes > DISCARD_LIMIT_BYTES {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "write payload beyond every limit"));
+            }
+            discard(&mut stream, request.length_bytes as u64)?;
+        }
+        tokens.recv().map_err(|_| io::Error::other("workers stopped"))?;
+        let mut payload = Vec::new();
+        if carries_payload && request.length_bytes <= MAXIMUM_REQUEST_BYTES {
+            payload = vec![0u8; request.length_bytes as usize];
+            stream.read_exact(&mut payload)?;
+        }
+        state.requests.fetch_add(1, Ordering::Relaxed);
+        jobs.send(Job { request, payload, refusal }).map_err(|_| io::Error::other("workers stopped"))?;
+    }
+}
+
+/// Check a request against the export once; `Some` is the refusal to send.
+fn validate(state: &ConnectionState, export: &Export, size: u64, request: &Request) -> Option<(u32, String)> {
+    let known_flags = COMMAND_FLAG_FUA
+        | COMMAND_FLAG_NO_HOLE
+        | COMMAND_FLAG_DONT_FRAGMENT
+        | COMMAND_FLAG_REQUEST_ONE
+        | COMMAND_FLAG_FAST_ZERO;
+    if request.flags & !known_flags != 0 {
+        return Some((ERROR_INVALID, format!("unknown command flags {:#x}", request.flags)));
+    }
+    let writes = matches!(request.command, COMMAND_WRITE | COMMAND_TRIM | COMMAND_WRITE_ZEROES);
+    match request.command {
+        COMMAND_READ | COMMAND_WRITE | COMMAND_FLUSH | COMMAND_TRIM | COMMAND_CACHE | COMMAND_WRITE_ZEROES => {}
+        COMMAND_BLOCK_STATUS if state.structured_replies && state.base_allocation => {}
+        COMMAND_BLOCK_STATUS => return Some((ERROR_INVALID, "block status needs base:allocation".into())),
+        other => return Some((ERROR_INVALID, format!("unknown command {other}"))),
+    }
+    if writes && export.read_only {
+        return Some((ERROR_PERMISSION, "the export is read-only".into()));
+    }
+    if matches!(request.command, COMMAND_READ | COMMAND_WRITE) && request.length_bytes > MAXIMUM_REQUEST_BYTES {
+        return Some((ERROR_OVERFLOW, format!("requests are limited to {MAXIMUM_REQUEST_BYTES} bytes")));
+    }
+    if request.command != COMMAND_FLUSH
+        && request.offset_bytes.checked_add(request.length_bytes as u64).is_none_or(|end| end > size)
+    {
+        return Some((ERROR_INVALID, format!("range beyond the end of the export ({size} bytes)")));
+    }
+    None
+}
+
+impl ConnectionState {
+    fn export(&self) -> &Export {
+        &self.server.exports[self.export]
+    }
+
+    /// Run one request and write its reply.
+    fn run(&self, job: Job) -> io::Result<()> {
+        let request = job.request;
+        if let Some((error, message)) = job.refusal {
+            return self.reply_error(&request, error, &message);
+        }
+        let volume = &self.export().volume;
+        let offset = request.offset_bytes;
+        let length = request.length_bytes as u64;
+        let fua = request.flags & COMMAND_FLAG_FUA != 0;
+        let statistics = &self.server.statistics;
+        let result = match request.command {
+            COMMAND_READ => {
+                let mut data = vec![0u8; request.length_bytes as usize];
+                return match volume.read(offset, &mut data) {
+                    Ok(()) => {
+                        statistics.bytes_read.fetch_add(length, Ordering::Relaxed);
+                        self.reply_data(&request, &data)
+                    }
+                    Err(error) => self.reply_error(&request, wire_error(&error), &error.to_string()),
+                };
+            }
+            COMMAND_WRITE => {
+                let result = volume.write(offset, &job.payload, fua);
+                if result.is_ok() {
+                    statistics.bytes_written.fetch_add(length, Ordering::Relaxed);
+                }
+                result
+            }
+            COMMAND_FLUSH => volume.flush(),
+            COMMAND_TRIM => volume.trim(offset, length).and_then(|()| if fua { volume.flush() } else { Ok(()) }),
+            COMMAND_WRITE_ZEROES => {
+                if request.flags & COMMAND_FLAG_NO_HOLE != 0 {
+                    volume.write_zeroes(offset, length, fua)
+                } else {
+                    volume.trim(offset, length).and_then(|()| if fua { volume.flush() } else { Ok(()) })
+                }
+            }
+            COMMAND_CACHE => Ok(()),
+            COMMAND_BLOCK_STATUS => return self.reply_block_status(&request),
+            _ => unreachable!("validated"),
+        };
+        match result {
+            Ok(()) => self.reply_done(&request),
+            Err(error) => self.reply_error(&request, wire_error(&error), &error.to_string()),
+        }
+    }
+
+    fn send(&self, bytes: &[&[u8]]) -> io::Result<()> {
+        let mut writer = self.writer.lock();
+        for piece in bytes {
+            writer.write_all(piece)?;
+        }
+        writer.flush()
+    }
+
+    fn reply_done(&self, request: &Request) -> io::Result<()> {
+        if self.structured_replies {
+            self.send(&[&codec::structured_header(REPLY_FLAG_DONE, CHUNK_NONE, request.cookie, 0)])
+        } else {
+            self.send(&[&codec::simple_reply(0, request.cookie)])
+        }
+    }
+
+    fn reply_error(&self, request: &Request, error: u32, message: &str) -> io::Result<()> {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        if self.structured_replies {
+            self.send(&[&codec::structured_error(request.cookie, error, message)])
+        } else {
+            // A simple reply to a failed read carries no data.
+            self.send(&[&codec::simple_reply(error, request.cookie)])
+        }
+    }
+
+    fn reply_data(&self, request: &Request, data: &[u8]) -> io::Result<()> {
+        if self.structured_replies {
+            let header =
+                codec::structured_header(REPLY_FLAG_DONE, CHUNK_OFFSET_DATA, request.cookie, 8 + data.len() as u32);
+            self.send(&[&header, &request.offset_bytes.to_be_bytes(), data])
+        } else {
+            self.send(&[&codec::simple_reply(0, request.cookie), data])
+        }
+    }
+
+    /// `base:allocation` straight from the map: data, zero records and holes.
+    fn reply_block_status(&self, request: &Request) -> io::Result<()> {
+        let volume = &self.export().volume;
+        let block = BLOCK_SIZE_BYTES as u64;
+        let end = request.offset_bytes + request.length_bytes as u64;
+        let only_one = request.flags & COMMAND_FLAG_REQUEST_ONE != 0;
+        let mut extents: Vec<(u32, u32)> = Vec::new();
+        let mut position = request.offset_bytes;
+        while position < end {
+            let logical_block = position / block;
+            let state = match volume.mapping(logical_block) {
+                Ok(Mapping::Data { .. }) => 0,
+                Ok(Mapping::Zero { .. }) => STATE_ZERO,
+                Ok(Mapping::Unmapped | Mapping::Trimmed { .. }) => STATE_HOLE | STATE_ZERO,
+                Err(error) => return self.reply_error(request, wire_error(&error), &error.to_string()),
+            };
+            let piece = ((logical_block + 1) * block).min(end) - position;
+            match extents.last_mut() {
+                Some((length, flags)) if *flags == state && (*length as u64 + piece) <= u32::MAX as u64 => {
+                    *length += piece as u32;
+                }
+                _ => {
+                    if extents.len() == BLOCK_STATUS_EXTENTS_MAXIMUM || (only_one && !extents.is_empty()) {
+                        break;
+                    }
+                    extents.push((piece as u32, state));
+                }
+            }
+            position += piece;
+        }
+        self.send(&[&codec::structured_block_status(request.cookie, BASE_ALLOCATION_CONTEXT_ID, &extents)])
+    }
+}
