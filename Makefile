@@ -13,14 +13,15 @@ deps:
 build:
 	$(CARGO) build --release --workspace
 
-# Create the default volume on first run (five sparse files, RAID-5), then show it.
+# Create the default volume on first run (five sparse files, RAID-5), then serve it over
+# NBD on ./stripelog.sock until Ctrl-C (which flushes and closes it).
+SOCKET ?= stripelog.sock
 run: deps build
 	@if [ ! -e $(DATA_DIR)/member-0 ]; then \
 		echo "creating the default volume: RAID-5 on 5 sparse $(MEMBER_SIZE) files in $(DATA_DIR)/"; \
-		$(STRIPELOG) create --raid 5 --chunk 1MiB --spare 20% --member-size $(MEMBER_SIZE) $(MEMBERS); \
-	else \
-		$(STRIPELOG) info $(MEMBERS); \
+		$(STRIPELOG) create --raid 5 --chunk 1MiB --spare 20% --member-size $(MEMBER_SIZE) $(MEMBERS) >/dev/null; \
 	fi
+	$(STRIPELOG) serve --socket $(SOCKET) $(MEMBERS)
 
 lint:
 	@if $(CARGO) fmt --version >/dev/null 2>&1; then $(CARGO) fmt --all -- --check; else echo "rustfmt not installed: format check skipped"; fi

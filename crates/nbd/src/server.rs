@@ -526,13 +526,21 @@ fn validate(state: &ConnectionState, export: &Export, size: u64, request: &Reque
     if writes && export.read_only {
         return Some((ERROR_PERMISSION, "the export is read-only".into()));
     }
+    // EOVERFLOW is reserved for reads with DONT_FRAGMENT; a request above the advertised
+    // maximum block size is invalid.
     if matches!(request.command, COMMAND_READ | COMMAND_WRITE) && request.length_bytes > MAXIMUM_REQUEST_BYTES {
-        return Some((ERROR_OVERFLOW, format!("requests are limited to {MAXIMUM_REQUEST_BYTES} bytes")));
+        return Some((ERROR_INVALID, format!("requests are limited to {MAXIMUM_REQUEST_BYTES} bytes")));
     }
     if request.command != COMMAND_FLUSH
         && request.offset_bytes.checked_add(request.length_bytes as u64).is_none_or(|end| end > size)
     {
-        return Some((ERROR_INVALID, format!("range beyond the end of the export ({size} bytes)")));
+        // The protocol: writing past the end is "no space", anything else is invalid.
+        let error = if matches!(request.command, COMMAND_WRITE | COMMAND_WRITE_ZEROES) {
+            ERROR_NO_SPACE
+        } else {
+            ERROR_INVALID
+        };
+        return Some((error, format!("range beyond the end of the export ({size} bytes)")));
     }
     None
 }

@@ -1,0 +1,664 @@
+//! `stripelog serve` driven by real NBD clients: nbdinfo, nbdcopy and nbdsh (libnbd), qemu-io and
+//! qemu-img (QEMU's NBD client) and fio's nbd engine. Every test creates its own RAID-5 volume on five
+//! 64 MiB member files, serves it on a Unix socket in a temporary directory and stops the server with
+//! SIGTERM. A test whose client is not installed prints "skipped: X not installed" and passes;
+//! `scripts/install-deps.sh` installs them all.
+//!
+//! Out of scope for now: clients that need FUSE or a kernel block device (nbdfuse with mkfs.ext4 and
+//! e2fsck on the mounted export, nbd-client with /dev/nbdX, loop devices).
+
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+const KIBIBYTE: u64 = 1024;
+const MEBIBYTE: u64 = 1024 * KIBIBYTE;
+const MEMBER_COUNT: usize = 5;
+/// Longest a server may take to accept connections, and to exit after SIGTERM.
+const SERVER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest one client invocation may take.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Export name the server uses when `--export` is not given.
+const EXPORT_NAME: &str = "stripelog";
+
+static NEXT_DIRECTORY: AtomicUsize = AtomicUsize::new(0);
+
+fn stripelog() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_stripelog"))
+}
+
+fn text(output: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+}
+
+/// The path of an installed program, or `None` after saying the test is skipped.
+fn tool(name: &str) -> Option<PathBuf> {
+    let found = find_in_path(name).into_iter().next();
+    if found.is_none() {
+        eprintln!("skipped: {name} not installed");
+    }
+    found
+}
+
+/// Every executable called `name` in the directories of PATH, in PATH order.
+fn find_in_path(name: &str) -> Vec<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|directory| directory.join(name))
+        .filter(|candidate| {
+            std::fs::metadata(candidate)
+                .map(|metadata| metadata.is_file() && metadata.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// A command that runs nbdsh, or `None` after saying the test is skipped. `nbdsh` runs `python3 -m
+/// nbd` with the first python3 on PATH, which may lack the nbd module (a pyenv or virtualenv python in
+/// front of the system one): then use the first python3 on PATH that has it.
+fn nbd_shell() -> Option<Command> {
+    let nbdsh = tool("nbdsh")?;
+    if runs_successfully(Command::new(&nbdsh).arg("--version")) {
+        return Some(Command::new(nbdsh));
+    }
+    for python in find_in_path("python3") {
+        if runs_successfully(Command::new(&python).args(["-m", "nbd", "--version"])) {
+            let mut command = Command::new(python);
+            command.args(["-m", "nbd"]);
+            return Some(command);
+        }
+    }
+    eprintln!("skipped: nbdsh does not run (no python3 on PATH has the nbd module of python3-libnbd)");
+    None
+}
+
+fn runs_successfully(command: &mut Command) -> bool {
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// Run a command to completion with its output captured; kill it and panic if it takes longer
+/// than `timeout`.
+fn run_with_timeout(command: &mut Command, timeout: Duration) -> Output {
+    let description = format!("{command:?}");
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|error| panic!("cannot start {description}: {error}"));
+    // Drain both pipes while waiting, so a chatty client cannot block on a full pipe.
+    let stdout_reader = drain(child.stdout.take().expect("stdout is piped"));
+    let stderr_reader = drain(child.stderr.take().expect("stderr is piped"));
+    let status = match wait_with_timeout(&mut child, timeout) {
+        Some(status) => status,
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{description} did not finish within {timeout:?}");
+        }
+    };
+    Output {
+        status,
+        stdout: stdout_reader.join().expect("stdout reader"),
+        stderr: stderr_reader.join().expect("stderr reader"),
+    }
+}
+
+fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        bytes
+    })
+}
+
+/// The exit status of `child`, or `None` if it is still running after `timeout`.
+fn wait_with_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for a child process") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Deterministic pseudo-random bytes (xorshift64*): incompressible, and different for each seed.
+fn random_bytes(length: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut bytes = Vec::with_capacity(length + 8);
+    while bytes.len() < length {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        bytes.extend_from_slice(&state.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    bytes.truncate(length);
+    bytes
+}
+
+/// Panic, with the first differing offset, unless `actual` equals `expected`.
+fn assert_same_bytes(actual: &[u8], expected: &[u8], what: &str) {
+    assert_eq!(actual.len(), expected.len(), "{what}: length differs");
+    if let Some(offset) = actual.iter().zip(expected).position(|(left, right)| left != right) {
+        panic!(
+            "{what}: first difference at byte {offset}: {:#04x} instead of {:#04x}",
+            actual[offset], expected[offset]
+        );
+    }
+}
+
+fn json(output: &Output) -> serde_json::Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|error| panic!("output is not JSON ({error}): {}", String::from_utf8_lossy(&output.stdout)))
+}
+
+/// A RAID-5 volume (5 members, 64 KiB chunks, 64 MiB members) in a fresh temporary directory, served
+/// by `stripelog serve` on a Unix socket there. Dropping it stops the server (SIGTERM, then SIGKILL
+/// after 10 s) and removes the directory.
+struct Server {
+    directory: PathBuf,
+    members: Vec<PathBuf>,
+    socket: PathBuf,
+    logical_size: u64,
+    process: Option<Child>,
+    /// How many times a server was started on this volume; names each run's log file.
+    starts: usize,
+}
+
+impl Server {
+    fn start() -> Server {
+        let directory = std::env::temp_dir().join(format!(
+            "stripelog-nbd-{}-{}",
+            std::process::id(),
+            NEXT_DIRECTORY.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&directory);
+        std::fs::create_dir_all(&directory).expect("create a temporary directory");
+        let members: Vec<PathBuf> = (0..MEMBER_COUNT).map(|index| directory.join(format!("m{index}"))).collect();
+        let socket = directory.join("stripelog.sock");
+        // sockaddr_un holds 108 bytes, the terminating NUL included.
+        assert!(socket.as_os_str().len() < 100, "socket path too long for a Unix socket: {}", socket.display());
+
+        let create = run_with_timeout(
+            stripelog().args(["create", "--raid", "5", "--chunk", "64KiB", "--member-size", "64MiB"]).args(&members),
+            CLIENT_TIMEOUT,
+        );
+        assert!(create.status.success(), "stripelog create: {}", text(&create));
+        let info = run_with_timeout(stripelog().args(["info", "--json"]).args(&members), CLIENT_TIMEOUT);
+        assert!(info.status.success(), "stripelog info: {}", text(&info));
+        let logical_size = json(&info)["logical_size_bytes"].as_u64().expect("logical_size_bytes in info --json");
+
+        let mut server = Server { directory, members, socket, logical_size, process: None, starts: 0 };
+        server.spawn();
+        server
+    }
+
+    fn uri(&self) -> String {
+        format!("nbd+unix:///{EXPORT_NAME}?socket={}", self.socket.display())
+    }
+
+    fn log_path(&self, start: usize) -> PathBuf {
+        self.directory.join(format!("serve-{start}.log"))
+    }
+
+    /// Everything the server runs wrote to stdout and stderr so far.
+    fn log(&self) -> String {
+        (1..=self.starts)
+            .map(|start| {
+                let log = std::fs::read_to_string(self.log_path(start)).unwrap_or_default();
+                format!("--- stripelog serve, run {start} ---\n{log}")
+            })
+            .collect()
+    }
+
+    /// Start `stripelog serve` on the members and wait until it answers on the socket.
+    fn spawn(&mut self) {
+        assert!(self.process.is_none(), "a server is already running");
+        self.starts += 1;
+        let log = std::fs::File::create(self.log_path(self.starts)).expect("create the server log");
+        let process = stripelog()
+            .arg("serve")
+            .args(&self.members)
+            .arg("--socket")
+            .arg(&self.socket)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("clone the log file"))
+            .stderr(log)
+            .spawn()
+            .expect("start stripelog serve");
+        self.process = Some(process);
+        self.wait_until_ready();
+    }
+
+    /// Wait (at most SERVER_TIMEOUT) until a connection to the socket gets the whole NBD fixed-newstyle
+    /// greeting ("NBDMAGIC", "IHAVEOPT", handshake flags with NBD_FLAG_FIXED_NEWSTYLE); the connection
+    /// is then closed without an answer, and the server must carry on.
+    fn wait_until_ready(&mut self) {
+        let deadline = Instant::now() + SERVER_TIMEOUT;
+        let mut last_error = String::from("the socket does not exist yet");
+        loop {
+            let process = self.process.as_mut().expect("a server process");
+            if let Some(status) = process.try_wait().expect("wait for the server") {
+                self.process = None;
+                panic!("stripelog serve exited ({status}) before accepting connections:\n{}", self.log());
+            }
+            if self.socket.exists() {
+                match greeting(&self.socket) {
+                    Ok(greeting) if &greeting[..16] == b"NBDMAGICIHAVEOPT" && greeting[17] & 1 == 1 => return,
+                    Ok(greeting) => panic!(
+                        "the server's greeting is {:?}, not NBDMAGIC IHAVEOPT with NBD_FLAG_FIXED_NEWSTYLE:\n{}",
+                        String::from_utf8_lossy(&greeting),
+                        self.log()
+                    ),
+                    Err(error) => last_error = error.to_string(),
+                }
+            }
+            if Instant::now() >= deadline {
+                panic!("stripelog serve not ready within {SERVER_TIMEOUT:?} ({last_error}):\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Send `signal` and wait for the server to exit: its exit status, or an error if it had to be
+    /// killed after SERVER_TIMEOUT. Does nothing (Ok of a success status) if no server is running.
+    fn stop(&mut self, signal: libc::c_int) -> Result<ExitStatus, String> {
+        let Some(mut process) = self.process.take() else { return Ok(ExitStatus::from_raw(0)) };
+        let pid = libc::pid_t::try_from(process.id()).expect("a pid fits pid_t");
+        // SAFETY: kill has no memory-safety preconditions; pid is our own child, not yet reaped.
+        unsafe { libc::kill(pid, signal) };
+        if let Some(status) = wait_with_timeout(&mut process, SERVER_TIMEOUT) {
+            return Ok(status);
+        }
+        let _ = process.kill();
+        let _ = process.wait();
+        Err(format!("stripelog serve still running {SERVER_TIMEOUT:?} after signal {signal}: killed"))
+    }
+
+    /// Stop the server with `signal`: it must exit successfully within SERVER_TIMEOUT.
+    fn stop_cleanly(&mut self, signal: libc::c_int) {
+        let status = self.stop(signal).unwrap_or_else(|error| panic!("{error}:\n{}", self.log()));
+        assert!(status.success(), "stripelog serve exited with {status} after signal {signal}:\n{}", self.log());
+    }
+
+    /// Run a client to completion (at most CLIENT_TIMEOUT); panic, with its output and the
+    /// server's log, unless it succeeds.
+    fn client(&self, command: &mut Command) -> Output {
+        let description = format!("{command:?}");
+        let output = run_with_timeout(command, CLIENT_TIMEOUT);
+        assert!(
+            output.status.success(),
+            "{description} failed ({}):\n{}\n{}",
+            output.status,
+            text(&output),
+            self.log()
+        );
+        output
+    }
+
+    /// qemu-io on the export with the given commands (`-c` each). Write-back caching: plain writes go
+    /// out without FUA, `write -f` with FUA, `flush` as NBD_CMD_FLUSH. qemu-io exits non-zero when
+    /// a command fails or a read finds another pattern; both are errors here.
+    fn qemu_io<S: AsRef<str>>(&self, qemu_io: &Path, commands: &[S]) -> Output {
+        let output = self.client(&mut self.qemu_io_command(qemu_io, commands));
+        assert!(
+            !text(&output).contains("Pattern verification failed"),
+            "qemu-io read another pattern:\n{}\n{}",
+            text(&output),
+            self.log()
+        );
+        output
+    }
+
+    fn qemu_io_command<S: AsRef<str>>(&self, qemu_io: &Path, commands: &[S]) -> Command {
+        let mut command = Command::new(qemu_io);
+        command.args(["-f", "raw", "-t", "writeback"]).arg(self.uri());
+        for each in commands {
+            command.arg("-c").arg(each.as_ref());
+        }
+        command
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.stop(libc::SIGTERM);
+        let _ = std::fs::remove_dir_all(&self.directory);
+    }
+}
+
+/// The 18 bytes a newstyle server sends on a new connection.
+fn greeting(socket: &Path) -> std::io::Result<[u8; 18]> {
+    let mut stream = UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut greeting = [0; 18];
+    stream.read_exact(&mut greeting)?;
+    Ok(greeting)
+}
+
+/// The type (bit 0: hole, bit 1: reads as zero) of the `nbdinfo --map --json` extent holding `offset`.
+fn extent_type_at(extents: &[serde_json::Value], offset: u64) -> u64 {
+    extents
+        .iter()
+        .find(|extent| {
+            let start = extent["offset"].as_u64().expect("extent offset");
+            start <= offset && offset < start + extent["length"].as_u64().expect("extent length")
+        })
+        .unwrap_or_else(|| panic!("no extent holds offset {offset}: {extents:?}"))["type"]
+        .as_u64()
+        .expect("extent type")
+}
+
+#[test]
+fn nbdinfo_reports_size_flags_and_block_sizes() {
+    let Some(nbdinfo) = tool("nbdinfo") else { return };
+    let server = Server::start();
+    let output = server.client(Command::new(nbdinfo).arg("--json").arg(server.uri()));
+    let report = json(&output);
+    assert_eq!(report["protocol"], "newstyle-fixed", "{report}");
+    assert_eq!(report["structured"], true, "structured replies are needed for block status: {report}");
+    let exports = report["exports"].as_array().expect("exports");
+    assert_eq!(exports.len(), 1, "{report}");
+    let export = &exports[0];
+    assert_eq!(export["export-name"], EXPORT_NAME, "{export}");
+    assert_eq!(export["export-size"], server.logical_size, "{export}");
+    assert_eq!(export["is_read_only"], false, "{export}");
+    for flag in ["can_flush", "can_fua", "can_trim", "can_zero", "can_fast_zero", "can_cache", "can_multi_conn"] {
+        assert_eq!(export[flag], true, "{flag}: {export}");
+    }
+    let contexts = export["contexts"].as_array().expect("contexts");
+    assert!(contexts.iter().any(|context| context == "base:allocation"), "{export}");
+    assert_eq!(export["block_size_minimum"], 512, "{export}");
+    assert_eq!(export["block_size_preferred"], 4096, "{export}");
+    let maximum = export["block_size_maximum"].as_u64().unwrap_or_else(|| panic!("no block_size_maximum: {export}"));
+    assert!(maximum >= 4096 && maximum.is_multiple_of(4096), "block_size_maximum {maximum}");
+}
+
+#[test]
+fn nbdinfo_map_shows_written_data_and_trimmed_holes() {
+    let (Some(nbdinfo), Some(qemu_io)) = (tool("nbdinfo"), tool("qemu-io")) else { return };
+    let server = Server::start();
+    let size = server.logical_size;
+    server.qemu_io(
+        &qemu_io,
+        &[
+            "write -P 0xab 0 1M",
+            "discard 256k 256k",
+            "write -z 4M 256k",
+            "write -P 0xcd 8M 64k",
+            "flush",
+            "read -P 0xab 0 256k",
+            "read -P 0 256k 256k",
+            "read -P 0xab 512k 512k",
+            "read -P 0 4M 256k",
+            "read -P 0xcd 8M 64k",
+        ],
+    );
+    let output = server.client(Command::new(nbdinfo).args(["--map", "--json"]).arg(server.uri()));
+    let map = json(&output);
+    let extents = map.as_array().expect("a JSON array of extents");
+    // The extents tile the whole export, in order.
+    let mut next = 0;
+    for extent in extents {
+        assert_eq!(extent["offset"], next, "extents are not contiguous: {map}");
+        next += extent["length"].as_u64().expect("extent length");
+    }
+    assert_eq!(next, size, "extents do not cover the export: {map}");
+
+    let allocated = 0;
+    let hole_and_zero = 3;
+    assert_eq!(extent_type_at(extents, 0), allocated, "written: {map}");
+    assert_eq!(extent_type_at(extents, 256 * KIBIBYTE), hole_and_zero, "trimmed: {map}");
+    assert_eq!(extent_type_at(extents, 512 * KIBIBYTE), allocated, "written: {map}");
+    assert_eq!(extent_type_at(extents, 2 * MEBIBYTE), hole_and_zero, "never written: {map}");
+    assert_eq!(extent_type_at(extents, 4 * MEBIBYTE) & 2, 2, "zeroed reads as zero: {map}");
+    assert_eq!(extent_type_at(extents, 8 * MEBIBYTE), allocated, "written: {map}");
+    assert_eq!(extent_type_at(extents, size - 4096), hole_and_zero, "never written: {map}");
+}
+
+#[test]
+fn qemu_io_writes_and_reads_back_patterns() {
+    let Some(qemu_io) = tool("qemu-io") else { return };
+    let server = Server::start();
+    let size = server.logical_size;
+    let middle = size / 2 / (64 * KIBIBYTE) * (64 * KIBIBYTE);
+    let last_sector = size - 512;
+    server.qemu_io(
+        &qemu_io,
+        &[
+            "write -P 0xab 0 4k".to_string(),
+            format!("write -P 0xcd {middle} 64k"),
+            format!("write -P 0xef {last_sector} 512"),
+            "flush".to_string(),
+            "read -P 0xab 0 4k".to_string(),
+            format!("read -P 0xcd {middle} 64k"),
+            format!("read -P 0xef {last_sector} 512"),
+            // Never written: reads as zeros.
+            "read -P 0 4k 4k".to_string(),
+            format!("read -P 0 {} 512", last_sector - 512),
+        ],
+    );
+    // A FUA write, and an unaligned 512-byte write inside a 4 KiB block, by a second connection.
+    server.qemu_io(
+        &qemu_io,
+        &[
+            "write -f -P 0x12 8k 4k",
+            "write -P 0x34 13824 512",
+            "read -P 0x12 8k 4k",
+            "read -P 0 12k 1536",
+            "read -P 0x34 13824 512",
+            "read -P 0 14336 2k",
+            "read -P 0xab 0 4k",
+        ],
+    );
+}
+
+#[test]
+fn qemu_img_converts_a_file_into_the_export() {
+    let Some(qemu_img) = tool("qemu-img") else { return };
+    let server = Server::start();
+    let length = 32 * MEBIBYTE;
+    let source = server.directory.join("source.raw");
+    let data = random_bytes(length as usize, 1);
+    std::fs::write(&source, &data).expect("write the source file");
+
+    server.client(
+        Command::new(&qemu_img).args(["convert", "-n", "-f", "raw", "-O", "raw"]).arg(&source).arg(server.uri()),
+    );
+    // The export is larger than the file: a non-strict compare also checks the rest reads as zeros.
+    let compare = server
+        .client(Command::new(&qemu_img).args(["compare", "-f", "raw", "-F", "raw"]).arg(&source).arg(server.uri()));
+    assert!(text(&compare).contains("Images are identical"), "{}", text(&compare));
+
+    let copy = server.directory.join("copy.raw");
+    server.client(
+        Command::new(&qemu_img)
+            .args(["dd", "-f", "raw", "-O", "raw", "bs=1M", &format!("count={}", length / MEBIBYTE)])
+            .arg(format!("if={}", server.uri()))
+            .arg(format!("of={}", copy.display())),
+    );
+    assert_same_bytes(&std::fs::read(&copy).expect("read the copy"), &data, "qemu-img dd of the export");
+}
+
+#[test]
+fn nbdcopy_copies_into_and_out_of_the_export() {
+    let Some(nbdcopy) = tool("nbdcopy") else { return };
+    let server = Server::start();
+    let length = 32 * MEBIBYTE;
+    let source = server.directory.join("source.raw");
+    let data = random_bytes(length as usize, 2);
+    std::fs::write(&source, &data).expect("write the source file");
+
+    // Several connections at once when the server advertises multi-conn; --flush ends with a flush.
+    server.client(Command::new(&nbdcopy).args(["--flush", "--connections=4"]).arg(&source).arg(server.uri()));
+    let copy = server.directory.join("copy.raw");
+    server.client(Command::new(&nbdcopy).arg(server.uri()).arg(&copy));
+    let copied = std::fs::read(&copy).expect("read the copy");
+    assert_eq!(copied.len() as u64, server.logical_size, "nbdcopy copies the whole export");
+    assert_same_bytes(&copied[..length as usize], &data, "nbdcopy round trip");
+    if let Some(offset) = copied[length as usize..].iter().position(|&byte| byte != 0) {
+        panic!(
+            "never-written byte {} is {:#04x}, not zero",
+            length as usize + offset,
+            copied[length as usize + offset]
+        );
+    }
+}
+
+#[test]
+fn nbdsh_script_writes_flushes_and_reads_back() {
+    let Some(mut nbdsh) = nbd_shell() else { return };
+    let server = Server::start();
+    let size = server.logical_size;
+    let script = format!(
+        r#"
+assert h.get_size() == {size}, h.get_size()
+assert h.can_multi_conn() and h.can_flush() and h.can_fua()
+assert h.can_trim() and h.can_zero() and h.can_fast_zero() and h.can_cache()
+assert not h.is_read_only()
+data = bytes(range(256)) * 1024
+h.pwrite(data, 1048576)
+h.pwrite(b"\x5a" * 4096, 2097152, nbd.CMD_FLAG_FUA)
+h.pwrite(b"\x77" * 512, {size} - 512)
+h.flush()
+assert h.pread(len(data), 1048576) == data
+assert h.pread(4096, 2097152) == b"\x5a" * 4096
+assert h.pread(512, {size} - 512) == b"\x77" * 512
+h.cache(len(data), 1048576)
+h.zero(65536, 1048576)
+assert h.pread(65536, 1048576) == bytes(65536)
+assert h.pread(len(data) - 65536, 1048576 + 65536) == data[65536:]
+h.trim(65536, 1048576 + 131072)
+assert h.pread(65536, 1048576 + 131072) == bytes(65536)
+# Requests past the end reach the server (no client-side checks) and get the errors the NBD
+# protocol names (section "Error values"): NBD_EINVAL for reads and trims, NBD_ENOSPC for writes
+# and write zeroes. The connection stays usable.
+h.set_strict_mode(0)
+past_the_end = [
+    ("read", "EINVAL", lambda: h.pread(4096, {size} - 2048)),
+    ("trim", "EINVAL", lambda: h.trim(4096, {size} - 2048)),
+    ("write", "ENOSPC", lambda: h.pwrite(b"\x01" * 4096, {size} - 2048)),
+    ("write zeroes", "ENOSPC", lambda: h.zero(4096, {size} - 2048)),
+]
+for name, expected, request in past_the_end:
+    try:
+        request()
+        raise AssertionError(name + " past the end succeeded")
+    except nbd.Error as error:
+        assert error.errno == expected, name + " past the end: " + str(error) + ", expected " + expected
+assert h.pread(4096, 2097152) == b"\x5a" * 4096
+h.shutdown()
+print("nbdsh script done")
+"#
+    );
+    let output = server.client(nbdsh.arg("-u").arg(server.uri()).arg("-c").arg(script));
+    assert!(text(&output).contains("nbdsh script done"), "{}", text(&output));
+}
+
+#[test]
+fn data_survives_server_restarts() {
+    let Some(qemu_io) = tool("qemu-io") else { return };
+    let mut server = Server::start();
+    let middle = server.logical_size / 2 / MEBIBYTE * MEBIBYTE;
+    server.qemu_io(&qemu_io, &["write -P 0x5e 0 1M".to_string(), format!("write -P 0x6f {middle} 256k")]);
+    server.stop_cleanly(libc::SIGTERM);
+    // The volume is consistent on the members once the server has exited.
+    let check = run_with_timeout(stripelog().arg("check").args(&server.members), CLIENT_TIMEOUT);
+    assert!(check.status.success(), "stripelog check after SIGTERM: {}", text(&check));
+
+    server.spawn();
+    server.qemu_io(
+        &qemu_io,
+        &[
+            "read -P 0x5e 0 1M".to_string(),
+            format!("read -P 0x6f {middle} 256k"),
+            "read -P 0 1M 1M".to_string(),
+            "write -P 0x7a 2M 64k".to_string(),
+        ],
+    );
+    server.stop_cleanly(libc::SIGINT);
+
+    server.spawn();
+    server.qemu_io(
+        &qemu_io,
+        &["read -P 0x5e 0 1M".to_string(), format!("read -P 0x6f {middle} 256k"), "read -P 0x7a 2M 64k".to_string()],
+    );
+    for start in 1..=server.starts {
+        let log = std::fs::read_to_string(server.log_path(start)).expect("read a server log");
+        assert!(log.contains("ready"), "run {start} of the server did not say \"ready\":\n{}", server.log());
+    }
+}
+
+#[test]
+fn two_connections_write_interleaved_chunks_concurrently() {
+    let Some(qemu_io) = tool("qemu-io") else { return };
+    let server = Server::start();
+    let chunk = 64 * KIBIBYTE;
+    let chunk_count = 64;
+    let pattern = |index: u64| if index.is_multiple_of(2) { 0x11 } else { 0x22 };
+    // Client A writes the even 64 KiB chunks, client B the odd ones: they share every stripe.
+    let writes = |parity: u64| -> Vec<String> {
+        (0..chunk_count)
+            .filter(|index| index % 2 == parity)
+            .map(|index| format!("write -P {:#x} {} {chunk}", pattern(index), index * chunk))
+            .chain(["flush".to_string()])
+            .collect()
+    };
+    std::thread::scope(|scope| {
+        for parity in [0, 1] {
+            let (server, qemu_io, writes) = (&server, &qemu_io, &writes);
+            scope.spawn(move || server.qemu_io(qemu_io, &writes(parity)));
+        }
+    });
+    let reads: Vec<String> =
+        (0..chunk_count).map(|index| format!("read -P {:#x} {} {chunk}", pattern(index), index * chunk)).collect();
+    server.qemu_io(&qemu_io, &reads);
+}
+
+#[test]
+fn fio_random_writes_verify() {
+    let Some(fio) = tool("fio") else { return };
+    let server = Server::start();
+    let report = server.directory.join("fio.json");
+    server.client(
+        Command::new(fio)
+            .current_dir(&server.directory)
+            .args([
+                "--name=verify",
+                "--ioengine=nbd",
+                "--rw=randwrite",
+                "--bs=4k",
+                "--offset=64M",
+                "--size=16M",
+                "--iodepth=16",
+                "--verify=crc32c",
+                "--verify_fatal=1",
+                // No local-verify-*.state file in the working directory.
+                "--verify_state_save=0",
+                "--output-format=json",
+            ])
+            .arg(format!("--uri={}", server.uri()))
+            .arg(format!("--output={}", report.display())),
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("read fio's report")).expect("fio's report is JSON");
+    let job = &report["jobs"][0];
+    assert_eq!(job["error"], 0, "{job}");
+    assert_eq!(job["write"]["io_bytes"], 16 * MEBIBYTE, "{job}");
+    // The verify pass reads every block back.
+    assert_eq!(job["read"]["io_bytes"], 16 * MEBIBYTE, "{job}");
+}
