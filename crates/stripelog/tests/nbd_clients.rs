@@ -662,3 +662,145 @@ fn fio_random_writes_verify() {
     // The verify pass reads every block back.
     assert_eq!(job["read"]["io_bytes"], 16 * MEBIBYTE, "{job}");
 }
+
+/// SIGKILL in the middle of a write load, after a completed flush: everything
+/// acknowledged before the flush reads back after a restart, and the volume checks clean.
+#[test]
+fn sigkill_during_a_write_load_keeps_what_was_flushed() {
+    let Some(qemu_io) = tool("qemu-io") else { return };
+    let mut server = Server::start();
+    // qemu-io flushes before it exits: these writes are acknowledged and flushed.
+    server.qemu_io(&qemu_io, &["write -P 0x3c 0 2M", "write -P 0x4d 8M 1M"]);
+    let load: Vec<String> =
+        (0..64).map(|index| format!("write -P 0x99 {} 256k", 16 * MEBIBYTE + index * 262_144)).collect();
+    let mut writer = server
+        .qemu_io_command(&qemu_io, &load)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start qemu-io");
+    std::thread::sleep(Duration::from_millis(150));
+    let _ = server.stop(libc::SIGKILL);
+    let _ = writer.kill();
+    let _ = writer.wait();
+
+    server.spawn();
+    server.qemu_io(&qemu_io, &["read -P 0x3c 0 2M", "read -P 0x4d 8M 1M"]);
+    server.stop_cleanly(libc::SIGTERM);
+    let check = run_with_timeout(stripelog().arg("check").args(&server.members), CLIENT_TIMEOUT);
+    assert!(check.status.success(), "stripelog check after SIGKILL and restart: {}", text(&check));
+}
+
+/// Mounts and devices made by the filesystem test, undone even when it fails.
+struct FilesystemGuard {
+    fuse_directory: PathBuf,
+    mount_directory: PathBuf,
+    loop_device: Option<String>,
+    nbdfuse: Option<Child>,
+}
+
+impl FilesystemGuard {
+    fn attach(server: &Server, nbdfuse: &Path) -> FilesystemGuard {
+        let fuse_directory = server.directory.join("fuse");
+        let mount_directory = server.directory.join("mnt");
+        std::fs::create_dir_all(&fuse_directory).expect("fuse directory");
+        std::fs::create_dir_all(&mount_directory).expect("mount directory");
+        let child = Command::new(nbdfuse)
+            .arg(fuse_directory.join("disk"))
+            .arg(server.uri())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start nbdfuse");
+        let mut guard = FilesystemGuard { fuse_directory, mount_directory, loop_device: None, nbdfuse: Some(child) };
+        let disk = guard.fuse_directory.join("disk");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::fs::metadata(&disk).map(|metadata| metadata.len()).unwrap_or(0) != server.logical_size {
+            assert!(std::time::Instant::now() < deadline, "nbdfuse did not show {}", disk.display());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let losetup = run_with_timeout(Command::new("losetup").args(["-f", "--show"]).arg(&disk), CLIENT_TIMEOUT);
+        assert!(losetup.status.success(), "losetup: {}", text(&losetup));
+        guard.loop_device = Some(String::from_utf8_lossy(&losetup.stdout).trim().to_string());
+        guard
+    }
+
+    fn device(&self) -> &str {
+        self.loop_device.as_deref().expect("attached")
+    }
+
+    fn run(&self, command: &mut Command, what: &str) {
+        let output = run_with_timeout(command, Duration::from_secs(60));
+        assert!(output.status.success(), "{what}: {}", text(&output));
+    }
+
+    fn mount(&self) {
+        self.run(Command::new("mount").arg(self.device()).arg(&self.mount_directory), "mount");
+    }
+
+    fn unmount(&self) {
+        self.run(Command::new("umount").arg(&self.mount_directory), "umount");
+    }
+
+    fn detach(&mut self) {
+        if let Some(device) = self.loop_device.take() {
+            let _ = run_with_timeout(Command::new("losetup").args(["-d", &device]), CLIENT_TIMEOUT);
+        }
+        let _ = run_with_timeout(Command::new("fusermount3").arg("-u").arg(&self.fuse_directory), CLIENT_TIMEOUT);
+        if let Some(mut child) = self.nbdfuse.take() {
+            if wait_with_timeout(&mut child, Duration::from_secs(10)).is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+impl Drop for FilesystemGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mount_directory).stderr(Stdio::null()).status();
+        self.detach();
+    }
+}
+
+/// nbdfuse + a loop device + ext4: write files, unmount, fsck clean; restart the
+/// server, mount again, every file reads back the same.
+#[test]
+fn ext4_on_nbdfuse_and_a_loop_device_survives_a_restart() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 || !Path::new("/dev/fuse").exists() {
+        eprintln!("skipped: needs root and /dev/fuse for nbdfuse and loop devices");
+        return;
+    }
+    let Some(nbdfuse) = tool("nbdfuse") else { return };
+    for needed in ["losetup", "mkfs.ext4", "fsck.ext4", "mount", "umount", "fusermount3"] {
+        if tool(needed).is_none() {
+            return;
+        }
+    }
+    let mut server = Server::start();
+    let files: Vec<(String, Vec<u8>)> = (0..6)
+        .map(|index| (format!("file-{index}"), random_bytes(1_500_000 + index * 333_333, index as u64)))
+        .collect();
+    {
+        let mut filesystem = FilesystemGuard::attach(&server, &nbdfuse);
+        filesystem.run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(filesystem.device()), "mkfs.ext4");
+        filesystem.mount();
+        for (name, content) in &files {
+            std::fs::write(filesystem.mount_directory.join(name), content).expect("write a file");
+        }
+        filesystem.unmount();
+        filesystem.run(Command::new("fsck.ext4").arg("-fn").arg(filesystem.device()), "fsck.ext4 -fn");
+        filesystem.detach();
+    }
+    server.stop_cleanly(libc::SIGTERM);
+    server.spawn();
+    let mut filesystem = FilesystemGuard::attach(&server, &nbdfuse);
+    filesystem.mount();
+    for (name, content) in &files {
+        let back = std::fs::read(filesystem.mount_directory.join(name)).expect("read a file back");
+        assert_same_bytes(&back, content, name);
+    }
+    filesystem.unmount();
+    filesystem.detach();
+}
