@@ -21,8 +21,11 @@ pub const DISCARD_LIMIT_BYTES: u32 = 64 << 20;
 /// Requests in flight per connection: with `MAXIMUM_REQUEST_BYTES` this bounds a
 /// connection's buffers to 128 MiB; the reader stops reading when it is reached.
 pub const REQUESTS_IN_FLIGHT_PER_CONNECTION: usize = 32;
-/// Worker threads per connection running requests on the volume concurrently.
-pub const WORKERS_PER_CONNECTION: usize = 4;
+/// Worker threads per connection for requests that wait on the members (reads, flushes,
+/// FUA): this many member reads can be in flight for one client.
+pub const WORKERS_PER_CONNECTION: usize = 16;
+/// The reader's buffer: many small requests arrive per system call.
+pub const READ_BUFFER_BYTES: usize = 256 << 10;
 /// Block-status replies describe at most this many extents.
 pub const BLOCK_STATUS_EXTENTS_MAXIMUM: usize = 1024;
 /// The one meta context we serve.
@@ -243,6 +246,10 @@ impl Server {
             let mut header = [0u8; codec::OPTION_HEADER_BYTES];
             stream.read_exact(&mut header)?;
             let header = codec::parse_option_header(&header).map_err(protocol_error)?;
+            // EXPORT_NAME has no error reply in the protocol: the answer to a bad one is to close.
+            if header.option == OPTION_EXPORT_NAME && header.length > codec::STRING_MAXIMUM_BYTES {
+                return Ok(HandshakeEnd::Closed);
+            }
             if header.length > codec::OPTION_PAYLOAD_MAXIMUM_BYTES {
                 if header.length > DISCARD_LIMIT_BYTES {
                     return Err(protocol_error(ProtocolError::OptionTooLarge(header.length)));
@@ -255,6 +262,7 @@ impl Server {
             stream.read_exact(&mut payload)?;
             let request = match codec::parse_option(header.option, &payload) {
                 Ok(request) => request,
+                Err(_) if header.option == OPTION_EXPORT_NAME => return Ok(HandshakeEnd::Closed),
                 Err(error) => {
                     stream.write_all(&codec::reply_error(header.option, REPLY_ERROR_INVALID, &error.to_string()))?;
                     continue;
@@ -463,13 +471,26 @@ fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Ne
     })
 }
 
-/// The reader: parse and validate requests, read write payloads, queue jobs.
+/// Requests that only touch memory (accepting writes into the open batch, the map) run
+/// on the reader thread itself: no hand-off, and they complete before the next request
+/// is read, so a later flush covers them. Requests that wait on the members go to workers.
+fn runs_inline(request: &Request) -> bool {
+    let fua = request.flags & COMMAND_FLAG_FUA != 0;
+    match request.command {
+        COMMAND_WRITE | COMMAND_TRIM | COMMAND_WRITE_ZEROES => !fua,
+        COMMAND_CACHE | COMMAND_BLOCK_STATUS => true,
+        _ => false,
+    }
+}
+
+/// The reader: parse and validate requests, read write payloads, run or queue them.
 fn read_requests(
     state: &ConnectionState,
-    mut stream: Box<dyn Connection>,
+    stream: Box<dyn Connection>,
     tokens: &crossbeam_channel::Receiver<()>,
     jobs: &crossbeam_channel::Sender<Job>,
 ) -> io::Result<()> {
+    let mut stream = io::BufReader::with_capacity(READ_BUFFER_BYTES, stream);
     let export = &state.server.exports[state.export];
     let size = export.size_bytes();
     loop {
@@ -495,14 +516,22 @@ fn read_requests(
             }
             discard(&mut stream, request.length_bytes as u64)?;
         }
-        tokens.recv().map_err(|_| io::Error::other("workers stopped"))?;
+        let inline = refusal.is_some() || runs_inline(&request);
+        if !inline {
+            tokens.recv().map_err(|_| io::Error::other("workers stopped"))?;
+        }
         let mut payload = Vec::new();
         if carries_payload && request.length_bytes <= MAXIMUM_REQUEST_BYTES {
             payload = vec![0u8; request.length_bytes as usize];
             stream.read_exact(&mut payload)?;
         }
         state.requests.fetch_add(1, Ordering::Relaxed);
-        jobs.send(Job { request, payload, refusal }).map_err(|_| io::Error::other("workers stopped"))?;
+        let job = Job { request, payload, refusal };
+        if inline {
+            state.run(job)?;
+        } else {
+            jobs.send(job).map_err(|_| io::Error::other("workers stopped"))?;
+        }
     }
 }
 
@@ -519,6 +548,9 @@ fn validate(state: &ConnectionState, export: &Export, size: u64, request: &Reque
     let writes = matches!(request.command, COMMAND_WRITE | COMMAND_TRIM | COMMAND_WRITE_ZEROES);
     match request.command {
         COMMAND_READ | COMMAND_WRITE | COMMAND_FLUSH | COMMAND_TRIM | COMMAND_CACHE | COMMAND_WRITE_ZEROES => {}
+        COMMAND_BLOCK_STATUS if request.length_bytes == 0 => {
+            return Some((ERROR_INVALID, "block status of an empty range".into()));
+        }
         COMMAND_BLOCK_STATUS if state.structured_replies && state.base_allocation => {}
         COMMAND_BLOCK_STATUS => return Some((ERROR_INVALID, "block status needs base:allocation".into())),
         other => return Some((ERROR_INVALID, format!("unknown command {other}"))),
@@ -625,6 +657,10 @@ impl ConnectionState {
     }
 
     fn reply_data(&self, request: &Request, data: &[u8]) -> io::Result<()> {
+        // A data chunk carries at least one byte; an empty read is just done.
+        if self.structured_replies && data.is_empty() {
+            return self.reply_done(request);
+        }
         if self.structured_replies {
             let header =
                 codec::structured_header(REPLY_FLAG_DONE, CHUNK_OFFSET_DATA, request.cookie, 8 + data.len() as u32);

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -34,12 +35,13 @@ const DISK_DESCRIPTION: &str = "writable test disk";
 const READ_ONLY: &str = "ro";
 const READ_ONLY_DESCRIPTION: &str = "the same volume, read-only";
 const HOLE: u32 = STATE_HOLE | STATE_ZERO;
-/// Writes (and write-zeroes) reaching past the end: EINVAL, or ENOSPC, which proto.md
-/// recommends for writes ("The server SHOULD return ENOSPC if it receives a write request
-/// including one or more sectors beyond the size of the device").
-const WRITE_PAST_THE_END: &[u32] = &[ERROR_INVALID, ERROR_NO_SPACE];
-/// Reads and writes longer than the advertised maximum block size: EOVERFLOW or EINVAL.
-const OVER_THE_MAXIMUM: &[u32] = &[ERROR_OVERFLOW, ERROR_INVALID];
+/// Writes and write-zeroes reaching past the end: ENOSPC, as proto.md recommends ("The
+/// server SHOULD return ENOSPC if it receives a write request including one or more
+/// sectors beyond the size of the device"); other commands get EINVAL.
+const WRITE_PAST_THE_END: u32 = ERROR_NO_SPACE;
+/// Reads and writes longer than the advertised maximum block size: EINVAL (EOVERFLOW is
+/// for reads with NBD_CMD_FLAG_DF).
+const OVER_THE_MAXIMUM: u32 = ERROR_INVALID;
 const READ_WRITE_FLAGS: u16 = TRANSMISSION_HAS_FLAGS
     | TRANSMISSION_SEND_FLUSH
     | TRANSMISSION_SEND_FUA
@@ -212,12 +214,7 @@ impl Reply {
     }
 
     fn assert_error(&self, error: u32) {
-        self.assert_error_in(&[error]);
-    }
-
-    /// Refused with one of `errors`.
-    fn assert_error_in(&self, errors: &[u32]) {
-        assert!(errors.contains(&self.error), "expected an error in {errors:?}: {}", self.describe());
+        assert_eq!(self.error, error, "{}", self.describe());
         if let Some(chunk) = self.chunk {
             assert_eq!(chunk, CHUNK_ERROR, "{}", self.describe());
             assert!(!self.message.is_empty(), "error chunks carry a message");
@@ -904,10 +901,6 @@ fn option_errors_are_answered_and_negotiation_continues() {
 /// requirements for the chosen export are not met ..., the server MUST terminate the
 /// session"). A name the server cannot parse must therefore close the connection too.
 #[test]
-#[ignore = "server bug: an NBD_OPT_EXPORT_NAME whose name cannot be parsed (not UTF-8, longer than 4096 bytes, or a \
-            payload over 64 KiB) is answered with an option reply (NBD_REP_ERR_INVALID / NBD_REP_ERR_TOO_BIG) and the \
-            server stays in option haggling, instead of closing the connection; the client reads the option reply \
-            magic as the export size"]
 fn export_name_that_cannot_be_parsed_closes_the_connection() {
     let fixture = Fixture::new();
     let too_long = vec![b'a'; 5000];
@@ -959,10 +952,10 @@ fn transmission_errors_keep_the_stream_in_step() {
     // Beyond the end.
     conn.read(size - BLOCK, 2 * BLOCK as u32).assert_error(ERROR_INVALID);
     conn.read(size, 512).assert_error(ERROR_INVALID);
-    conn.write(size - BLOCK, &data).assert_error_in(WRITE_PAST_THE_END); // the payload is consumed
+    conn.write(size - BLOCK, &data).assert_error(WRITE_PAST_THE_END); // the payload is consumed
     check(&mut conn);
     conn.call(0, COMMAND_TRIM, size - BLOCK, 2 * BLOCK as u32, &[]).assert_error(ERROR_INVALID);
-    conn.call(0, COMMAND_WRITE_ZEROES, size, BLOCK as u32, &[]).assert_error_in(WRITE_PAST_THE_END);
+    conn.call(0, COMMAND_WRITE_ZEROES, size, BLOCK as u32, &[]).assert_error(WRITE_PAST_THE_END);
     conn.call(0, COMMAND_BLOCK_STATUS, size - BLOCK, 2 * BLOCK as u32, &[]).assert_error(ERROR_INVALID);
     conn.call(0, COMMAND_CACHE, size, BLOCK as u32, &[]).assert_error(ERROR_INVALID);
     check(&mut conn);
@@ -970,9 +963,9 @@ fn transmission_errors_keep_the_stream_in_step() {
     // offset + length overflows u64.
     let near_end = u64::MAX - 511;
     conn.read(near_end, 4096).assert_error(ERROR_INVALID);
-    conn.write(near_end, &data).assert_error_in(WRITE_PAST_THE_END);
+    conn.write(near_end, &data).assert_error(WRITE_PAST_THE_END);
     conn.call(0, COMMAND_TRIM, near_end, 4096, &[]).assert_error(ERROR_INVALID);
-    conn.call(0, COMMAND_WRITE_ZEROES, near_end, 4096, &[]).assert_error_in(WRITE_PAST_THE_END);
+    conn.call(0, COMMAND_WRITE_ZEROES, near_end, 4096, &[]).assert_error(WRITE_PAST_THE_END);
     conn.call(0, COMMAND_BLOCK_STATUS, u64::MAX, u32::MAX, &[]).assert_error(ERROR_INVALID);
     check(&mut conn);
 
@@ -990,8 +983,8 @@ fn transmission_errors_keep_the_stream_in_step() {
     check(&mut conn);
 
     // Reads larger than the maximum block size.
-    conn.read(0, 64 << 20).assert_error_in(OVER_THE_MAXIMUM);
-    conn.read(0, u32::MAX).assert_error_in(OVER_THE_MAXIMUM);
+    conn.read(0, 64 << 20).assert_error(OVER_THE_MAXIMUM);
+    conn.read(0, u32::MAX).assert_error(OVER_THE_MAXIMUM);
     check(&mut conn);
 
     // The read-only export: writes are EPERM, their payload is consumed.
@@ -1049,28 +1042,21 @@ fn transmission_errors_keep_the_stream_in_step() {
 /// invalid chunk): a zero-length READ may be answered with NBD_REPLY_TYPE_NONE or an error,
 /// a zero-length BLOCK_STATUS only with an error.
 #[test]
-#[ignore = "server bug: with structured replies a zero-length NBD_CMD_READ is answered with an \
-            NBD_REPLY_TYPE_OFFSET_DATA chunk of length 8 (no data; proto.md: length MUST be at least 9) and a \
-            zero-length NBD_CMD_BLOCK_STATUS with an NBD_REPLY_TYPE_BLOCK_STATUS chunk holding no descriptor \
-            (proto.md: at least one)"]
 fn zero_length_requests_get_well_formed_replies() {
     let fixture = Fixture::new();
     let mut conn = fixture.connect_structured(DISK, true);
+    let mut failures = Vec::new();
     let read = conn.read(0, 0);
-    assert!(
-        matches!(read.chunk, Some(CHUNK_NONE) | Some(CHUNK_ERROR)),
-        "zero-length READ answered with {} (an offset-data chunk of length 8)",
-        read.describe()
-    );
+    if !matches!(read.chunk, Some(CHUNK_NONE) | Some(CHUNK_ERROR)) {
+        failures.push(format!("zero-length READ answered with {}", read.describe()));
+    }
     let status = conn.call(0, COMMAND_BLOCK_STATUS, 0, 0, &[]);
-    assert_eq!(
-        status.chunk,
-        Some(CHUNK_ERROR),
-        "zero-length BLOCK_STATUS answered with {} (a block-status chunk without descriptors)",
-        status.describe()
-    );
+    if status.chunk != Some(CHUNK_ERROR) {
+        failures.push(format!("zero-length BLOCK_STATUS answered with {}", status.describe()));
+    }
     conn.read(0, 512).assert_data(0, &[0u8; 512]);
     conn.disconnect();
+    assert!(failures.is_empty(), "{failures:#?}");
 }
 
 /// Zero-length requests that have a well-formed answer do not upset the server.
@@ -1105,17 +1091,17 @@ fn write_payloads_are_bounded_by_the_maximum_request_size() {
     conn.write(0, &data).assert_done();
     conn.read(0, maximum as u32).assert_data(0, &data);
 
-    // One sector more is refused (EOVERFLOW or EINVAL); the payload is skipped (never stored,
+    // One sector more is refused; the payload is skipped (never stored,
     // never buffered whole) and the stream stays in step.
     let larger = pattern(8, maximum + 512);
-    conn.write(0, &larger).assert_error_in(OVER_THE_MAXIMUM);
+    conn.write(0, &larger).assert_error(OVER_THE_MAXIMUM);
     conn.read(0, maximum as u32).assert_data(0, &data);
-    conn.read(0, MAXIMUM_REQUEST_BYTES + 512).assert_error_in(OVER_THE_MAXIMUM);
+    conn.read(0, MAXIMUM_REQUEST_BYTES + 512).assert_error(OVER_THE_MAXIMUM);
 
     // Up to the discard limit the payload is still skipped politely; refusals decided
     // before the size (read-only) skip it too.
     let at_limit = vec![0x5Au8; DISCARD_LIMIT_BYTES as usize];
-    conn.write(MIB, &at_limit).assert_error_in(OVER_THE_MAXIMUM);
+    conn.write(MIB, &at_limit).assert_error(OVER_THE_MAXIMUM);
     conn.read(0, maximum as u32).assert_data(0, &data);
     let mut read_only = fixture.connect_structured(READ_ONLY, false);
     read_only.write(0, &larger).assert_error(ERROR_PERMISSION);
@@ -1183,7 +1169,11 @@ fn random_bytes_never_break_the_server() {
         }
     }
     check_intact(&fixture, &protected);
-    eprintln!("{RANDOM_SEEDS} random sessions in {:?}", started.elapsed());
+    let statistics = &fixture.server.statistics;
+    let (requests, errors) = (statistics.requests.load(Relaxed), statistics.errors.load(Relaxed));
+    eprintln!("{RANDOM_SEEDS} random sessions in {:?}: {requests} requests, {errors} errors", started.elapsed());
+    // The random requests did reach the volume, and were not all refused.
+    assert!(requests >= 100 && errors >= 50 && requests - errors >= 20, "{requests} requests, {errors} errors");
 }
 
 /// Send `bytes` (reading whatever comes back meanwhile), half-close, and check that the
