@@ -804,3 +804,56 @@ fn ext4_on_nbdfuse_and_a_loop_device_survives_a_restart() {
     filesystem.unmount();
     filesystem.detach();
 }
+
+/// TCP on the loopback address when asked, several volumes as several exports.
+#[test]
+fn tcp_on_loopback_serves_several_exports() {
+    let Some(nbdinfo) = tool("nbdinfo") else { return };
+    let directory = std::env::temp_dir().join(format!(
+        "stripelog-nbd-tcp-{}-{}",
+        std::process::id(),
+        NEXT_DIRECTORY.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&directory);
+    std::fs::create_dir_all(&directory).expect("create a temporary directory");
+    let alpha: Vec<PathBuf> = (0..3).map(|index| directory.join(format!("a{index}"))).collect();
+    let beta: Vec<PathBuf> = (0..2).map(|index| directory.join(format!("b{index}"))).collect();
+    for (raid, members) in [("5", &alpha), ("10", &beta)] {
+        let create = run_with_timeout(
+            stripelog().args(["create", "--raid", raid, "--chunk", "64KiB", "--member-size", "16MiB"]).args(members),
+            CLIENT_TIMEOUT,
+        );
+        assert!(create.status.success(), "create: {}", text(&create));
+    }
+    let join = |members: &[PathBuf]| members.iter().map(|m| m.display().to_string()).collect::<Vec<_>>().join(",");
+    // A free port: bind port 0, note it, release it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port();
+    let mut child = stripelog()
+        .args(["serve", "--listen", &port.to_string()])
+        .arg(format!("--export=alpha={}", join(&alpha)))
+        .arg(format!("--export=beta={}", join(&beta)))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start stripelog serve");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the server did not listen on 127.0.0.1:{port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let list =
+        run_with_timeout(Command::new(&nbdinfo).arg("--list").arg(format!("nbd://127.0.0.1:{port}")), CLIENT_TIMEOUT);
+    let beta_info = run_with_timeout(
+        Command::new(&nbdinfo).arg("--json").arg(format!("nbd://127.0.0.1:{port}/beta")),
+        CLIENT_TIMEOUT,
+    );
+    // SAFETY: kill with a valid pid of our own child and a valid signal number.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = wait_with_timeout(&mut child, Duration::from_secs(10));
+    let _ = std::fs::remove_dir_all(&directory);
+    assert!(list.status.success(), "nbdinfo --list: {}", text(&list));
+    assert!(text(&list).contains("export=\"alpha\"") && text(&list).contains("export=\"beta\""), "{}", text(&list));
+    assert!(beta_info.status.success(), "nbdinfo beta: {}", text(&beta_info));
+    assert_eq!(json(&beta_info)["exports"][0]["export-name"], "beta");
+    assert!(status.is_some_and(|status| status.success()), "serve did not exit cleanly on SIGTERM: {status:?}");
+}
