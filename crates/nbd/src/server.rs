@@ -28,6 +28,10 @@ pub const WORKERS_PER_CONNECTION: usize = 16;
 pub const READ_BUFFER_BYTES: usize = 256 << 10;
 /// Block-status replies describe at most this many extents.
 pub const BLOCK_STATUS_EXTENTS_MAXIMUM: usize = 1024;
+/// A client must finish the handshake within this time (an idle one would hold a thread).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections served at once; more are closed right after they are accepted.
+pub const MAXIMUM_CONNECTIONS: usize = 64;
 /// The one meta context we serve.
 const BASE_ALLOCATION_CONTEXT_ID: u32 = 1;
 
@@ -75,6 +79,8 @@ pub struct ServerStatistics {
 /// A byte stream a connection runs on (Unix or TCP socket).
 pub trait Connection: Read + Write + Send + 'static {
     fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>>;
+    /// Limit how long a read may wait (`None`: forever).
+    fn set_read_limit(&self, limit: Option<Duration>) -> io::Result<()>;
     /// Stop reading (used at shutdown so the reader ends after its current request).
     fn shutdown_read(&self);
 }
@@ -82,6 +88,9 @@ pub trait Connection: Read + Write + Send + 'static {
 impl Connection for std::os::unix::net::UnixStream {
     fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>> {
         Ok(Box::new(self.try_clone()?))
+    }
+    fn set_read_limit(&self, limit: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(limit)
     }
     fn shutdown_read(&self) {
         let _ = self.shutdown(std::net::Shutdown::Read);
@@ -91,6 +100,9 @@ impl Connection for std::os::unix::net::UnixStream {
 impl Connection for std::net::TcpStream {
     fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>> {
         Ok(Box::new(self.try_clone()?))
+    }
+    fn set_read_limit(&self, limit: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(limit)
     }
     fn shutdown_read(&self) {
         let _ = self.shutdown(std::net::Shutdown::Read);
@@ -173,6 +185,11 @@ impl Server {
         while !self.is_shutting_down() {
             match accept() {
                 Ok((stream, peer)) => {
+                    threads.retain(|thread: &std::thread::JoinHandle<()>| !thread.is_finished());
+                    if threads.len() >= MAXIMUM_CONNECTIONS {
+                        eprintln!("stripelog-nbd: client={peer} refused: {MAXIMUM_CONNECTIONS} connections already");
+                        continue; // dropping the stream closes it
+                    }
                     stream.set_blocking()?;
                     let server = self.clone();
                     threads.push(std::thread::spawn(move || server.serve(Box::new(stream), peer)));
@@ -212,7 +229,10 @@ impl Server {
         number: u64,
         peer: &str,
     ) -> io::Result<String> {
-        let negotiated = match self.handshake(&mut stream)? {
+        stream.set_read_limit(Some(HANDSHAKE_TIMEOUT))?;
+        let handshake = self.handshake(&mut stream);
+        stream.set_read_limit(None)?;
+        let negotiated = match handshake? {
             HandshakeEnd::Transmission(negotiated) => negotiated,
             HandshakeEnd::Closed => return Ok("during the handshake".into()),
         };
