@@ -19,7 +19,9 @@ directory=$(cd "$directory" && pwd)
 members=("$directory"/member-{0,1,2,3,4})
 rm -f "${members[@]}" "$directory/stripelog.sock" "$directory/nbdkit.sock"
 "$stripelog" create --raid 5 --chunk 1MiB --spare 20% --member-size 4GiB "${members[@]}" >/dev/null
-"$stripelog" serve --socket "$directory/stripelog.sock" "${members[@]}" 2>"$directory/serve.log" &
+# The block cache holds the working set (2 jobs x 1 GiB), as nbdkit memory holds all.
+cache=${CACHE:-3GiB}
+"$stripelog" serve --cache "$cache" --socket "$directory/stripelog.sock" "${members[@]}" 2>"$directory/serve.log" &
 serve_pid=$!
 nbdkit --foreground --unix "$directory/nbdkit.sock" memory 4G 2>"$directory/nbdkit.log" &
 nbdkit_pid=$!

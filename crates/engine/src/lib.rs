@@ -14,6 +14,7 @@
 //! See [`Volume`] for a runnable example.
 
 mod batch;
+mod cache;
 pub mod error;
 pub mod format;
 pub mod geometry;

@@ -104,6 +104,8 @@ pub struct VolumeStats {
     pub map_bytes_per_logical_block: f64,
     pub checksum_memory_bytes: u64,
     pub write_buffer_memory_bytes: u64,
+    /// RAM given to the block cache (0: no cache).
+    pub cache_memory_bytes: u64,
     pub last_sequence: u64,
     pub durable_through_sequence: u64,
     pub recovery: RecoveryReport,

@@ -76,11 +76,21 @@ pub struct OpenOptions {
     /// Seal and make durable an open batch this old; `None`: only on flush or when full.
     pub flush_interval: Option<Duration>,
     pub io_mode: IoMode,
+    /// RAM for caching blocks (filled by reads and by every written batch); 0: none.
+    pub cache_size_bytes: u64,
 }
+
+/// Default block cache: 256 MiB.
+pub const DEFAULT_CACHE_SIZE_BYTES: u64 = 256 << 20;
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { read_only: false, flush_interval: Some(DEFAULT_FLUSH_INTERVAL), io_mode: IoMode::Threaded }
+        OpenOptions {
+            read_only: false,
+            flush_interval: Some(DEFAULT_FLUSH_INTERVAL),
+            io_mode: IoMode::Threaded,
+            cache_size_bytes: DEFAULT_CACHE_SIZE_BYTES,
+        }
     }
 }
 
@@ -149,6 +159,10 @@ pub(crate) struct Shared {
     pub(crate) checksums: Vec<AtomicU32>,
     /// Per segment: rows whose batches are on the members (reads below go to members).
     pub(crate) rows_on_media: Vec<AtomicU32>,
+    /// Per segment: bumped each time it is released (cache entries of older generations
+    /// never match).
+    generations: Vec<AtomicU32>,
+    cache: Option<crate::cache::BlockCache>,
     reuse_fence: RwLock<()>,
     state: Mutex<WriteState>,
     progress: Condvar,
@@ -242,6 +256,8 @@ impl Volume {
             map: recovered.map,
             checksums: recovered.checksums,
             rows_on_media: recovered.rows_on_media,
+            generations: (0..segment_count).map(|_| AtomicU32::new(0)).collect(),
+            cache: crate::cache::BlockCache::new(options.cache_size_bytes),
             reuse_fence: RwLock::new(()),
             state: Mutex::new(WriteState {
                 open: None,
@@ -823,6 +839,10 @@ impl Shared {
     pub(crate) fn batch_written(&self, batch: &SealedBatch, error: Option<String>) {
         if let Some(reason) = error {
             self.fail(format!("writing batch {}: {reason}", batch.header.sequence));
+        } else {
+            // Before the batch counts as written: until then no flush covers it, so its
+            // segment cannot be released (and its generation bumped) meanwhile.
+            self.cache_batch(batch);
         }
         self.count_batch(batch);
         let mut state = self.state.lock();
@@ -838,6 +858,20 @@ impl Shared {
             state.written_through_sequence = header.sequence;
         }
         self.progress.notify_all();
+    }
+
+    /// Put every block of a just-written batch in the cache (recent writes are hot).
+    fn cache_batch(&self, batch: &SealedBatch) {
+        let Some(cache) = &self.cache else { return };
+        let header = &batch.header;
+        let generation = self.generations[header.segment as usize].load(Ordering::Acquire);
+        for row in header.first_row..header.first_row + header.row_count {
+            for column in 0..self.geometry.data_columns() {
+                if let Some(block) = batch.block(row, column) {
+                    cache.insert(self.geometry.position(header.segment, row, column), generation, block);
+                }
+            }
+        }
     }
 
     fn count_batch(&self, batch: &SealedBatch) {
@@ -934,8 +968,14 @@ impl Shared {
                 *superblock = updated;
             }
         }
-        // Barrier: wait for readers that may still hold a position in these segments.
-        drop(self.reuse_fence.write());
+        // Barrier: wait for readers that may still hold a position in these segments;
+        // then their cached blocks are retired with a new generation.
+        {
+            let _fence = self.reuse_fence.write();
+            for &segment in &releasing {
+                self.generations[segment as usize].fetch_add(1, Ordering::AcqRel);
+            }
+        }
         let zeros = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
         for &segment in &releasing {
             self.members.write_everywhere(&zeros, self.geometry.member_offset_bytes(segment, 0))?;
@@ -997,6 +1037,12 @@ impl Shared {
                 return Ok(());
             }
         }
+        let generation = self.generations[location.segment as usize].load(Ordering::Acquire);
+        if let Some(cache) = &self.cache {
+            if cache.get(position, generation, out) {
+                return Ok(());
+            }
+        }
         let expected = self.checksums[position as usize].load(Ordering::Acquire);
         let checksum_of = |column: usize| {
             let other = self.geometry.position(location.segment, location.row, column);
@@ -1007,7 +1053,11 @@ impl Shared {
                 Counters::add(&self.counters.unrecoverable_reads, 1);
                 Error::Unrecoverable { logical_block, reason }
             },
-        )
+        )?;
+        if let Some(cache) = &self.cache {
+            cache.insert(position, generation, out);
+        }
+        Ok(())
     }
 
     fn read_verified(
@@ -1088,6 +1138,7 @@ impl Shared {
             write_buffer_memory_bytes: (WRITE_PIPELINE_BATCHES * geometry.data_columns()
                 + PARITY_PIPELINE_BATCHES * geometry.parity_shards()) as u64
                 * geometry.chunk_size_bytes as u64,
+            cache_memory_bytes: self.cache.as_ref().map_or(0, |cache| cache.capacity_bytes()),
             last_sequence: state.last_sealed_sequence,
             durable_through_sequence: state.durable_through_sequence,
             recovery: self.recovery_report.clone(),

@@ -53,7 +53,7 @@ fn options(raid_level: RaidLevel, chunk_size_bytes: u32) -> CreateOptions {
 
 /// Deterministic: the calling thread does all member I/O, no flush timer.
 fn open_options() -> OpenOptions {
-    OpenOptions { read_only: false, flush_interval: None, io_mode: IoMode::Inline }
+    OpenOptions { read_only: false, flush_interval: None, io_mode: IoMode::Inline, cache_size_bytes: 0 }
 }
 
 fn read_only_options() -> OpenOptions {

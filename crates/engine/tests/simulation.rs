@@ -113,7 +113,7 @@ struct Simulation {
 }
 
 fn open_options() -> OpenOptions {
-    OpenOptions { read_only: false, flush_interval: None, io_mode: IoMode::Inline }
+    OpenOptions { read_only: false, flush_interval: None, io_mode: IoMode::Inline, cache_size_bytes: 256 << 10 }
 }
 
 impl Simulation {

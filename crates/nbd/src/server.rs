@@ -24,6 +24,8 @@ pub const REQUESTS_IN_FLIGHT_PER_CONNECTION: usize = 32;
 /// Worker threads per connection for requests that wait on the members (reads, flushes,
 /// FUA): this many member reads can be in flight for one client.
 pub const WORKERS_PER_CONNECTION: usize = 16;
+/// Replies the reader collects before sending them in one write.
+pub const PENDING_REPLIES_FLUSH_BYTES: usize = 64 << 10;
 /// The reader's buffer: many small requests arrive per system call.
 pub const READ_BUFFER_BYTES: usize = 256 << 10;
 /// Block-status replies describe at most this many extents.
@@ -432,6 +434,10 @@ pub fn wire_error(error: &stripelog_engine::Error) -> u32 {
     }
 }
 
+/// Where a reply goes: straight to the socket (workers), or into the reader's pending
+/// buffer, sent in one write when the reader has no more requests at hand.
+pub(crate) struct Replies<'a>(Option<&'a mut Vec<u8>>);
+
 /// One request handed to a worker.
 struct Job {
     request: Request,
@@ -472,7 +478,7 @@ fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Ne
             let (state, jobs, token_return) = (&state, jobs.clone(), token_return.clone());
             scope.spawn(move || {
                 for job in jobs {
-                    if let Err(error) = state.run(job) {
+                    if let Err(error) = state.run(job, &mut Replies(None)) {
                         eprintln!("stripelog-nbd: writing a reply failed: {error}");
                     }
                     let _ = token_return.send(());
@@ -511,9 +517,27 @@ fn read_requests(
     jobs: &crossbeam_channel::Sender<Job>,
 ) -> io::Result<()> {
     let mut stream = io::BufReader::with_capacity(READ_BUFFER_BYTES, stream);
+    let mut pending = Vec::with_capacity(PENDING_REPLIES_FLUSH_BYTES);
+    let result = read_requests_into(state, &mut stream, tokens, jobs, &mut pending);
+    // Whatever the reader answered goes out, even when the connection is ending.
+    let flushed = state.flush_pending(&mut pending);
+    result.and(flushed)
+}
+
+fn read_requests_into(
+    state: &ConnectionState,
+    stream: &mut io::BufReader<Box<dyn Connection>>,
+    tokens: &crossbeam_channel::Receiver<()>,
+    jobs: &crossbeam_channel::Sender<Job>,
+    pending: &mut Vec<u8>,
+) -> io::Result<()> {
     let export = &state.server.exports[state.export];
     let size = export.size_bytes();
     loop {
+        // About to wait for the client (no whole request at hand): first send what it is owed.
+        if stream.buffer().len() < codec::REQUEST_HEADER_BYTES {
+            state.flush_pending(pending)?;
+        }
         let mut header = [0u8; codec::REQUEST_HEADER_BYTES];
         match stream.read_exact(&mut header) {
             Ok(()) => {}
@@ -534,7 +558,7 @@ fn read_requests(
             if request.length_bytes > DISCARD_LIMIT_BYTES {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, "write payload beyond every limit"));
             }
-            discard(&mut stream, request.length_bytes as u64)?;
+            discard(stream, request.length_bytes as u64)?;
         }
         let inline = refusal.is_some() || runs_inline(&request);
         if !inline {
@@ -548,7 +572,10 @@ fn read_requests(
         state.requests.fetch_add(1, Ordering::Relaxed);
         let job = Job { request, payload, refusal };
         if inline {
-            state.run(job)?;
+            state.run(job, &mut Replies(Some(pending)))?;
+            if pending.len() >= PENDING_REPLIES_FLUSH_BYTES {
+                state.flush_pending(pending)?;
+            }
         } else {
             jobs.send(job).map_err(|_| io::Error::other("workers stopped"))?;
         }
@@ -598,15 +625,27 @@ fn validate(state: &ConnectionState, export: &Export, size: u64, request: &Reque
 }
 
 impl ConnectionState {
+    /// Send the reader's collected replies in one write.
+    fn flush_pending(&self, pending: &mut Vec<u8>) -> io::Result<()> {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let mut writer = self.writer.lock();
+        writer.write_all(pending)?;
+        writer.flush()?;
+        pending.clear();
+        Ok(())
+    }
+
     fn export(&self) -> &Export {
         &self.server.exports[self.export]
     }
 
     /// Run one request and write its reply.
-    fn run(&self, job: Job) -> io::Result<()> {
+    fn run(&self, job: Job, replies: &mut Replies) -> io::Result<()> {
         let request = job.request;
         if let Some((error, message)) = job.refusal {
-            return self.reply_error(&request, error, &message);
+            return self.reply_error(&request, error, &message, replies);
         }
         let volume = &self.export().volume;
         let offset = request.offset_bytes;
@@ -619,9 +658,9 @@ impl ConnectionState {
                 return match volume.read(offset, &mut data) {
                     Ok(()) => {
                         statistics.bytes_read.fetch_add(length, Ordering::Relaxed);
-                        self.reply_data(&request, &data)
+                        self.reply_data(&request, &data, replies)
                     }
-                    Err(error) => self.reply_error(&request, wire_error(&error), &error.to_string()),
+                    Err(error) => self.reply_error(&request, wire_error(&error), &error.to_string(), replies),
                 };
             }
             COMMAND_WRITE => {
@@ -641,16 +680,22 @@ impl ConnectionState {
                 }
             }
             COMMAND_CACHE => Ok(()),
-            COMMAND_BLOCK_STATUS => return self.reply_block_status(&request),
+            COMMAND_BLOCK_STATUS => return self.reply_block_status(&request, replies),
             _ => unreachable!("validated"),
         };
         match result {
-            Ok(()) => self.reply_done(&request),
-            Err(error) => self.reply_error(&request, wire_error(&error), &error.to_string()),
+            Ok(()) => self.reply_done(&request, replies),
+            Err(error) => self.reply_error(&request, wire_error(&error), &error.to_string(), replies),
         }
     }
 
-    fn send(&self, bytes: &[&[u8]]) -> io::Result<()> {
+    fn send(&self, bytes: &[&[u8]], replies: &mut Replies) -> io::Result<()> {
+        if let Some(pending) = replies.0.as_deref_mut() {
+            for piece in bytes {
+                pending.extend_from_slice(piece);
+            }
+            return Ok(());
+        }
         let mut writer = self.writer.lock();
         for piece in bytes {
             writer.write_all(piece)?;
@@ -658,40 +703,40 @@ impl ConnectionState {
         writer.flush()
     }
 
-    fn reply_done(&self, request: &Request) -> io::Result<()> {
+    fn reply_done(&self, request: &Request, replies: &mut Replies) -> io::Result<()> {
         if self.structured_replies {
-            self.send(&[&codec::structured_header(REPLY_FLAG_DONE, CHUNK_NONE, request.cookie, 0)])
+            self.send(&[&codec::structured_header(REPLY_FLAG_DONE, CHUNK_NONE, request.cookie, 0)], replies)
         } else {
-            self.send(&[&codec::simple_reply(0, request.cookie)])
+            self.send(&[&codec::simple_reply(0, request.cookie)], replies)
         }
     }
 
-    fn reply_error(&self, request: &Request, error: u32, message: &str) -> io::Result<()> {
+    fn reply_error(&self, request: &Request, error: u32, message: &str, replies: &mut Replies) -> io::Result<()> {
         self.errors.fetch_add(1, Ordering::Relaxed);
         if self.structured_replies {
-            self.send(&[&codec::structured_error(request.cookie, error, message)])
+            self.send(&[&codec::structured_error(request.cookie, error, message)], replies)
         } else {
             // A simple reply to a failed read carries no data.
-            self.send(&[&codec::simple_reply(error, request.cookie)])
+            self.send(&[&codec::simple_reply(error, request.cookie)], replies)
         }
     }
 
-    fn reply_data(&self, request: &Request, data: &[u8]) -> io::Result<()> {
+    fn reply_data(&self, request: &Request, data: &[u8], replies: &mut Replies) -> io::Result<()> {
         // A data chunk carries at least one byte; an empty read is just done.
         if self.structured_replies && data.is_empty() {
-            return self.reply_done(request);
+            return self.reply_done(request, replies);
         }
         if self.structured_replies {
             let header =
                 codec::structured_header(REPLY_FLAG_DONE, CHUNK_OFFSET_DATA, request.cookie, 8 + data.len() as u32);
-            self.send(&[&header, &request.offset_bytes.to_be_bytes(), data])
+            self.send(&[&header, &request.offset_bytes.to_be_bytes(), data], replies)
         } else {
-            self.send(&[&codec::simple_reply(0, request.cookie), data])
+            self.send(&[&codec::simple_reply(0, request.cookie), data], replies)
         }
     }
 
     /// `base:allocation` straight from the map: data, zero records and holes.
-    fn reply_block_status(&self, request: &Request) -> io::Result<()> {
+    fn reply_block_status(&self, request: &Request, replies: &mut Replies) -> io::Result<()> {
         let volume = &self.export().volume;
         let block = BLOCK_SIZE_BYTES as u64;
         let end = request.offset_bytes + request.length_bytes as u64;
@@ -704,7 +749,7 @@ impl ConnectionState {
                 Ok(Mapping::Data { .. }) => 0,
                 Ok(Mapping::Zero { .. }) => STATE_ZERO,
                 Ok(Mapping::Unmapped | Mapping::Trimmed { .. }) => STATE_HOLE | STATE_ZERO,
-                Err(error) => return self.reply_error(request, wire_error(&error), &error.to_string()),
+                Err(error) => return self.reply_error(request, wire_error(&error), &error.to_string(), replies),
             };
             let piece = ((logical_block + 1) * block).min(end) - position;
             match extents.last_mut() {
@@ -720,6 +765,6 @@ impl ConnectionState {
             }
             position += piece;
         }
-        self.send(&[&codec::structured_block_status(request.cookie, BASE_ALLOCATION_CONTEXT_ID, &extents)])
+        self.send(&[&codec::structured_block_status(request.cookie, BASE_ALLOCATION_CONTEXT_ID, &extents)], replies)
     }
 }

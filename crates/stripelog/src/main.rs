@@ -102,6 +102,9 @@ pub(crate) struct ServeArguments {
     /// Refuse writes.
     #[arg(long)]
     read_only: bool,
+    /// RAM per volume for caching blocks (recent writes and reads).
+    #[arg(long, default_value = "256MiB", value_parser = units::parse_size)]
+    cache: u64,
     /// Members of the (first) exported volume, in order.
     members: Vec<PathBuf>,
 }

@@ -61,7 +61,8 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
     let mut exports = Vec::new();
     for (name, members) in parse_exports(&arguments)? {
         let devices = open_members(&members, None, arguments.read_only)?;
-        let options = OpenOptions { read_only: arguments.read_only, ..OpenOptions::default() };
+        let options =
+            OpenOptions { read_only: arguments.read_only, cache_size_bytes: arguments.cache, ..OpenOptions::default() };
         let volume = Volume::open(devices, &options).map_err(|error| format!("export '{name}': {error}"))?;
         let stats = volume.stats();
         if stats.degraded {
