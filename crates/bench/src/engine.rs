@@ -35,6 +35,8 @@ pub struct Options {
     pub write_thread_counts: Vec<usize>,
     pub read_thread_counts: Vec<usize>,
     pub keep_files: bool,
+    /// The engine's block cache (0: none).
+    pub cache_size_bytes: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -68,7 +70,9 @@ pub struct Report {
     pub random_read: Vec<Phase>,
     pub logical_size_bytes: u64,
     pub map_bytes_per_logical_block: f64,
+    /// Map, checksums, write buffers and block cache.
     pub engine_memory_bytes: u64,
+    pub cache_size_bytes: u64,
     pub engine_memory_bytes_per_logical_gib: f64,
     pub resident_memory_bytes_per_logical_gib: Option<f64>,
 }
@@ -155,7 +159,8 @@ fn create_volume(devices: &[Arc<FileDevice>], options: &Options) -> Result<Volum
         chunk_size_bytes: options.chunk_size_bytes,
         ..CreateOptions::default()
     };
-    Volume::create(members, &create, &OpenOptions::default()).map_err(|error| error.to_string())
+    let open = OpenOptions { cache_size_bytes: options.cache_size_bytes, ..OpenOptions::default() };
+    Volume::create(members, &create, &open).map_err(|error| error.to_string())
 }
 
 /// Run `threads` workers doing 4 KiB random I/O over the first `region_bytes` of the
@@ -294,7 +299,10 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
     }
     let stats = volume.stats();
     let logical_gib = logical_size_bytes as f64 / (1u64 << 30) as f64;
-    let engine_memory = stats.map_memory_bytes + stats.checksum_memory_bytes + stats.write_buffer_memory_bytes;
+    let engine_memory = stats.map_memory_bytes
+        + stats.checksum_memory_bytes
+        + stats.write_buffer_memory_bytes
+        + stats.cache_memory_bytes;
     let resident = match (memory_before, crate::resident_memory_bytes()) {
         (Some(before), Some(after)) => Some(after.saturating_sub(before) as f64 / logical_gib),
         _ => None,
@@ -316,6 +324,7 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         logical_size_bytes,
         map_bytes_per_logical_block: stats.map_bytes_per_logical_block,
         engine_memory_bytes: engine_memory,
+        cache_size_bytes: stats.cache_memory_bytes,
         engine_memory_bytes_per_logical_gib: engine_memory as f64 / logical_gib,
         resident_memory_bytes_per_logical_gib: resident,
     })

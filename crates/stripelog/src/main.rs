@@ -148,6 +148,9 @@ struct EngineBenchArguments {
     /// Keep the member files.
     #[arg(long)]
     keep: bool,
+    /// The engine's block cache (as `serve --cache`); 0 for none.
+    #[arg(long, default_value = "256MiB", value_parser = units::parse_size)]
+    cache: u64,
     /// Also write the report as JSON to FILE.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -363,6 +366,7 @@ fn bench_engine(arguments: EngineBenchArguments) -> Result<ExitCode, String> {
         write_thread_counts: arguments.threads,
         read_thread_counts: arguments.read_threads,
         keep_files: arguments.keep,
+        cache_size_bytes: arguments.cache,
     };
     let bar = spinner("starting");
     let report = stripelog_bench::engine::run(&options, &|line| {
@@ -414,9 +418,10 @@ fn bench_engine(arguments: EngineBenchArguments) -> Result<ExitCode, String> {
     }
     println!("ratio = write IOPS × 4 KiB ÷ (sequential bandwidth × data fraction); bar 0.6, goal 0.9");
     println!(
-        "engine memory: {:.2} MiB per logical GiB (map {:.0} bytes per 4 KiB block, checksums, write buffers){}",
+        "engine memory: {:.2} MiB per logical GiB (map {:.0} bytes per 4 KiB block, checksums, write buffers, {} cache){}",
         report.engine_memory_bytes_per_logical_gib / (1 << 20) as f64,
         report.map_bytes_per_logical_block,
+        format_bytes(report.cache_size_bytes),
         report
             .resident_memory_bytes_per_logical_gib
             .map(|bytes| format!("; process resident growth {:.2} MiB per logical GiB", bytes / (1 << 20) as f64))
