@@ -194,7 +194,8 @@ impl Server {
         assert!(socket.as_os_str().len() < 100, "socket path too long for a Unix socket: {}", socket.display());
 
         let create = run_with_timeout(
-            stripelog().args(["create", "--raid", "5", "--chunk", "64KiB", "--member-size", "64MiB"]).args(&members),
+            // 96 MiB members: about 307 MiB of logical space, room for the 256 MiB image.
+            stripelog().args(["create", "--raid", "5", "--chunk", "64KiB", "--member-size", "96MiB"]).args(&members),
             CLIENT_TIMEOUT,
         );
         assert!(create.status.success(), "stripelog create: {}", text(&create));
@@ -471,7 +472,7 @@ fn qemu_io_writes_and_reads_back_patterns() {
 fn qemu_img_converts_a_file_into_the_export() {
     let Some(qemu_img) = tool("qemu-img") else { return };
     let server = Server::start();
-    let length = 32 * MEBIBYTE;
+    let length = 256 * MEBIBYTE;
     let source = server.directory.join("source.raw");
     let data = random_bytes(length as usize, 1);
     std::fs::write(&source, &data).expect("write the source file");
@@ -498,7 +499,7 @@ fn qemu_img_converts_a_file_into_the_export() {
 fn nbdcopy_copies_into_and_out_of_the_export() {
     let Some(nbdcopy) = tool("nbdcopy") else { return };
     let server = Server::start();
-    let length = 32 * MEBIBYTE;
+    let length = 256 * MEBIBYTE;
     let source = server.directory.join("source.raw");
     let data = random_bytes(length as usize, 2);
     std::fs::write(&source, &data).expect("write the source file");
@@ -644,7 +645,11 @@ fn fio_random_writes_verify() {
                 "--bs=4k",
                 "--offset=64M",
                 "--size=16M",
-                "--iodepth=16",
+                "--iodepth=32",
+                "--numjobs=2",
+                // Each job in its own 16 MiB: one job's blocks are not the other's to verify.
+                "--offset_increment=16M",
+                "--group_reporting",
                 "--verify=crc32c",
                 "--verify_fatal=1",
                 // No local-verify-*.state file in the working directory.
@@ -658,9 +663,9 @@ fn fio_random_writes_verify() {
         serde_json::from_slice(&std::fs::read(&report).expect("read fio's report")).expect("fio's report is JSON");
     let job = &report["jobs"][0];
     assert_eq!(job["error"], 0, "{job}");
-    assert_eq!(job["write"]["io_bytes"], 16 * MEBIBYTE, "{job}");
+    assert_eq!(job["write"]["io_bytes"], 2 * 16 * MEBIBYTE, "{job}");
     // The verify pass reads every block back.
-    assert_eq!(job["read"]["io_bytes"], 16 * MEBIBYTE, "{job}");
+    assert_eq!(job["read"]["io_bytes"], 2 * 16 * MEBIBYTE, "{job}");
 }
 
 /// SIGKILL in the middle of a write load, after a completed flush: everything
