@@ -87,29 +87,31 @@ pub trait Connection: Read + Write + Send + 'static {
     fn shutdown_read(&self);
 }
 
-impl Connection for std::os::unix::net::UnixStream {
-    fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>> {
-        Ok(Box::new(self.try_clone()?))
-    }
-    fn set_read_limit(&self, limit: Option<Duration>) -> io::Result<()> {
-        self.set_read_timeout(limit)
-    }
-    fn shutdown_read(&self) {
-        let _ = self.shutdown(std::net::Shutdown::Read);
-    }
+/// Unix and TCP sockets are connections the same way.
+macro_rules! socket_connection {
+    ($socket:ty) => {
+        impl Connection for $socket {
+            fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>> {
+                Ok(Box::new(self.try_clone()?))
+            }
+            fn set_read_limit(&self, limit: Option<Duration>) -> io::Result<()> {
+                self.set_read_timeout(limit)
+            }
+            fn shutdown_read(&self) {
+                let _ = self.shutdown(std::net::Shutdown::Read);
+            }
+        }
+
+        impl AcceptedStream for $socket {
+            fn set_blocking(&self) -> io::Result<()> {
+                self.set_nonblocking(false)
+            }
+        }
+    };
 }
 
-impl Connection for std::net::TcpStream {
-    fn try_clone_connection(&self) -> io::Result<Box<dyn Connection>> {
-        Ok(Box::new(self.try_clone()?))
-    }
-    fn set_read_limit(&self, limit: Option<Duration>) -> io::Result<()> {
-        self.set_read_timeout(limit)
-    }
-    fn shutdown_read(&self) {
-        let _ = self.shutdown(std::net::Shutdown::Read);
-    }
-}
+socket_connection!(std::os::unix::net::UnixStream);
+socket_connection!(std::net::TcpStream);
 
 pub struct Server {
     exports: Vec<Export>,
@@ -396,17 +398,6 @@ impl Server {
 pub trait AcceptedStream {
     fn set_blocking(&self) -> io::Result<()>;
 }
-impl AcceptedStream for std::os::unix::net::UnixStream {
-    fn set_blocking(&self) -> io::Result<()> {
-        self.set_nonblocking(false)
-    }
-}
-impl AcceptedStream for std::net::TcpStream {
-    fn set_blocking(&self) -> io::Result<()> {
-        self.set_nonblocking(false)
-    }
-}
-
 fn protocol_error(error: ProtocolError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, error.to_string())
 }
