@@ -8,7 +8,7 @@
 
 use crate::workload::RandomData;
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -328,9 +328,4 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         engine_memory_bytes_per_logical_gib: engine_memory as f64 / logical_gib,
         resident_memory_bytes_per_logical_gib: resident,
     })
-}
-
-/// The default directory for benchmark members: beside the working directory.
-pub fn default_directory() -> PathBuf {
-    Path::new("stripelog-bench").to_path_buf()
 }

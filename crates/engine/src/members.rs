@@ -274,8 +274,7 @@ pub(crate) fn create(members: &[MemberDevice], options: &CreateOptions) -> Resul
 }
 
 /// Read and check the superblocks; return the members in order and the newest superblock.
-pub(crate) fn open(members: Vec<MemberDevice>, read_only: bool) -> Result<(Members, Superblock)> {
-    let _ = read_only;
+pub(crate) fn open(members: Vec<MemberDevice>) -> Result<(Members, Superblock)> {
     let mut found: Vec<Option<Superblock>> = Vec::with_capacity(members.len());
     for (index, member) in members.iter().enumerate() {
         let Some(device) = &member.device else {

@@ -229,7 +229,7 @@ impl Volume {
 
     /// Open a volume: check its members, recover the log, rebuild the map.
     pub fn open(members: Vec<MemberDevice>, options: &OpenOptions) -> Result<Volume> {
-        let (members, superblock) = members::open(members, options.read_only)?;
+        let (members, superblock) = members::open(members)?;
         let geometry = superblock.geometry();
         let recovered =
             recovery::recover(&geometry, &members, &superblock.volume_uuid, superblock.durable_through_sequence)?;

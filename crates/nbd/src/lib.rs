@@ -10,4 +10,4 @@ pub mod codec;
 pub mod protocol;
 pub mod server;
 
-pub use server::{Export, Server, ServerOptions, ServerStatistics};
+pub use server::{Export, Server, ServerStatistics};

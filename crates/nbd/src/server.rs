@@ -65,9 +65,6 @@ impl Export {
     }
 }
 
-#[derive(Clone, Debug, Default)]
-pub struct ServerOptions {}
-
 /// Counters for the summary printed on exit.
 #[derive(Default)]
 pub struct ServerStatistics {
@@ -135,7 +132,7 @@ enum HandshakeEnd {
 }
 
 impl Server {
-    pub fn new(exports: Vec<Export>, _options: ServerOptions) -> Arc<Server> {
+    pub fn new(exports: Vec<Export>) -> Arc<Server> {
         Arc::new(Server {
             exports,
             statistics: ServerStatistics::default(),
@@ -533,10 +530,8 @@ fn read_requests_into(
         match stream.read_exact(&mut header) {
             Ok(()) => {}
             Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(error) if state.server.is_shutting_down() => {
-                let _ = error;
-                return Ok(());
-            }
+            // Shutdown stops reading: not an error.
+            Err(_) if state.server.is_shutting_down() => return Ok(()),
             Err(error) => return Err(error),
         }
         let request = codec::parse_request(&header).map_err(protocol_error)?;

@@ -20,7 +20,7 @@ use stripelog_engine::{CreateOptions, MemberDevice, OpenOptions, RaidLevel, Volu
 use stripelog_nbd::codec::{self, Request, OPTION_PAYLOAD_MAXIMUM_BYTES};
 use stripelog_nbd::protocol::*;
 use stripelog_nbd::server::{DISCARD_LIMIT_BYTES, MAXIMUM_REQUEST_BYTES};
-use stripelog_nbd::{Export, Server, ServerOptions};
+use stripelog_nbd::{Export, Server};
 
 /// Read and write timeout of every client socket, and the longest `serve()` may take to
 /// return once its client is gone.
@@ -86,7 +86,7 @@ impl Fixture {
             },
             Export { name: READ_ONLY.into(), description: READ_ONLY_DESCRIPTION.into(), volume, read_only: true },
         ];
-        Fixture { server: Server::new(exports, ServerOptions::default()), size }
+        Fixture { server: Server::new(exports), size }
     }
 
     /// Fixed newstyle with NO_ZEROES, STRUCTURED_REPLY, optionally SET_META_CONTEXT

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use stripelog_engine::{OpenOptions, Volume};
-use stripelog_nbd::{Export, Server, ServerOptions};
+use stripelog_nbd::{Export, Server};
 
 /// NAME=MEMBER,MEMBER,... or just NAME (then the positional members are its volume).
 fn parse_exports(arguments: &ServeArguments) -> Result<Vec<(String, Vec<PathBuf>)>, String> {
@@ -74,7 +74,7 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
         let description = format!("stripelog {} on {} members", stats.raid_level, stats.member_count);
         exports.push(Export { name, description, volume: Arc::new(volume), read_only: arguments.read_only });
     }
-    let server = Server::new(exports, ServerOptions::default());
+    let server = Server::new(exports);
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
         .map_err(|error| format!("signals: {error}"))?;
     {
