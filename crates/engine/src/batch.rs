@@ -104,7 +104,14 @@ pub struct OpenBatch {
     groups: Vec<Group>,
     buffers: PooledBuffers,
     pub opened_at: Instant,
+    /// Positions whose blocks the batch's entries made dead: dropped from the block cache
+    /// when the batch is written (off the client's path). At most
+    /// [`KILLED_POSITIONS_MAXIMUM`]; past that the caller drops them at once.
+    pub killed_positions: Vec<u64>,
 }
+
+/// Bound of [`OpenBatch::killed_positions`] (a large trim kills many blocks per entry).
+pub const KILLED_POSITIONS_MAXIMUM: usize = 1 << 16;
 
 impl OpenBatch {
     pub fn new(
@@ -127,6 +134,7 @@ impl OpenBatch {
             groups: Vec::new(),
             buffers,
             opened_at: Instant::now(),
+            killed_positions: Vec::new(),
         }
     }
 
@@ -247,7 +255,7 @@ impl OpenBatch {
             self.block_mut(index).fill(0);
             metadata_checksums.push((index, zero_checksum));
         }
-        let sealed = SealedBatch { header, data_columns: self.buffers };
+        let sealed = SealedBatch { header, data_columns: self.buffers, killed_positions: self.killed_positions };
         (sealed, metadata_checksums)
     }
 }
@@ -257,6 +265,7 @@ impl OpenBatch {
 pub struct SealedBatch {
     pub header: BatchHeader,
     data_columns: PooledBuffers,
+    pub killed_positions: Vec<u64>,
 }
 
 impl SealedBatch {

@@ -7,16 +7,19 @@
 //! shard within a fixed byte budget.
 
 use parking_lot::Mutex;
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::VecDeque;
 
 /// Shards: independent locks so that concurrent readers rarely contend.
 const SHARD_COUNT: usize = 16;
 const BLOCK_BYTES: usize = crate::geometry::BLOCK_SIZE_BYTES;
 
 struct Shard {
-    entries: HashMap<u64, (u32, Box<[u8]>)>,
-    /// Insertion order, for eviction.
+    entries: FxHashMap<u64, (u32, Box<[u8]>)>,
+    /// Insertion order, for eviction. May name positions forgotten since (skipped then).
     order: VecDeque<u64>,
+    /// Buffers of forgotten entries, reused by the next inserts.
+    spare: Vec<Box<[u8]>>,
 }
 
 pub(crate) struct BlockCache {
@@ -31,8 +34,9 @@ impl BlockCache {
         if blocks_per_shard == 0 {
             return None;
         }
-        let shards =
-            (0..SHARD_COUNT).map(|_| Mutex::new(Shard { entries: HashMap::new(), order: VecDeque::new() })).collect();
+        let shards = (0..SHARD_COUNT)
+            .map(|_| Mutex::new(Shard { entries: FxHashMap::default(), order: VecDeque::new(), spare: Vec::new() }))
+            .collect();
         Some(BlockCache { shards, blocks_per_shard })
     }
 
@@ -64,11 +68,21 @@ impl BlockCache {
             entry.1.copy_from_slice(block);
             return;
         }
-        // At capacity the evicted entry's buffer is reused: no allocation in steady state.
-        let mut recycled = None;
+        // A forgotten entry's buffer, or at capacity the evicted one's, is reused: no
+        // allocation in steady state.
+        let mut recycled = shard.spare.pop();
         while shard.entries.len() >= self.blocks_per_shard {
             let Some(oldest) = shard.order.pop_front() else { break };
-            recycled = shard.entries.remove(&oldest).map(|(_, buffer)| buffer);
+            if let Some((_, buffer)) = shard.entries.remove(&oldest) {
+                recycled = Some(buffer);
+            }
+        }
+        // Forgotten positions leave stale names in `order`; keep it within twice the
+        // budget by dropping them (amortised over the inserts that made them).
+        if shard.order.len() >= 2 * self.blocks_per_shard {
+            let Shard { entries, order, .. } = &mut *shard;
+            let mut seen = FxHashSet::default();
+            order.retain(|position| entries.contains_key(position) && seen.insert(*position));
         }
         let buffer = match recycled {
             Some(mut buffer) => {
@@ -79,6 +93,14 @@ impl BlockCache {
         };
         shard.entries.insert(position, (generation, buffer));
         shard.order.push_back(position);
+    }
+
+    /// The block at `position` is dead (overwritten, trimmed): drop it, keep its buffer.
+    pub(crate) fn forget(&self, position: u64) {
+        let mut shard = self.shard(position).lock();
+        if let Some((_, buffer)) = shard.entries.remove(&position) {
+            shard.spare.push(buffer);
+        }
     }
 }
 
@@ -100,5 +122,28 @@ mod tests {
         assert!(!cache.get(1, 0, &mut out));
         assert!(cache.get(1 + 2 * SHARD_COUNT as u64, 0, &mut out));
         assert!(BlockCache::new(100).is_none());
+    }
+
+    #[test]
+    fn forgotten_positions_free_their_room_and_order_stays_bounded() {
+        let cache = BlockCache::new(SHARD_COUNT as u64 * 2 * BLOCK_BYTES as u64).unwrap();
+        let mut out = vec![0u8; BLOCK_BYTES];
+        let stride = SHARD_COUNT as u64;
+        cache.insert(0, 0, &[1u8; BLOCK_BYTES]);
+        cache.insert(stride, 0, &[2u8; BLOCK_BYTES]);
+        cache.forget(0);
+        assert!(!cache.get(0, 0, &mut out));
+        // The room of the forgotten one takes a new entry without evicting the other.
+        cache.insert(2 * stride, 0, &[3u8; BLOCK_BYTES]);
+        assert!(cache.get(stride, 0, &mut out) && out == [2u8; BLOCK_BYTES]);
+        assert!(cache.get(2 * stride, 0, &mut out) && out == [3u8; BLOCK_BYTES]);
+        // Endless insert + forget cycles keep the bookkeeping within its bound.
+        for round in 0..1000u64 {
+            let position = (3 + round) * stride;
+            cache.insert(position, 0, &[4u8; BLOCK_BYTES]);
+            cache.forget(position);
+        }
+        let shard = cache.shards[0].lock();
+        assert!(shard.order.len() <= 4 && shard.entries.len() <= 2 && shard.spare.len() <= 2);
     }
 }

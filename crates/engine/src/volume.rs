@@ -430,6 +430,29 @@ impl Volume {
         Ok(())
     }
 
+    /// Like [`Volume::read`], but only from memory (unmapped and zero blocks, batches not
+    /// yet on the members, the block cache): `Ok(false)` when some block would need a
+    /// member read, and then `buffer` holds nothing useful. Never waits for a member, so
+    /// a network server can answer it on its receiving thread.
+    pub fn read_from_memory(&self, offset_bytes: u64, buffer: &mut [u8]) -> Result<bool> {
+        self.shared.check_open()?;
+        self.shared.check_range(offset_bytes, buffer.len() as u64)?;
+        let _fence = self.shared.reuse_fence.read();
+        let mut scratch = [0u8; BLOCK_SIZE_BYTES];
+        for (logical_block, within, range) in block_pieces(offset_bytes, buffer.len()) {
+            let target = if range.len() == BLOCK_SIZE_BYTES { &mut buffer[range.clone()] } else { &mut scratch[..] };
+            if matches!(self.shared.read_block_from_memory(logical_block, target, None), Lookup::OnMembers { .. }) {
+                return Ok(false);
+            }
+            if range.len() < BLOCK_SIZE_BYTES {
+                let count = range.len();
+                buffer[range].copy_from_slice(&scratch[within..within + count]);
+            }
+        }
+        Counters::add(&self.shared.counters.host_bytes_read, buffer.len() as u64);
+        Ok(true)
+    }
+
     /// The mapping of one logical block (for block-status queries).
     pub fn mapping(&self, logical_block: u64) -> Result<Mapping> {
         if logical_block >= self.shared.map.block_count() {
@@ -724,6 +747,16 @@ impl Shared {
         if let Some(segment) = mapping.segment(per_segment) {
             state.segments[segment as usize].live_blocks += 1;
         }
+        if let (Some(cache), Mapping::Data { position }) = (&self.cache, old) {
+            // Its cache entry goes when the batch is written (member workers), or now when
+            // the batch already names too many.
+            match state.open.as_mut() {
+                Some(open) if open.killed_positions.len() < crate::batch::KILLED_POSITIONS_MAXIMUM => {
+                    open.killed_positions.push(position)
+                }
+                _ => cache.forget(position),
+            }
+        }
         if let Some(segment) = old.segment(per_segment) {
             let killer = state.open.as_ref().map_or(state.next_sequence, |open| open.sequence);
             let usage = &mut state.segments[segment as usize];
@@ -864,6 +897,9 @@ impl Shared {
     fn cache_batch(&self, batch: &SealedBatch) {
         let Some(cache) = &self.cache else { return };
         let header = &batch.header;
+        for &position in &batch.killed_positions {
+            cache.forget(position);
+        }
         let generation = self.generations[header.segment as usize].load(Ordering::Acquire);
         for row in header.first_row..header.first_row + header.row_count {
             for column in 0..self.geometry.data_columns() {
@@ -1020,29 +1056,12 @@ impl Shared {
     /// Read logical block `logical_block` into `out` (4096 bytes). Callers hold the reuse
     /// fence, or pass the state they hold (which also keeps segments from being reused).
     pub(crate) fn read_block(&self, logical_block: u64, out: &mut [u8], held: Option<&WriteState>) -> Result<()> {
-        let position = match self.map.get(logical_block) {
-            Mapping::Data { position } => position,
-            _ => {
-                out.fill(0);
-                return Ok(());
-            }
+        let position = match self.read_block_from_memory(logical_block, out, held) {
+            Lookup::Served => return Ok(()),
+            Lookup::OnMembers { position } => position,
         };
         let location = self.geometry.locate(position);
-        if location.row >= self.rows_on_media[location.segment as usize].load(Ordering::Acquire) {
-            let found = match held {
-                Some(state) => copy_from_memory(state, location, out),
-                None => copy_from_memory(&self.state.lock(), location, out),
-            };
-            if found {
-                return Ok(());
-            }
-        }
         let generation = self.generations[location.segment as usize].load(Ordering::Acquire);
-        if let Some(cache) = &self.cache {
-            if cache.get(position, generation, out) {
-                return Ok(());
-            }
-        }
         let expected = self.checksums[position as usize].load(Ordering::Acquire);
         let checksum_of = |column: usize| {
             let other = self.geometry.position(location.segment, location.row, column);
@@ -1058,6 +1077,35 @@ impl Shared {
             cache.insert(position, generation, out);
         }
         Ok(())
+    }
+
+    /// Serve a block from memory when it is there: unmapped or zero, in a batch not yet
+    /// on the members, or in the cache. Same locking rules as [`Shared::read_block`].
+    fn read_block_from_memory(&self, logical_block: u64, out: &mut [u8], held: Option<&WriteState>) -> Lookup {
+        let position = match self.map.get(logical_block) {
+            Mapping::Data { position } => position,
+            _ => {
+                out.fill(0);
+                return Lookup::Served;
+            }
+        };
+        let location = self.geometry.locate(position);
+        if location.row >= self.rows_on_media[location.segment as usize].load(Ordering::Acquire) {
+            let found = match held {
+                Some(state) => copy_from_memory(state, location, out),
+                None => copy_from_memory(&self.state.lock(), location, out),
+            };
+            if found {
+                return Lookup::Served;
+            }
+        }
+        let generation = self.generations[location.segment as usize].load(Ordering::Acquire);
+        if let Some(cache) = &self.cache {
+            if cache.get(position, generation, out) {
+                return Lookup::Served;
+            }
+        }
+        Lookup::OnMembers { position }
     }
 
     fn read_verified(
@@ -1144,6 +1192,15 @@ impl Shared {
             recovery: self.recovery_report.clone(),
         }
     }
+}
+
+/// Where a block read was served from.
+enum Lookup {
+    Served,
+    /// Not in memory: it must be read from the members at this data-space position.
+    OnMembers {
+        position: u64,
+    },
 }
 
 /// Copy a block that is still only in memory (open or in-flight batch).

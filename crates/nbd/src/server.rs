@@ -26,6 +26,9 @@ pub const REQUESTS_IN_FLIGHT_PER_CONNECTION: usize = 32;
 pub const WORKERS_PER_CONNECTION: usize = 16;
 /// Replies the reader collects before sending them in one write.
 pub const PENDING_REPLIES_FLUSH_BYTES: usize = 64 << 10;
+/// Reads up to this size that the engine can serve from memory are answered by the
+/// reader itself (larger ones, and those needing a member, go to a worker).
+pub const INLINE_READ_MAXIMUM_BYTES: usize = 64 << 10;
 /// The reader's buffer: many small requests arrive per system call.
 pub const READ_BUFFER_BYTES: usize = 256 << 10;
 /// Block-status replies describe at most this many extents.
@@ -521,6 +524,7 @@ fn read_requests_into(
 ) -> io::Result<()> {
     let export = &state.server.exports[state.export];
     let size = export.size_bytes();
+    let mut read_scratch = vec![0u8; INLINE_READ_MAXIMUM_BYTES];
     loop {
         // About to wait for the client (no whole request at hand): first send what it is owed.
         if stream.buffer().len() < codec::REQUEST_HEADER_BYTES {
@@ -546,16 +550,41 @@ fn read_requests_into(
             }
             discard(stream, request.length_bytes as u64)?;
         }
+        let length = request.length_bytes as usize;
+        if refusal.is_none() && request.command == COMMAND_READ && length <= INLINE_READ_MAXIMUM_BYTES {
+            // A read the engine can serve from memory is answered here, without a hand-off.
+            let data = &mut read_scratch[..length];
+            // Not in memory (or failed, and the worker reports it): a worker reads it.
+            if let Ok(true) = export.volume.read_from_memory(request.offset_bytes, data) {
+                state.requests.fetch_add(1, Ordering::Relaxed);
+                state.server.statistics.bytes_read.fetch_add(length as u64, Ordering::Relaxed);
+                state.reply_data(&request, data, &mut Replies(Some(pending)))?;
+                if pending.len() >= PENDING_REPLIES_FLUSH_BYTES {
+                    state.flush_pending(pending)?;
+                }
+                continue;
+            }
+        }
         let inline = refusal.is_some() || runs_inline(&request);
         if !inline {
             tokens.recv().map_err(|_| io::Error::other("workers stopped"))?;
         }
+        state.requests.fetch_add(1, Ordering::Relaxed);
+        if inline && refusal.is_none() && carries_payload && stream.buffer().len() >= length {
+            // The whole payload is already in the read buffer: the engine copies it from
+            // there into the open batch (no allocation, no extra copy).
+            state.write(&request, &stream.buffer()[..length], &mut Replies(Some(pending)))?;
+            io::BufRead::consume(stream, length);
+            if pending.len() >= PENDING_REPLIES_FLUSH_BYTES {
+                state.flush_pending(pending)?;
+            }
+            continue;
+        }
         let mut payload = Vec::new();
         if carries_payload && request.length_bytes <= MAXIMUM_REQUEST_BYTES {
-            payload = vec![0u8; request.length_bytes as usize];
+            payload = vec![0u8; length];
             stream.read_exact(&mut payload)?;
         }
-        state.requests.fetch_add(1, Ordering::Relaxed);
         let job = Job { request, payload, refusal };
         if inline {
             state.run(job, &mut Replies(Some(pending)))?;
@@ -649,13 +678,7 @@ impl ConnectionState {
                     Err(error) => self.reply_error(&request, wire_error(&error), &error.to_string(), replies),
                 };
             }
-            COMMAND_WRITE => {
-                let result = volume.write(offset, &job.payload, fua);
-                if result.is_ok() {
-                    statistics.bytes_written.fetch_add(length, Ordering::Relaxed);
-                }
-                result
-            }
+            COMMAND_WRITE => return self.write(&request, &job.payload, replies),
             COMMAND_FLUSH => volume.flush(),
             COMMAND_TRIM => volume.trim(offset, length).and_then(|()| if fua { volume.flush() } else { Ok(()) }),
             COMMAND_WRITE_ZEROES => {
@@ -672,6 +695,18 @@ impl ConnectionState {
         match result {
             Ok(()) => self.reply_done(&request, replies),
             Err(error) => self.reply_error(&request, wire_error(&error), &error.to_string(), replies),
+        }
+    }
+
+    /// Run a validated write request and reply.
+    fn write(&self, request: &Request, payload: &[u8], replies: &mut Replies) -> io::Result<()> {
+        let fua = request.flags & COMMAND_FLAG_FUA != 0;
+        match self.export().volume.write(request.offset_bytes, payload, fua) {
+            Ok(()) => {
+                self.server.statistics.bytes_written.fetch_add(payload.len() as u64, Ordering::Relaxed);
+                self.reply_done(request, replies)
+            }
+            Err(error) => self.reply_error(request, wire_error(&error), &error.to_string(), replies),
         }
     }
 
