@@ -5,6 +5,7 @@
 //! members' own sequential O_DIRECT write bandwidth on the same files.
 
 pub mod engine;
+pub mod gc;
 mod memory;
 mod workload;
 

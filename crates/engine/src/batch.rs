@@ -108,6 +108,10 @@ pub struct OpenBatch {
     /// when the batch is written (off the client's path). At most
     /// [`KILLED_POSITIONS_MAXIMUM`]; past that the caller drops them at once.
     pub killed_positions: Vec<u64>,
+    /// Written by the cleaner (relocated blocks), not by a client.
+    pub relocation: bool,
+    /// For relocation batches: the age (newest batch sequence) of the segments emptied.
+    pub age_sequence: u64,
 }
 
 /// Bound of [`OpenBatch::killed_positions`] (a large trim kills many blocks per entry).
@@ -135,6 +139,8 @@ impl OpenBatch {
             buffers,
             opened_at: Instant::now(),
             killed_positions: Vec::new(),
+            relocation: false,
+            age_sequence: 0,
         }
     }
 
@@ -255,7 +261,12 @@ impl OpenBatch {
             self.block_mut(index).fill(0);
             metadata_checksums.push((index, zero_checksum));
         }
-        let sealed = SealedBatch { header, data_columns: self.buffers, killed_positions: self.killed_positions };
+        let sealed = SealedBatch {
+            header,
+            data_columns: self.buffers,
+            killed_positions: self.killed_positions,
+            relocation: self.relocation,
+        };
         (sealed, metadata_checksums)
     }
 }
@@ -266,6 +277,7 @@ pub struct SealedBatch {
     pub header: BatchHeader,
     data_columns: PooledBuffers,
     pub killed_positions: Vec<u64>,
+    pub relocation: bool,
 }
 
 impl SealedBatch {

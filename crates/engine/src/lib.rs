@@ -15,6 +15,7 @@
 
 mod batch;
 mod cache;
+pub mod cleaner;
 pub mod error;
 pub mod format;
 pub mod geometry;
@@ -26,6 +27,7 @@ mod recovery;
 pub mod stats;
 mod volume;
 
+pub use cleaner::CleaningPolicy;
 pub use error::{Error, Result};
 pub use geometry::{Geometry, RaidLevel, BLOCK_SIZE_BYTES};
 pub use map::Mapping;

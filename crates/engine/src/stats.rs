@@ -15,6 +15,10 @@ pub struct Counters {
     pub full_stripes: AtomicU64,
     pub short_stripes: AtomicU64,
     pub member_bytes_data: AtomicU64,
+    pub member_bytes_relocated: AtomicU64,
+    pub blocks_relocated: AtomicU64,
+    pub cleaning_rounds: AtomicU64,
+    pub segments_cleaned: AtomicU64,
     pub member_bytes_redundancy: AtomicU64,
     pub member_bytes_metadata: AtomicU64,
     pub member_bytes_padding: AtomicU64,
@@ -88,10 +92,23 @@ pub struct VolumeStats {
     pub host_bytes_zeroed: u64,
     pub host_bytes_trimmed: u64,
     pub member_bytes_written: u64,
+    /// New data from clients, as written to the members (before redundancy).
     pub member_bytes_data: u64,
+    /// Live blocks moved by the cleaner.
+    pub member_bytes_relocated: u64,
     pub member_bytes_redundancy: u64,
     pub member_bytes_metadata: u64,
     pub member_bytes_padding: u64,
+    pub cleaning_policy: String,
+    pub cleaning_rounds: u64,
+    pub segments_cleaned: u64,
+    /// (new data + relocated) / new data.
+    pub write_amplification_cleaning: f64,
+    /// Everything written to the members / (new data + relocated): parity or mirror
+    /// copies, summaries and the padding of short stripes.
+    pub write_amplification_raid: f64,
+    /// Everything written to the members / new data.
+    pub write_amplification_total: f64,
     pub flushes: u64,
     pub batches_written: u64,
     pub full_stripes: u64,

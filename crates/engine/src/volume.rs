@@ -78,6 +78,8 @@ pub struct OpenOptions {
     pub io_mode: IoMode,
     /// RAM for caching blocks (filled by reads and by every written batch); 0: none.
     pub cache_size_bytes: u64,
+    /// How the cleaner chooses the segments it empties.
+    pub cleaning_policy: crate::cleaner::CleaningPolicy,
 }
 
 /// Default block cache: 256 MiB.
@@ -90,6 +92,7 @@ impl Default for OpenOptions {
             flush_interval: Some(DEFAULT_FLUSH_INTERVAL),
             io_mode: IoMode::Threaded,
             cache_size_bytes: DEFAULT_CACHE_SIZE_BYTES,
+            cleaning_policy: crate::cleaner::CleaningPolicy::default(),
         }
     }
 }
@@ -117,12 +120,21 @@ pub(crate) enum SegmentStatus {
 pub(crate) struct SegmentUse {
     pub live_blocks: u64,
     pub status: SegmentStatus,
+    /// Sequence of the newest batch written into it (its age, for cost-benefit cleaning;
+    /// relocated blocks carry the age of the segments they came from).
+    pub age_sequence: u64,
 }
 
-struct CurrentSegment {
-    segment: u64,
-    next_row: u32,
-    open_sequence: u64,
+/// Open segments: client writes and relocated blocks go to different segments, so that
+/// long-lived relocated data collects in its own (cold) segments.
+pub(crate) const HOST_STREAM: usize = 0;
+pub(crate) const RELOCATION_STREAM: usize = 1;
+pub(crate) const STREAM_COUNT: usize = 2;
+
+pub(crate) struct CurrentSegment {
+    pub(crate) segment: u64,
+    pub(crate) next_row: u32,
+    pub(crate) open_sequence: u64,
 }
 
 struct InFlight {
@@ -131,17 +143,19 @@ struct InFlight {
 }
 
 pub(crate) struct WriteState {
-    open: Option<OpenBatch>,
-    current_segment: Option<CurrentSegment>,
-    next_sequence: u64,
-    last_sealed_sequence: u64,
+    /// The clients' open batch; it always holds sequence `next_sequence - 1`. The cleaner
+    /// swaps its own batch in while it fills it.
+    pub(crate) open: Option<OpenBatch>,
+    pub(crate) current_segments: [Option<CurrentSegment>; STREAM_COUNT],
+    pub(crate) next_sequence: u64,
+    pub(crate) last_sealed_sequence: u64,
     /// The segment of the last sealed batch (each summary names its predecessor's).
     last_sealed_segment: u64,
     written_through_sequence: u64,
     durable_through_sequence: u64,
     in_flight: VecDeque<InFlight>,
     pub(crate) segments: Vec<SegmentUse>,
-    free_segments: VecDeque<u64>,
+    pub(crate) free_segments: VecDeque<u64>,
 }
 
 /// Everything the threads of one volume share.
@@ -161,18 +175,21 @@ pub(crate) struct Shared {
     pub(crate) rows_on_media: Vec<AtomicU32>,
     /// Per segment: bumped each time it is released (cache entries of older generations
     /// never match).
-    generations: Vec<AtomicU32>,
+    pub(crate) generations: Vec<AtomicU32>,
     cache: Option<crate::cache::BlockCache>,
-    reuse_fence: RwLock<()>,
-    state: Mutex<WriteState>,
-    progress: Condvar,
-    data_pool: Arc<BufferPool>,
+    pub(crate) reuse_fence: RwLock<()>,
+    pub(crate) state: Mutex<WriteState>,
+    pub(crate) progress: Condvar,
+    pub(crate) data_pool: Arc<BufferPool>,
+    /// One cleaning round at a time.
+    pub(crate) cleaner: Mutex<()>,
+    pub(crate) cleaning_policy: crate::cleaner::CleaningPolicy,
     pub(crate) parity_pool: Arc<BufferPool>,
     stripe_queue: Mutex<Option<crossbeam_channel::Sender<Arc<SealedBatch>>>>,
     io_mode: IoMode,
     flush_interval: Option<Duration>,
     pub(crate) counters: Counters,
-    failure: Mutex<Option<String>>,
+    pub(crate) failure: Mutex<Option<String>>,
     closed: AtomicBool,
     recovery_report: RecoveryReport,
 }
@@ -214,9 +231,14 @@ enum BlockWrite<'a> {
     Trim(u64),
 }
 
+/// Why a client batch cannot be opened now.
 enum OpenProblem {
-    NeedBuffers,
-    NeedSpace,
+    /// Every write buffer set is in use: wait for one.
+    Buffers,
+    /// Free segments are at the cleaner's reserve: clean (or fail) before going on.
+    Space,
+    /// Free segments are below the low watermark: clean one round, then go on.
+    Cleaning,
 }
 
 impl Volume {
@@ -261,7 +283,7 @@ impl Volume {
             reuse_fence: RwLock::new(()),
             state: Mutex::new(WriteState {
                 open: None,
-                current_segment: None,
+                current_segments: [None, None],
                 next_sequence: recovered.last_sequence + 1,
                 last_sealed_sequence: recovered.last_sequence,
                 last_sealed_segment: recovered.last_segment,
@@ -276,6 +298,8 @@ impl Volume {
             progress: Condvar::new(),
             data_pool,
             parity_pool,
+            cleaner: Mutex::new(()),
+            cleaning_policy: options.cleaning_policy,
             stripe_queue: Mutex::new(None),
             io_mode: options.io_mode,
             flush_interval: options.flush_interval,
@@ -441,7 +465,7 @@ impl Volume {
         let mut scratch = [0u8; BLOCK_SIZE_BYTES];
         for (logical_block, within, range) in block_pieces(offset_bytes, buffer.len()) {
             let target = if range.len() == BLOCK_SIZE_BYTES { &mut buffer[range.clone()] } else { &mut scratch[..] };
-            if matches!(self.shared.read_block_from_memory(logical_block, target, None), Lookup::OnMembers { .. }) {
+            if matches!(self.shared.read_block_from_memory(logical_block, target, None), Lookup::OnMembers) {
                 return Ok(false);
             }
             if range.len() < BLOCK_SIZE_BYTES {
@@ -534,6 +558,19 @@ fn flush_timer(shared: Arc<Shared>, interval: Duration) {
             // A failure is recorded in `failure` and reported to the next client call.
             let _ = shared.flush();
         }
+        // Idle (nothing accepted for a tick): make free segments ahead of the next burst,
+        // up to the high watermark.
+        let idle = {
+            let state = shared.state.lock();
+            let (_, high_watermark) = crate::cleaner::watermarks(shared.geometry.segment_count());
+            state.open.as_ref().is_none_or(|open| open.opened_at.elapsed() >= tick && open.is_empty())
+                && state.free_segments.len() < high_watermark
+        };
+        if idle && shared.failure.lock().is_none() {
+            if let Err(error) = shared.clean_round() {
+                shared.fail(error.to_string());
+            }
+        }
     }
 }
 
@@ -613,22 +650,30 @@ impl Shared {
     /// dispatching full ones.
     fn apply(&self, blocks: &[BlockWrite]) -> Result<()> {
         let mut next = 0usize;
+        let mut cleaned_for_this_segment = false;
         while next < blocks.len() {
             let mut state = self.state.lock();
             if let Some(reason) = self.failure.lock().clone() {
                 return Err(Error::Failed(reason));
             }
             if state.open.is_none() {
-                match self.open_batch(&mut state) {
+                match self.open_batch(&mut state, cleaned_for_this_segment) {
                     Ok(()) => {}
-                    Err(OpenProblem::NeedBuffers) => {
+                    Err(OpenProblem::Buffers) => {
                         drop(state);
                         self.data_pool.wait_for_free();
                         continue;
                     }
-                    Err(OpenProblem::NeedSpace) => {
+                    Err(OpenProblem::Space) => {
                         drop(state);
                         self.make_space()?;
+                        continue;
+                    }
+                    Err(OpenProblem::Cleaning) => {
+                        drop(state);
+                        // Paced with the writes: one round per new client segment.
+                        self.clean_round()?;
+                        cleaned_for_this_segment = true;
                         continue;
                     }
                 }
@@ -654,15 +699,26 @@ impl Shared {
         Ok(())
     }
 
-    fn open_batch(&self, state: &mut WriteState) -> std::result::Result<(), OpenProblem> {
-        let buffers: PooledBuffers = self.data_pool.try_take().ok_or(OpenProblem::NeedBuffers)?;
+    fn open_batch(&self, state: &mut WriteState, cleaned: bool) -> std::result::Result<(), OpenProblem> {
         let sequence = state.next_sequence;
-        if state.current_segment.is_none() {
-            let segment = state.free_segments.pop_front().ok_or(OpenProblem::NeedSpace)?;
-            state.segments[segment as usize].status = SegmentStatus::Current;
-            state.current_segment = Some(CurrentSegment { segment, next_row: 0, open_sequence: sequence });
+        if state.current_segments[HOST_STREAM].is_none() {
+            let (low_watermark, _) = crate::cleaner::watermarks(self.geometry.segment_count());
+            let free = state.free_segments.len();
+            if free <= crate::cleaner::CLEANING_RESERVE_SEGMENTS {
+                return Err(OpenProblem::Space);
+            }
+            if free < low_watermark && !cleaned {
+                return Err(OpenProblem::Cleaning);
+            }
         }
-        let current = state.current_segment.as_ref().expect("set above");
+        let buffers: PooledBuffers = self.data_pool.try_take().ok_or(OpenProblem::Buffers)?;
+        if state.current_segments[HOST_STREAM].is_none() {
+            let segment = state.free_segments.pop_front().expect("checked above");
+            state.segments[segment as usize].status = SegmentStatus::Current;
+            state.current_segments[HOST_STREAM] =
+                Some(CurrentSegment { segment, next_row: 0, open_sequence: sequence });
+        }
+        let current = state.current_segments[HOST_STREAM].as_ref().expect("set above");
         state.open = Some(OpenBatch::new(
             &self.geometry,
             sequence,
@@ -697,7 +753,7 @@ impl Shared {
         }
     }
 
-    fn accept_data(&self, state: &mut WriteState, logical_block: u64, data: &[u8], checksum: u32) -> bool {
+    pub(crate) fn accept_data(&self, state: &mut WriteState, logical_block: u64, data: &[u8], checksum: u32) -> bool {
         debug_assert_eq!(checksum, format::block_checksum(data));
         let open = state.open.as_mut().expect("an open batch");
         let Some(Slot::Block(index)) = open.reserve(true) else {
@@ -712,7 +768,7 @@ impl Shared {
         true
     }
 
-    fn accept_range(&self, state: &mut WriteState, logical_block: u64, trim: bool) -> bool {
+    pub(crate) fn accept_range(&self, state: &mut WriteState, logical_block: u64, trim: bool) -> bool {
         let current = self.map.get(logical_block);
         let redundant = match current {
             Mapping::Unmapped => true,
@@ -723,6 +779,11 @@ impl Shared {
         if redundant {
             return true;
         }
+        self.record_range(state, logical_block, trim)
+    }
+
+    /// Add a zero or trim record for `logical_block` to the open batch (`false`: full).
+    pub(crate) fn record_range(&self, state: &mut WriteState, logical_block: u64, trim: bool) -> bool {
         let open = state.open.as_mut().expect("an open batch");
         let segment = open.segment;
         if !open.extend_last_range(!trim, logical_block) {
@@ -771,7 +832,12 @@ impl Shared {
     fn retire_current_segment(&self, state: &mut WriteState) {
         state.open = None;
         state.next_sequence -= 1;
-        if let Some(current) = state.current_segment.take() {
+        self.retire_stream_segment(state, HOST_STREAM);
+    }
+
+    /// Give up the rest of a stream's current segment.
+    pub(crate) fn retire_stream_segment(&self, state: &mut WriteState, stream: usize) {
+        if let Some(current) = state.current_segments[stream].take() {
             let usage = &mut state.segments[current.segment as usize];
             usage.status = if usage.live_blocks == 0 {
                 SegmentStatus::WaitingForFlush(state.last_sealed_sequence)
@@ -782,8 +848,10 @@ impl Shared {
     }
 
     /// Seal the open batch (it must hold entries) and queue it for writing.
-    fn seal(&self, state: &mut WriteState) -> Arc<SealedBatch> {
+    pub(crate) fn seal(&self, state: &mut WriteState) -> Arc<SealedBatch> {
         let open = state.open.take().expect("an open batch");
+        let stream = if open.relocation { RELOCATION_STREAM } else { HOST_STREAM };
+        let age = open.age_sequence;
         let (sealed, metadata) =
             open.seal(self.volume_uuid, self.epoch, state.durable_through_sequence, state.last_sealed_segment);
         let header = sealed.header;
@@ -796,10 +864,12 @@ impl Shared {
             );
             self.checksums[position as usize].store(checksum, Ordering::Release);
         }
-        let current = state.current_segment.as_mut().expect("a current segment");
+        let current = state.current_segments[stream].as_mut().expect("a current segment");
         current.next_row = header.first_row + header.row_count;
+        let usage = &mut state.segments[header.segment as usize];
+        usage.age_sequence = usage.age_sequence.max(if stream == RELOCATION_STREAM { age } else { header.sequence });
         if current.next_row == self.geometry.rows_per_chunk() {
-            state.current_segment = None;
+            state.current_segments[stream] = None;
             let usage = &mut state.segments[header.segment as usize];
             usage.status = if usage.live_blocks == 0 {
                 SegmentStatus::WaitingForFlush(header.sequence)
@@ -814,7 +884,7 @@ impl Shared {
         batch
     }
 
-    fn dispatch(&self, batch: Arc<SealedBatch>) -> Result<()> {
+    pub(crate) fn dispatch(&self, batch: Arc<SealedBatch>) -> Result<()> {
         match self.io_mode {
             IoMode::Inline => {
                 let mut parity = self.parity_pool.take();
@@ -925,7 +995,11 @@ impl Shared {
         } else {
             Counters::add(&counters.short_stripes, 1);
         }
-        Counters::add(&counters.member_bytes_data, data_blocks * block);
+        if batch.relocation {
+            Counters::add(&counters.member_bytes_relocated, data_blocks * block);
+        } else {
+            Counters::add(&counters.member_bytes_data, data_blocks * block);
+        }
         Counters::add(&counters.member_bytes_metadata, header.summary_count as u64 * block);
         Counters::add(&counters.member_bytes_padding, padding * block);
         Counters::add(&counters.member_bytes_redundancy, redundancy * block);
@@ -948,6 +1022,19 @@ impl Shared {
         if let Some(batch) = sealed {
             self.dispatch(batch)?;
         }
+        self.make_durable(target)
+    }
+
+    /// Make every sealed batch durable (the clients' open batch stays open), then
+    /// release what that frees (the cleaner's last step).
+    pub(crate) fn make_sealed_durable(&self) -> Result<()> {
+        let target = self.state.lock().last_sealed_sequence;
+        self.make_durable(target)
+    }
+
+    /// Wait until every batch up to `target` is written, flush the members, record the
+    /// new durable point and release the segments it frees.
+    fn make_durable(&self, target: u64) -> Result<()> {
         {
             let mut state = self.state.lock();
             loop {
@@ -1033,10 +1120,18 @@ impl Shared {
         self.flush()?;
         loop {
             self.reclaim().inspect_err(|error| self.fail(error.to_string()))?;
-            let mut state = self.state.lock();
-            if !state.free_segments.is_empty() || state.current_segment.is_some() {
+            let state = self.state.lock();
+            if state.free_segments.len() > crate::cleaner::CLEANING_RESERVE_SEGMENTS
+                || state.current_segments[HOST_STREAM].is_some()
+            {
                 return Ok(());
             }
+            drop(state);
+            // Clean until there is room; nothing left to clean means the volume is full.
+            if self.clean_round()? {
+                continue;
+            }
+            let mut state = self.state.lock();
             let durable = state.durable_through_sequence;
             let coming_free = state.segments.iter().any(|segment| match segment.status {
                 SegmentStatus::Releasing => true,
@@ -1056,10 +1151,28 @@ impl Shared {
     /// Read logical block `logical_block` into `out` (4096 bytes). Callers hold the reuse
     /// fence, or pass the state they hold (which also keeps segments from being reused).
     pub(crate) fn read_block(&self, logical_block: u64, out: &mut [u8], held: Option<&WriteState>) -> Result<()> {
-        let position = match self.read_block_from_memory(logical_block, out, held) {
-            Lookup::Served => return Ok(()),
-            Lookup::OnMembers { position } => position,
-        };
+        match self.map.get(logical_block) {
+            Mapping::Data { position } => self.read_position(position, logical_block, out, held),
+            _ => {
+                out.fill(0);
+                Ok(())
+            }
+        }
+    }
+
+    /// Read the block at data-space `position` (which holds `logical_block`) into `out`:
+    /// from memory when it is there, else from the members, verified. Same locking rules
+    /// as [`Shared::read_block`].
+    pub(crate) fn read_position(
+        &self,
+        position: u64,
+        logical_block: u64,
+        out: &mut [u8],
+        held: Option<&WriteState>,
+    ) -> Result<()> {
+        if let Lookup::Served = self.position_from_memory(position, out, held) {
+            return Ok(());
+        }
         let location = self.geometry.locate(position);
         let generation = self.generations[location.segment as usize].load(Ordering::Acquire);
         let expected = self.checksums[position as usize].load(Ordering::Acquire);
@@ -1082,13 +1195,16 @@ impl Shared {
     /// Serve a block from memory when it is there: unmapped or zero, in a batch not yet
     /// on the members, or in the cache. Same locking rules as [`Shared::read_block`].
     fn read_block_from_memory(&self, logical_block: u64, out: &mut [u8], held: Option<&WriteState>) -> Lookup {
-        let position = match self.map.get(logical_block) {
-            Mapping::Data { position } => position,
+        match self.map.get(logical_block) {
+            Mapping::Data { position } => self.position_from_memory(position, out, held),
             _ => {
                 out.fill(0);
-                return Lookup::Served;
+                Lookup::Served
             }
-        };
+        }
+    }
+
+    fn position_from_memory(&self, position: u64, out: &mut [u8], held: Option<&WriteState>) -> Lookup {
         let location = self.geometry.locate(position);
         if location.row >= self.rows_on_media[location.segment as usize].load(Ordering::Acquire) {
             let found = match held {
@@ -1105,7 +1221,7 @@ impl Shared {
                 return Lookup::Served;
             }
         }
-        Lookup::OnMembers { position }
+        Lookup::OnMembers
     }
 
     fn read_verified(
@@ -1139,6 +1255,15 @@ impl Shared {
         let missing = self.members.missing();
         let member_statuses: Vec<MemberStatus> = self.members.statuses();
         let member_bytes_written = member_statuses.iter().map(|member| member.bytes_written).sum();
+        let member_bytes_data = Counters::get(&counters.member_bytes_data);
+        let member_bytes_relocated = Counters::get(&counters.member_bytes_relocated);
+        let ratio = |numerator: u64, denominator: u64| {
+            if denominator == 0 {
+                0.0
+            } else {
+                numerator as f64 / denominator as f64
+            }
+        };
         VolumeStats {
             volume_uuid: uuid::Uuid::from_bytes(self.volume_uuid).to_string(),
             raid_level: geometry.raid_level.to_string(),
@@ -1168,7 +1293,14 @@ impl Shared {
             host_bytes_zeroed: Counters::get(&counters.host_bytes_zeroed),
             host_bytes_trimmed: Counters::get(&counters.host_bytes_trimmed),
             member_bytes_written,
-            member_bytes_data: Counters::get(&counters.member_bytes_data),
+            member_bytes_data,
+            member_bytes_relocated,
+            cleaning_policy: self.cleaning_policy.to_string(),
+            cleaning_rounds: Counters::get(&counters.cleaning_rounds),
+            segments_cleaned: Counters::get(&counters.segments_cleaned),
+            write_amplification_cleaning: ratio(member_bytes_data + member_bytes_relocated, member_bytes_data),
+            write_amplification_raid: ratio(member_bytes_written, member_bytes_data + member_bytes_relocated),
+            write_amplification_total: ratio(member_bytes_written, member_bytes_data),
             member_bytes_redundancy: Counters::get(&counters.member_bytes_redundancy),
             member_bytes_metadata: Counters::get(&counters.member_bytes_metadata),
             member_bytes_padding: Counters::get(&counters.member_bytes_padding),
@@ -1198,9 +1330,7 @@ impl Shared {
 enum Lookup {
     Served,
     /// Not in memory: it must be read from the members at this data-space position.
-    OnMembers {
-        position: u64,
-    },
+    OnMembers,
 }
 
 /// Copy a block that is still only in memory (open or in-flight batch).

@@ -53,7 +53,13 @@ fn options(raid_level: RaidLevel, chunk_size_bytes: u32) -> CreateOptions {
 
 /// Deterministic: the calling thread does all member I/O, no flush timer.
 fn open_options() -> OpenOptions {
-    OpenOptions { read_only: false, flush_interval: None, io_mode: IoMode::Inline, cache_size_bytes: 0 }
+    OpenOptions {
+        read_only: false,
+        flush_interval: None,
+        io_mode: IoMode::Inline,
+        cache_size_bytes: 0,
+        ..OpenOptions::default()
+    }
 }
 
 fn read_only_options() -> OpenOptions {

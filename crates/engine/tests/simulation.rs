@@ -110,10 +110,18 @@ struct Simulation {
     crashes_mid_operation: u64,
     faults_injected: u64,
     out_of_space: u64,
+    /// Cleaning rounds over every incarnation of the volume.
+    cleaning_rounds: u64,
 }
 
 fn open_options() -> OpenOptions {
-    OpenOptions { read_only: false, flush_interval: None, io_mode: IoMode::Inline, cache_size_bytes: 256 << 10 }
+    OpenOptions {
+        read_only: false,
+        flush_interval: None,
+        io_mode: IoMode::Inline,
+        cache_size_bytes: 256 << 10,
+        ..OpenOptions::default()
+    }
 }
 
 impl Simulation {
@@ -173,6 +181,7 @@ impl Simulation {
             crashes_mid_operation: 0,
             faults_injected: 0,
             out_of_space: 0,
+            cleaning_rounds: 0,
         })
     }
 
@@ -407,6 +416,7 @@ impl Simulation {
     /// Close normally (flush) and reopen: nothing accepted may be lost.
     fn reopen_cleanly(&mut self) -> Result<(), String> {
         let volume = self.volume.take().expect("open");
+        self.cleaning_rounds += volume.stats().cleaning_rounds;
         match volume.close() {
             Ok(()) => self.model.durable_effects = self.model.effects.len(),
             Err(error) if self.array.has_crashed() || self.missing_member.is_some() => {
@@ -423,6 +433,7 @@ impl Simulation {
     /// The process dies now: unsynced writes are dropped or torn; recover.
     fn crash_now(&mut self) -> Result<(), String> {
         if let Some(volume) = self.volume.take() {
+            self.cleaning_rounds += volume.stats().cleaning_rounds;
             volume.abandon();
         }
         let report = self.array.crash();
@@ -486,8 +497,12 @@ fn simulate(seed: u64, trace: bool) -> Result<String, String> {
     let mut simulation = Simulation::new(seed, trace)?;
     simulation.run()?;
     Ok(format!(
-        "{} recoveries, {} mid-operation crashes, {} faults, raid {}",
-        simulation.recoveries, simulation.crashes_mid_operation, simulation.faults_injected, simulation.raid_level
+        "{} recoveries, {} mid-operation crashes, {} faults, raid {}, cleaning_rounds={}",
+        simulation.recoveries,
+        simulation.crashes_mid_operation,
+        simulation.faults_injected,
+        simulation.raid_level,
+        simulation.cleaning_rounds
     ))
 }
 
@@ -499,9 +514,15 @@ fn replay_command(seed: u64) -> String {
 
 fn check_seed(seed: u64) -> Result<(), String> {
     simulate(seed, false)
-        .map(|_| ())
+        .map(|summary| {
+            if summary.contains("cleaning_rounds=0") {
+                CLEAN_ROUNDS_ABSENT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        })
         .map_err(|message| format!("seed {seed} failed: {message}\n  replay: {}", replay_command(seed)))
 }
+
+static CLEAN_ROUNDS_ABSENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 #[test]
 fn many_seeds() {
@@ -509,6 +530,10 @@ fn many_seeds() {
     let first: u64 = std::env::var("STRIPELOG_SIM_FIRST_SEED").ok().and_then(|value| value.parse().ok()).unwrap_or(0);
     let failures: Vec<String> = (first..first + count).filter_map(|seed| check_seed(seed).err()).collect();
     assert!(failures.is_empty(), "{} of {count} seeds failed:\n{}", failures.len(), failures.join("\n"));
+    // How many seeds reached the cleaner (the workload's hot region is small, so few do:
+    // see the issue notes; a cleaning-heavy variant is the next step).
+    let without = CLEAN_ROUNDS_ABSENT.load(std::sync::atomic::Ordering::Relaxed).min(count);
+    eprintln!("{} of {count} seeds ran the cleaner", count - without);
 }
 
 /// Not a test of its own: replays `STRIPELOG_SIM_SEED` with a trace (see `replay_command`).
