@@ -15,14 +15,12 @@
 //!    the normal way: a segment is reused only once the batches that killed its blocks
 //!    are durable, so the old copy stays valid until the new one is.
 
-use crate::batch::OpenBatch;
 use crate::error::{Error, Result};
 use crate::format;
 use crate::geometry::BLOCK_SIZE_BYTES;
 use crate::map::Mapping;
 use crate::stats::Counters;
 use crate::volume::{SegmentStatus, Shared, RELOCATION_STREAM};
-use std::sync::atomic::Ordering;
 
 /// Free segments only the cleaner may take: it always has room to relocate into.
 pub const CLEANING_RESERVE_SEGMENTS: usize = 2;
@@ -148,8 +146,7 @@ impl Shared {
                     if self.map.get(record.logical_block) != record.mapping {
                         continue; // overwritten meanwhile: skipped when appending
                     }
-                    let segment = self.geometry.locate(position).segment as usize;
-                    record.generation = self.generations_of(segment);
+                    record.generation = self.generation(self.geometry.locate(position).segment);
                     self.read_position(position, record.logical_block, content, None)?;
                 }
             }
@@ -167,7 +164,7 @@ impl Shared {
                 self.map.get(record.logical_block) == record.mapping
                     && match record.mapping {
                         Mapping::Data { position } => {
-                            self.generations_of(self.geometry.locate(position).segment as usize) == record.generation
+                            self.generation(self.geometry.locate(position).segment) == record.generation
                         }
                         _ => true,
                     }
@@ -225,14 +222,7 @@ impl Shared {
             if current.open_sequence == u64::MAX {
                 current.open_sequence = sequence;
             }
-            let mut batch = OpenBatch::new(
-                &self.geometry,
-                sequence,
-                current.segment,
-                current.open_sequence,
-                current.next_row,
-                buffers,
-            );
+            let mut batch = self.batch_in(current, sequence, buffers);
             batch.relocation = true;
             batch.age_sequence = age;
             let client = state.open.replace(batch);
@@ -272,9 +262,5 @@ impl Shared {
         Counters::add(&self.counters.segments_cleaned, victims.len() as u64);
         self.make_sealed_durable()?;
         Ok(true)
-    }
-
-    fn generations_of(&self, segment: usize) -> u32 {
-        self.generations[segment].load(Ordering::Acquire)
     }
 }

@@ -175,7 +175,7 @@ pub(crate) struct Shared {
     pub(crate) rows_on_media: Vec<AtomicU32>,
     /// Per segment: bumped each time it is released (cache entries of older generations
     /// never match).
-    pub(crate) generations: Vec<AtomicU32>,
+    generations: Vec<AtomicU32>,
     cache: Option<crate::cache::BlockCache>,
     pub(crate) reuse_fence: RwLock<()>,
     pub(crate) state: Mutex<WriteState>,
@@ -719,16 +719,19 @@ impl Shared {
                 Some(CurrentSegment { segment, next_row: 0, open_sequence: sequence });
         }
         let current = state.current_segments[HOST_STREAM].as_ref().expect("set above");
-        state.open = Some(OpenBatch::new(
-            &self.geometry,
-            sequence,
-            current.segment,
-            current.open_sequence,
-            current.next_row,
-            buffers,
-        ));
+        state.open = Some(self.batch_in(current, sequence, buffers));
         state.next_sequence += 1;
         Ok(())
+    }
+
+    /// A new batch at the next free row of a stream's current segment.
+    pub(crate) fn batch_in(&self, current: &CurrentSegment, sequence: u64, buffers: PooledBuffers) -> OpenBatch {
+        OpenBatch::new(&self.geometry, sequence, current.segment, current.open_sequence, current.next_row, buffers)
+    }
+
+    /// The generation of `segment` (bumped each time it is released).
+    pub(crate) fn generation(&self, segment: u64) -> u32 {
+        self.generations[segment as usize].load(Ordering::Acquire)
     }
 
     /// Accept one block into the open batch. `Ok(false)`: the batch is full.
@@ -866,11 +869,11 @@ impl Shared {
         }
         let current = state.current_segments[stream].as_mut().expect("a current segment");
         current.next_row = header.first_row + header.row_count;
+        let segment_full = current.next_row == self.geometry.rows_per_chunk();
         let usage = &mut state.segments[header.segment as usize];
         usage.age_sequence = usage.age_sequence.max(if stream == RELOCATION_STREAM { age } else { header.sequence });
-        if current.next_row == self.geometry.rows_per_chunk() {
+        if segment_full {
             state.current_segments[stream] = None;
-            let usage = &mut state.segments[header.segment as usize];
             usage.status = if usage.live_blocks == 0 {
                 SegmentStatus::WaitingForFlush(header.sequence)
             } else {
@@ -970,7 +973,7 @@ impl Shared {
         for &position in &batch.killed_positions {
             cache.forget(position);
         }
-        let generation = self.generations[header.segment as usize].load(Ordering::Acquire);
+        let generation = self.generation(header.segment);
         for row in header.first_row..header.first_row + header.row_count {
             for column in 0..self.geometry.data_columns() {
                 if let Some(block) = batch.block(row, column) {
@@ -1174,7 +1177,7 @@ impl Shared {
             return Ok(());
         }
         let location = self.geometry.locate(position);
-        let generation = self.generations[location.segment as usize].load(Ordering::Acquire);
+        let generation = self.generation(location.segment);
         let expected = self.checksums[position as usize].load(Ordering::Acquire);
         let checksum_of = |column: usize| {
             let other = self.geometry.position(location.segment, location.row, column);
@@ -1215,7 +1218,7 @@ impl Shared {
                 return Lookup::Served;
             }
         }
-        let generation = self.generations[location.segment as usize].load(Ordering::Acquire);
+        let generation = self.generation(location.segment);
         if let Some(cache) = &self.cache {
             if cache.get(position, generation, out) {
                 return Lookup::Served;

@@ -559,9 +559,7 @@ fn read_requests_into(
                 state.requests.fetch_add(1, Ordering::Relaxed);
                 state.server.statistics.bytes_read.fetch_add(length as u64, Ordering::Relaxed);
                 state.reply_data(&request, data, &mut Replies(Some(pending)))?;
-                if pending.len() >= PENDING_REPLIES_FLUSH_BYTES {
-                    state.flush_pending(pending)?;
-                }
+                state.flush_pending_if_full(pending)?;
                 continue;
             }
         }
@@ -575,9 +573,7 @@ fn read_requests_into(
             // there into the open batch (no allocation, no extra copy).
             state.write(&request, &stream.buffer()[..length], &mut Replies(Some(pending)))?;
             io::BufRead::consume(stream, length);
-            if pending.len() >= PENDING_REPLIES_FLUSH_BYTES {
-                state.flush_pending(pending)?;
-            }
+            state.flush_pending_if_full(pending)?;
             continue;
         }
         let mut payload = Vec::new();
@@ -588,9 +584,7 @@ fn read_requests_into(
         let job = Job { request, payload, refusal };
         if inline {
             state.run(job, &mut Replies(Some(pending)))?;
-            if pending.len() >= PENDING_REPLIES_FLUSH_BYTES {
-                state.flush_pending(pending)?;
-            }
+            state.flush_pending_if_full(pending)?;
         } else {
             jobs.send(job).map_err(|_| io::Error::other("workers stopped"))?;
         }
@@ -649,6 +643,14 @@ impl ConnectionState {
         writer.write_all(pending)?;
         writer.flush()?;
         pending.clear();
+        Ok(())
+    }
+
+    /// Send the collected replies once they reach `PENDING_REPLIES_FLUSH_BYTES`.
+    fn flush_pending_if_full(&self, pending: &mut Vec<u8>) -> io::Result<()> {
+        if pending.len() >= PENDING_REPLIES_FLUSH_BYTES {
+            self.flush_pending(pending)?;
+        }
         Ok(())
     }
 
