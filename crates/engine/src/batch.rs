@@ -108,10 +108,8 @@ pub struct OpenBatch {
     /// when the batch is written (off the client's path). At most
     /// [`KILLED_POSITIONS_MAXIMUM`]; past that the caller drops them at once.
     pub killed_positions: Vec<u64>,
-    /// Written by the cleaner (relocated blocks), not by a client.
-    pub relocation: bool,
-    /// For relocation batches: the age (newest batch sequence) of the segments emptied.
-    pub age_sequence: u64,
+    /// The stream (open segment) it is in; all but the host stream hold relocated blocks.
+    pub stream: usize,
 }
 
 /// Bound of [`OpenBatch::killed_positions`] (a large trim kills many blocks per entry).
@@ -139,8 +137,7 @@ impl OpenBatch {
             buffers,
             opened_at: Instant::now(),
             killed_positions: Vec::new(),
-            relocation: false,
-            age_sequence: 0,
+            stream: crate::volume::HOST_STREAM,
         }
     }
 
@@ -265,7 +262,7 @@ impl OpenBatch {
             header,
             data_columns: self.buffers,
             killed_positions: self.killed_positions,
-            relocation: self.relocation,
+            relocation: self.stream != crate::volume::HOST_STREAM,
         };
         (sealed, metadata_checksums)
     }

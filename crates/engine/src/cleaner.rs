@@ -20,10 +20,64 @@ use crate::format;
 use crate::geometry::BLOCK_SIZE_BYTES;
 use crate::map::Mapping;
 use crate::stats::Counters;
-use crate::volume::{SegmentStatus, Shared, RELOCATION_STREAM};
+use crate::volume::{SegmentStatus, Shared, WriteState, HOST_STREAM, RELOCATION_STREAMS, WRITE_CLOCK_AT_OPEN};
+use std::collections::VecDeque;
 
-/// Free segments only the cleaner may take: it always has room to relocate into.
-pub const CLEANING_RESERVE_SEGMENTS: usize = 2;
+/// Free segments only the cleaner may take: it always has room to relocate into. A round
+/// relocates at most one segment's worth of blocks, so each relocation stream opens at
+/// most one new segment per round.
+pub const CLEANING_RESERVE_SEGMENTS: usize = RELOCATION_STREAMS.len();
+
+/// How many cleaned client segments the lifetime yardstick averages over.
+const LIFESPAN_SAMPLES: usize = 16;
+/// Relocated blocks unchanged for this many yardsticks go to the old stream (SepBIT uses
+/// 4 and 16 with a shorter yardstick; 2 measured best here, docs/garbage-collection.md).
+const OLD_AGE_YARDSTICKS: u64 = 2;
+/// Relocated blocks whose previous version lived at most this many yardsticks go to the
+/// short-lived stream.
+const SHORT_LIFE_YARDSTICKS: u64 = 2;
+
+/// The lifetime yardstick ℓ: the average lifespan (write clock from opening to cleaning)
+/// of the last few cleaned client segments. Relocated blocks are classified against it.
+#[derive(Default)]
+pub(crate) struct Lifespans {
+    recent: VecDeque<u64>,
+}
+
+impl Lifespans {
+    fn record(&mut self, lifespan: u64) {
+        if self.recent.len() == LIFESPAN_SAMPLES {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(lifespan);
+    }
+
+    fn average(&self) -> Option<u64> {
+        (!self.recent.is_empty()).then(|| self.recent.iter().sum::<u64>() / self.recent.len() as u64)
+    }
+}
+
+/// The relocation stream of a block: old (unchanged for several yardsticks) first; then
+/// short-lived (its previous version lived less than a yardstick: likely to die soon);
+/// the rest in between. Without a yardstick yet, the middle stream.
+fn relocation_stream(state: &WriteState, logical_block: u64, yardstick: Option<u64>) -> usize {
+    let [short, middle, old] = RELOCATION_STREAMS;
+    let Some(yardstick) = yardstick else {
+        return middle;
+    };
+    if state.block_age(logical_block) >= OLD_AGE_YARDSTICKS * yardstick {
+        return old;
+    }
+    // The previous life was in [2^(c−1), 2^c) units: take 3/4 of 2^c as its length.
+    let previous = state.previous_lifetimes[logical_block as usize];
+    let short_lived = previous < 40
+        && (1u64 << previous) * 3 / 4 * crate::volume::WRITE_CLOCK_UNIT_BLOCKS <= SHORT_LIFE_YARDSTICKS * yardstick;
+    if short_lived {
+        short
+    } else {
+        middle
+    }
+}
 
 /// How victims are chosen.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -64,10 +118,18 @@ impl std::fmt::Display for CleaningPolicy {
 
 /// (low, high) free-segment watermarks: below low, client writes clean one round per new
 /// segment they open; below high, the idle volume cleans in the background.
+///
+/// Under a steady write load the free count settles at the low watermark, so every free
+/// segment it holds above the reserve is spare space the cleaner cannot use: it stays a
+/// small constant. The high watermark (reached only when idle) scales with the volume.
 pub fn watermarks(segment_count: u64) -> (usize, usize) {
     let segments = segment_count as usize;
-    (CLEANING_RESERVE_SEGMENTS + (segments / 256).max(2), CLEANING_RESERVE_SEGMENTS + (segments / 64).max(4))
+    (CLEANING_RESERVE_SEGMENTS + LOW_WATERMARK_ABOVE_RESERVE, CLEANING_RESERVE_SEGMENTS + (segments / 64).max(4))
 }
+
+/// Free segments above the reserve at which client writes start cleaning (one round per
+/// new segment), so that they rarely reach the reserve and wait for a whole round.
+const LOW_WATERMARK_ABOVE_RESERVE: usize = 2;
 
 /// One live record of a victim, and its content when it is a data block.
 struct Live {
@@ -75,6 +137,8 @@ struct Live {
     mapping: Mapping,
     /// Generation of the block's segment when it was read (detects reuse in between).
     generation: u32,
+    /// The relocation stream it goes to.
+    stream: usize,
 }
 
 impl Shared {
@@ -85,9 +149,10 @@ impl Shared {
         let per_segment = self.geometry.blocks_per_segment();
         // Room for data in one relocation segment (a summary block per few hundred entries).
         let capacity = per_segment - per_segment.div_ceil(format::ENTRIES_PER_SUMMARY as u64) - 1;
-        let (victims, age) = {
-            let state = self.state.lock();
-            let now = state.next_sequence;
+        let (victims, yardstick) = {
+            let mut guard = self.state.lock();
+            let state = &mut *guard;
+            let now = state.write_clock;
             let mut candidates: Vec<(f64, u64)> = state
                 .segments
                 .iter()
@@ -98,8 +163,10 @@ impl Shared {
                     let score = match self.cleaning_policy {
                         CleaningPolicy::Greedy => -utilisation,
                         CleaningPolicy::CostBenefit => {
-                            let age = now.saturating_sub(usage.age_sequence) as f64 + 1.0;
-                            (1.0 - utilisation) * age / (1.0 + utilisation)
+                            let age = now.saturating_sub(usage.age_clock) as f64 + 1.0;
+                            // LFS divides by 1 + u: it read whole segments. This cleaner
+                            // reads and writes the live blocks only: the cost is 2u.
+                            (1.0 - utilisation) * age / (2.0 * utilisation).max(f64::MIN_POSITIVE)
                         }
                     };
                     (score, segment as u64)
@@ -107,17 +174,21 @@ impl Shared {
                 .collect();
             candidates.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
             let mut victims = Vec::new();
-            let (mut live, mut age) = (0u64, 0u64);
+            let mut live = 0u64;
             for (_, segment) in candidates {
                 let usage = &state.segments[segment as usize];
                 if !victims.is_empty() && live + usage.live_blocks > capacity {
                     break;
                 }
                 live += usage.live_blocks;
-                age = age.max(usage.age_sequence);
+                // Client segments opened since the volume was opened measure the yardstick.
+                if usage.stream as usize == HOST_STREAM && usage.opened_clock >= WRITE_CLOCK_AT_OPEN {
+                    let lifespan = now - usage.opened_clock;
+                    state.lifespans.record(lifespan);
+                }
                 victims.push(segment);
             }
-            (victims, age)
+            (victims, state.lifespans.average())
         };
         if victims.is_empty() {
             return Ok(false);
@@ -132,11 +203,26 @@ impl Shared {
             .iter()
             .enumerate()
             .filter(|(_, mapping)| mapping.segment(per_segment).is_some_and(|segment| is_victim[segment as usize]))
-            .map(|(logical_block, mapping)| Live { logical_block: logical_block as u64, mapping, generation: 0 })
+            .map(|(logical_block, mapping)| Live {
+                logical_block: logical_block as u64,
+                mapping,
+                generation: 0,
+                stream: RELOCATION_STREAMS[0],
+            })
             .collect();
-        live.sort_by_key(|record| match record.mapping {
-            Mapping::Data { position } => position,
-            _ => u64::MAX,
+        {
+            let state = self.state.lock();
+            for record in live.iter_mut() {
+                record.stream = relocation_stream(&state, record.logical_block, yardstick);
+            }
+        }
+        // By stream (one batch run each), data blocks in position order (sequential reads).
+        live.sort_by_key(|record| {
+            let position = match record.mapping {
+                Mapping::Data { position } => position,
+                _ => u64::MAX,
+            };
+            (record.stream, position)
         });
         let mut contents = vec![0u8; live.len() * BLOCK_SIZE_BYTES];
         {
@@ -176,21 +262,20 @@ impl Shared {
                 break;
             }
             // A segment with room for less than one record (a summary and a block) is given up.
+            let stream = live[next].stream;
             let rows_per_chunk = self.geometry.rows_per_chunk();
             let data_columns = self.geometry.data_columns() as u32;
-            if state.current_segments[RELOCATION_STREAM]
+            if state.current_segments[stream]
                 .as_ref()
                 .is_some_and(|current| (rows_per_chunk - current.next_row) * data_columns < 2)
             {
-                self.retire_stream_segment(state, RELOCATION_STREAM);
+                self.retire_stream_segment(state, stream);
             }
-            if state.current_segments[RELOCATION_STREAM].is_none() {
+            if state.current_segments[stream].is_none() {
                 let Some(segment) = state.free_segments.pop_front() else {
                     return Err(Error::OutOfSpace);
                 };
-                state.segments[segment as usize].status = SegmentStatus::Current;
-                state.current_segments[RELOCATION_STREAM] =
-                    Some(crate::volume::CurrentSegment { segment, next_row: 0, open_sequence: u64::MAX });
+                self.start_stream_segment(state, stream, segment, u64::MAX);
             }
             // The relocation batch takes the clients' open batch's place in the log order;
             // the clients' batch (which holds nothing written after these records were
@@ -203,7 +288,7 @@ impl Shared {
                     if client.segment_open_sequence == taken {
                         client.segment_open_sequence = moved;
                     }
-                    if let Some(current) = state.current_segments[crate::volume::HOST_STREAM].as_mut() {
+                    if let Some(current) = state.current_segments[HOST_STREAM].as_mut() {
                         if current.open_sequence == taken {
                             current.open_sequence = moved;
                         }
@@ -218,16 +303,14 @@ impl Shared {
                 None => state.next_sequence,
             };
             state.next_sequence += 1;
-            let current = state.current_segments[RELOCATION_STREAM].as_mut().expect("set above");
+            let current = state.current_segments[stream].as_mut().expect("set above");
             if current.open_sequence == u64::MAX {
                 current.open_sequence = sequence;
             }
-            let mut batch = self.batch_in(current, sequence, buffers);
-            batch.relocation = true;
-            batch.age_sequence = age;
+            let batch = self.batch_in(current, sequence, buffers, stream);
             let client = state.open.replace(batch);
             let mut relocated = 0u64;
-            while next < live.len() {
+            while next < live.len() && live[next].stream == stream {
                 let record = &live[next];
                 if !still_current(record) {
                     next += 1;

@@ -433,10 +433,11 @@ pub(crate) fn recover(
         replayed += 1;
     }
     let per_segment = geometry.blocks_per_segment();
-    let mut segments = vec![
-        SegmentUse { live_blocks: 0, status: SegmentStatus::Free, age_sequence: 0 };
-        geometry.segment_count() as usize
-    ];
+    let mut segments =
+        vec![
+            SegmentUse { live_blocks: 0, status: SegmentStatus::Free, age_clock: 0, opened_clock: 0, stream: 0 };
+            geometry.segment_count() as usize
+        ];
     for mapping in map.iter() {
         if let Some(segment) = mapping.segment(per_segment) {
             segments[segment as usize].live_blocks += 1;

@@ -120,16 +120,22 @@ pub(crate) enum SegmentStatus {
 pub(crate) struct SegmentUse {
     pub live_blocks: u64,
     pub status: SegmentStatus,
-    /// Sequence of the newest batch written into it (its age, for cost-benefit cleaning;
-    /// relocated blocks carry the age of the segments they came from).
-    pub age_sequence: u64,
+    /// Write clock when a batch was last written into it (its age, for cost-benefit
+    /// cleaning: how long its content has been left alone).
+    pub age_clock: u64,
+    /// Write clock when it became a stream's current segment (its lifespan, once cleaned).
+    pub opened_clock: u64,
+    /// The stream it was (or is) filled by.
+    pub stream: u8,
 }
 
-/// Open segments: client writes and relocated blocks go to different segments, so that
-/// long-lived relocated data collects in its own (cold) segments.
+/// Open segments (streams): client writes; and relocated blocks in three: short-lived
+/// (their previous version lived briefly), middle, and old (unchanged for long) — so that
+/// blocks that die together are written together and long-unchanged data collects in
+/// full, cold segments (docs/garbage-collection.md).
 pub(crate) const HOST_STREAM: usize = 0;
-pub(crate) const RELOCATION_STREAM: usize = 1;
-pub(crate) const STREAM_COUNT: usize = 2;
+pub(crate) const RELOCATION_STREAMS: [usize; 3] = [1, 2, 3];
+pub(crate) const STREAM_COUNT: usize = 4;
 
 pub(crate) struct CurrentSegment {
     pub(crate) segment: u64,
@@ -156,6 +162,31 @@ pub(crate) struct WriteState {
     in_flight: VecDeque<InFlight>,
     pub(crate) segments: Vec<SegmentUse>,
     pub(crate) free_segments: VecDeque<u64>,
+    /// Client records accepted so far (the clock lifetimes and ages are measured in). It
+    /// starts far from zero at every open, so that blocks written before count as old.
+    pub(crate) write_clock: u64,
+    /// Per logical block: the write clock of its last client write, in units of
+    /// `WRITE_CLOCK_UNIT_BLOCKS`, wrapping (in memory only; 4 bytes per block).
+    pub(crate) write_times: Vec<u32>,
+    /// Per logical block: how long its previous version lived before the client
+    /// overwrote it, as `u32::BITS - leading_zeros(units)` (`u8::MAX`: never overwritten).
+    /// A short previous life predicts a short next one (SepBIT).
+    pub(crate) previous_lifetimes: Vec<u8>,
+    /// Lifespans of recently cleaned client segments (the lifetime yardstick).
+    pub(crate) lifespans: crate::cleaner::Lifespans,
+}
+
+/// Granularity of `WriteState::write_times`: a `u32` of these wraps after 256 TiB written.
+pub(crate) const WRITE_CLOCK_UNIT_BLOCKS: u64 = 16;
+/// The write clock at open: blocks written before the open look 2^31 units old.
+pub(crate) const WRITE_CLOCK_AT_OPEN: u64 = (1 << 31) * WRITE_CLOCK_UNIT_BLOCKS;
+
+impl WriteState {
+    /// Blocks written by clients since `logical_block`'s last client write.
+    pub(crate) fn block_age(&self, logical_block: u64) -> u64 {
+        let now = (self.write_clock / WRITE_CLOCK_UNIT_BLOCKS) as u32;
+        now.wrapping_sub(self.write_times[logical_block as usize]) as u64 * WRITE_CLOCK_UNIT_BLOCKS
+    }
 }
 
 /// Everything the threads of one volume share.
@@ -283,7 +314,7 @@ impl Volume {
             reuse_fence: RwLock::new(()),
             state: Mutex::new(WriteState {
                 open: None,
-                current_segments: [None, None],
+                current_segments: [None, None, None, None],
                 next_sequence: recovered.last_sequence + 1,
                 last_sealed_sequence: recovered.last_sequence,
                 last_sealed_segment: recovered.last_segment,
@@ -294,6 +325,10 @@ impl Volume {
                     .filter(|&segment| recovered.segments[segment as usize].status == SegmentStatus::Free)
                     .collect(),
                 segments: recovered.segments,
+                write_clock: WRITE_CLOCK_AT_OPEN,
+                write_times: vec![0; geometry.logical_block_count() as usize],
+                previous_lifetimes: vec![u8::MAX; geometry.logical_block_count() as usize],
+                lifespans: crate::cleaner::Lifespans::default(),
             }),
             progress: Condvar::new(),
             data_pool,
@@ -658,7 +693,8 @@ impl Shared {
             }
             if state.open.is_none() {
                 match self.open_batch(&mut state, cleaned_for_this_segment) {
-                    Ok(()) => {}
+                    // A new segment: it may clean once more (one round per new segment).
+                    Ok(new_segment) => cleaned_for_this_segment &= !new_segment,
                     Err(OpenProblem::Buffers) => {
                         drop(state);
                         self.data_pool.wait_for_free();
@@ -699,7 +735,8 @@ impl Shared {
         Ok(())
     }
 
-    fn open_batch(&self, state: &mut WriteState, cleaned: bool) -> std::result::Result<(), OpenProblem> {
+    /// Open the clients' batch; `Ok(true)` when it starts a new segment.
+    fn open_batch(&self, state: &mut WriteState, cleaned: bool) -> std::result::Result<bool, OpenProblem> {
         let sequence = state.next_sequence;
         if state.current_segments[HOST_STREAM].is_none() {
             let (low_watermark, _) = crate::cleaner::watermarks(self.geometry.segment_count());
@@ -712,21 +749,39 @@ impl Shared {
             }
         }
         let buffers: PooledBuffers = self.data_pool.try_take().ok_or(OpenProblem::Buffers)?;
-        if state.current_segments[HOST_STREAM].is_none() {
+        let new_segment = state.current_segments[HOST_STREAM].is_none();
+        if new_segment {
             let segment = state.free_segments.pop_front().expect("checked above");
-            state.segments[segment as usize].status = SegmentStatus::Current;
-            state.current_segments[HOST_STREAM] =
-                Some(CurrentSegment { segment, next_row: 0, open_sequence: sequence });
+            self.start_stream_segment(state, HOST_STREAM, segment, sequence);
         }
         let current = state.current_segments[HOST_STREAM].as_ref().expect("set above");
-        state.open = Some(self.batch_in(current, sequence, buffers));
+        state.open = Some(self.batch_in(current, sequence, buffers, HOST_STREAM));
         state.next_sequence += 1;
-        Ok(())
+        Ok(new_segment)
+    }
+
+    /// Make free `segment` the current segment of `stream`.
+    pub(crate) fn start_stream_segment(&self, state: &mut WriteState, stream: usize, segment: u64, sequence: u64) {
+        let usage = &mut state.segments[segment as usize];
+        usage.status = SegmentStatus::Current;
+        usage.opened_clock = state.write_clock;
+        usage.age_clock = 0;
+        usage.stream = stream as u8;
+        state.current_segments[stream] = Some(CurrentSegment { segment, next_row: 0, open_sequence: sequence });
     }
 
     /// A new batch at the next free row of a stream's current segment.
-    pub(crate) fn batch_in(&self, current: &CurrentSegment, sequence: u64, buffers: PooledBuffers) -> OpenBatch {
-        OpenBatch::new(&self.geometry, sequence, current.segment, current.open_sequence, current.next_row, buffers)
+    pub(crate) fn batch_in(
+        &self,
+        current: &CurrentSegment,
+        sequence: u64,
+        buffers: PooledBuffers,
+        stream: usize,
+    ) -> OpenBatch {
+        let mut batch =
+            OpenBatch::new(&self.geometry, sequence, current.segment, current.open_sequence, current.next_row, buffers);
+        batch.stream = stream;
+        batch
     }
 
     /// The generation of `segment` (bumped each time it is released).
@@ -808,6 +863,17 @@ impl Shared {
     fn remap(&self, state: &mut WriteState, logical_block: u64, mapping: Mapping) {
         let per_segment = self.geometry.blocks_per_segment();
         let old = self.map.set(logical_block, mapping);
+        if state.open.as_ref().is_none_or(|open| open.stream == HOST_STREAM) {
+            let now = (state.write_clock / WRITE_CLOCK_UNIT_BLOCKS) as u32;
+            let index = logical_block as usize;
+            state.previous_lifetimes[index] = if old == Mapping::Unmapped {
+                u8::MAX
+            } else {
+                (u32::BITS - now.wrapping_sub(state.write_times[index]).leading_zeros()) as u8
+            };
+            state.write_times[index] = now;
+            state.write_clock += 1;
+        }
         if let Some(segment) = mapping.segment(per_segment) {
             state.segments[segment as usize].live_blocks += 1;
         }
@@ -853,8 +919,7 @@ impl Shared {
     /// Seal the open batch (it must hold entries) and queue it for writing.
     pub(crate) fn seal(&self, state: &mut WriteState) -> Arc<SealedBatch> {
         let open = state.open.take().expect("an open batch");
-        let stream = if open.relocation { RELOCATION_STREAM } else { HOST_STREAM };
-        let age = open.age_sequence;
+        let stream = open.stream;
         let (sealed, metadata) =
             open.seal(self.volume_uuid, self.epoch, state.durable_through_sequence, state.last_sealed_segment);
         let header = sealed.header;
@@ -871,7 +936,7 @@ impl Shared {
         current.next_row = header.first_row + header.row_count;
         let segment_full = current.next_row == self.geometry.rows_per_chunk();
         let usage = &mut state.segments[header.segment as usize];
-        usage.age_sequence = usage.age_sequence.max(if stream == RELOCATION_STREAM { age } else { header.sequence });
+        usage.age_clock = state.write_clock;
         if segment_full {
             state.current_segments[stream] = None;
             usage.status = if usage.live_blocks == 0 {
