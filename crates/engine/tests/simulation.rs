@@ -13,9 +13,15 @@
 //! effect of a prefix of the accepted block writes that includes everything acknowledged
 //! before a completed flush, and checks every read against the model.
 //!
-//! `STRIPELOG_SIM_SEEDS=N` sets how many seeds `many_seeds` runs (default 500) and
-//! `STRIPELOG_SIM_FIRST_SEED` the first; `STRIPELOG_SIM_SEED=S` replays one seed with a
-//! trace through the ignored `replay_one_seed` (a failure prints the exact command).
+//! Two workloads: `many_seeds` writes a small hot region (many overwrites of few blocks);
+//! `filling_seeds` fills the whole logical space first and then overwrites all of it, so
+//! that the cleaner runs all the time and crashes strike in the middle of its rounds
+//! (there, running out of space is itself a failure: the spare must always suffice).
+//!
+//! `STRIPELOG_SIM_SEEDS=N` / `STRIPELOG_SIM_FILLING_SEEDS=N` set how many seeds each runs
+//! (default 500 / 100) and `STRIPELOG_SIM_FIRST_SEED` the first; `STRIPELOG_SIM_SEED=S`
+//! (with `STRIPELOG_SIM_FILLING=1` for the filling workload) replays one seed with a trace
+//! through the ignored `replay_one_seed` (a failure prints the exact command).
 
 use std::sync::Arc;
 use stripelog_blockdev::{BlockDevice, Prng, SimulatedArray, SimulatedDevice};
@@ -112,6 +118,8 @@ struct Simulation {
     out_of_space: u64,
     /// Cleaning rounds over every incarnation of the volume.
     cleaning_rounds: u64,
+    /// The filling workload: every logical block is written, then overwritten.
+    filling: bool,
 }
 
 fn open_options() -> OpenOptions {
@@ -125,7 +133,7 @@ fn open_options() -> OpenOptions {
 }
 
 impl Simulation {
-    fn new(seed: u64, trace: bool) -> Result<Simulation, String> {
+    fn new(seed: u64, trace: bool, filling: bool) -> Result<Simulation, String> {
         let mut prng = Prng::new(seed);
         let (raid_level, member_count) = match prng.below(4) {
             0 => (RaidLevel::Raid0, 1 + prng.below(3) as usize),
@@ -163,7 +171,7 @@ impl Simulation {
             .collect();
         let volume = Volume::create(members, &options, &open_options()).map_err(|error| format!("create: {error}"))?;
         let logical_blocks = volume.logical_size_bytes() / BLOCK_SIZE_BYTES as u64;
-        let hot_blocks = (logical_blocks / 3).clamp(8, 384);
+        let hot_blocks = if filling { logical_blocks } else { (logical_blocks / 3).clamp(8, 384) };
         if trace {
             eprintln!("seed {seed}: {raid_level} × {member_count}, {member_size_bytes} B members, {logical_blocks} logical blocks, hot {hot_blocks}, fault members {fault_members:?}");
         }
@@ -182,7 +190,29 @@ impl Simulation {
             faults_injected: 0,
             out_of_space: 0,
             cleaning_rounds: 0,
+            filling,
         })
+    }
+
+    /// Write every logical block once (large writes), and flush.
+    fn fill(&mut self) -> Result<(), String> {
+        const RUN_BLOCKS: u64 = 48;
+        let hot = self.model.hot_blocks;
+        let mut first = 0;
+        while first < hot {
+            let count = RUN_BLOCKS.min(hot - first);
+            let mut data = Vec::with_capacity((count as usize) * BLOCK_SIZE_BYTES);
+            for block in first..first + count {
+                let content = self.random_content();
+                self.model.push(block, Some(Arc::new(content.clone())));
+                data.extend(content);
+            }
+            self.volume()
+                .write(first * BLOCK_SIZE_BYTES as u64, &data, false)
+                .map_err(|error| format!("fill at block {first}: {error}"))?;
+            first += count;
+        }
+        self.flush()
     }
 
     fn volume(&self) -> &Volume {
@@ -232,6 +262,9 @@ impl Simulation {
     /// Handle an operation's error: expected after a (scheduled) crash or when full;
     /// afterwards the volume is recovered and checked against the model.
     fn after_error(&mut self, what: &str, error: Error) -> Result<(), String> {
+        if matches!(error, Error::OutOfSpace) && self.filling {
+            return Err(format!("{what} ran out of space with the spare fraction held back"));
+        }
         if matches!(error, Error::OutOfSpace) {
             self.out_of_space += 1;
         } else if !self.array.has_crashed() {
@@ -259,7 +292,7 @@ impl Simulation {
             (start_sector * 512, data)
         } else {
             let first = self.prng.below(hot);
-            let longest = if self.prng.chance(1, 4) { 48 } else { 8 };
+            let longest = if self.prng.chance(1, if self.filling { 2 } else { 4 }) { 48 } else { 8 };
             let count = 1 + self.prng.below(longest.min(hot - first));
             let mut data = Vec::new();
             for _ in 0..count {
@@ -472,7 +505,7 @@ impl Simulation {
         }
         // Outside the hot range nothing was ever written.
         let logical_blocks = volume.logical_size_bytes() / BLOCK_SIZE_BYTES as u64;
-        for block in [hot, logical_blocks - 1] {
+        for block in [hot, logical_blocks - 1].into_iter().filter(|&block| block >= hot && block < logical_blocks) {
             volume
                 .read(block * BLOCK_SIZE_BYTES as u64, &mut buffer)
                 .map_err(|error| format!("read {block}: {error}"))?;
@@ -493,8 +526,11 @@ impl Simulation {
     }
 }
 
-fn simulate(seed: u64, trace: bool) -> Result<String, String> {
-    let mut simulation = Simulation::new(seed, trace)?;
+fn simulate(seed: u64, trace: bool, filling: bool) -> Result<String, String> {
+    let mut simulation = Simulation::new(seed, trace, filling)?;
+    if filling {
+        simulation.fill()?;
+    }
     simulation.run()?;
     Ok(format!(
         "{} recoveries, {} mid-operation crashes, {} faults, raid {}, cleaning_rounds={}",
@@ -506,34 +542,49 @@ fn simulate(seed: u64, trace: bool) -> Result<String, String> {
     ))
 }
 
-fn replay_command(seed: u64) -> String {
+fn replay_command(seed: u64, filling: bool) -> String {
     format!(
-        "STRIPELOG_SIM_SEED={seed} cargo test -p stripelog-engine --test simulation -- --ignored replay_one_seed --nocapture"
+        "STRIPELOG_SIM_SEED={seed}{} cargo test -p stripelog-engine --test simulation -- --ignored replay_one_seed --nocapture",
+        if filling { " STRIPELOG_SIM_FILLING=1" } else { "" }
     )
 }
 
-fn check_seed(seed: u64) -> Result<(), String> {
-    simulate(seed, false)
-        .map(|summary| {
-            if summary.contains("cleaning_rounds=0") {
-                CLEAN_ROUNDS_ABSENT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-        })
-        .map_err(|message| format!("seed {seed} failed: {message}\n  replay: {}", replay_command(seed)))
+/// Run one seed; `Ok(true)` when the cleaner ran.
+fn check_seed(seed: u64, filling: bool) -> Result<bool, String> {
+    simulate(seed, false, filling)
+        .map(|summary| !summary.contains("cleaning_rounds=0"))
+        .map_err(|message| format!("seed {seed} failed: {message}\n  replay: {}", replay_command(seed, filling)))
 }
 
-static CLEAN_ROUNDS_ABSENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+fn seed_range(variable: &str, default_count: u64) -> std::ops::Range<u64> {
+    let count: u64 = std::env::var(variable).ok().and_then(|value| value.parse().ok()).unwrap_or(default_count);
+    let first: u64 = std::env::var("STRIPELOG_SIM_FIRST_SEED").ok().and_then(|value| value.parse().ok()).unwrap_or(0);
+    first..first + count
+}
 
 #[test]
 fn many_seeds() {
-    let count: u64 = std::env::var("STRIPELOG_SIM_SEEDS").ok().and_then(|value| value.parse().ok()).unwrap_or(500);
-    let first: u64 = std::env::var("STRIPELOG_SIM_FIRST_SEED").ok().and_then(|value| value.parse().ok()).unwrap_or(0);
-    let failures: Vec<String> = (first..first + count).filter_map(|seed| check_seed(seed).err()).collect();
+    let seeds = seed_range("STRIPELOG_SIM_SEEDS", 500);
+    let count = seeds.end - seeds.start;
+    let failures: Vec<String> = seeds.filter_map(|seed| check_seed(seed, false).err()).collect();
     assert!(failures.is_empty(), "{} of {count} seeds failed:\n{}", failures.len(), failures.join("\n"));
-    // How many seeds reached the cleaner (the workload's hot region is small, so few do:
-    // see the issue notes; a cleaning-heavy variant is the next step).
-    let without = CLEAN_ROUNDS_ABSENT.load(std::sync::atomic::Ordering::Relaxed).min(count);
-    eprintln!("{} of {count} seeds ran the cleaner", count - without);
+}
+
+#[test]
+fn filling_seeds() {
+    let seeds = seed_range("STRIPELOG_SIM_FILLING_SEEDS", 100);
+    let count = seeds.end - seeds.start;
+    let (mut cleaned, mut failures) = (0u64, Vec::new());
+    for seed in seeds {
+        match check_seed(seed, true) {
+            Ok(ran_cleaner) => cleaned += u64::from(ran_cleaner),
+            Err(message) => failures.push(message),
+        }
+    }
+    assert!(failures.is_empty(), "{} of {count} seeds failed:\n{}", failures.len(), failures.join("\n"));
+    // The workload exists to exercise the cleaner: it must actually run in nearly every seed.
+    eprintln!("{cleaned} of {count} filling seeds ran the cleaner");
+    assert!(cleaned * 10 >= count * 9, "only {cleaned} of {count} filling seeds ran the cleaner");
 }
 
 /// Not a test of its own: replays `STRIPELOG_SIM_SEED` with a trace (see `replay_command`).
@@ -544,7 +595,8 @@ fn replay_one_seed() {
         .ok()
         .and_then(|value| value.parse().ok())
         .expect("set STRIPELOG_SIM_SEED to the seed to replay");
-    match simulate(seed, true) {
+    let filling = std::env::var_os("STRIPELOG_SIM_FILLING").is_some();
+    match simulate(seed, true, filling) {
         Ok(summary) => eprintln!("seed {seed} passed: {summary}"),
         Err(message) => panic!("seed {seed} failed: {message}"),
     }
@@ -566,6 +618,6 @@ fn replay_one_seed() {
 fn regression_seeds() {
     const SEEDS: &[u64] = &[7, 25, 838, 1524];
     for &seed in SEEDS {
-        check_seed(seed).unwrap();
+        check_seed(seed, false).unwrap();
     }
 }
