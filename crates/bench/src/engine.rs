@@ -20,7 +20,8 @@ pub const IO_SIZE_BYTES: usize = 4096;
 /// Sequential baseline: chunk-sized writes, this many in flight per member.
 const SEQUENTIAL_QUEUE_DEPTH: usize = 4;
 /// A write phase stops when it has written this share of the volume's physical data
-/// capacity (there is no garbage collector yet to make room beyond it).
+/// capacity: it measures the write path of a fresh volume, before the cleaner must run
+/// (`stripelog bench saturate` measures the volume in steady state with the cleaner).
 const WRITE_BUDGET_SHARE: f64 = 0.7;
 
 #[derive(Clone, Debug)]
@@ -81,7 +82,7 @@ fn member_paths(options: &Options) -> Vec<PathBuf> {
     (0..options.member_count).map(|index| options.directory.join(format!("bench-member-{index}"))).collect()
 }
 
-fn open_devices(paths: &[PathBuf], size_bytes: u64) -> Result<Vec<Arc<FileDevice>>, String> {
+pub(crate) fn open_devices(paths: &[PathBuf], size_bytes: u64) -> Result<Vec<Arc<FileDevice>>, String> {
     paths
         .iter()
         .map(|path| {

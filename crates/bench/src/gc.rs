@@ -70,6 +70,9 @@ pub struct Options {
     pub workload: Workload,
     pub spare_fraction: f64,
     pub policy: CleaningPolicy,
+    /// Relocated blocks in their own streams by predicted lifetime (the engine's default);
+    /// off: one log for everything (the baseline).
+    pub separate_streams: bool,
     /// Segments of the volume (at least 1024 for the figures).
     pub segment_count: u64,
     pub chunk_size_bytes: u32,
@@ -86,8 +89,9 @@ impl Default for Options {
             workload: Workload::Uniform,
             spare_fraction: 0.27,
             policy: CleaningPolicy::default(),
+            separate_streams: true,
             segment_count: 1024,
-            chunk_size_bytes: 256 << 10,
+            chunk_size_bytes: stripelog_engine::geometry::DEFAULT_CHUNK_SIZE_BYTES,
             overwrite_passes: 8.0,
             measured_fraction: 0.5,
             seed: 1,
@@ -99,6 +103,7 @@ impl Default for Options {
 pub struct Report {
     pub workload: String,
     pub policy: String,
+    pub separate_streams: bool,
     pub spare_fraction: f64,
     pub segment_count: u64,
     pub blocks_per_segment: u64,
@@ -111,6 +116,11 @@ pub struct Report {
     pub total_amplification: f64,
     /// The analytic greedy figure for uniform writes and large segments (Desnoyers 2012).
     pub reference_greedy_uniform: Option<f64>,
+    /// The spare fraction as the cleaner sees it: of the positions left for data once
+    /// every segment's summaries and the cleaner's reserve segments are taken.
+    pub spare_fraction_for_data: f64,
+    /// The analytic greedy figure at that spare fraction (uniform writes).
+    pub reference_greedy_uniform_for_data: Option<f64>,
     pub cleaning_rounds: u64,
     pub seconds: f64,
 }
@@ -224,6 +234,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         io_mode: IoMode::Inline,
         cache_size_bytes: 0,
         cleaning_policy: options.policy,
+        separate_streams: options.separate_streams,
         ..OpenOptions::default()
     };
     let volume = Volume::create(members, &create, &open).map_err(|error| error.to_string())?;
@@ -282,6 +293,12 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         }
     }
     let start = baseline.unwrap_or_else(|| end.clone());
+    let blocks_per_segment = geometry.blocks_per_segment();
+    let summaries_per_segment = blocks_per_segment.div_ceil(stripelog_engine::format::ENTRIES_PER_SUMMARY as u64 + 1);
+    let segments_for_data =
+        geometry.segment_count().saturating_sub(stripelog_engine::cleaner::CLEANING_RESERVE_SEGMENTS as u64);
+    let positions_for_data = segments_for_data * (blocks_per_segment - summaries_per_segment);
+    let spare_fraction_for_data = 1.0 - logical_blocks as f64 / positions_for_data as f64;
     let data = (end.member_bytes_data - start.member_bytes_data) as f64;
     let relocated = (end.member_bytes_relocated - start.member_bytes_relocated) as f64;
     let members_written = (end.member_bytes_written - start.member_bytes_written) as f64;
@@ -289,6 +306,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     Ok(Report {
         workload: options.workload.to_string(),
         policy: options.policy.to_string(),
+        separate_streams: options.separate_streams,
         spare_fraction: options.spare_fraction,
         segment_count: geometry.segment_count(),
         blocks_per_segment: geometry.blocks_per_segment(),
@@ -299,6 +317,9 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         total_amplification: if data > 0.0 { members_written / data } else { 0.0 },
         reference_greedy_uniform: (options.workload == Workload::Uniform)
             .then(|| greedy_uniform_reference(options.spare_fraction)),
+        spare_fraction_for_data,
+        reference_greedy_uniform_for_data: (options.workload == Workload::Uniform && spare_fraction_for_data > 0.0)
+            .then(|| greedy_uniform_reference(spare_fraction_for_data)),
         cleaning_rounds: end.cleaning_rounds,
         seconds: started.elapsed().as_secs_f64(),
     })

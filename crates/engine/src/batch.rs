@@ -108,8 +108,10 @@ pub struct OpenBatch {
     /// when the batch is written (off the client's path). At most
     /// [`KILLED_POSITIONS_MAXIMUM`]; past that the caller drops them at once.
     pub killed_positions: Vec<u64>,
-    /// The stream (open segment) it is in; all but the host stream hold relocated blocks.
+    /// The stream (open segment) it is in.
     pub stream: usize,
+    /// Written by the cleaner (relocated blocks), not by a client.
+    pub relocation: bool,
 }
 
 /// Bound of [`OpenBatch::killed_positions`] (a large trim kills many blocks per entry).
@@ -138,6 +140,7 @@ impl OpenBatch {
             opened_at: Instant::now(),
             killed_positions: Vec::new(),
             stream: crate::volume::HOST_STREAM,
+            relocation: false,
         }
     }
 
@@ -262,7 +265,7 @@ impl OpenBatch {
             header,
             data_columns: self.buffers,
             killed_positions: self.killed_positions,
-            relocation: self.stream != crate::volume::HOST_STREAM,
+            relocation: self.relocation,
         };
         (sealed, metadata_checksums)
     }

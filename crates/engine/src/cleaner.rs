@@ -22,11 +22,18 @@ use crate::map::Mapping;
 use crate::stats::Counters;
 use crate::volume::{SegmentStatus, Shared, WriteState, HOST_STREAM, RELOCATION_STREAMS, WRITE_CLOCK_AT_OPEN};
 use std::collections::VecDeque;
+use stripelog_blockdev::AlignedBuffer;
+
+/// A round relocates at most this many segments' worth of blocks. Each round ends its
+/// relocation batches (one or more per stream, each with a summary and a partly padded
+/// last row), so larger rounds waste less space; and each frees its victims only at its
+/// end, so larger rounds need a larger reserve.
+const ROUND_SEGMENTS: u64 = 2;
 
 /// Free segments only the cleaner may take: it always has room to relocate into. A round
-/// relocates at most one segment's worth of blocks, so each relocation stream opens at
-/// most one new segment per round.
-pub const CLEANING_RESERVE_SEGMENTS: usize = RELOCATION_STREAMS.len();
+/// fills at most `ROUND_SEGMENTS` segments' worth of blocks into the relocation streams,
+/// which opens fewer than `ROUND_SEGMENTS + RELOCATION_STREAMS.len()` new segments.
+pub const CLEANING_RESERVE_SEGMENTS: usize = RELOCATION_STREAMS.len() + ROUND_SEGMENTS as usize;
 
 /// How many cleaned client segments the lifetime yardstick averages over.
 const LIFESPAN_SAMPLES: usize = 16;
@@ -142,6 +149,62 @@ struct Live {
 }
 
 impl Shared {
+    /// Read the live data blocks of the victims into `contents` (one block per record):
+    /// one read per segment and data column, over the rows from its first to its last live
+    /// block, rather than one read per block. A block whose checksum does not match (bit
+    /// rot, a read error, or rows still only in memory) is read again by `read_position`,
+    /// which serves it from memory or rebuilds it from the rest of its row.
+    fn read_live(&self, live: &mut [Live], contents: &mut [u8]) -> Result<()> {
+        let _fence = self.reuse_fence.read();
+        // (segment, column) → the records in it, in row order (`live` is in position order
+        // within each stream).
+        let mut runs: std::collections::BTreeMap<(u64, usize), Vec<usize>> = Default::default();
+        for (index, record) in live.iter_mut().enumerate() {
+            if let Mapping::Data { position } = record.mapping {
+                if self.map.get(record.logical_block) != record.mapping {
+                    continue; // overwritten meanwhile: skipped when appending
+                }
+                let location = self.geometry.locate(position);
+                record.generation = self.generation(location.segment);
+                runs.entry((location.segment, location.column)).or_default().push(index);
+            }
+        }
+        for ((segment, column), indices) in runs {
+            let rows: Vec<u32> = indices
+                .iter()
+                .map(|&index| match live[index].mapping {
+                    Mapping::Data { position } => self.geometry.locate(position).row,
+                    _ => unreachable!("only data records are read"),
+                })
+                .collect();
+            let (first_row, last_row) = (rows.iter().min().copied(), rows.iter().max().copied());
+            let (Some(first_row), Some(last_row)) = (first_row, last_row) else { continue };
+            // At most one chunk: the bound of this buffer.
+            let mut run = AlignedBuffer::zeroed((last_row - first_row + 1) as usize * BLOCK_SIZE_BYTES);
+            let device = self
+                .geometry
+                .members_of_column(segment, column)
+                .into_iter()
+                .find_map(|member| self.members.device(member).cloned());
+            let read = device.is_some_and(|device| {
+                device.read_at(&mut run, self.geometry.member_offset_bytes(segment, first_row)).is_ok()
+            });
+            for (&index, &row) in indices.iter().zip(&rows) {
+                let Mapping::Data { position } = live[index].mapping else { continue };
+                let content = &mut contents[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES];
+                let start = (row - first_row) as usize * BLOCK_SIZE_BYTES;
+                let block = &run[start..start + BLOCK_SIZE_BYTES];
+                let expected = self.checksums[position as usize].load(std::sync::atomic::Ordering::Acquire);
+                if read && format::block_checksum(block) == expected {
+                    content.copy_from_slice(block);
+                } else {
+                    self.read_position(position, live[index].logical_block, content, None)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Run one cleaning round. `Ok(false)`: nothing could be gained (no used segment has
     /// dead space).
     pub(crate) fn clean_round(&self) -> Result<bool> {
@@ -149,6 +212,7 @@ impl Shared {
         let per_segment = self.geometry.blocks_per_segment();
         // Room for data in one relocation segment (a summary block per few hundred entries).
         let capacity = per_segment - per_segment.div_ceil(format::ENTRIES_PER_SUMMARY as u64) - 1;
+        let capacity = capacity * ROUND_SEGMENTS;
         let (victims, yardstick) = {
             let mut guard = self.state.lock();
             let state = &mut *guard;
@@ -213,7 +277,11 @@ impl Shared {
         {
             let state = self.state.lock();
             for record in live.iter_mut() {
-                record.stream = relocation_stream(&state, record.logical_block, yardstick);
+                record.stream = if self.separate_streams {
+                    relocation_stream(&state, record.logical_block, yardstick)
+                } else {
+                    HOST_STREAM
+                };
             }
         }
         // By stream (one batch run each), data blocks in position order (sequential reads).
@@ -225,18 +293,7 @@ impl Shared {
             (record.stream, position)
         });
         let mut contents = vec![0u8; live.len() * BLOCK_SIZE_BYTES];
-        {
-            let _fence = self.reuse_fence.read();
-            for (record, content) in live.iter_mut().zip(contents.chunks_exact_mut(BLOCK_SIZE_BYTES)) {
-                if let Mapping::Data { position } = record.mapping {
-                    if self.map.get(record.logical_block) != record.mapping {
-                        continue; // overwritten meanwhile: skipped when appending
-                    }
-                    record.generation = self.generation(self.geometry.locate(position).segment);
-                    self.read_position(position, record.logical_block, content, None)?;
-                }
-            }
-        }
+        self.read_live(&mut live, &mut contents)?;
         let mut next = 0usize;
         while next < live.len() {
             let buffers = self.data_pool.take();
@@ -260,6 +317,19 @@ impl Shared {
             }
             if next == live.len() {
                 break;
+            }
+            // One log for everything: the clients' open batch is sealed (or dropped when
+            // empty) so that the relocation batch takes the next rows of their segment.
+            let mut client_sealed = None;
+            if !self.separate_streams {
+                match state.open.as_ref().map(crate::batch::OpenBatch::is_empty) {
+                    Some(false) => client_sealed = Some(self.seal(state)),
+                    Some(true) => {
+                        state.open = None;
+                        state.next_sequence -= 1;
+                    }
+                    None => {}
+                }
             }
             // A segment with room for less than one record (a summary and a block) is given up.
             let stream = live[next].stream;
@@ -307,7 +377,8 @@ impl Shared {
             if current.open_sequence == u64::MAX {
                 current.open_sequence = sequence;
             }
-            let batch = self.batch_in(current, sequence, buffers, stream);
+            let mut batch = self.batch_in(current, sequence, buffers, stream);
+            batch.relocation = true;
             let client = state.open.replace(batch);
             let mut relocated = 0u64;
             while next < live.len() && live[next].stream == stream {
@@ -339,6 +410,9 @@ impl Shared {
             state.open = client;
             drop(guard);
             Counters::add(&self.counters.blocks_relocated, relocated);
+            if let Some(client_batch) = client_sealed {
+                self.dispatch(client_batch)?;
+            }
             self.dispatch(sealed)?;
         }
         Counters::add(&self.counters.cleaning_rounds, 1);

@@ -80,6 +80,10 @@ pub struct OpenOptions {
     pub cache_size_bytes: u64,
     /// How the cleaner chooses the segments it empties.
     pub cleaning_policy: crate::cleaner::CleaningPolicy,
+    /// Relocated blocks go to their own streams, by predicted lifetime (the default). Off:
+    /// one log for client writes and relocated blocks alike — the baseline the cleaning
+    /// measurements compare against.
+    pub separate_streams: bool,
 }
 
 /// Default block cache: 256 MiB.
@@ -93,6 +97,7 @@ impl Default for OpenOptions {
             io_mode: IoMode::Threaded,
             cache_size_bytes: DEFAULT_CACHE_SIZE_BYTES,
             cleaning_policy: crate::cleaner::CleaningPolicy::default(),
+            separate_streams: true,
         }
     }
 }
@@ -176,6 +181,9 @@ pub(crate) struct WriteState {
     pub(crate) lifespans: crate::cleaner::Lifespans,
 }
 
+/// Memory per logical block for `WriteState::write_times` and `previous_lifetimes`.
+const LIFETIME_BYTES_PER_BLOCK: u64 = (std::mem::size_of::<u32>() + std::mem::size_of::<u8>()) as u64;
+
 /// Granularity of `WriteState::write_times`: a `u32` of these wraps after 256 TiB written.
 pub(crate) const WRITE_CLOCK_UNIT_BLOCKS: u64 = 16;
 /// The write clock at open: blocks written before the open look 2^31 units old.
@@ -215,6 +223,7 @@ pub(crate) struct Shared {
     /// One cleaning round at a time.
     pub(crate) cleaner: Mutex<()>,
     pub(crate) cleaning_policy: crate::cleaner::CleaningPolicy,
+    pub(crate) separate_streams: bool,
     pub(crate) parity_pool: Arc<BufferPool>,
     stripe_queue: Mutex<Option<crossbeam_channel::Sender<Arc<SealedBatch>>>>,
     io_mode: IoMode,
@@ -335,6 +344,7 @@ impl Volume {
             parity_pool,
             cleaner: Mutex::new(()),
             cleaning_policy: options.cleaning_policy,
+            separate_streams: options.separate_streams,
             stripe_queue: Mutex::new(None),
             io_mode: options.io_mode,
             flush_interval: options.flush_interval,
@@ -1038,6 +1048,11 @@ impl Shared {
         for &position in &batch.killed_positions {
             cache.forget(position);
         }
+        // Relocated blocks are the ones nobody wrote for a while: they would only push
+        // recently written blocks out (reads cache them again when they are wanted).
+        if batch.relocation {
+            return;
+        }
         let generation = self.generation(header.segment);
         for row in header.first_row..header.first_row + header.row_count {
             for column in 0..self.geometry.data_columns() {
@@ -1380,8 +1395,10 @@ impl Shared {
             checksum_mismatches: Counters::get(&counters.checksum_mismatches),
             reconstructed_blocks: Counters::get(&counters.reconstructed_blocks),
             unrecoverable_reads: Counters::get(&counters.unrecoverable_reads),
-            map_memory_bytes: self.map.size_bytes(),
-            map_bytes_per_logical_block: self.map.size_bytes() as f64 / self.map.block_count().max(1) as f64,
+            // The map, and the cleaner's per-block write times and previous lifetimes.
+            map_memory_bytes: self.map.size_bytes() + self.map.block_count() * LIFETIME_BYTES_PER_BLOCK,
+            map_bytes_per_logical_block: self.map.size_bytes() as f64 / self.map.block_count().max(1) as f64
+                + LIFETIME_BYTES_PER_BLOCK as f64,
             checksum_memory_bytes: self.checksums.len() as u64 * 4,
             write_buffer_memory_bytes: (WRITE_PIPELINE_BATCHES * geometry.data_columns()
                 + PARITY_PIPELINE_BATCHES * geometry.parity_shards()) as u64

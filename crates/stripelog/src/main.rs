@@ -81,10 +81,13 @@ struct GcSimArguments {
     /// Victim selection: greedy or cost-benefit.
     #[arg(long, default_value_t = stripelog_engine::CleaningPolicy::default())]
     policy: stripelog_engine::CleaningPolicy,
+    /// One log for client writes and relocated blocks (the baseline without separation).
+    #[arg(long)]
+    no_separation: bool,
     #[arg(long, default_value_t = 1024)]
     segments: u64,
-    /// Chunk size (a segment is one chunk per member).
-    #[arg(long, default_value = "256KiB", value_parser = units::parse_size)]
+    /// Chunk size (a segment is one chunk per member); the default is `create`'s.
+    #[arg(long, default_value = "1MiB", value_parser = units::parse_size)]
     chunk: u64,
     /// Overwrites after the fill, in multiples of the logical size.
     #[arg(long, default_value_t = 8.0)]
@@ -158,6 +161,63 @@ enum BenchCommand {
         after_help = "Example:\n  stripelog bench engine --dir /var/tmp/sl --members 5 --member-size 8GiB --threads 1,4 --duration 10s --json engine.json"
     )]
     Engine(EngineBenchArguments),
+    /// Write saturation with the cleaner: fill a fresh volume of file members
+    /// sequentially, then 4 KiB random writes over all of it until it has been overwritten
+    /// several times. IOPS every second; per interval latency p50/p99/maximum, write
+    /// amplification and free segments; the SNIA PTS steady state; a chart.
+    #[command(
+        after_help = "Example:\n  stripelog bench saturate --dir /var/tmp/sl --member-size 2GiB --spare 27% --passes 4 --json saturate.json --csv saturate.csv --chart saturate.svg"
+    )]
+    Saturate(SaturateArguments),
+}
+
+#[derive(Args)]
+struct SaturateArguments {
+    /// Directory for the member files (created; files removed afterwards unless --keep).
+    #[arg(long, default_value = "stripelog-bench")]
+    dir: PathBuf,
+    #[arg(long, default_value_t = 5)]
+    members: usize,
+    #[arg(long, default_value = "2GiB", value_parser = units::parse_size)]
+    member_size: u64,
+    #[arg(long, default_value = "1MiB", value_parser = units::parse_size)]
+    chunk: u64,
+    #[arg(long, default_value = "5")]
+    raid: String,
+    /// Spare fraction of the data space.
+    #[arg(long, default_value = "27%", value_parser = units::parse_fraction_ppm)]
+    spare: u32,
+    /// Victim selection: greedy or cost-benefit.
+    #[arg(long, default_value_t = stripelog_engine::CleaningPolicy::default())]
+    policy: stripelog_engine::CleaningPolicy,
+    /// Writer threads.
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    /// Stop after writing this many times the logical size…
+    #[arg(long, default_value_t = 4.0)]
+    passes: f64,
+    /// …or after this long.
+    #[arg(long, default_value = "900s", value_parser = units::parse_duration)]
+    time_limit: std::time::Duration,
+    /// Latency and amplification are reported per interval of this length.
+    #[arg(long, default_value = "10s", value_parser = units::parse_duration)]
+    interval: std::time::Duration,
+    /// The engine's block cache; 0 for none.
+    #[arg(long, default_value = "256MiB", value_parser = units::parse_size)]
+    cache: u64,
+    #[arg(long)]
+    keep: bool,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also write the report as JSON to FILE.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write IOPS every second as CSV to FILE.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// Draw IOPS and latency over time as SVG to FILE.
+    #[arg(long)]
+    chart: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -370,6 +430,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         }
         Command::Serve(arguments) => serve::serve(arguments),
         Command::Bench(BenchCommand::Engine(arguments)) => bench_engine(arguments),
+        Command::Bench(BenchCommand::Saturate(arguments)) => bench_saturate(arguments),
         Command::Sim(SimCommand::Gc(arguments)) => sim_gc(arguments),
     }
 }
@@ -379,6 +440,7 @@ fn sim_gc(arguments: GcSimArguments) -> Result<ExitCode, String> {
         workload: arguments.workload,
         spare_fraction: arguments.spare as f64 / 1e6,
         policy: arguments.policy,
+        separate_streams: !arguments.no_separation,
         segment_count: arguments.segments,
         chunk_size_bytes: u32::try_from(arguments.chunk).map_err(|_| "chunk size is too large".to_string())?,
         overwrite_passes: arguments.passes,
@@ -390,10 +452,11 @@ fn sim_gc(arguments: GcSimArguments) -> Result<ExitCode, String> {
     bar.finish_and_clear();
     let report = report?;
     println!(
-        "workload {} spare {:.0} % policy {}: {} segments of {} blocks, {} writes ({} measured) in {:.1} s",
+        "workload {} spare {:.0} % policy {}{}: {} segments of {} blocks, {} writes ({} measured) in {:.1} s",
         report.workload,
         report.spare_fraction * 100.0,
         report.policy,
+        if report.separate_streams { "" } else { " (one log, no separation)" },
         report.segment_count,
         report.blocks_per_segment,
         report.writes,
@@ -405,6 +468,14 @@ fn sim_gc(arguments: GcSimArguments) -> Result<ExitCode, String> {
         .map(|figure| format!("  (analytic greedy, large segments: {figure:.2})"))
         .unwrap_or_default();
     println!("write_amplification {:.3}{reference}", report.write_amplification);
+    let for_data = report
+        .reference_greedy_uniform_for_data
+        .map(|figure| format!(" (analytic greedy there: {figure:.2})"))
+        .unwrap_or_default();
+    println!(
+        "spare fraction of the positions left for data (after summaries and the cleaning reserve) {:.2} %{for_data}",
+        report.spare_fraction_for_data * 100.0
+    );
     println!("total amplification with RAID-5 parity and summaries {:.3}", report.total_amplification);
     if let Some(path) = arguments.json {
         let text = serde_json::to_string_pretty(&report).map_err(|error| error.to_string())?;
@@ -432,6 +503,102 @@ fn open_read_only(paths: &[PathBuf]) -> Result<Volume, String> {
     let volume = Volume::open(members, &options).map_err(|error| error.to_string());
     bar.finish_and_clear();
     volume
+}
+
+fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
+    let options = stripelog_bench::saturate::Options {
+        directory: arguments.dir,
+        member_count: arguments.members,
+        member_size_bytes: arguments.member_size,
+        chunk_size_bytes: u32::try_from(arguments.chunk).map_err(|_| "chunk size is too large".to_string())?,
+        raid_level: parse_raid(&arguments.raid)?,
+        spare_ppm: arguments.spare,
+        policy: arguments.policy,
+        threads: arguments.threads,
+        overwrite_passes: arguments.passes,
+        duration_limit: arguments.time_limit,
+        interval: arguments.interval,
+        cache_size_bytes: arguments.cache,
+        keep_files: arguments.keep,
+        seed: arguments.seed,
+    };
+    let bar = spinner("starting");
+    let report = stripelog_bench::saturate::run(&options, &|line| bar.set_message(line.trim().to_string()));
+    bar.finish_and_clear();
+    let report = report?;
+    println!(
+        "stripelog write saturation: {} × {} members ({}), chunk {}, spare {:.0} %, {} cleaning, {} thread(s)",
+        report.raid_level,
+        report.member_count,
+        format_bytes(report.member_size_bytes),
+        format_bytes(report.chunk_size_bytes as u64),
+        report.spare_fraction * 100.0,
+        report.policy,
+        report.threads
+    );
+    println!(
+        "logical {} filled in {:.1} s; then {} 4 KiB random writes ({:.2} × logical) in {:.1} s",
+        format_bytes(report.logical_size_bytes),
+        report.fill_seconds,
+        report.writes,
+        report.writes as f64 * 4096.0 / report.logical_size_bytes as f64,
+        report.seconds
+    );
+    println!(
+        "{:>8} {:>10} {:>9} {:>9} {:>9} {:>7} {:>6} {:>7}",
+        "from s", "IOPS", "p50 µs", "p99 µs", "max ms", "WA", "free", "rounds"
+    );
+    for interval in &report.intervals {
+        println!(
+            "{:>8.0} {:>10.0} {:>9.0} {:>9.0} {:>9.1} {:>7.2} {:>6} {:>7}",
+            interval.start_seconds,
+            interval.iops,
+            interval.latency_p50_ns as f64 / 1e3,
+            interval.latency_p99_ns as f64 / 1e3,
+            interval.latency_max_ns as f64 / 1e6,
+            interval.write_amplification,
+            interval.segments_free_at_end,
+            interval.cleaning_rounds
+        );
+    }
+    match &report.steady_state {
+        Some(steady) => println!(
+            "steady state (SNIA: 5 intervals within 20 % range, 10 % slope) from {:.0} s: {:.0} IOPS (range {:.1} %, slope {:.1} %)",
+            report.intervals[steady.first_interval].start_seconds,
+            steady.iops,
+            steady.range_fraction * 100.0,
+            steady.slope_excursion_fraction * 100.0
+        ),
+        None => println!("no steady state by the SNIA rule; the ratio below uses the last 5 intervals"),
+    }
+    println!(
+        "steady IOPS × 4 KiB ÷ (members' sequential {:.0} MB/s × data fraction {:.2}) = {:.3}",
+        report.sequential_write_bytes_per_second / 1e6,
+        report.data_fraction,
+        report.ratio_to_sequential
+    );
+    println!(
+        "write_amplification (cleaning, second half) {:.3}; total with parity and summaries {:.3}; latency p99 {:.0} µs, max {:.1} ms",
+        report.write_amplification,
+        report.write_amplification_total,
+        report.latency_p99_ns as f64 / 1e3,
+        report.latency_max_ns as f64 / 1e6
+    );
+    if let Some(path) = &arguments.json {
+        let text = serde_json::to_string_pretty(&report).map_err(|error| error.to_string())?;
+        std::fs::write(path, text).map_err(|error| format!("{}: {error}", path.display()))?;
+    }
+    if let Some(path) = &arguments.csv {
+        let mut text = String::from("second,iops\n");
+        for (second, iops) in report.iops_per_second.iter().enumerate() {
+            text.push_str(&format!("{second},{iops:.0}\n"));
+        }
+        std::fs::write(path, text).map_err(|error| format!("{}: {error}", path.display()))?;
+    }
+    if let Some(path) = &arguments.chart {
+        stripelog_bench::saturate::chart(&report, path)?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn bench_engine(arguments: EngineBenchArguments) -> Result<ExitCode, String> {

@@ -1,0 +1,486 @@
+//! Write saturation on the real engine (`stripelog bench saturate`): a fresh volume on file
+//! members is filled sequentially, then written with 4 KiB random writes over its whole
+//! logical space until it has been overwritten several times, so that the cleaner runs
+//! all the time. Recorded: IOPS every second; per interval (10 s by default) IOPS, write
+//! latency p50/p99/maximum from an HDR histogram, the cleaner's write amplification and
+//! the free segments; whether and where the IOPS reached steady state by the SNIA PTS
+//! rule; the steady IOPS as a share of the members' own sequential write bandwidth
+//! (measured on the same files in the same run).
+
+use crate::engine::{open_devices, sequential_write_bandwidth, IO_SIZE_BYTES};
+use crate::workload::RandomData;
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use stripelog_blockdev::{BlockDevice, Prng};
+use stripelog_engine::{CleaningPolicy, CreateOptions, MemberDevice, OpenOptions, RaidLevel, Volume, VolumeStats};
+
+/// Rounds in the SNIA PTS steady-state window.
+const STEADY_WINDOW_ROUNDS: usize = 5;
+/// Largest latency the histograms hold (longer ones are clamped to it): one minute.
+const LATENCY_MAXIMUM_NANOSECONDS: u64 = 60_000_000_000;
+/// How often the coordinating thread looks at the clock and the written volume.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub directory: PathBuf,
+    pub member_count: usize,
+    pub member_size_bytes: u64,
+    pub chunk_size_bytes: u32,
+    pub raid_level: RaidLevel,
+    pub spare_ppm: u32,
+    pub policy: CleaningPolicy,
+    pub threads: usize,
+    /// Stop after writing this many times the logical size (after the fill)…
+    pub overwrite_passes: f64,
+    /// …or after this long.
+    pub duration_limit: Duration,
+    /// Latency and amplification are reported per interval of this length.
+    pub interval: Duration,
+    pub cache_size_bytes: u64,
+    pub keep_files: bool,
+    pub seed: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Interval {
+    pub start_seconds: f64,
+    pub iops: f64,
+    pub latency_p50_ns: u64,
+    pub latency_p99_ns: u64,
+    pub latency_max_ns: u64,
+    /// (new data + relocated) ÷ new data written to the members in this interval.
+    pub write_amplification: f64,
+    pub segments_free_at_end: u64,
+    pub cleaning_rounds: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SteadyState {
+    /// Index of the first interval of the first window that met the rule.
+    pub first_interval: usize,
+    pub iops: f64,
+    /// (max − min) ÷ mean of the window's IOPS (the rule: at most 0.2).
+    pub range_fraction: f64,
+    /// Excursion of the least-squares line over the window ÷ mean (the rule: at most 0.1).
+    pub slope_excursion_fraction: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub member_count: usize,
+    pub raid_level: String,
+    pub member_size_bytes: u64,
+    pub chunk_size_bytes: u32,
+    pub spare_fraction: f64,
+    pub policy: String,
+    pub threads: usize,
+    pub logical_size_bytes: u64,
+    pub members: Vec<String>,
+    pub sequential_write_bytes_per_second: f64,
+    pub data_fraction: f64,
+    pub fill_seconds: f64,
+    pub seconds: f64,
+    pub writes: u64,
+    /// Writes per second, every second.
+    pub iops_per_second: Vec<f64>,
+    pub intervals: Vec<Interval>,
+    pub steady_state: Option<SteadyState>,
+    /// Steady IOPS (or, without a steady state, the mean of the last window) × 4 KiB ÷
+    /// (sequential bandwidth × data fraction).
+    pub ratio_to_sequential: f64,
+    /// Over the second half of the run.
+    pub write_amplification: f64,
+    pub write_amplification_total: f64,
+    pub latency_p99_ns: u64,
+    pub latency_max_ns: u64,
+}
+
+/// Per-thread records, merged at the end (nothing shared on the write path but one counter).
+struct ThreadRecord {
+    per_second: Vec<u64>,
+    per_interval: Vec<Histogram<u64>>,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, LATENCY_MAXIMUM_NANOSECONDS, 3).expect("valid histogram bounds")
+}
+
+/// The SNIA PTS steady-state rule over consecutive rounds: the first window of
+/// `STEADY_WINDOW_ROUNDS` whose range is within 20 % of its mean and whose least-squares
+/// line moves by at most 10 % of its mean across the window.
+pub fn steady_state(rounds: &[f64]) -> Option<SteadyState> {
+    (0..rounds.len().checked_sub(STEADY_WINDOW_ROUNDS - 1)?).find_map(|first| {
+        let window = &rounds[first..first + STEADY_WINDOW_ROUNDS];
+        let count = window.len() as f64;
+        let mean = window.iter().sum::<f64>() / count;
+        if mean <= 0.0 {
+            return None;
+        }
+        let maximum = window.iter().cloned().fold(f64::MIN, f64::max);
+        let minimum = window.iter().cloned().fold(f64::MAX, f64::min);
+        let x_mean = (count - 1.0) / 2.0;
+        let (mut covariance, mut variance) = (0.0, 0.0);
+        for (index, value) in window.iter().enumerate() {
+            covariance += (index as f64 - x_mean) * (value - mean);
+            variance += (index as f64 - x_mean).powi(2);
+        }
+        let slope = covariance / variance;
+        let range_fraction = (maximum - minimum) / mean;
+        let slope_excursion_fraction = (slope * (count - 1.0)).abs() / mean;
+        (range_fraction <= 0.2 && slope_excursion_fraction <= 0.1).then_some(SteadyState {
+            first_interval: first,
+            iops: mean,
+            range_fraction,
+            slope_excursion_fraction,
+        })
+    })
+}
+
+fn cleaning_amplification(before: &VolumeStats, after: &VolumeStats) -> f64 {
+    let data = after.member_bytes_data.saturating_sub(before.member_bytes_data) as f64;
+    let relocated = after.member_bytes_relocated.saturating_sub(before.member_bytes_relocated) as f64;
+    if data > 0.0 {
+        (data + relocated) / data
+    } else {
+        0.0
+    }
+}
+
+pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String> {
+    if options.threads == 0 || options.interval.is_zero() {
+        return Err("threads and the interval must be above zero".into());
+    }
+    std::fs::create_dir_all(&options.directory).map_err(|error| format!("{}: {error}", options.directory.display()))?;
+    let paths: Vec<PathBuf> =
+        (0..options.member_count).map(|index| options.directory.join(format!("saturate-member-{index}"))).collect();
+    let result = run_in(options, &paths, progress);
+    if !options.keep_files {
+        for path in &paths {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    result
+}
+
+fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Result<Report, String> {
+    let devices = open_devices(paths, options.member_size_bytes)?;
+    let descriptions: Vec<String> = devices.iter().map(|device| device.describe()).collect();
+    progress("measuring the members' sequential O_DIRECT write bandwidth (all members at once, 5 s)");
+    let sequential = sequential_write_bandwidth(&devices, options.chunk_size_bytes as usize, Duration::from_secs(5))?;
+    progress(&format!("  {:.0} MB/s", sequential / 1e6));
+    let members = devices
+        .iter()
+        .enumerate()
+        .map(|(index, device)| MemberDevice {
+            name: format!("saturate-member-{index}"),
+            device: Some(device.clone() as Arc<dyn BlockDevice>),
+        })
+        .collect();
+    let create = CreateOptions {
+        raid_level: options.raid_level,
+        chunk_size_bytes: options.chunk_size_bytes,
+        spare_ppm: options.spare_ppm,
+        ..CreateOptions::default()
+    };
+    let open = OpenOptions {
+        cache_size_bytes: options.cache_size_bytes,
+        cleaning_policy: options.policy,
+        ..OpenOptions::default()
+    };
+    let volume = Volume::create(members, &create, &open).map_err(|error| error.to_string())?;
+    let created = volume.stats();
+    let logical_size_bytes = created.logical_size_bytes;
+    let data_fraction = created.data_columns as f64 / created.member_count as f64;
+    let data = RandomData::new(options.seed);
+
+    progress(&format!("filling the {} MiB logical space sequentially", logical_size_bytes >> 20));
+    let fill_started = Instant::now();
+    {
+        const FILL_SIZE_BYTES: usize = 1 << 20;
+        let mut prng = Prng::new(options.seed ^ 0xF111);
+        let mut offset = 0;
+        while offset < logical_size_bytes {
+            let length = FILL_SIZE_BYTES.min((logical_size_bytes - offset) as usize);
+            volume.write(offset, data.window(&mut prng, length), false).map_err(|error| error.to_string())?;
+            offset += length as u64;
+        }
+        volume.flush().map_err(|error| error.to_string())?;
+    }
+    let fill_seconds = fill_started.elapsed().as_secs_f64();
+
+    let blocks = logical_size_bytes / IO_SIZE_BYTES as u64;
+    let write_budget = (options.overwrite_passes * blocks as f64) as u64;
+    progress(&format!(
+        "4 KiB random writes, {} thread(s), until {:.1} × the logical space is written or {} s pass",
+        options.threads,
+        options.overwrite_passes,
+        options.duration_limit.as_secs()
+    ));
+    let written = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let failure = std::sync::Mutex::new(None::<String>);
+    let started = Instant::now();
+    let mut snapshots = vec![volume.stats()];
+    let records: Vec<ThreadRecord> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..options.threads)
+            .map(|thread| {
+                let (volume, data, written, stop, failure) = (&volume, &data, &written, &stop, &failure);
+                let interval = options.interval;
+                scope.spawn(move || {
+                    let mut record = ThreadRecord { per_second: Vec::new(), per_interval: Vec::new() };
+                    let mut prng = Prng::new(options.seed.wrapping_mul(31) + thread as u64);
+                    while !stop.load(Ordering::Relaxed) {
+                        let offset = prng.below(blocks) * IO_SIZE_BYTES as u64;
+                        let payload = data.window(&mut prng, IO_SIZE_BYTES);
+                        let issued = Instant::now();
+                        if let Err(error) = volume.write(offset, payload, false) {
+                            if let Ok(mut slot) = failure.lock() {
+                                slot.get_or_insert(error.to_string());
+                            }
+                            stop.store(true, Ordering::Relaxed);
+                            break;
+                        }
+                        let done = Instant::now();
+                        let latency = done.duration_since(issued).as_nanos().min(u64::MAX as u128) as u64;
+                        let since_start = done.duration_since(started);
+                        let second = since_start.as_secs() as usize;
+                        let interval_index = (since_start.as_nanos() / interval.as_nanos()) as usize;
+                        if record.per_second.len() <= second {
+                            record.per_second.resize(second + 1, 0);
+                        }
+                        record.per_second[second] += 1;
+                        while record.per_interval.len() <= interval_index {
+                            record.per_interval.push(histogram());
+                        }
+                        record.per_interval[interval_index].saturating_record(latency.max(1));
+                        written.fetch_add(1, Ordering::Relaxed);
+                    }
+                    record
+                })
+            })
+            .collect();
+        // The coordinator: stop on the budget or the time limit; snapshot the volume's
+        // counters at every interval boundary.
+        let mut next_snapshot = options.interval;
+        loop {
+            std::thread::sleep(POLL_INTERVAL);
+            let elapsed = started.elapsed();
+            if elapsed >= next_snapshot {
+                snapshots.push(volume.stats());
+                next_snapshot += options.interval;
+            }
+            if written.load(Ordering::Relaxed) >= write_budget || elapsed >= options.duration_limit {
+                stop.store(true, Ordering::Relaxed);
+            }
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let done = written.load(Ordering::Relaxed);
+            if elapsed.as_millis() % 1000 < POLL_INTERVAL.as_millis() {
+                progress(&format!(
+                    "{:.0} s: {:.2} × logical written, {} free segments",
+                    elapsed.as_secs_f64(),
+                    done as f64 / blocks as f64,
+                    snapshots.last().map_or(0, |stats| stats.segments_free)
+                ));
+            }
+        }
+        handles.into_iter().map(|handle| handle.join().expect("writer threads do not panic")).collect()
+    });
+    let seconds = started.elapsed().as_secs_f64();
+    if let Some(error) = failure.lock().ok().and_then(|slot| slot.clone()) {
+        return Err(error);
+    }
+    volume.flush().map_err(|error| error.to_string())?;
+    let end = volume.stats();
+    snapshots.push(end.clone());
+
+    // Merge the threads' records. The last second and interval are partial: dropped.
+    let whole_seconds = seconds.floor() as usize;
+    let mut iops_per_second = vec![0f64; whole_seconds];
+    let interval_seconds = options.interval.as_secs_f64();
+    let whole_intervals = (seconds / interval_seconds).floor() as usize;
+    let mut merged: Vec<Histogram<u64>> = (0..whole_intervals).map(|_| histogram()).collect();
+    let mut overall = histogram();
+    for record in &records {
+        for (second, &count) in record.per_second.iter().enumerate().take(whole_seconds) {
+            iops_per_second[second] += count as f64;
+        }
+        for (index, histogram) in record.per_interval.iter().enumerate() {
+            if index < whole_intervals {
+                merged[index].add(histogram).map_err(|error| error.to_string())?;
+            }
+            overall.add(histogram).map_err(|error| error.to_string())?;
+        }
+    }
+    let intervals: Vec<Interval> = merged
+        .iter()
+        .enumerate()
+        .map(|(index, histogram)| {
+            let (before, after) =
+                (&snapshots[index.min(snapshots.len() - 1)], &snapshots[(index + 1).min(snapshots.len() - 1)]);
+            Interval {
+                start_seconds: index as f64 * interval_seconds,
+                iops: histogram.len() as f64 / interval_seconds,
+                latency_p50_ns: histogram.value_at_quantile(0.5),
+                latency_p99_ns: histogram.value_at_quantile(0.99),
+                latency_max_ns: histogram.max(),
+                write_amplification: cleaning_amplification(before, after),
+                segments_free_at_end: after.segments_free,
+                cleaning_rounds: after.cleaning_rounds - before.cleaning_rounds,
+            }
+        })
+        .collect();
+    let interval_iops: Vec<f64> = intervals.iter().map(|interval| interval.iops).collect();
+    let steady = steady_state(&interval_iops);
+    let steady_iops = steady.as_ref().map(|steady| steady.iops).unwrap_or_else(|| {
+        let tail = &interval_iops[interval_iops.len().saturating_sub(STEADY_WINDOW_ROUNDS)..];
+        tail.iter().sum::<f64>() / tail.len().max(1) as f64
+    });
+    // Amplification over the second half of the run (the snapshots are per interval).
+    let half = &snapshots[snapshots.len() / 2];
+    let write_amplification = cleaning_amplification(half, &end);
+    let data_written = end.member_bytes_data.saturating_sub(half.member_bytes_data) as f64;
+    let members_written = end.member_bytes_written.saturating_sub(half.member_bytes_written) as f64;
+    let report = Report {
+        member_count: options.member_count,
+        raid_level: options.raid_level.to_string(),
+        member_size_bytes: options.member_size_bytes,
+        chunk_size_bytes: options.chunk_size_bytes,
+        spare_fraction: options.spare_ppm as f64 / 1e6,
+        policy: options.policy.to_string(),
+        threads: options.threads,
+        logical_size_bytes,
+        members: descriptions,
+        sequential_write_bytes_per_second: sequential,
+        data_fraction,
+        fill_seconds,
+        seconds,
+        writes: written.load(Ordering::Relaxed),
+        iops_per_second,
+        intervals,
+        ratio_to_sequential: steady_iops * IO_SIZE_BYTES as f64 / (sequential * data_fraction),
+        steady_state: steady,
+        write_amplification,
+        write_amplification_total: if data_written > 0.0 { members_written / data_written } else { 0.0 },
+        latency_p99_ns: overall.value_at_quantile(0.99),
+        latency_max_ns: overall.max(),
+    };
+    volume.close().map_err(|error| error.to_string())?;
+    Ok(report)
+}
+
+/// An SVG chart: IOPS every second (top) and write latency p99 and maximum per interval
+/// on a logarithmic scale (bottom).
+pub fn chart(report: &Report, path: &std::path::Path) -> Result<(), String> {
+    use plotters::prelude::*;
+    let failed = |error: &dyn std::fmt::Display| format!("{}: {error}", path.display());
+    let root = SVGBackend::new(path, (1000, 700)).into_drawing_area();
+    root.fill(&WHITE).map_err(|error| failed(&error))?;
+    let (top, bottom) = root.split_vertically(380);
+    let seconds = report.iops_per_second.len().max(1) as f64;
+    let peak = report.iops_per_second.iter().cloned().fold(1.0, f64::max) * 1.1;
+    let mut iops_chart = ChartBuilder::on(&top)
+        .caption(
+            format!(
+                "stripelog: 4 KiB random writes, {} × {} RAID, {:.0} % spare, {} thread(s)",
+                report.member_count,
+                report.raid_level,
+                report.spare_fraction * 100.0,
+                report.threads
+            ),
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..seconds, 0f64..peak)
+        .map_err(|error| failed(&error))?;
+    iops_chart
+        .configure_mesh()
+        .x_desc("seconds (after the sequential fill)")
+        .y_desc("write IOPS")
+        .draw()
+        .map_err(|error| failed(&error))?;
+    iops_chart
+        .draw_series(LineSeries::new(
+            report.iops_per_second.iter().enumerate().map(|(second, &iops)| (second as f64, iops)),
+            &BLUE,
+        ))
+        .map_err(|error| failed(&error))?
+        .label("IOPS each second")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
+    if let Some(steady) = &report.steady_state {
+        let interval = report.intervals.get(1).map_or(10.0, |second| second.start_seconds);
+        let from = steady.first_interval as f64 * interval;
+        iops_chart
+            .draw_series(LineSeries::new([(from, steady.iops), (seconds, steady.iops)], RED.stroke_width(2)))
+            .map_err(|error| failed(&error))?
+            .label(format!("steady state {:.0} IOPS", steady.iops))
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+    }
+    iops_chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|error| failed(&error))?;
+    let to_ms = |nanoseconds: u64| nanoseconds as f64 / 1e6;
+    let highest = report.intervals.iter().map(|interval| to_ms(interval.latency_max_ns)).fold(1.0, f64::max) * 2.0;
+    let lowest = report.intervals.iter().map(|interval| to_ms(interval.latency_p99_ns)).fold(highest, f64::min) / 2.0;
+    let mut latency_chart = ChartBuilder::on(&bottom)
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..seconds, (lowest.max(1e-3)..highest).log_scale())
+        .map_err(|error| failed(&error))?;
+    latency_chart
+        .configure_mesh()
+        .x_desc("seconds")
+        .y_desc("write latency, ms (log)")
+        .draw()
+        .map_err(|error| failed(&error))?;
+    for (label, color, pick) in [
+        ("p99 per interval", GREEN, (|interval: &Interval| interval.latency_p99_ns) as fn(&Interval) -> u64),
+        ("maximum per interval", MAGENTA, |interval: &Interval| interval.latency_max_ns),
+    ] {
+        latency_chart
+            .draw_series(LineSeries::new(
+                report.intervals.iter().map(|interval| (interval.start_seconds, to_ms(pick(interval)).max(1e-3))),
+                color.stroke_width(2),
+            ))
+            .map_err(|error| failed(&error))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+    }
+    latency_chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|error| failed(&error))?;
+    root.present().map_err(|error| failed(&error))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steady_state_follows_the_snia_rule() {
+        // Falling, then flat within the limits.
+        let rounds = [1000.0, 800.0, 600.0, 500.0, 480.0, 500.0, 490.0, 505.0, 495.0];
+        let steady = steady_state(&rounds).expect("steady");
+        assert_eq!(steady.first_interval, 3);
+        assert!((steady.iops - 494.0).abs() < 1.0);
+        // Still falling by 5 % a round: the range passes but the slope does not.
+        let falling: Vec<f64> = (0..10).map(|round| 1000.0 * 0.97f64.powi(round)).collect();
+        assert!(steady_state(&falling).is_none());
+        assert!(steady_state(&[1.0, 1.0]).is_none());
+    }
+}
