@@ -350,6 +350,26 @@ mod tests {
     }
 
     #[test]
+    fn lifetime_streams_beat_one_log_on_hot_and_cold_writes() {
+        let options = Options {
+            workload: Workload::HotCold { hot_percent: 90, hot_blocks_percent: 10 },
+            segment_count: 256,
+            chunk_size_bytes: 64 << 10,
+            overwrite_passes: 6.0,
+            spare_fraction: 0.27,
+            ..Options::default()
+        };
+        let streams = run(&options, &|_| {}).unwrap();
+        let one_log = run(&Options { separate_streams: false, ..options.clone() }, &|_| {}).unwrap();
+        assert!(
+            streams.write_amplification < 0.9 * one_log.write_amplification,
+            "streams {} against one log {}",
+            streams.write_amplification,
+            one_log.write_amplification
+        );
+    }
+
+    #[test]
     fn a_small_run_cleans_and_measures_amplification_above_one() {
         let options = Options {
             segment_count: 64,
