@@ -1209,9 +1209,18 @@ impl Shared {
             {
                 return Ok(());
             }
+            // A round can only gain a free segment if the used segments hold at least a
+            // segment's worth of dead blocks between them; less than that is a full volume.
+            let per_segment = self.geometry.blocks_per_segment();
+            let dead: u64 = state
+                .segments
+                .iter()
+                .filter(|usage| usage.status == SegmentStatus::Used)
+                .map(|usage| per_segment.saturating_sub(usage.live_blocks))
+                .sum();
             drop(state);
             // Clean until there is room; nothing left to clean means the volume is full.
-            if self.clean_round()? {
+            if dead >= 2 * per_segment && self.clean_round()? {
                 continue;
             }
             let mut state = self.state.lock();
