@@ -78,8 +78,41 @@ pub struct Report {
     pub resident_memory_bytes_per_logical_gib: Option<f64>,
 }
 
-fn member_paths(options: &Options) -> Vec<PathBuf> {
-    (0..options.member_count).map(|index| options.directory.join(format!("bench-member-{index}"))).collect()
+/// Run `body` on `count` member files `PREFIX-N` in `directory` (created), then remove
+/// them unless `keep`.
+pub(crate) fn with_member_files<T>(
+    directory: &std::path::Path,
+    prefix: &str,
+    count: usize,
+    keep: bool,
+    body: impl FnOnce(&[PathBuf]) -> Result<T, String>,
+) -> Result<T, String> {
+    std::fs::create_dir_all(directory).map_err(|error| format!("{}: {error}", directory.display()))?;
+    let paths: Vec<PathBuf> = (0..count).map(|index| directory.join(format!("{prefix}-{index}"))).collect();
+    let result = body(&paths);
+    if !keep {
+        for path in &paths {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    result
+}
+
+/// A fresh volume on `devices`.
+pub(crate) fn create_on(
+    devices: &[Arc<FileDevice>],
+    create: &CreateOptions,
+    open: &OpenOptions,
+) -> Result<Volume, String> {
+    let members = devices
+        .iter()
+        .enumerate()
+        .map(|(index, device)| MemberDevice {
+            name: format!("member-{index}"),
+            device: Some(device.clone() as Arc<dyn BlockDevice>),
+        })
+        .collect();
+    Volume::create(members, create, open).map_err(|error| error.to_string())
 }
 
 pub(crate) fn open_devices(paths: &[PathBuf], size_bytes: u64) -> Result<Vec<Arc<FileDevice>>, String> {
@@ -147,21 +180,13 @@ pub fn sequential_write_bandwidth(
 }
 
 fn create_volume(devices: &[Arc<FileDevice>], options: &Options) -> Result<Volume, String> {
-    let members = devices
-        .iter()
-        .enumerate()
-        .map(|(index, device)| MemberDevice {
-            name: format!("bench-member-{index}"),
-            device: Some(device.clone() as Arc<dyn BlockDevice>),
-        })
-        .collect();
     let create = CreateOptions {
         raid_level: options.raid_level,
         chunk_size_bytes: options.chunk_size_bytes,
         ..CreateOptions::default()
     };
     let open = OpenOptions { cache_size_bytes: options.cache_size_bytes, ..OpenOptions::default() };
-    Volume::create(members, &create, &open).map_err(|error| error.to_string())
+    create_on(devices, &create, &open)
 }
 
 /// Run `threads` workers doing 4 KiB random I/O over the first `region_bytes` of the
@@ -228,8 +253,8 @@ fn random_phase(
     })
 }
 
-/// Fill the first `region_bytes` sequentially (so random reads hit mapped blocks).
-fn fill_region(volume: &Volume, data: &RandomData, region_bytes: u64) -> Result<(), String> {
+/// Fill the first `region_bytes` sequentially with 1 MiB writes, and flush.
+pub(crate) fn fill_region(volume: &Volume, data: &RandomData, region_bytes: u64) -> Result<(), String> {
     const FILL_SIZE_BYTES: usize = 1 << 20;
     let mut prng = Prng::new(7);
     let mut offset = 0;
@@ -243,15 +268,9 @@ fn fill_region(volume: &Volume, data: &RandomData, region_bytes: u64) -> Result<
 
 /// Run the whole benchmark; `progress` receives a line per step.
 pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String> {
-    std::fs::create_dir_all(&options.directory).map_err(|error| format!("{}: {error}", options.directory.display()))?;
-    let paths = member_paths(options);
-    let result = run_in(options, &paths, progress);
-    if !options.keep_files {
-        for path in &paths {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-    result
+    with_member_files(&options.directory, "bench-member", options.member_count, options.keep_files, |paths| {
+        run_in(options, paths, progress)
+    })
 }
 
 fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Result<Report, String> {

@@ -7,16 +7,17 @@
 //! rule; the steady IOPS as a share of the members' own sequential write bandwidth
 //! (measured on the same files in the same run).
 
-use crate::engine::{open_devices, sequential_write_bandwidth, IO_SIZE_BYTES};
+use crate::engine::{
+    create_on, fill_region, open_devices, sequential_write_bandwidth, with_member_files, IO_SIZE_BYTES,
+};
 use crate::workload::RandomData;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stripelog_blockdev::{BlockDevice, Prng};
-use stripelog_engine::{CleaningPolicy, CreateOptions, MemberDevice, OpenOptions, RaidLevel, Volume, VolumeStats};
+use stripelog_engine::{CleaningPolicy, CreateOptions, OpenOptions, RaidLevel, VolumeStats};
 
 /// Rounds in the SNIA PTS steady-state window.
 const STEADY_WINDOW_ROUNDS: usize = 5;
@@ -155,16 +156,9 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     if options.threads == 0 || options.interval.is_zero() {
         return Err("threads and the interval must be above zero".into());
     }
-    std::fs::create_dir_all(&options.directory).map_err(|error| format!("{}: {error}", options.directory.display()))?;
-    let paths: Vec<PathBuf> =
-        (0..options.member_count).map(|index| options.directory.join(format!("saturate-member-{index}"))).collect();
-    let result = run_in(options, &paths, progress);
-    if !options.keep_files {
-        for path in &paths {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-    result
+    with_member_files(&options.directory, "saturate-member", options.member_count, options.keep_files, |paths| {
+        run_in(options, paths, progress)
+    })
 }
 
 fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Result<Report, String> {
@@ -173,14 +167,6 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
     progress("measuring the members' sequential O_DIRECT write bandwidth (all members at once, 5 s)");
     let sequential = sequential_write_bandwidth(&devices, options.chunk_size_bytes as usize, Duration::from_secs(5))?;
     progress(&format!("  {:.0} MB/s", sequential / 1e6));
-    let members = devices
-        .iter()
-        .enumerate()
-        .map(|(index, device)| MemberDevice {
-            name: format!("saturate-member-{index}"),
-            device: Some(device.clone() as Arc<dyn BlockDevice>),
-        })
-        .collect();
     let create = CreateOptions {
         raid_level: options.raid_level,
         chunk_size_bytes: options.chunk_size_bytes,
@@ -192,7 +178,7 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         cleaning_policy: options.policy,
         ..OpenOptions::default()
     };
-    let volume = Volume::create(members, &create, &open).map_err(|error| error.to_string())?;
+    let volume = create_on(&devices, &create, &open)?;
     let created = volume.stats();
     let logical_size_bytes = created.logical_size_bytes;
     let data_fraction = created.data_columns as f64 / created.member_count as f64;
@@ -200,17 +186,7 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
 
     progress(&format!("filling the {} MiB logical space sequentially", logical_size_bytes >> 20));
     let fill_started = Instant::now();
-    {
-        const FILL_SIZE_BYTES: usize = 1 << 20;
-        let mut prng = Prng::new(options.seed ^ 0xF111);
-        let mut offset = 0;
-        while offset < logical_size_bytes {
-            let length = FILL_SIZE_BYTES.min((logical_size_bytes - offset) as usize);
-            volume.write(offset, data.window(&mut prng, length), false).map_err(|error| error.to_string())?;
-            offset += length as u64;
-        }
-        volume.flush().map_err(|error| error.to_string())?;
-    }
+    fill_region(&volume, &data, logical_size_bytes)?;
     let fill_seconds = fill_started.elapsed().as_secs_f64();
 
     let blocks = logical_size_bytes / IO_SIZE_BYTES as u64;

@@ -1,14 +1,15 @@
 //! The cleaner: makes free segments by relocating the live blocks of partly dead ones.
 //!
 //! A round (docs/garbage-collection.md):
-//! 1. choose victims among the used segments by the policy, as many as one segment can
+//! 1. choose victims among the used segments by the policy, as many as two segments can
 //!    absorb;
 //! 2. find their live records with one pass over the map (data blocks, and the zero and
-//!    trim records that must outlive the older copies they cancel);
-//! 3. read every live block by position, verified against its checksum, under the reuse
-//!    fence;
-//! 4. under the state lock, append the records still current to relocation batches in the
-//!    relocation stream's segment (the clients' open batch is set aside meanwhile and
+//!    trim records that must outlive the older copies they cancel), and give each a
+//!    relocation stream by predicted lifetime;
+//! 3. read the live blocks, one read per segment column, each verified against its
+//!    checksum (rebuilt when it fails), under the reuse fence;
+//! 4. under the state lock, append the records still current to relocation batches in
+//!    their streams' segments (the clients' open batch is set aside meanwhile and
 //!    renumbered after them, so that the log order stays the acceptance order), and write
 //!    them through the normal pipeline;
 //! 5. make them durable (without sealing the clients' open batch) and release the victims
@@ -138,6 +139,13 @@ pub fn watermarks(segment_count: u64) -> (usize, usize) {
 /// new segment), so that they rarely reach the reserve and wait for a whole round.
 const LOW_WATERMARK_ABOVE_RESERVE: usize = 2;
 
+/// A live data block of a victim to read: its record in the round's list, and where it is.
+struct BlockToRead {
+    record: usize,
+    row: u32,
+    position: u64,
+}
+
 /// One live record of a victim, and its content when it is a data block.
 struct Live {
     logical_block: u64,
@@ -156,9 +164,8 @@ impl Shared {
     /// which serves it from memory or rebuilds it from the rest of its row.
     fn read_live(&self, live: &mut [Live], contents: &mut [u8]) -> Result<()> {
         let _fence = self.reuse_fence.read();
-        // (segment, column) → the records in it, in row order (`live` is in position order
-        // within each stream).
-        let mut runs: std::collections::BTreeMap<(u64, usize), Vec<usize>> = Default::default();
+        // (segment, column) → its live data blocks.
+        let mut runs: std::collections::BTreeMap<(u64, usize), Vec<BlockToRead>> = Default::default();
         for (index, record) in live.iter_mut().enumerate() {
             if let Mapping::Data { position } = record.mapping {
                 if self.map.get(record.logical_block) != record.mapping {
@@ -166,19 +173,16 @@ impl Shared {
                 }
                 let location = self.geometry.locate(position);
                 record.generation = self.generation(location.segment);
-                runs.entry((location.segment, location.column)).or_default().push(index);
+                runs.entry((location.segment, location.column)).or_default().push(BlockToRead {
+                    record: index,
+                    row: location.row,
+                    position,
+                });
             }
         }
-        for ((segment, column), indices) in runs {
-            let rows: Vec<u32> = indices
-                .iter()
-                .map(|&index| match live[index].mapping {
-                    Mapping::Data { position } => self.geometry.locate(position).row,
-                    _ => unreachable!("only data records are read"),
-                })
-                .collect();
-            let (first_row, last_row) = (rows.iter().min().copied(), rows.iter().max().copied());
-            let (Some(first_row), Some(last_row)) = (first_row, last_row) else { continue };
+        for ((segment, column), blocks) in runs {
+            let first_row = blocks.iter().map(|block| block.row).min().unwrap_or(0);
+            let last_row = blocks.iter().map(|block| block.row).max().unwrap_or(0);
             // At most one chunk: the bound of this buffer.
             let mut run = AlignedBuffer::zeroed((last_row - first_row + 1) as usize * BLOCK_SIZE_BYTES);
             let device = self
@@ -189,8 +193,7 @@ impl Shared {
             let read = device.is_some_and(|device| {
                 device.read_at(&mut run, self.geometry.member_offset_bytes(segment, first_row)).is_ok()
             });
-            for (&index, &row) in indices.iter().zip(&rows) {
-                let Mapping::Data { position } = live[index].mapping else { continue };
+            for BlockToRead { record: index, row, position } in blocks {
                 let content = &mut contents[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES];
                 let start = (row - first_row) as usize * BLOCK_SIZE_BYTES;
                 let block = &run[start..start + BLOCK_SIZE_BYTES];

@@ -400,7 +400,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
     match cli.command {
         Command::Create(arguments) => {
             let raid_level = parse_raid(&arguments.raid)?;
-            let chunk_size_bytes = u32::try_from(arguments.chunk).map_err(|_| "chunk size is too large".to_string())?;
+            let chunk_size_bytes = chunk_size(arguments.chunk)?;
             let members = open_members(&arguments.members, Some(arguments.member_size.unwrap_or(0)), false)?;
             let options = CreateOptions { raid_level, chunk_size_bytes, spare_ppm: arguments.spare, volume_uuid: None };
             let volume =
@@ -442,7 +442,7 @@ fn sim_gc(arguments: GcSimArguments) -> Result<ExitCode, String> {
         policy: arguments.policy,
         separate_streams: !arguments.no_separation,
         segment_count: arguments.segments,
-        chunk_size_bytes: u32::try_from(arguments.chunk).map_err(|_| "chunk size is too large".to_string())?,
+        chunk_size_bytes: chunk_size(arguments.chunk)?,
         overwrite_passes: arguments.passes,
         seed: arguments.seed,
         ..Default::default()
@@ -505,12 +505,17 @@ fn open_read_only(paths: &[PathBuf]) -> Result<Volume, String> {
     volume
 }
 
+/// A chunk size from the command line as the engine takes it.
+fn chunk_size(bytes: u64) -> Result<u32, String> {
+    u32::try_from(bytes).map_err(|_| "chunk size is too large".to_string())
+}
+
 fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
     let options = stripelog_bench::saturate::Options {
         directory: arguments.dir,
         member_count: arguments.members,
         member_size_bytes: arguments.member_size,
-        chunk_size_bytes: u32::try_from(arguments.chunk).map_err(|_| "chunk size is too large".to_string())?,
+        chunk_size_bytes: chunk_size(arguments.chunk)?,
         raid_level: parse_raid(&arguments.raid)?,
         spare_ppm: arguments.spare,
         policy: arguments.policy,
@@ -606,7 +611,7 @@ fn bench_engine(arguments: EngineBenchArguments) -> Result<ExitCode, String> {
         directory: arguments.dir,
         member_count: arguments.members,
         member_size_bytes: arguments.member_size,
-        chunk_size_bytes: u32::try_from(arguments.chunk).map_err(|_| "chunk size is too large".to_string())?,
+        chunk_size_bytes: chunk_size(arguments.chunk)?,
         raid_level: parse_raid(&arguments.raid)?,
         region_bytes: arguments.region,
         duration: arguments.duration,
