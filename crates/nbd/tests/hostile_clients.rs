@@ -241,7 +241,8 @@ struct Conn {
     transmission_flags: u16,
     context_id: Option<u32>,
     next_cookie: u64,
-    /// Simple replies do not say how much data follows: the lengths of the reads sent.
+    /// Simple replies do not say how much data follows: the lengths of the reads sent
+    /// (with structured replies on: the reads in flight, which must not get a simple reply).
     read_lengths: HashMap<u64, usize>,
 }
 
@@ -361,7 +362,7 @@ impl Conn {
 
     fn send_request(&mut self, flags: u16, command: u16, cookie: u64, offset: u64, length: u32, payload: &[u8]) {
         let request = Request { flags, command, cookie, offset_bytes: offset, length_bytes: length };
-        if command == COMMAND_READ && !self.structured {
+        if command == COMMAND_READ {
             self.read_lengths.insert(cookie, length as usize);
         }
         let mut bytes = codec::encode_request(&request).to_vec();
@@ -399,20 +400,28 @@ impl Conn {
         reply.extents
     }
 
+    /// The next reply. With structured replies negotiated the server may still answer
+    /// anything but a READ with a simple reply (the protocol allows it), so the magic decides.
     fn reply(&mut self) -> Reply {
-        if self.structured {
-            self.structured_reply()
+        let magic = self.read_bytes(4);
+        if self.structured && be32(&magic) == STRUCTURED_REPLY_MAGIC {
+            self.structured_reply(magic)
         } else {
-            self.simple_reply()
+            self.simple_reply(magic)
         }
     }
 
-    fn simple_reply(&mut self) -> Reply {
-        let header = self.read_bytes(16);
+    fn simple_reply(&mut self, magic: Vec<u8>) -> Reply {
+        let mut header = magic;
+        header.extend(self.read_bytes(12));
         assert_eq!(be32(&header[0..4]), SIMPLE_REPLY_MAGIC, "simple reply magic in {header:02x?}");
         let error = be32(&header[4..8]);
         let cookie = be64(&header[8..16]);
         let read_length = self.read_lengths.remove(&cookie);
+        assert!(
+            !(self.structured && read_length.is_some()),
+            "a READ answered with a simple reply although structured replies are on: {header:02x?}"
+        );
         let data = match (error, read_length) {
             (0, Some(length)) => self.read_bytes(length),
             _ => Vec::new(),
@@ -420,14 +429,16 @@ impl Conn {
         Reply { cookie, error, data, ..Default::default() }
     }
 
-    fn structured_reply(&mut self) -> Reply {
-        let header = self.read_bytes(20);
+    fn structured_reply(&mut self, magic: Vec<u8>) -> Reply {
+        let mut header = magic;
+        header.extend(self.read_bytes(16));
         assert_eq!(be32(&header[0..4]), STRUCTURED_REPLY_MAGIC, "structured reply magic in {header:02x?}");
         let (flags, chunk) = (be16(&header[4..6]), be16(&header[6..8]));
         let (cookie, length) = (be64(&header[8..16]), be32(&header[16..20]));
         assert_eq!(flags, REPLY_FLAG_DONE, "every reply of this server is one final chunk");
         assert!(length <= MAXIMUM_REQUEST_BYTES + 8, "chunk of {length} bytes");
         let payload = self.read_bytes(length as usize);
+        self.read_lengths.remove(&cookie);
         let mut reply = Reply { cookie, chunk: Some(chunk), ..Default::default() };
         match chunk {
             CHUNK_NONE => assert_eq!(length, 0, "NBD_REPLY_TYPE_NONE has no payload"),
