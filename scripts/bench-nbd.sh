@@ -2,11 +2,14 @@
 # fio's nbd engine against `stripelog serve` (RAID-5 on 5 file members on the local
 # disk) and against `nbdkit memory` (a server that stores nothing), in one run:
 # 4 KiB random write and random read at iodepth 1 and 32, 1 and 2 jobs. Prints a
-# markdown table with the ratio stripelog / nbdkit. Usage:
-#   scripts/bench-nbd.sh [DIRECTORY] [SECONDS_PER_CELL]
+# markdown table with the ratio stripelog / nbdkit. The machine is noisy, so each cell
+# runs ROUNDS times (default 3), the two servers taking turns; the table gives the
+# median IOPS of each and the median of the per-round ratios, with their range. Usage:
+#   [ROUNDS=N] scripts/bench-nbd.sh [DIRECTORY] [SECONDS_PER_CELL]
 set -euo pipefail
 directory=${1:-stripelog-bench-nbd}
 seconds=${2:-10}
+rounds=${ROUNDS:-3}
 region=1g            # per job; jobs use separate regions (offset_increment)
 stripelog=${STRIPELOG:-./target/release/stripelog}
 for tool in fio nbdkit python3; do
@@ -53,15 +56,25 @@ for target in "$stripelog_uri" "$nbdkit_uri"; do
       --size="$region" --offset_increment="$region" >/dev/null 2>&1
 done
 
-echo "| workload | iodepth | jobs | stripelog IOPS | nbdkit memory IOPS | stripelog / nbdkit |"
+echo "| workload | iodepth | jobs | stripelog IOPS | nbdkit memory IOPS | stripelog / nbdkit (range over $rounds rounds) |"
 echo "|---|---:|---:|---:|---:|---:|"
 for rw in randwrite randread; do
   for depth in 1 32; do
     for jobs in 1 2; do
-      ours=$(cell "$stripelog_uri" "$rw" "$depth" "$jobs")
-      theirs=$(cell "$nbdkit_uri" "$rw" "$depth" "$jobs")
-      ratio=$(python3 -c "print(f'{$ours/$theirs:.2f}')")
-      echo "| 4 KiB $rw | $depth | $jobs | $ours | $theirs | $ratio |"
+      ours=() theirs=()
+      for _ in $(seq "$rounds"); do
+        ours+=("$(cell "$stripelog_uri" "$rw" "$depth" "$jobs")")
+        theirs+=("$(cell "$nbdkit_uri" "$rw" "$depth" "$jobs")")
+      done
+      python3 - "$rw" "$depth" "$jobs" "${ours[*]}" "${theirs[*]}" <<'PYTHON'
+import statistics, sys
+rw, depth, jobs = sys.argv[1:4]
+ours = [int(value) for value in sys.argv[4].split()]
+theirs = [int(value) for value in sys.argv[5].split()]
+ratios = [a / b for a, b in zip(ours, theirs)]
+print(f"| 4 KiB {rw} | {depth} | {jobs} | {statistics.median(ours):.0f} | {statistics.median(theirs):.0f} "
+      f"| {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) |")
+PYTHON
     done
   done
 done
