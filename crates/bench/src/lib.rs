@@ -5,11 +5,30 @@
 //! members' own sequential O_DIRECT write bandwidth on the same files; [`saturate::run`]
 //! writes a volume until the cleaner reaches steady state; [`gc::run`] measures the
 //! cleaner's write amplification on in-memory members.
+//!
+//! The general benchmark (`stripelog bench mix|grid`) drives any [`target`] — a file or
+//! block device, an NBD export, the engine in process — with the same workload code in
+//! [`run`]; [`grid`] is the seeds' test program on top of it.
 
 pub mod engine;
 pub mod gc;
+pub mod grid;
+pub mod latency;
 mod memory;
+pub mod nbd_client;
+pub mod run;
 pub mod saturate;
+pub mod target;
 mod workload;
 
 pub use memory::resident_memory_bytes;
+
+/// A size for tables: `512B`, `4KiB`, `1MiB`.
+pub fn format_size(bytes: u64) -> String {
+    match bytes {
+        bytes if bytes >= 1 << 30 && bytes % (1 << 30) == 0 => format!("{}GiB", bytes >> 30),
+        bytes if bytes >= 1 << 20 && bytes % (1 << 20) == 0 => format!("{}MiB", bytes >> 20),
+        bytes if bytes >= 1 << 10 && bytes % (1 << 10) == 0 => format!("{}KiB", bytes >> 10),
+        bytes => format!("{bytes}B"),
+    }
+}

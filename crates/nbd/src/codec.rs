@@ -328,6 +328,57 @@ pub fn structured_block_status(cookie: u64, context_id: u32, extents: &[(u32, u3
     bytes
 }
 
+// The client's side (used by the benchmark's NBD client).
+
+/// An option request as a client sends it: IHAVEOPT, option, payload length, payload.
+pub fn option_request(option: u32, payload: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(OPTION_HEADER_BYTES + payload.len());
+    bytes.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    bytes.extend_from_slice(&option.to_be_bytes());
+    bytes.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+/// Size of an option reply header on the wire.
+pub const OPTION_REPLY_HEADER_BYTES: usize = 20;
+
+/// An option reply header: which option it answers, the reply type, the payload length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OptionReplyHeader {
+    pub option: u32,
+    pub reply: u32,
+    pub length_bytes: u32,
+}
+
+pub fn parse_option_reply_header(bytes: &[u8; OPTION_REPLY_HEADER_BYTES]) -> Result<OptionReplyHeader, ProtocolError> {
+    let magic = u64::from_be_bytes(bytes[0..8].try_into().expect("8 bytes"));
+    if magic != OPTION_REPLY_MAGIC {
+        return Err(ProtocolError::BadMagic(magic));
+    }
+    let length_bytes = u32::from_be_bytes(bytes[16..20].try_into().expect("4 bytes"));
+    if length_bytes > OPTION_PAYLOAD_MAXIMUM_BYTES {
+        return Err(ProtocolError::OptionTooLarge(length_bytes));
+    }
+    Ok(OptionReplyHeader {
+        option: u32::from_be_bytes(bytes[8..12].try_into().expect("4 bytes")),
+        reply: u32::from_be_bytes(bytes[12..16].try_into().expect("4 bytes")),
+        length_bytes,
+    })
+}
+
+/// A simple reply header: (error, cookie).
+pub fn parse_simple_reply(bytes: &[u8; 16]) -> Result<(u32, u64), ProtocolError> {
+    let magic = u32::from_be_bytes(bytes[0..4].try_into().expect("4 bytes"));
+    if magic != SIMPLE_REPLY_MAGIC {
+        return Err(ProtocolError::BadMagic(magic as u64));
+    }
+    Ok((
+        u32::from_be_bytes(bytes[4..8].try_into().expect("4 bytes")),
+        u64::from_be_bytes(bytes[8..16].try_into().expect("8 bytes")),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,7 @@
 //! `stripelog`: the command line. CLI and glue only: parsing, opening members by path,
 //! printing reports. The work is done by the engine and benchmark crates.
 
+mod bench;
 mod serve;
 mod units;
 
@@ -169,7 +170,48 @@ enum BenchCommand {
         after_help = "Example:\n  stripelog bench saturate --dir /var/tmp/sl --member-size 2GiB --spare 27% --passes 4 --json saturate.json --csv saturate.csv --chart saturate.svg"
     )]
     Saturate(SaturateArguments),
+    /// One configurable run on any target: read share, block sizes, queue depth,
+    /// threads, time; IOPS, bandwidth and latency percentiles (fio-like JSON).
+    #[command(after_help = MIX_EXAMPLES)]
+    Mix(bench::MixArguments),
+    /// The seeds' test program: random reads and writes × block sizes 512B-4MiB × 1, 10,
+    /// 40 threads over a 4 GiB region, the seeds' table and the 70/30 figure.
+    #[command(after_help = GRID_EXAMPLES)]
+    Grid(bench::GridArguments),
+    /// Response time against queue depth (seed 002): a 70/30 mix of 4 KiB and 8 KiB
+    /// random requests at depths 1-64; mean, percentiles, maximum, average maximum.
+    #[command(after_help = LATENCY_EXAMPLES)]
+    Latency(bench::LatencyArguments),
 }
+
+/// The target forms of `bench mix` and `bench grid` (a macro: `concat!` takes literals).
+macro_rules! target_forms {
+    () => {
+        "Targets:\n  PATH or file:PATH                 a file or block device (O_DIRECT, io_uring)\n  nbd+unix:///NAME?socket=PATH      an NBD export on a Unix socket\n  nbd://HOST[:PORT]/NAME            an NBD export over TCP (port 10809 by default)\n  engine:MEMBER,MEMBER,...          a stripelog volume, in this process"
+    };
+}
+
+const MIX_EXAMPLES: &str = concat!(
+    "Examples:\n",
+    "  stripelog bench mix /var/tmp/f --size 8GiB --queue-depth 32 --duration 10s --json mix.json\n",
+    "  stripelog bench mix 'nbd+unix:///stripelog?socket=./stripelog.sock' --read-percent 70 --block-size 4KiB,8KiB --queue-depth 16\n",
+    "  stripelog bench mix engine:d/m0,d/m1,d/m2,d/m3,d/m4 --force --threads 4 --zipf 0.8\n\n",
+    target_forms!()
+);
+
+const LATENCY_EXAMPLES: &str = concat!(
+    "Examples:\n",
+    "  stripelog bench latency 'nbd+unix:///stripelog?socket=./stripelog.sock' --chart latency.svg\n",
+    "  stripelog bench latency /dev/nvme0n1 --force --queue-depths 1,4,16,64 --duration 30s\n\n",
+    target_forms!()
+);
+
+const GRID_EXAMPLES: &str = concat!(
+    "Examples:\n",
+    "  stripelog bench grid /var/tmp/f --size 4GiB --duration 5s --json grid.json\n",
+    "  stripelog bench grid nbd://localhost/stripelog --block-sizes 4KiB,64KiB,1MiB --threads 1,10\n\n",
+    target_forms!()
+);
 
 #[derive(Args)]
 struct SaturateArguments {
@@ -431,6 +473,9 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Serve(arguments) => serve::serve(arguments),
         Command::Bench(BenchCommand::Engine(arguments)) => bench_engine(arguments),
         Command::Bench(BenchCommand::Saturate(arguments)) => bench_saturate(arguments),
+        Command::Bench(BenchCommand::Mix(arguments)) => bench::mix(arguments),
+        Command::Bench(BenchCommand::Grid(arguments)) => bench::grid(arguments),
+        Command::Bench(BenchCommand::Latency(arguments)) => bench::latency(arguments),
         Command::Sim(SimCommand::Gc(arguments)) => sim_gc(arguments),
     }
 }

@@ -1,0 +1,411 @@
+//! The benchmark's NBD client: the fixed newstyle handshake with NBD_OPT_GO (falling back
+//! to NBD_OPT_EXPORT_NAME for old servers), simple replies only (structured replies are
+//! not asked for, so a read's data follows its reply header), and many requests in
+//! flight per connection: the benchmark thread sends requests, a receiver thread reads
+//! replies and hands completions back. Messages are built and parsed by
+//! `stripelog_nbd::codec`, the same code the server uses.
+
+use crate::target::{Completion, IoQueue, Operation, Request};
+use std::io::{self, BufWriter, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use stripelog_nbd::codec;
+use stripelog_nbd::protocol::*;
+
+/// The IANA port of NBD.
+pub const DEFAULT_PORT: u16 = 10809;
+/// How long a server may take over one handshake step.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Requests gathered before they are written to the socket (larger payloads go straight).
+pub const SEND_BUFFER_BYTES: usize = 256 << 10;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NbdAddress {
+    Unix(PathBuf),
+    /// `host:port`.
+    Tcp(String),
+}
+
+/// `nbd+unix:///NAME?socket=PATH` or `nbd://HOST[:PORT][/NAME]` (the NBD URI
+/// specification's forms, without TLS): the address and the export name.
+pub fn parse_uri(uri: &str) -> Result<(NbdAddress, String), String> {
+    let bad = |why: &str| format!("{uri}: {why} (expected nbd+unix:///NAME?socket=PATH or nbd://HOST[:PORT]/NAME)");
+    if let Some(rest) = uri.strip_prefix("nbd+unix://") {
+        let (path_part, query) = rest.split_once('?').ok_or_else(|| bad("no ?socket="))?;
+        if !path_part.is_empty() && !path_part.starts_with('/') {
+            return Err(bad("a Unix socket URI has no host"));
+        }
+        let export = percent_decode(path_part.strip_prefix('/').unwrap_or(""))?;
+        let socket = query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("socket="))
+            .ok_or_else(|| bad("no socket= in the query"))?;
+        if socket.is_empty() {
+            return Err(bad("an empty socket path"));
+        }
+        return Ok((NbdAddress::Unix(PathBuf::from(percent_decode(socket)?)), export));
+    }
+    if let Some(rest) = uri.strip_prefix("nbd://") {
+        let (authority, path) = match rest.split_once('/') {
+            Some((authority, path)) => (authority, path),
+            None => (rest, ""),
+        };
+        if authority.is_empty() {
+            return Err(bad("no host"));
+        }
+        let has_port = authority.rsplit_once(':').is_some_and(|(_, port)| !port.contains(']'));
+        let address = if has_port {
+            let (host, port) = authority.rsplit_once(':').expect("checked");
+            port.parse::<u16>().map_err(|_| bad("bad port"))?;
+            format!("{host}:{port}")
+        } else {
+            format!("{authority}:{DEFAULT_PORT}")
+        };
+        return Ok((NbdAddress::Tcp(address), percent_decode(path)?));
+    }
+    Err(bad("not an NBD URI"))
+}
+
+fn percent_decode(text: &str) -> Result<String, String> {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        if bytes[index] == b'%' {
+            let hex = text.get(index + 1..index + 3).ok_or_else(|| format!("{text}: bad percent escape"))?;
+            decoded.push(u8::from_str_radix(hex, 16).map_err(|_| format!("{text}: bad percent escape"))?);
+            index += 3;
+        } else {
+            decoded.push(bytes[index]);
+            index += 1;
+        }
+    }
+    String::from_utf8(decoded).map_err(|_| format!("{text}: not UTF-8"))
+}
+
+/// A Unix or TCP socket.
+enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    fn connect(address: &NbdAddress) -> io::Result<Stream> {
+        Ok(match address {
+            NbdAddress::Unix(path) => Stream::Unix(UnixStream::connect(path)?),
+            NbdAddress::Tcp(address) => {
+                let stream = TcpStream::connect(address.as_str())?;
+                stream.set_nodelay(true)?;
+                Stream::Tcp(stream)
+            }
+        })
+    }
+    fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Unix(stream) => Stream::Unix(stream.try_clone()?),
+            Stream::Tcp(stream) => Stream::Tcp(stream.try_clone()?),
+        })
+    }
+    fn set_read_timeout(&self, limit: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(stream) => stream.set_read_timeout(limit),
+            Stream::Tcp(stream) => stream.set_read_timeout(limit),
+        }
+    }
+    fn shutdown(&self) {
+        let _ = match self {
+            Stream::Unix(stream) => stream.shutdown(std::net::Shutdown::Both),
+            Stream::Tcp(stream) => stream.shutdown(std::net::Shutdown::Both),
+        };
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(stream) => stream.read(buffer),
+            Stream::Tcp(stream) => stream.read(buffer),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buffer: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(stream) => stream.write(buffer),
+            Stream::Tcp(stream) => stream.write(buffer),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A connection in the transmission phase.
+pub struct NbdConnection {
+    stream: Stream,
+    size_bytes: u64,
+    transmission_flags: u16,
+}
+
+impl NbdConnection {
+    /// Connect and negotiate `export`.
+    pub fn connect(address: &NbdAddress, export: &str) -> Result<NbdConnection, String> {
+        let place = match address {
+            NbdAddress::Unix(path) => path.display().to_string(),
+            NbdAddress::Tcp(address) => address.clone(),
+        };
+        let stream = Stream::connect(address).map_err(|error| format!("{place}: cannot connect: {error}"))?;
+        stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(|error| format!("{place}: {error}"))?;
+        let mut connection = NbdConnection { stream, size_bytes: 0, transmission_flags: 0 };
+        connection.handshake(export).map_err(|error| format!("{place}: NBD handshake: {error}"))?;
+        connection.stream.set_read_timeout(None).map_err(|error| format!("{place}: {error}"))?;
+        Ok(connection)
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    pub fn read_only(&self) -> bool {
+        self.transmission_flags & TRANSMISSION_READ_ONLY != 0
+    }
+
+    fn read_array<const N: usize>(&mut self) -> io::Result<[u8; N]> {
+        let mut bytes = [0u8; N];
+        self.stream.read_exact(&mut bytes)?;
+        Ok(bytes)
+    }
+
+    fn handshake(&mut self, export: &str) -> Result<(), String> {
+        let io = |error: io::Error| error.to_string();
+        let greeting: [u8; 18] = self.read_array().map_err(io)?;
+        let (magic, option_magic) = (
+            u64::from_be_bytes(greeting[0..8].try_into().expect("8")),
+            u64::from_be_bytes(greeting[8..16].try_into().expect("8")),
+        );
+        if magic != NBDMAGIC || option_magic != IHAVEOPT {
+            return Err("not an NBD newstyle server".into());
+        }
+        let server_flags = u16::from_be_bytes([greeting[16], greeting[17]]);
+        if server_flags & FLAG_FIXED_NEWSTYLE == 0 {
+            return Err("the server does not speak fixed newstyle".into());
+        }
+        let no_zeroes = server_flags & FLAG_NO_ZEROES != 0;
+        let client_flags = CLIENT_FLAG_FIXED_NEWSTYLE | if no_zeroes { CLIENT_FLAG_NO_ZEROES } else { 0 };
+        self.stream.write_all(&client_flags.to_be_bytes()).map_err(io)?;
+
+        let mut payload = Vec::with_capacity(6 + export.len());
+        payload.extend_from_slice(&(export.len() as u32).to_be_bytes());
+        payload.extend_from_slice(export.as_bytes());
+        payload.extend_from_slice(&0u16.to_be_bytes());
+        self.stream.write_all(&codec::option_request(OPTION_GO, &payload)).map_err(io)?;
+        let mut export_info = None;
+        loop {
+            let header =
+                codec::parse_option_reply_header(&self.read_array().map_err(io)?).map_err(|e| e.to_string())?;
+            let mut reply = vec![0u8; header.length_bytes as usize];
+            self.stream.read_exact(&mut reply).map_err(io)?;
+            if header.option != OPTION_GO {
+                return Err(format!("a reply to option {} while negotiating GO", header.option));
+            }
+            match header.reply {
+                REPLY_INFO if reply.len() >= 12 && u16::from_be_bytes([reply[0], reply[1]]) == INFO_EXPORT => {
+                    export_info = Some((
+                        u64::from_be_bytes(reply[2..10].try_into().expect("8 bytes")),
+                        u16::from_be_bytes([reply[10], reply[11]]),
+                    ));
+                }
+                REPLY_INFO => {}
+                REPLY_ACK => {
+                    let (size, flags) = export_info.ok_or("the server sent no export information")?;
+                    (self.size_bytes, self.transmission_flags) = (size, flags);
+                    return Ok(());
+                }
+                REPLY_ERROR_UNSUPPORTED => return self.export_name(export, no_zeroes),
+                error if error & (1 << 31) != 0 => {
+                    return Err(format!(
+                        "export {export:?}: the server refused ({error:#x}): {}",
+                        String::from_utf8_lossy(&reply)
+                    ));
+                }
+                other => return Err(format!("unexpected option reply {other:#x}")),
+            }
+        }
+    }
+
+    /// The old way in, for servers without NBD_OPT_GO.
+    fn export_name(&mut self, export: &str, no_zeroes: bool) -> Result<(), String> {
+        let io = |error: io::Error| error.to_string();
+        self.stream.write_all(&codec::option_request(OPTION_EXPORT_NAME, export.as_bytes())).map_err(io)?;
+        let answer: [u8; 10] = self.read_array().map_err(|error| format!("export {export:?} refused: {error}"))?;
+        self.size_bytes = u64::from_be_bytes(answer[0..8].try_into().expect("8 bytes"));
+        self.transmission_flags = u16::from_be_bytes([answer[8], answer[9]]);
+        if !no_zeroes {
+            let _: [u8; 124] = self.read_array().map_err(io)?;
+        }
+        Ok(())
+    }
+
+    /// End politely: NBD_CMD_DISC, then close.
+    pub fn disconnect(mut self) {
+        let request =
+            codec::Request { flags: 0, command: COMMAND_DISCONNECT, cookie: 0, offset_bytes: 0, length_bytes: 0 };
+        let _ = self.stream.write_all(&codec::encode_request(&request));
+        self.stream.shutdown();
+    }
+
+    /// Turn the connection into a queue of `depth` slots with buffers of `buffer_bytes`.
+    pub fn into_queue(self, depth: usize, buffer_bytes: usize) -> Result<NbdQueue, String> {
+        let reader = self.stream.try_clone().map_err(|error| error.to_string())?;
+        let control = self.stream.try_clone().map_err(|error| error.to_string())?;
+        let read_lengths: Arc<Vec<AtomicU32>> = Arc::new((0..depth).map(|_| AtomicU32::new(0)).collect());
+        // At most `depth` replies are owed, plus the receiver's last word.
+        let (sender, completions) = crossbeam_channel::bounded(depth + 1);
+        let lengths = read_lengths.clone();
+        let receiver = std::thread::Builder::new()
+            .name("nbd-receiver".into())
+            .spawn(move || receive_replies(reader, &lengths, buffer_bytes, &sender))
+            .map_err(|error| error.to_string())?;
+        Ok(NbdQueue {
+            writer: BufWriter::with_capacity(SEND_BUFFER_BYTES, self.stream),
+            control,
+            buffers: (0..depth).map(|_| vec![0u8; buffer_bytes]).collect(),
+            read_lengths,
+            completions,
+            receiver: Some(receiver),
+            in_flight: 0,
+        })
+    }
+}
+
+/// What the receiver thread reports.
+type Received = Result<Completion, String>;
+
+/// The receiver thread: read replies until the connection ends.
+fn receive_replies(
+    mut stream: Stream,
+    read_lengths: &[AtomicU32],
+    buffer_bytes: usize,
+    completions: &crossbeam_channel::Sender<Received>,
+) {
+    let mut scratch = vec![0u8; buffer_bytes];
+    loop {
+        let mut header = [0u8; 16];
+        if let Err(error) = stream.read_exact(&mut header) {
+            let _ = completions.send(Err(format!("the server closed the connection: {error}")));
+            return;
+        }
+        let outcome = codec::parse_simple_reply(&header).map_err(|error| format!("bad reply: {error}")).and_then(
+            |(error, cookie)| {
+                let slot = usize::try_from(cookie).ok().filter(|&slot| slot < read_lengths.len());
+                let slot = slot.ok_or_else(|| format!("a reply for unknown cookie {cookie:#x}"))?;
+                let length = read_lengths[slot].load(Ordering::Acquire) as usize;
+                if error != 0 {
+                    return Ok((slot, Err(format!("the server answered error {error}"))));
+                }
+                if length > 0 {
+                    // The data is not needed; it is read and dropped.
+                    stream.read_exact(&mut scratch[..length]).map_err(|error| error.to_string())?;
+                }
+                Ok((slot, Ok(())))
+            },
+        );
+        let failed = outcome.is_err();
+        if completions.send(outcome).is_err() || failed {
+            return;
+        }
+    }
+}
+
+pub struct NbdQueue {
+    writer: BufWriter<Stream>,
+    /// A handle to shut the socket down at the end.
+    control: Stream,
+    buffers: Vec<Vec<u8>>,
+    /// Per slot: the length of its read in flight (0 for other requests).
+    read_lengths: Arc<Vec<AtomicU32>>,
+    completions: crossbeam_channel::Receiver<Received>,
+    receiver: Option<std::thread::JoinHandle<()>>,
+    in_flight: usize,
+}
+
+impl IoQueue for NbdQueue {
+    fn buffer(&mut self, slot: usize) -> &mut [u8] {
+        &mut self.buffers[slot]
+    }
+
+    fn submit(&mut self, slot: usize, request: Request) -> Result<(), String> {
+        let (command, read_length) = match request.operation {
+            Operation::Read => (COMMAND_READ, request.length_bytes as u32),
+            Operation::Write => (COMMAND_WRITE, 0),
+        };
+        self.read_lengths[slot].store(read_length, Ordering::Release);
+        let header = codec::encode_request(&codec::Request {
+            flags: 0,
+            command,
+            cookie: slot as u64,
+            offset_bytes: request.offset_bytes,
+            length_bytes: request.length_bytes as u32,
+        });
+        let sent = self.writer.write_all(&header).and_then(|()| match request.operation {
+            Operation::Write => self.writer.write_all(&self.buffers[slot][..request.length_bytes]),
+            Operation::Read => Ok(()),
+        });
+        sent.map_err(|error| format!("sending a request: {error}"))?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    fn complete(&mut self, completions: &mut Vec<Completion>) -> Result<(), String> {
+        self.writer.flush().map_err(|error| format!("sending requests: {error}"))?;
+        if self.in_flight == 0 {
+            return Ok(());
+        }
+        let first = self.completions.recv().map_err(|_| "the NBD receiver stopped".to_string())?;
+        for received in std::iter::once(first).chain(self.completions.try_iter()) {
+            completions.push(received?);
+            self.in_flight -= 1;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for NbdQueue {
+    fn drop(&mut self) {
+        let request =
+            codec::Request { flags: 0, command: COMMAND_DISCONNECT, cookie: 0, offset_bytes: 0, length_bytes: 0 };
+        let _ = self.writer.write_all(&codec::encode_request(&request)).and_then(|()| self.writer.flush());
+        self.control.shutdown();
+        if let Some(receiver) = self.receiver.take() {
+            let _ = receiver.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris_name_the_socket_or_host_and_the_export() {
+        assert_eq!(
+            parse_uri("nbd+unix:///disk?socket=/run/sl.sock").unwrap(),
+            (NbdAddress::Unix("/run/sl.sock".into()), "disk".into())
+        );
+        assert_eq!(parse_uri("nbd+unix:///?socket=s%20x").unwrap(), (NbdAddress::Unix("s x".into()), "".into()));
+        assert_eq!(
+            parse_uri("nbd://localhost/a%2Fb").unwrap(),
+            (NbdAddress::Tcp("localhost:10809".into()), "a/b".into())
+        );
+        assert_eq!(parse_uri("nbd://127.0.0.1:7000").unwrap(), (NbdAddress::Tcp("127.0.0.1:7000".into()), "".into()));
+        for bad in ["nbd+unix:///x", "nbd+unix://host/x?socket=s", "nbd://", "nbd://h:port/x", "http://x", "nbd://h/%4"]
+        {
+            assert!(parse_uri(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,569 @@
+//! One benchmark run: `threads` workers, each keeping `queue_depth` requests in flight on
+//! its own [`IoQueue`], for a time or a written volume. Latencies go to HDR histograms
+//! (per thread, merged at the end); operations are counted every second and the largest
+//! latency of every 10-second interval is kept for the "average maximum" of seed 002.
+
+use crate::target::{Completion, IoQueue, Operation, Request, Target};
+use crate::workload::RandomData;
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use stripelog_blockdev::Prng;
+
+/// Length of the intervals whose maximum latencies are averaged (seed 002).
+pub const MAXIMUM_INTERVAL: Duration = Duration::from_secs(10);
+/// Highest latency the histograms hold exactly (larger ones are clamped to it).
+pub const LATENCY_CEILING_NANOSECONDS: u64 = 600_000_000_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pattern {
+    Random,
+    Sequential,
+}
+
+/// What written blocks contain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Data {
+    /// Random bytes, different for every write.
+    Random,
+    /// This percentage of every block is zeros, the rest random.
+    Compressible(u32),
+    Zero,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Workload {
+    /// Share of requests that read, 0-100.
+    pub read_percent: u32,
+    /// Each request takes one of these sizes at random (all multiples of 512).
+    pub block_sizes_bytes: Vec<usize>,
+    pub pattern: Pattern,
+    /// Random offsets follow a Zipf distribution with this exponent instead of a uniform one.
+    pub zipf_exponent: Option<f64>,
+    pub region_offset_bytes: u64,
+    pub region_bytes: u64,
+    pub data: Data,
+    pub threads: usize,
+    pub queue_depth: usize,
+    pub duration: Duration,
+    /// Stop once this many bytes have been written (in addition to the time limit).
+    pub write_limit_bytes: Option<u64>,
+    pub seed: u64,
+}
+
+impl Workload {
+    fn largest_block_bytes(&self) -> usize {
+        self.block_sizes_bytes.iter().copied().max().unwrap_or(4096)
+    }
+
+    /// Refuse what cannot run on `target`.
+    pub fn check(&self, target: &dyn Target) -> Result<(), String> {
+        if self.block_sizes_bytes.is_empty()
+            || self.block_sizes_bytes.iter().any(|&size| size == 0 || !size.is_multiple_of(512))
+        {
+            return Err("block sizes must be non-zero multiples of 512 bytes".into());
+        }
+        if self.read_percent > 100 {
+            return Err("--read-percent is at most 100".into());
+        }
+        if self.threads == 0 || self.queue_depth == 0 {
+            return Err("threads and queue depth must be at least 1".into());
+        }
+        if !self.region_offset_bytes.is_multiple_of(512) || !self.region_bytes.is_multiple_of(512) {
+            return Err("the region must be aligned to 512 bytes".into());
+        }
+        let end = self.region_offset_bytes.checked_add(self.region_bytes);
+        if end.is_none_or(|end| end > target.size_bytes()) {
+            return Err(format!(
+                "the region ({} bytes from {}) is larger than the target ({} bytes)",
+                self.region_bytes,
+                self.region_offset_bytes,
+                target.size_bytes()
+            ));
+        }
+        if (self.largest_block_bytes() as u64) > self.region_bytes {
+            return Err("the largest block does not fit in the region".into());
+        }
+        if self.read_percent < 100 && !target.writable() {
+            return Err("the target is read-only and this workload writes".into());
+        }
+        if let Some(exponent) = self.zipf_exponent {
+            if !(exponent > 0.0 && exponent.is_finite()) {
+                return Err("the Zipf exponent must be positive".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Figures of one direction (read or write), with fio's names where fio has one.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DirectionReport {
+    pub io_bytes: u64,
+    pub total_ios: u64,
+    pub iops: f64,
+    pub bw_bytes: f64,
+    pub lat_ns: LatencyReport,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LatencyReport {
+    pub min: u64,
+    pub mean: f64,
+    pub max: u64,
+    /// Keys as fio writes them ("99.000000").
+    pub percentile: std::collections::BTreeMap<String, u64>,
+    /// Mean of the maxima of consecutive 10-second intervals (seed 002); the maximum
+    /// when the run was shorter than one interval.
+    pub average_maximum: f64,
+}
+
+/// One second of the run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Second {
+    pub second: u64,
+    pub read_iops: u64,
+    pub write_iops: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    pub target: String,
+    pub workload: Workload,
+    pub elapsed_seconds: f64,
+    pub read: DirectionReport,
+    pub write: DirectionReport,
+    pub seconds: Vec<Second>,
+}
+
+impl RunReport {
+    pub fn total_iops(&self) -> f64 {
+        self.read.iops + self.write.iops
+    }
+    pub fn total_bytes_per_second(&self) -> f64 {
+        self.read.bw_bytes + self.write.bw_bytes
+    }
+}
+
+/// Shared counters the sampler reads every second.
+#[derive(Default)]
+struct Counters {
+    read_operations: AtomicU64,
+    write_operations: AtomicU64,
+    read_bytes: AtomicU64,
+    write_bytes: AtomicU64,
+    /// Bytes of writes submitted, for the write limit.
+    write_bytes_submitted: AtomicU64,
+}
+
+/// What one worker thread measured.
+struct WorkerResult {
+    latencies: [Histogram<u64>; 2],
+    /// Per direction, the largest latency of every `MAXIMUM_INTERVAL`.
+    interval_maxima: [Vec<u64>; 2],
+}
+
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, LATENCY_CEILING_NANOSECONDS, 3).expect("valid histogram bounds")
+}
+
+/// Offsets of one worker.
+struct Chooser {
+    pattern: Pattern,
+    region_offset_bytes: u64,
+    region_blocks: u64,
+    /// Zipf: cumulative weights of ranks (ranks are spread over the region by a multiplier).
+    cumulative: Vec<f64>,
+    next_sequential_block: u64,
+    /// The worker's own slice of the region for sequential runs: [first, end) in 512-byte blocks.
+    sequential_range: (u64, u64),
+}
+
+/// Zipf ranks are tracked at this granularity at most (bounds the table's memory).
+const ZIPF_RANKS_MAXIMUM: u64 = 1 << 22;
+
+impl Chooser {
+    fn new(workload: &Workload, worker: usize) -> Chooser {
+        let region_blocks = workload.region_bytes / 512;
+        let slice = region_blocks / workload.threads as u64;
+        let first = slice * worker as u64;
+        let mut cumulative = Vec::new();
+        if let Some(exponent) = workload.zipf_exponent {
+            let ranks = (workload.region_bytes / workload.largest_block_bytes() as u64).clamp(1, ZIPF_RANKS_MAXIMUM);
+            let mut total = 0.0;
+            cumulative = (1..=ranks)
+                .map(|rank| {
+                    total += 1.0 / (rank as f64).powf(exponent);
+                    total
+                })
+                .collect();
+        }
+        Chooser {
+            pattern: workload.pattern,
+            region_offset_bytes: workload.region_offset_bytes,
+            region_blocks,
+            cumulative,
+            next_sequential_block: first,
+            sequential_range: (first, if slice == 0 { region_blocks } else { first + slice }),
+        }
+    }
+
+    /// Offset of a request of `length` bytes (aligned to 512 bytes, within the region).
+    fn next(&mut self, prng: &mut Prng, length_bytes: usize) -> u64 {
+        let length_blocks = (length_bytes / 512) as u64;
+        let block = match self.pattern {
+            Pattern::Sequential => {
+                let (first, end) = self.sequential_range;
+                if self.next_sequential_block + length_blocks > end.max(first + length_blocks) {
+                    self.next_sequential_block = first;
+                }
+                let block = self.next_sequential_block;
+                self.next_sequential_block += length_blocks;
+                block.min(self.region_blocks - length_blocks)
+            }
+            Pattern::Random if !self.cumulative.is_empty() => {
+                let total = *self.cumulative.last().expect("ranks");
+                let target = (prng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * total;
+                let rank = self.cumulative.partition_point(|&weight| weight < target) as u64;
+                // Spread the ranks over the region (hot blocks are not all at its start):
+                // an odd multiplier is a bijection modulo a power of two.
+                let ranks = (self.cumulative.len() as u64).next_power_of_two();
+                let spread = rank.wrapping_mul(0x9E37_79B9_7F4A_7C15) % ranks;
+                let slots = self.region_blocks / length_blocks;
+                (spread * slots / ranks) * length_blocks
+            }
+            Pattern::Random => {
+                // Aligned to the request's own size, as fio and the seeds' program do.
+                prng.below(self.region_blocks / length_blocks) * length_blocks
+            }
+        };
+        self.region_offset_bytes + block * 512
+    }
+}
+
+/// Fill `buffer` with what a write carries.
+fn fill(buffer: &mut [u8], data: Data, random: &RandomData, prng: &mut Prng) {
+    match data {
+        Data::Random => buffer.copy_from_slice(random.window(prng, buffer.len())),
+        Data::Zero => buffer.fill(0),
+        Data::Compressible(percent) => {
+            let zeros = (buffer.len() * percent.min(100) as usize / 100) / 512 * 512;
+            let (zero_part, random_part) = buffer.split_at_mut(zeros);
+            zero_part.fill(0);
+            random_part.copy_from_slice(random.window(prng, random_part.len()));
+        }
+    }
+}
+
+/// Run `workload` on `target`. `progress` gets the fraction done about every second.
+pub fn run(target: &dyn Target, workload: &Workload, progress: &dyn Fn(f64)) -> Result<RunReport, String> {
+    workload.check(target)?;
+    let random = RandomData::new(workload.seed ^ 0x5EED);
+    let counters = Counters::default();
+    let stop = AtomicBool::new(false);
+    let queues: Vec<Box<dyn IoQueue>> = (0..workload.threads)
+        .map(|_| target.queue(workload.queue_depth, workload.largest_block_bytes()))
+        .collect::<Result<_, _>>()?;
+    let started = Instant::now();
+    let mut seconds = Vec::new();
+    let results: Vec<Result<WorkerResult, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = queues
+            .into_iter()
+            .enumerate()
+            .map(|(worker, queue)| {
+                let (counters, stop, random) = (&counters, &stop, &random);
+                scope.spawn(move || {
+                    let result = work(queue, workload, worker, counters, stop, random, started);
+                    // One failed worker ends the run for all.
+                    if result.is_err() {
+                        stop.store(true, Ordering::Release);
+                    }
+                    result
+                })
+            })
+            .collect();
+        sample_every_second(workload, &counters, &stop, started, &mut seconds, progress, &handles);
+        handles.into_iter().map(|handle| handle.join().unwrap_or_else(|_| Err("a worker panicked".into()))).collect()
+    });
+    let elapsed = started.elapsed();
+    let mut latencies = [new_histogram(), new_histogram()];
+    let mut interval_maxima: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
+    for result in results {
+        let result = result?;
+        for direction in 0..2 {
+            latencies[direction].add(&result.latencies[direction]).expect("same bounds");
+            let maxima = &mut interval_maxima[direction];
+            for (interval, &maximum) in result.interval_maxima[direction].iter().enumerate() {
+                if interval >= maxima.len() {
+                    maxima.resize(interval + 1, 0);
+                }
+                maxima[interval] = maxima[interval].max(maximum);
+            }
+        }
+    }
+    let direction = |index: usize, bytes: &AtomicU64, operations: &AtomicU64| {
+        let histogram = &latencies[index];
+        let seconds = elapsed.as_secs_f64().max(1e-9);
+        let (io_bytes, total_ios) = (bytes.load(Ordering::Relaxed), operations.load(Ordering::Relaxed));
+        let mut latency = LatencyReport::default();
+        if !histogram.is_empty() {
+            latency.min = histogram.min();
+            latency.mean = histogram.mean();
+            latency.max = histogram.max();
+            for quantile in [1.0, 5.0, 10.0, 50.0, 90.0, 95.0, 99.0, 99.9, 99.99] {
+                latency.percentile.insert(format!("{quantile:.6}"), histogram.value_at_quantile(quantile / 100.0));
+            }
+            latency.average_maximum = average_maximum(&interval_maxima[index], elapsed, histogram.max());
+        }
+        DirectionReport {
+            io_bytes,
+            total_ios,
+            iops: total_ios as f64 / seconds,
+            bw_bytes: io_bytes as f64 / seconds,
+            lat_ns: latency,
+        }
+    };
+    Ok(RunReport {
+        target: target.describe(),
+        workload: workload.clone(),
+        elapsed_seconds: elapsed.as_secs_f64(),
+        read: direction(0, &counters.read_bytes, &counters.read_operations),
+        write: direction(1, &counters.write_bytes, &counters.write_operations),
+        seconds,
+    })
+}
+
+/// Mean of the maxima of the whole 10-second intervals; a trailing partial interval
+/// counts only when there is no whole one.
+fn average_maximum(maxima: &[u64], elapsed: Duration, overall_maximum: u64) -> f64 {
+    let whole = (elapsed.as_secs_f64() / MAXIMUM_INTERVAL.as_secs_f64()) as usize;
+    let counted: Vec<u64> = maxima.iter().take(whole).copied().filter(|&maximum| maximum > 0).collect();
+    if counted.is_empty() {
+        overall_maximum as f64
+    } else {
+        counted.iter().sum::<u64>() as f64 / counted.len() as f64
+    }
+}
+
+/// The main thread: record the operations of every second until the workers stop.
+fn sample_every_second<T>(
+    workload: &Workload,
+    counters: &Counters,
+    stop: &AtomicBool,
+    started: Instant,
+    seconds: &mut Vec<Second>,
+    progress: &dyn Fn(f64),
+    handles: &[std::thread::ScopedJoinHandle<'_, T>],
+) {
+    let mut last = [0u64; 4];
+    let mut next = 1u64;
+    loop {
+        let finished = handles.iter().all(|handle| handle.is_finished());
+        let deadline = started + Duration::from_secs(next);
+        let now = Instant::now();
+        if !finished && now < deadline {
+            std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
+            continue;
+        }
+        let current = [
+            counters.read_operations.load(Ordering::Relaxed),
+            counters.write_operations.load(Ordering::Relaxed),
+            counters.read_bytes.load(Ordering::Relaxed),
+            counters.write_bytes.load(Ordering::Relaxed),
+        ];
+        if !finished || current != last {
+            seconds.push(Second {
+                second: next,
+                read_iops: current[0] - last[0],
+                write_iops: current[1] - last[1],
+                read_bytes: current[2] - last[2],
+                write_bytes: current[3] - last[3],
+            });
+        }
+        last = current;
+        next += 1;
+        let time_done = started.elapsed().as_secs_f64() / workload.duration.as_secs_f64().max(1e-9);
+        let bytes_done = workload
+            .write_limit_bytes
+            .map_or(0.0, |limit| counters.write_bytes_submitted.load(Ordering::Relaxed) as f64 / limit.max(1) as f64);
+        progress(time_done.max(bytes_done).min(1.0));
+        if finished {
+            stop.store(true, Ordering::Release);
+            return;
+        }
+    }
+}
+
+/// One worker: keep the queue full until the run ends, then drain it.
+fn work(
+    mut queue: Box<dyn IoQueue>,
+    workload: &Workload,
+    worker: usize,
+    counters: &Counters,
+    stop: &AtomicBool,
+    random: &RandomData,
+    started: Instant,
+) -> Result<WorkerResult, String> {
+    let mut prng = Prng::new(workload.seed.wrapping_add(0x9E37_79B9 * (worker as u64 + 1)));
+    let mut chooser = Chooser::new(workload, worker);
+    let mut latencies = [new_histogram(), new_histogram()];
+    let mut interval_maxima: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
+    let mut free: Vec<usize> = (0..workload.queue_depth).rev().collect();
+    let mut issued: Vec<(Instant, Request)> =
+        vec![(started, Request { operation: Operation::Read, offset_bytes: 0, length_bytes: 0 }); workload.queue_depth];
+    let mut completions: Vec<Completion> = Vec::with_capacity(workload.queue_depth);
+    let mut ending = false;
+    loop {
+        if !ending {
+            ending = stop.load(Ordering::Acquire)
+                || started.elapsed() >= workload.duration
+                || workload
+                    .write_limit_bytes
+                    .is_some_and(|limit| counters.write_bytes_submitted.load(Ordering::Relaxed) >= limit);
+        }
+        // Refill every free slot, unless the run is ending (then only drain).
+        if !ending {
+            while let Some(slot) = free.pop() {
+                let limit_reached = workload
+                    .write_limit_bytes
+                    .is_some_and(|limit| counters.write_bytes_submitted.load(Ordering::Relaxed) >= limit);
+                if limit_reached {
+                    free.push(slot);
+                    ending = true;
+                    break;
+                }
+                let length_bytes =
+                    workload.block_sizes_bytes[prng.below(workload.block_sizes_bytes.len() as u64) as usize];
+                let operation =
+                    if prng.below(100) < workload.read_percent as u64 { Operation::Read } else { Operation::Write };
+                let request = Request { operation, offset_bytes: chooser.next(&mut prng, length_bytes), length_bytes };
+                if operation == Operation::Write {
+                    fill(&mut queue.buffer(slot)[..length_bytes], workload.data, random, &mut prng);
+                    counters.write_bytes_submitted.fetch_add(length_bytes as u64, Ordering::Relaxed);
+                }
+                queue.submit(slot, request)?;
+                issued[slot] = (Instant::now(), request);
+            }
+        }
+        if free.len() == workload.queue_depth {
+            break;
+        }
+        completions.clear();
+        queue.complete(&mut completions)?;
+        let now = Instant::now();
+        for (slot, result) in completions.drain(..) {
+            let (at, request) = issued[slot];
+            let place = match request.operation {
+                Operation::Read => "read",
+                Operation::Write => "write",
+            };
+            result.map_err(|error| {
+                format!("{place} of {} bytes at {}: {error}", request.length_bytes, request.offset_bytes)
+            })?;
+            let direction = (request.operation == Operation::Write) as usize;
+            let latency =
+                now.saturating_duration_since(at).as_nanos().clamp(1, LATENCY_CEILING_NANOSECONDS as u128) as u64;
+            latencies[direction].record(latency).expect("clamped within bounds");
+            let interval = (now.saturating_duration_since(started).as_nanos() / MAXIMUM_INTERVAL.as_nanos()) as usize;
+            let maxima = &mut interval_maxima[direction];
+            if interval >= maxima.len() {
+                maxima.resize(interval + 1, 0);
+            }
+            maxima[interval] = maxima[interval].max(latency);
+            let (operations, bytes) = match request.operation {
+                Operation::Read => (&counters.read_operations, &counters.read_bytes),
+                Operation::Write => (&counters.write_operations, &counters.write_bytes),
+            };
+            operations.fetch_add(1, Ordering::Relaxed);
+            bytes.fetch_add(request.length_bytes as u64, Ordering::Relaxed);
+            free.push(slot);
+        }
+    }
+    Ok(WorkerResult { latencies, interval_maxima })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workload(pattern: Pattern, zipf: Option<f64>) -> Workload {
+        Workload {
+            read_percent: 0,
+            block_sizes_bytes: vec![4096],
+            pattern,
+            zipf_exponent: zipf,
+            region_offset_bytes: 1 << 20,
+            region_bytes: 64 << 20,
+            data: Data::Random,
+            threads: 2,
+            queue_depth: 4,
+            duration: Duration::from_secs(1),
+            write_limit_bytes: None,
+            seed: 7,
+        }
+    }
+
+    #[test]
+    fn offsets_stay_aligned_inside_the_region() {
+        let mut prng = Prng::new(1);
+        for (pattern, zipf) in [(Pattern::Random, None), (Pattern::Random, Some(0.9)), (Pattern::Sequential, None)] {
+            let workload = workload(pattern, zipf);
+            for worker in 0..2 {
+                let mut chooser = Chooser::new(&workload, worker);
+                for _ in 0..100_000 {
+                    let offset = chooser.next(&mut prng, 4096);
+                    assert_eq!(offset % 4096, 0);
+                    assert!(offset >= workload.region_offset_bytes);
+                    assert!(offset + 4096 <= workload.region_offset_bytes + workload.region_bytes);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sequential_workers_walk_their_own_slices_in_order() {
+        let workload = workload(Pattern::Sequential, None);
+        let mut prng = Prng::new(1);
+        let mut chooser = Chooser::new(&workload, 1);
+        let first = chooser.next(&mut prng, 4096);
+        assert_eq!(first, (1 << 20) + (32 << 20));
+        assert_eq!(chooser.next(&mut prng, 4096), first + 4096);
+    }
+
+    #[test]
+    fn zipf_offsets_are_skewed() {
+        let workload = workload(Pattern::Random, Some(1.0));
+        let mut prng = Prng::new(3);
+        let mut chooser = Chooser::new(&workload, 0);
+        let mut counts = std::collections::HashMap::new();
+        for _ in 0..100_000 {
+            *counts.entry(chooser.next(&mut prng, 4096)).or_insert(0u32) += 1;
+        }
+        let hottest = counts.values().copied().max().unwrap();
+        // Uniform over 16 384 blocks would put about 6 requests on each.
+        assert!(hottest > 1000, "hottest block got {hottest} requests");
+    }
+
+    #[test]
+    fn average_maximum_uses_whole_intervals() {
+        assert_eq!(average_maximum(&[10, 30, 99], Duration::from_secs(25), 99), 20.0);
+        assert_eq!(average_maximum(&[7], Duration::from_secs(3), 7), 7.0);
+    }
+
+    #[test]
+    fn compressible_blocks_are_zero_where_asked() {
+        let random = RandomData::new(1);
+        let mut prng = Prng::new(2);
+        let mut block = vec![1u8; 4096];
+        fill(&mut block, Data::Compressible(50), &random, &mut prng);
+        assert!(block[..2048].iter().all(|&byte| byte == 0));
+        assert!(block[2048..].iter().any(|&byte| byte != 0));
+        fill(&mut block, Data::Zero, &random, &mut prng);
+        assert!(block.iter().all(|&byte| byte == 0));
+    }
+}

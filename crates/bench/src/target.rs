@@ -1,0 +1,442 @@
+//! What a benchmark drives. Three kinds of target, one interface:
+//!
+//! - a file or block device, with O_DIRECT and io_uring (`PATH` or `file:PATH`);
+//! - an NBD export, through the pipelining client of [`crate::nbd_client`]
+//!   (`nbd+unix:///NAME?socket=PATH`, `nbd://HOST[:PORT]/NAME`);
+//! - a stripelog volume in this process (`engine:MEMBER,MEMBER,...`).
+//!
+//! Each worker thread asks the target for an [`IoQueue`] that keeps up to `depth`
+//! requests in flight; the workload code in [`crate::run`] is the same for every target.
+
+use crate::nbd_client::{NbdAddress, NbdConnection};
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use stripelog_blockdev::{AlignedBuffer, FileDevice, FileDeviceOptions, IO_ALIGNMENT_BYTES};
+use stripelog_engine::{MemberDevice, OpenOptions as VolumeOpenOptions, Volume};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    Read,
+    Write,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Request {
+    pub operation: Operation,
+    pub offset_bytes: u64,
+    pub length_bytes: usize,
+}
+
+/// A completed request: its slot and, if it failed, why.
+pub type Completion = (usize, Result<(), String>);
+
+/// One worker's view of a target: `depth` slots, each with its own buffer.
+pub trait IoQueue: Send {
+    /// The buffer of `slot` (at least the largest block of the run). A write's payload is
+    /// put there before [`IoQueue::submit`]; the slot is not touched again until it completes.
+    fn buffer(&mut self, slot: usize) -> &mut [u8];
+    /// Queue a request on `slot` (the target may see it only at the next `complete`).
+    fn submit(&mut self, slot: usize, request: Request) -> Result<(), String>;
+    /// Send what was queued and wait for at least one completion (none if nothing is in
+    /// flight); completions are appended to `completions`.
+    fn complete(&mut self, completions: &mut Vec<Completion>) -> Result<(), String>;
+}
+
+pub trait Target: Send + Sync {
+    fn size_bytes(&self) -> u64;
+    /// Path or URI, and how it is driven (for reports).
+    fn describe(&self) -> String;
+    fn writable(&self) -> bool;
+    fn queue(&self, depth: usize, buffer_bytes: usize) -> Result<Box<dyn IoQueue>, String>;
+}
+
+/// How [`open`] treats the target.
+#[derive(Clone, Debug, Default)]
+pub struct TargetOptions {
+    /// The run writes. Writes never go to an existing, non-empty path without `force`.
+    pub writes: bool,
+    pub force: bool,
+    /// Create a missing file of this size (sparse).
+    pub create_size_bytes: Option<u64>,
+}
+
+/// Open the target named by `spec` (see the module documentation for the forms).
+pub fn open(spec: &str, options: &TargetOptions) -> Result<Box<dyn Target>, String> {
+    if spec.starts_with("nbd://") || spec.starts_with("nbd+unix://") {
+        return Ok(Box::new(NbdTarget::open(spec, options)?));
+    }
+    if let Some(members) = spec.strip_prefix("engine:") {
+        return Ok(Box::new(EngineTarget::open(members, options)?));
+    }
+    let path = spec.strip_prefix("file:").unwrap_or(spec);
+    if path.is_empty() {
+        return Err("an empty target: give a path, an nbd:// or nbd+unix:// URI, or engine:MEMBERS".into());
+    }
+    Ok(Box::new(FileTarget::open(Path::new(path), options)?))
+}
+
+/// Refuse to write over data without `--force`: a path that exists and is not empty.
+fn check_overwrite(path: &Path, options: &TargetOptions) -> Result<(), String> {
+    if !options.writes || options.force {
+        return Ok(());
+    }
+    match std::fs::metadata(path) {
+        Ok(metadata) if metadata.file_type().is_block_device() || metadata.len() > 0 => Err(format!(
+            "{}: exists and is not empty; a write benchmark overwrites it (pass --force to allow that)",
+            path.display()
+        )),
+        _ => Ok(()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Files and block devices.
+
+pub struct FileTarget {
+    file: Arc<File>,
+    path: PathBuf,
+    size_bytes: u64,
+    direct_io: bool,
+    writable: bool,
+}
+
+impl FileTarget {
+    fn open(path: &Path, options: &TargetOptions) -> Result<FileTarget, String> {
+        let name = path.display();
+        check_overwrite(path, options)?;
+        if !path.exists() {
+            let Some(size) = options.create_size_bytes else {
+                return Err(format!("{name}: does not exist (give --size to create it)"));
+            };
+            let file = File::create_new(path).map_err(|error| format!("{name}: cannot create: {error}"))?;
+            file.set_len(size).map_err(|error| format!("{name}: cannot size: {error}"))?;
+        }
+        let metadata = std::fs::metadata(path).map_err(|error| format!("{name}: {error}"))?;
+        if !metadata.is_file() && !metadata.file_type().is_block_device() {
+            return Err(format!("{name}: not a regular file or block device"));
+        }
+        let open = |direct: bool| {
+            OpenOptions::new()
+                .read(true)
+                .write(options.writes)
+                .custom_flags(if direct { libc::O_DIRECT } else { 0 })
+                .open(path)
+        };
+        // tmpfs and some other filesystems refuse O_DIRECT: buffered I/O then, and said so.
+        let (file, direct_io) = match open(true) {
+            Ok(file) => (file, true),
+            Err(error) if error.raw_os_error() == Some(libc::EINVAL) => {
+                (open(false).map_err(|error| format!("{name}: {error}"))?, false)
+            }
+            Err(error) => return Err(format!("{name}: {error}")),
+        };
+        let size_bytes = if metadata.is_file() {
+            metadata.len()
+        } else {
+            // A block device's size: its end.
+            use std::io::Seek;
+            (&file).seek(std::io::SeekFrom::End(0)).map_err(|error| format!("{name}: {error}"))?
+        };
+        let size_bytes = size_bytes / IO_ALIGNMENT_BYTES as u64 * IO_ALIGNMENT_BYTES as u64;
+        Ok(FileTarget {
+            file: Arc::new(file),
+            path: path.to_path_buf(),
+            size_bytes,
+            direct_io,
+            writable: options.writes,
+        })
+    }
+}
+
+impl Target for FileTarget {
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+    fn describe(&self) -> String {
+        format!("{} (io_uring, {})", self.path.display(), if self.direct_io { "O_DIRECT" } else { "buffered" })
+    }
+    fn writable(&self) -> bool {
+        self.writable
+    }
+    fn queue(&self, depth: usize, buffer_bytes: usize) -> Result<Box<dyn IoQueue>, String> {
+        let entries = (depth.max(1) as u32).next_power_of_two();
+        let ring = io_uring::IoUring::new(entries).map_err(|error| format!("io_uring: {error}"))?;
+        let buffers = (0..depth).map(|_| AlignedBuffer::zeroed(buffer_bytes)).collect();
+        Ok(Box::new(FileQueue {
+            file: self.file.clone(),
+            ring,
+            buffers,
+            lengths: vec![0; depth],
+            queued: 0,
+            in_flight: 0,
+        }))
+    }
+}
+
+struct FileQueue {
+    file: Arc<File>,
+    ring: io_uring::IoUring,
+    /// One per slot; never reallocated while the queue exists (the kernel holds pointers
+    /// into them while requests are in flight).
+    buffers: Vec<AlignedBuffer>,
+    /// Bytes each slot's request moves (a short transfer is an error).
+    lengths: Vec<usize>,
+    /// Submission entries pushed but not yet handed to the kernel.
+    queued: usize,
+    in_flight: usize,
+}
+
+impl IoQueue for FileQueue {
+    fn buffer(&mut self, slot: usize) -> &mut [u8] {
+        self.buffers[slot].as_mut_slice()
+    }
+
+    fn submit(&mut self, slot: usize, request: Request) -> Result<(), String> {
+        let fd = io_uring::types::Fd(self.file.as_raw_fd());
+        let buffer = &mut self.buffers[slot].as_mut_slice()[..request.length_bytes];
+        let length = request.length_bytes as u32;
+        let entry = match request.operation {
+            Operation::Read => {
+                io_uring::opcode::Read::new(fd, buffer.as_mut_ptr(), length).offset(request.offset_bytes).build()
+            }
+            Operation::Write => {
+                io_uring::opcode::Write::new(fd, buffer.as_ptr(), length).offset(request.offset_bytes).build()
+            }
+        };
+        self.push(slot, request, entry)
+    }
+
+    fn complete(&mut self, completions: &mut Vec<Completion>) -> Result<(), String> {
+        if self.in_flight == 0 {
+            return Ok(());
+        }
+        self.ring.submit_and_wait(1).map_err(|error| format!("io_uring: {error}"))?;
+        self.queued = 0;
+        for entry in self.ring.completion() {
+            let slot = entry.user_data() as usize;
+            let expected = self.lengths[slot];
+            let result = entry.result();
+            self.in_flight -= 1;
+            completions.push((
+                slot,
+                if result < 0 {
+                    Err(std::io::Error::from_raw_os_error(-result).to_string())
+                } else if result as usize != expected {
+                    Err(format!("short transfer: {result} of {expected} bytes"))
+                } else {
+                    Ok(())
+                },
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl FileQueue {
+    fn push(&mut self, slot: usize, request: Request, entry: io_uring::squeue::Entry) -> Result<(), String> {
+        self.lengths[slot] = request.length_bytes;
+        let entry = entry.user_data(slot as u64);
+        // SAFETY: the entry points into `self.buffers[slot]`, which lives as long as the
+        // ring (both are fields of `self`; the ring is dropped first only after `Drop`
+        // below has waited for every request) and is not reused until this request's
+        // completion is reaped. The file descriptor is kept open by `self.file`.
+        let pushed = unsafe { self.ring.submission().push(&entry) };
+        if pushed.is_err() {
+            // The ring holds `depth` entries rounded up: only reached if the caller
+            // submits more than `depth` requests at once.
+            return Err("io_uring submission queue full".into());
+        }
+        self.queued += 1;
+        self.in_flight += 1;
+        Ok(())
+    }
+}
+
+impl Drop for FileQueue {
+    fn drop(&mut self) {
+        // Requests still in flight must finish before their buffers are freed.
+        while self.in_flight > 0 {
+            if self.ring.submit_and_wait(1).is_err() {
+                break;
+            }
+            self.in_flight -= self.ring.completion().count();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// NBD exports.
+
+pub struct NbdTarget {
+    uri: String,
+    address: NbdAddress,
+    export: String,
+    size_bytes: u64,
+    writable: bool,
+}
+
+impl NbdTarget {
+    fn open(uri: &str, options: &TargetOptions) -> Result<NbdTarget, String> {
+        let (address, export) = crate::nbd_client::parse_uri(uri)?;
+        let connection = NbdConnection::connect(&address, &export)?;
+        let (size_bytes, read_only) = (connection.size_bytes(), connection.read_only());
+        connection.disconnect();
+        if options.writes && read_only {
+            return Err(format!("{uri}: the export is read-only and this benchmark writes"));
+        }
+        Ok(NbdTarget { uri: uri.to_string(), address, export, size_bytes, writable: !read_only })
+    }
+}
+
+impl Target for NbdTarget {
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+    fn describe(&self) -> String {
+        format!("{} (NBD, one connection per thread)", self.uri)
+    }
+    fn writable(&self) -> bool {
+        self.writable
+    }
+    fn queue(&self, depth: usize, buffer_bytes: usize) -> Result<Box<dyn IoQueue>, String> {
+        let connection = NbdConnection::connect(&self.address, &self.export)?;
+        Ok(Box::new(connection.into_queue(depth, buffer_bytes)?))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// A stripelog volume in this process.
+
+pub struct EngineTarget {
+    volume: Arc<Volume>,
+    members: String,
+    writable: bool,
+}
+
+impl EngineTarget {
+    fn open(members: &str, options: &TargetOptions) -> Result<EngineTarget, String> {
+        let paths: Vec<&str> = members.split(',').filter(|path| !path.is_empty()).collect();
+        if paths.is_empty() {
+            return Err("engine: name the volume's members: engine:MEMBER,MEMBER,...".into());
+        }
+        let mut devices = Vec::new();
+        for path in &paths {
+            check_overwrite(Path::new(path), options)?;
+            let device_options = FileDeviceOptions { read_only: !options.writes, ..FileDeviceOptions::default() };
+            let device =
+                FileDevice::open(Path::new(path), &device_options).map_err(|error| format!("{path}: {error}"))?;
+            devices.push(MemberDevice { name: path.to_string(), device: Some(Arc::new(device)) });
+        }
+        let open_options = VolumeOpenOptions { read_only: !options.writes, ..VolumeOpenOptions::default() };
+        let volume = Volume::open(devices, &open_options).map_err(|error| format!("engine:{members}: {error}"))?;
+        Ok(EngineTarget { volume: Arc::new(volume), members: members.to_string(), writable: options.writes })
+    }
+}
+
+impl Target for EngineTarget {
+    fn size_bytes(&self) -> u64 {
+        self.volume.logical_size_bytes()
+    }
+    fn describe(&self) -> String {
+        format!("engine:{} (in process, one caller per queue slot)", self.members)
+    }
+    fn writable(&self) -> bool {
+        self.writable
+    }
+    fn queue(&self, depth: usize, buffer_bytes: usize) -> Result<Box<dyn IoQueue>, String> {
+        Ok(Box::new(EngineQueue::new(self.volume.clone(), depth, buffer_bytes)))
+    }
+}
+
+impl Drop for EngineTarget {
+    fn drop(&mut self) {
+        // Flush what the run wrote (the volume closes when its last handle goes).
+        if self.writable {
+            if let Err(error) = self.volume.flush() {
+                eprintln!("stripelog bench: flushing the volume failed: {error}");
+            }
+        }
+    }
+}
+
+type EngineJob = (usize, Request, Vec<u8>);
+
+/// The engine's calls are synchronous: a queue of depth `d` is `d` callers.
+struct EngineQueue {
+    buffers: Vec<Option<Vec<u8>>>,
+    jobs: Option<crossbeam_channel::Sender<EngineJob>>,
+    done: crossbeam_channel::Receiver<(EngineJob, Result<(), String>)>,
+    callers: Vec<std::thread::JoinHandle<()>>,
+    in_flight: usize,
+}
+
+impl EngineQueue {
+    fn new(volume: Arc<Volume>, depth: usize, buffer_bytes: usize) -> EngineQueue {
+        let (jobs, incoming) = crossbeam_channel::bounded::<EngineJob>(depth);
+        let (finished, done) = crossbeam_channel::bounded(depth);
+        let callers = (0..depth)
+            .map(|_| {
+                let (volume, incoming, finished) = (volume.clone(), incoming.clone(), finished.clone());
+                std::thread::spawn(move || {
+                    for (slot, request, mut buffer) in incoming {
+                        let data = &mut buffer[..request.length_bytes];
+                        let result = match request.operation {
+                            Operation::Read => volume.read(request.offset_bytes, data),
+                            Operation::Write => volume.write(request.offset_bytes, data, false),
+                        }
+                        .map_err(|error| error.to_string());
+                        if finished.send(((slot, request, buffer), result)).is_err() {
+                            return;
+                        }
+                    }
+                })
+            })
+            .collect();
+        EngineQueue {
+            buffers: (0..depth).map(|_| Some(vec![0u8; buffer_bytes])).collect(),
+            jobs: Some(jobs),
+            done,
+            callers,
+            in_flight: 0,
+        }
+    }
+}
+
+impl IoQueue for EngineQueue {
+    fn buffer(&mut self, slot: usize) -> &mut [u8] {
+        self.buffers[slot].as_deref_mut().expect("the slot is not in flight")
+    }
+
+    fn submit(&mut self, slot: usize, request: Request) -> Result<(), String> {
+        let buffer = self.buffers[slot].take().ok_or("slot submitted twice")?;
+        let jobs = self.jobs.as_ref().ok_or("queue closed")?;
+        jobs.send((slot, request, buffer)).map_err(|_| "the engine's callers stopped".to_string())?;
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    fn complete(&mut self, completions: &mut Vec<Completion>) -> Result<(), String> {
+        if self.in_flight == 0 {
+            return Ok(());
+        }
+        let first = self.done.recv().map_err(|_| "the engine's callers stopped".to_string())?;
+        for ((slot, _, buffer), result) in std::iter::once(first).chain(self.done.try_iter()) {
+            self.buffers[slot] = Some(buffer);
+            self.in_flight -= 1;
+            completions.push((slot, result));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for EngineQueue {
+    fn drop(&mut self) {
+        self.jobs = None;
+        for caller in self.callers.drain(..) {
+            let _ = caller.join();
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The general benchmark against each kind of target: a file, an NBD export served by
+//! stripelog's own server on a Unix socket, and the engine in process. Each run must move
+//! real data (checked afterwards where the data can be seen) and every refusal must be a
+//! clear error, not a panic.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use stripelog_bench::run::{self, Data, Pattern, Workload};
+use stripelog_bench::target::{self, TargetOptions};
+use stripelog_blockdev::{BlockDevice, FileDevice, FileDeviceOptions, MemoryDevice};
+use stripelog_engine::{CreateOptions, MemberDevice, OpenOptions, RaidLevel, Volume};
+use stripelog_nbd::{Export, Server};
+
+const MIB: u64 = 1 << 20;
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(label: &str) -> Scratch {
+        let path = std::env::temp_dir().join(format!("stripelog-bench-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("scratch directory");
+        Scratch(path)
+    }
+    fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn workload(read_percent: u32, region_bytes: u64) -> Workload {
+    Workload {
+        read_percent,
+        block_sizes_bytes: vec![4096, 8192],
+        pattern: Pattern::Random,
+        zipf_exponent: None,
+        region_offset_bytes: 0,
+        region_bytes,
+        data: Data::Random,
+        threads: 2,
+        queue_depth: 8,
+        duration: Duration::from_millis(500),
+        write_limit_bytes: None,
+        seed: 11,
+    }
+}
+
+fn writes(create_size_bytes: Option<u64>, force: bool) -> TargetOptions {
+    TargetOptions { writes: true, force, create_size_bytes }
+}
+
+#[test]
+fn a_file_target_is_written_and_read_and_not_overwritten_without_force() {
+    let scratch = Scratch::new("file");
+    let path = scratch.join("target");
+    let spec = path.to_str().unwrap();
+    // Missing, no size: refused.
+    let error = target::open(spec, &writes(None, false)).err().expect("no size given");
+    assert!(error.contains("--size"), "{error}");
+
+    let file = target::open(spec, &writes(Some(16 * MIB), false)).expect("create the file");
+    assert_eq!(file.size_bytes(), 16 * MIB);
+    // One sequential pass of random data covers the whole file.
+    let fill = Workload {
+        pattern: Pattern::Sequential,
+        threads: 1,
+        block_sizes_bytes: vec![MIB as usize],
+        duration: Duration::from_secs(60),
+        write_limit_bytes: Some(16 * MIB),
+        ..workload(0, 16 * MIB)
+    };
+    let report = run::run(file.as_ref(), &fill, &|_| {}).expect("fill");
+    assert_eq!(report.write.io_bytes, 16 * MIB);
+    drop(file);
+    let content = std::fs::read(&path).unwrap();
+    let zero_blocks = content.chunks(4096).filter(|block| block.iter().all(|&byte| byte == 0)).count();
+    assert_eq!(zero_blocks, 0, "every block was written with random data");
+
+    // Now the file exists and holds data: writing needs --force, reading does not.
+    let error = target::open(spec, &writes(None, false)).err().expect("would overwrite");
+    assert!(error.contains("--force"), "{error}");
+    let reader = target::open(spec, &TargetOptions::default()).expect("read-only open");
+    let error = run::run(reader.as_ref(), &workload(50, 16 * MIB), &|_| {}).expect_err("writes on a read-only target");
+    assert!(error.contains("read-only"), "{error}");
+    let report = run::run(reader.as_ref(), &workload(100, 16 * MIB), &|_| {}).expect("reads");
+    assert!(report.read.total_ios > 100 && report.write.total_ios == 0);
+    assert!(report.read.lat_ns.max >= report.read.lat_ns.min && report.read.lat_ns.mean > 0.0);
+
+    let forced = target::open(spec, &writes(None, true)).expect("--force");
+    let report = run::run(forced.as_ref(), &workload(30, 16 * MIB), &|_| {}).expect("mixed run");
+    assert!(report.read.total_ios > 0 && report.write.total_ios > 0);
+    let error = run::run(forced.as_ref(), &workload(30, 32 * MIB), &|_| {}).expect_err("region too large");
+    assert!(error.contains("larger than the target"), "{error}");
+}
+
+fn memory_volume(member_bytes: u64) -> Arc<Volume> {
+    let members = (0..4)
+        .map(|index| MemberDevice {
+            name: format!("memory-{index}"),
+            device: Some(Arc::new(MemoryDevice::new(member_bytes)) as Arc<dyn BlockDevice>),
+        })
+        .collect();
+    let options = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..Default::default() };
+    Arc::new(Volume::create(members, &options, &OpenOptions::default()).expect("volume"))
+}
+
+#[test]
+fn an_nbd_export_is_driven_with_many_requests_in_flight() {
+    let scratch = Scratch::new("nbd");
+    let socket = scratch.join("s.sock");
+    let volume = memory_volume(64 * MIB);
+    let size = volume.logical_size_bytes();
+    let exports = vec![
+        Export { name: "disk".into(), description: String::new(), volume: volume.clone(), read_only: false },
+        Export { name: "ro".into(), description: String::new(), volume: volume.clone(), read_only: true },
+    ];
+    let server = Server::new(exports);
+    let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+    let serving = {
+        let server = server.clone();
+        std::thread::spawn(move || server.run_unix(listener))
+    };
+    let uri = format!("nbd+unix:///disk?socket={}", socket.display());
+    let export = target::open(&uri, &writes(None, false)).expect("connect");
+    assert_eq!(export.size_bytes(), size);
+    let report = run::run(export.as_ref(), &workload(50, size), &|_| {}).expect("mixed run over NBD");
+    assert!(
+        report.read.total_ios > 100 && report.write.total_ios > 100,
+        "{:?}",
+        (report.read.total_ios, report.write.total_ios)
+    );
+    let statistics = &server.statistics;
+    let served = statistics.requests.load(std::sync::atomic::Ordering::Relaxed);
+    let written = statistics.bytes_written.load(std::sync::atomic::Ordering::Relaxed);
+    drop(export);
+
+    let read_only = format!("nbd+unix:///ro?socket={}", socket.display());
+    let error = target::open(&read_only, &writes(None, false)).err().expect("read-only export");
+    assert!(error.contains("read-only"), "{error}");
+    let error = target::open("nbd+unix:///nothing?socket=/nonexistent/socket", &writes(None, false)).err().unwrap();
+    assert!(error.contains("cannot connect"), "{error}");
+    let error =
+        target::open(&format!("nbd+unix:///missing?socket={}", socket.display()), &writes(None, false)).err().unwrap();
+    assert!(error.contains("refused"), "{error}");
+
+    server.shutdown();
+    serving.join().unwrap().expect("server ends cleanly");
+    // Connections are counted when they end: the server saw what the client sent.
+    let served_total = statistics.requests.load(std::sync::atomic::Ordering::Relaxed).max(served);
+    assert!(served_total >= report.read.total_ios + report.write.total_ios);
+    assert!(statistics.bytes_written.load(std::sync::atomic::Ordering::Relaxed).max(written) >= report.write.io_bytes);
+}
+
+fn file_members(scratch: &Scratch) -> Vec<PathBuf> {
+    (0..3).map(|index| scratch.join(&format!("member-{index}"))).collect()
+}
+
+fn open_members(paths: &[PathBuf]) -> Vec<MemberDevice> {
+    paths
+        .iter()
+        .map(|path: &PathBuf| {
+            let options = FileDeviceOptions { create_size_bytes: Some(64 * MIB), ..FileDeviceOptions::default() };
+            let device = FileDevice::open(Path::new(path), &options).expect("member");
+            MemberDevice { name: path.display().to_string(), device: Some(Arc::new(device)) }
+        })
+        .collect()
+}
+
+#[test]
+fn the_engine_in_process_needs_force_to_write_and_keeps_what_it_wrote() {
+    let scratch = Scratch::new("engine");
+    let paths = file_members(&scratch);
+    let options = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..Default::default() };
+    Volume::create(open_members(&paths), &options, &OpenOptions::default()).unwrap().close().unwrap();
+    let spec = format!("engine:{}", paths.iter().map(|path| path.to_str().unwrap()).collect::<Vec<_>>().join(","));
+    let error = target::open(&spec, &writes(None, false)).err().expect("members hold a volume");
+    assert!(error.contains("--force"), "{error}");
+    let engine = target::open(&spec, &writes(None, true)).expect("open the volume");
+    let size = engine.size_bytes();
+    let fill = Workload {
+        pattern: Pattern::Sequential,
+        threads: 1,
+        // The volume's size is a multiple of 4 KiB, not of larger blocks.
+        block_sizes_bytes: vec![4096],
+        duration: Duration::from_secs(60),
+        write_limit_bytes: Some(size),
+        ..workload(0, size)
+    };
+    let report = run::run(engine.as_ref(), &fill, &|_| {}).expect("fill through the engine");
+    assert_eq!(report.write.io_bytes, size);
+    let report = run::run(engine.as_ref(), &workload(50, size), &|_| {}).expect("mixed run");
+    assert!(report.read.total_ios > 0 && report.write.total_ios > 0);
+    drop(engine);
+    // The volume reopens with every block written (random data: no zero blocks).
+    let volume = Volume::open(open_members(&paths), &OpenOptions::default()).expect("reopen");
+    let mut block = vec![0u8; 4096];
+    for offset in (0..size).step_by(4096 * 97) {
+        volume.read(offset, &mut block).unwrap();
+        assert!(block.iter().any(|&byte| byte != 0), "block at {offset} reads as zeros");
+    }
+    volume.close().unwrap();
+}

@@ -1,0 +1,374 @@
+//! `stripelog bench mix` and `stripelog bench grid`: the general benchmark on any target.
+
+use crate::units;
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use stripelog_bench::run::{Data, Pattern, RunReport, Workload};
+use stripelog_bench::target::{self, TargetOptions};
+
+/// What every run of the general benchmark shares.
+#[derive(Args)]
+pub struct TargetArguments {
+    /// What to measure (see Targets below).
+    target: String,
+    /// Bytes of the target to use, from --offset (default: all of it; grid: 4GiB).
+    #[arg(long, value_parser = units::parse_size)]
+    region: Option<u64>,
+    /// Where the region starts.
+    #[arg(long, default_value = "0", value_parser = units::parse_size)]
+    offset: u64,
+    /// Create a missing file target of this size (sparse).
+    #[arg(long, value_parser = units::parse_size)]
+    size: Option<u64>,
+    /// Allow writing to a path that exists and is not empty (its data is overwritten).
+    #[arg(long)]
+    force: bool,
+    /// Make this percentage of every written block zeros (default: random, incompressible).
+    #[arg(long, value_name = "PERCENT", conflicts_with = "zero")]
+    compressible: Option<u32>,
+    /// Write blocks of zeros.
+    #[arg(long)]
+    zero: bool,
+    /// Seed of the offsets and data (runs with the same seed issue the same requests).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the report as JSON (fio-like names: iops, bw_bytes, lat_ns).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+impl TargetArguments {
+    fn data(&self) -> Result<Data, String> {
+        match (self.compressible, self.zero) {
+            (Some(percent), _) if percent > 100 => Err("--compressible is a percentage (0-100)".into()),
+            (Some(percent), _) => Ok(Data::Compressible(percent)),
+            (None, true) => Ok(Data::Zero),
+            (None, false) => Ok(Data::Random),
+        }
+    }
+
+    fn open(&self, writes: bool) -> Result<Box<dyn target::Target>, String> {
+        let options = TargetOptions { writes, force: self.force, create_size_bytes: self.size };
+        target::open(&self.target, &options)
+    }
+}
+
+#[derive(Args)]
+pub struct MixArguments {
+    #[command(flatten)]
+    target: TargetArguments,
+    /// Share of requests that read (0-100).
+    #[arg(long, default_value_t = 0)]
+    read_percent: u32,
+    /// Request size; several sizes separated by commas are mixed evenly.
+    #[arg(long, default_value = "4KiB", value_delimiter = ',', value_parser = units::parse_size)]
+    block_size: Vec<u64>,
+    /// Requests in flight per thread.
+    #[arg(long, default_value_t = 1)]
+    queue_depth: usize,
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    #[arg(long, default_value = "10s", value_parser = units::parse_duration)]
+    duration: Duration,
+    /// Offsets: random or sequential (each thread its own slice of the region).
+    #[arg(long, default_value = "random", value_parser = parse_pattern)]
+    pattern: Pattern,
+    /// Random offsets follow a Zipf distribution with this exponent (e.g. 0.8).
+    #[arg(long, value_name = "THETA")]
+    zipf: Option<f64>,
+    /// Also stop after writing this much.
+    #[arg(long, value_parser = units::parse_size)]
+    write_limit: Option<u64>,
+    /// Per-second IOPS and bandwidth as CSV.
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+}
+
+fn parse_pattern(text: &str) -> Result<Pattern, String> {
+    match text {
+        "random" => Ok(Pattern::Random),
+        "sequential" => Ok(Pattern::Sequential),
+        other => Err(format!("unknown pattern {other:?} (random, sequential)")),
+    }
+}
+
+fn block_size(bytes: u64) -> Result<usize, String> {
+    usize::try_from(bytes)
+        .ok()
+        .filter(|&size| size > 0 && size.is_multiple_of(512) && size <= 64 << 20)
+        .ok_or_else(|| format!("block size {bytes}: must be a multiple of 512 bytes, at most 64 MiB"))
+}
+
+fn progress_bar(quiet: bool) -> indicatif::ProgressBar {
+    if quiet {
+        return indicatif::ProgressBar::hidden();
+    }
+    // indicatif draws nothing when stderr is not a terminal.
+    let bar = indicatif::ProgressBar::new(1000);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {percent:>3}% [{elapsed} < {eta}] {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+fn write_json<T: serde::Serialize>(path: &Option<PathBuf>, value: &T) -> Result<(), String> {
+    if let Some(path) = path {
+        let text = serde_json::to_string_pretty(value).map_err(|error| error.to_string())?;
+        std::fs::write(path, text).map_err(|error| format!("{}: {error}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn microseconds(nanoseconds: f64) -> String {
+    format!("{:.1}", nanoseconds / 1000.0)
+}
+
+fn print_run(report: &RunReport) {
+    println!("target: {}", report.target);
+    let workload = &report.workload;
+    println!(
+        "{} % reads, {} blocks, {} offsets{}, {} thread(s) × queue depth {}, region {} from {}, {:.1} s",
+        workload.read_percent,
+        workload
+            .block_sizes_bytes
+            .iter()
+            .map(|&size| stripelog_bench::format_size(size as u64))
+            .collect::<Vec<_>>()
+            .join("/"),
+        match workload.pattern {
+            Pattern::Random => "random",
+            Pattern::Sequential => "sequential",
+        },
+        workload.zipf_exponent.map(|theta| format!(" (zipf {theta})")).unwrap_or_default(),
+        workload.threads,
+        workload.queue_depth,
+        stripelog_bench::format_size(workload.region_bytes),
+        workload.region_offset_bytes,
+        report.elapsed_seconds
+    );
+    println!(
+        "{:<6} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
+        "", "IOPS", "MB/s", "mean µs", "p50 µs", "p99 µs", "p99.9 µs", "max µs", "avg-max µs"
+    );
+    for (name, direction) in [("read", &report.read), ("write", &report.write)] {
+        if direction.total_ios == 0 {
+            continue;
+        }
+        let latency = &direction.lat_ns;
+        let percentile = |key: &str| microseconds(latency.percentile.get(key).copied().unwrap_or(0) as f64);
+        println!(
+            "{:<6} {:>11.0} {:>10.1} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
+            name,
+            direction.iops,
+            direction.bw_bytes / 1e6,
+            microseconds(latency.mean),
+            percentile("50.000000"),
+            percentile("99.000000"),
+            percentile("99.900000"),
+            microseconds(latency.max as f64),
+            microseconds(latency.average_maximum)
+        );
+    }
+}
+
+pub fn mix(arguments: MixArguments) -> Result<ExitCode, String> {
+    let data = arguments.target.data()?;
+    let block_sizes_bytes =
+        arguments.block_size.iter().map(|&bytes| block_size(bytes)).collect::<Result<Vec<_>, _>>()?;
+    let target = arguments.target.open(arguments.read_percent < 100)?;
+    let region_bytes =
+        arguments.target.region.unwrap_or_else(|| target.size_bytes().saturating_sub(arguments.target.offset));
+    let workload = Workload {
+        read_percent: arguments.read_percent,
+        block_sizes_bytes,
+        pattern: arguments.pattern,
+        zipf_exponent: arguments.zipf,
+        region_offset_bytes: arguments.target.offset,
+        region_bytes,
+        data,
+        threads: arguments.threads,
+        queue_depth: arguments.queue_depth,
+        duration: arguments.duration,
+        write_limit_bytes: arguments.write_limit,
+        seed: arguments.target.seed,
+    };
+    let bar = progress_bar(arguments.target.quiet);
+    let report =
+        stripelog_bench::run::run(target.as_ref(), &workload, &|done| bar.set_position((done * 1000.0) as u64));
+    bar.finish_and_clear();
+    let report = report?;
+    print_run(&report);
+    write_json(&arguments.target.json, &report)?;
+    if let Some(path) = &arguments.csv {
+        let mut text = String::from("second,read_iops,write_iops,read_bytes,write_bytes\n");
+        for second in &report.seconds {
+            text.push_str(&format!(
+                "{},{},{},{},{}\n",
+                second.second, second.read_iops, second.write_iops, second.read_bytes, second.write_bytes
+            ));
+        }
+        std::fs::write(path, text).map_err(|error| format!("{}: {error}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args)]
+pub struct GridArguments {
+    #[command(flatten)]
+    target: TargetArguments,
+    /// Block sizes (default: 512B to 4MiB, doubling).
+    #[arg(long, value_delimiter = ',', value_parser = units::parse_size)]
+    block_sizes: Option<Vec<u64>>,
+    /// Thread counts.
+    #[arg(long, value_delimiter = ',', default_value = "1,10,40")]
+    threads: Vec<usize>,
+    /// Requests in flight per thread.
+    #[arg(long, default_value_t = 1)]
+    queue_depth: usize,
+    /// Time per cell.
+    #[arg(long, default_value = "5s", value_parser = units::parse_duration)]
+    duration: Duration,
+    /// Only random reads: never write to the target.
+    #[arg(long)]
+    read_only: bool,
+    /// Do not fill the region sequentially before the cells.
+    #[arg(long)]
+    no_fill: bool,
+}
+
+pub fn grid(arguments: GridArguments) -> Result<ExitCode, String> {
+    let data = arguments.target.data()?;
+    let block_sizes_bytes = match &arguments.block_sizes {
+        Some(sizes) => sizes.iter().map(|&bytes| block_size(bytes)).collect::<Result<Vec<_>, _>>()?,
+        None => stripelog_bench::grid::default_block_sizes(),
+    };
+    let target = arguments.target.open(!arguments.read_only)?;
+    let region_bytes = arguments.target.region.unwrap_or(4 << 30);
+    if arguments.target.offset != 0 {
+        return Err("grid: --offset is not supported (the region starts at 0)".into());
+    }
+    let options = stripelog_bench::grid::Options {
+        block_sizes_bytes,
+        thread_counts: arguments.threads.clone(),
+        queue_depth: arguments.queue_depth,
+        cell_duration: arguments.duration,
+        region_bytes,
+        data,
+        fill: !arguments.no_fill,
+        seed: arguments.target.seed,
+    };
+    let bar = progress_bar(arguments.target.quiet);
+    let report = stripelog_bench::grid::run(target.as_ref(), &options, &|cell, done| {
+        bar.set_message(cell.to_string());
+        bar.set_position((done * 1000.0) as u64);
+    });
+    bar.finish_and_clear();
+    let report = report?;
+    println!("target: {}", report.target);
+    println!(
+        "region {}, {} s per cell, queue depth {} per thread, {} data{}",
+        stripelog_bench::format_size(options.region_bytes),
+        options.cell_duration.as_secs_f64(),
+        options.queue_depth,
+        match options.data {
+            Data::Random => "random".to_string(),
+            Data::Zero => "zero".to_string(),
+            Data::Compressible(percent) => format!("{percent} % compressible"),
+        },
+        report
+            .fill_bytes_per_second
+            .map(|rate| format!("; sequential fill {:.0} MB/s", rate / 1e6))
+            .unwrap_or_default()
+    );
+    print!("{}", stripelog_bench::grid::table(&report));
+    write_json(&arguments.target.json, &report)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args)]
+pub struct LatencyArguments {
+    #[command(flatten)]
+    target: TargetArguments,
+    /// Queue depths (default: 1, 2, 4, ... 64).
+    #[arg(long, value_delimiter = ',')]
+    queue_depths: Option<Vec<usize>>,
+    /// Share of requests that read.
+    #[arg(long, default_value_t = 70)]
+    read_percent: u32,
+    /// Request sizes, mixed evenly.
+    #[arg(long, default_value = "4KiB,8KiB", value_delimiter = ',', value_parser = units::parse_size)]
+    block_size: Vec<u64>,
+    /// Time per queue depth (the average maximum needs at least one 10 s interval).
+    #[arg(long, default_value = "20s", value_parser = units::parse_duration)]
+    duration: Duration,
+    /// Chart of mean and average-maximum response time against queue depth (SVG).
+    #[arg(long, value_name = "FILE.svg")]
+    chart: Option<PathBuf>,
+}
+
+pub fn latency(arguments: LatencyArguments) -> Result<ExitCode, String> {
+    let data = arguments.target.data()?;
+    let block_sizes_bytes =
+        arguments.block_size.iter().map(|&bytes| block_size(bytes)).collect::<Result<Vec<_>, _>>()?;
+    if arguments.target.offset != 0 {
+        return Err("latency: --offset is not supported (the region starts at 0)".into());
+    }
+    let target = arguments.target.open(arguments.read_percent < 100)?;
+    let options = stripelog_bench::latency::Options {
+        queue_depths: arguments.queue_depths.clone().unwrap_or_else(stripelog_bench::latency::default_queue_depths),
+        read_percent: arguments.read_percent,
+        block_sizes_bytes,
+        duration_per_depth: arguments.duration,
+        region_bytes: arguments.target.region.unwrap_or_else(|| target.size_bytes()),
+        data,
+        seed: arguments.target.seed,
+    };
+    let bar = progress_bar(arguments.target.quiet);
+    let report = stripelog_bench::latency::run(target.as_ref(), &options, &|step, done| {
+        bar.set_message(step.to_string());
+        bar.set_position((done * 1000.0) as u64);
+    });
+    bar.finish_and_clear();
+    let report = report?;
+    println!("target: {}", report.target);
+    println!(
+        "{} % reads, {} blocks, random over {}, {} s per depth; response times in µs",
+        options.read_percent,
+        options
+            .block_sizes_bytes
+            .iter()
+            .map(|&size| stripelog_bench::format_size(size as u64))
+            .collect::<Vec<_>>()
+            .join("/"),
+        stripelog_bench::format_size(options.region_bytes),
+        options.duration_per_depth.as_secs_f64()
+    );
+    println!(
+        "{:>6} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
+        "depth", "IOPS", "mean", "p50", "p99", "p99.9", "max", "avg-max"
+    );
+    for point in &report.points {
+        println!(
+            "{:>6} {:>11.0} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",
+            point.queue_depth,
+            point.iops,
+            microseconds(point.mean_ns),
+            microseconds(point.p50_ns as f64),
+            microseconds(point.p99_ns as f64),
+            microseconds(point.p99_9_ns as f64),
+            microseconds(point.max_ns as f64),
+            microseconds(point.average_maximum_ns)
+        );
+    }
+    if let Some(path) = &arguments.chart {
+        stripelog_bench::latency::chart(&report, path)?;
+    }
+    write_json(&arguments.target.json, &report)?;
+    Ok(ExitCode::SUCCESS)
+}
