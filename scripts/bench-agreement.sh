@@ -7,12 +7,13 @@
 #     nbd engine, libnbd, against our own NBD client);
 #   - the headroom: 4 KiB random writes on a file in /dev/shm, where the storage costs
 #     almost nothing, so the figure is the tool's own ceiling.
-# Each pair runs ROUNDS times (default 3), the tools taking turns; medians are printed.
+# Each pair runs ROUNDS times (default 4), the tools taking turns and alternating who goes
+# first; medians are printed.
 # Usage: [ROUNDS=N] scripts/bench-agreement.sh [DIRECTORY] [SECONDS_PER_RUN]
 set -euo pipefail
 directory=${1:-stripelog-bench-agreement}
 seconds=${2:-10}
-rounds=${ROUNDS:-3}
+rounds=${ROUNDS:-4}
 stripelog=${STRIPELOG:-./target/release/stripelog}
 for tool in fio nbdkit python3; do
   command -v "$tool" >/dev/null || { echo "bench-agreement: $tool is not installed (scripts/install-deps.sh)" >&2; exit 1; }
@@ -54,11 +55,20 @@ echo "| workload | target | fio IOPS | stripelog bench IOPS | bench / fio (range
 echo "|---|---|---:|---:|---:|"
 pair() { # label, target label, fio arguments (one string), stripelog target, stripelog arguments (one string)
   local theirs=() ours=()
-  for _ in $(seq "$rounds"); do
-    # shellcheck disable=SC2086
-    theirs+=("$(fio_iops $3)")
-    # shellcheck disable=SC2086
-    ours+=("$(ours_iops "$4" $5)")
+  for round in $(seq "$rounds"); do
+    # Who goes first alternates: a disk still writing back the previous run's data
+    # slows whoever comes next.
+    if [ $((round % 2)) -eq 1 ]; then
+      # shellcheck disable=SC2086
+      theirs+=("$(fio_iops $3)")
+      # shellcheck disable=SC2086
+      ours+=("$(ours_iops "$4" $5)")
+    else
+      # shellcheck disable=SC2086
+      ours+=("$(ours_iops "$4" $5)")
+      # shellcheck disable=SC2086
+      theirs+=("$(fio_iops $3)")
+    fi
   done
   python3 - "$1" "$2" "${theirs[*]}" "${ours[*]}" <<'PYTHON'
 import statistics, sys
