@@ -117,14 +117,6 @@ fn progress_bar(quiet: bool) -> indicatif::ProgressBar {
     bar
 }
 
-fn write_json<T: serde::Serialize>(path: &Option<PathBuf>, value: &T) -> Result<(), String> {
-    if let Some(path) = path {
-        let text = serde_json::to_string_pretty(value).map_err(|error| error.to_string())?;
-        std::fs::write(path, text).map_err(|error| format!("{}: {error}", path.display()))?;
-    }
-    Ok(())
-}
-
 fn microseconds(nanoseconds: f64) -> String {
     format!("{:.1}", nanoseconds / 1000.0)
 }
@@ -204,7 +196,7 @@ pub fn mix(arguments: MixArguments) -> Result<ExitCode, String> {
     bar.finish_and_clear();
     let report = report?;
     print_run(&report);
-    write_json(&arguments.target.json, &report)?;
+    crate::write_json_file(arguments.target.json.as_deref(), &report)?;
     if let Some(path) = &arguments.csv {
         let mut text = String::from("second,read_iops,write_iops,read_bytes,write_bytes\n");
         for second in &report.seconds {
@@ -287,7 +279,7 @@ pub fn grid(arguments: GridArguments) -> Result<ExitCode, String> {
             .unwrap_or_default()
     );
     print!("{}", stripelog_bench::grid::table(&report));
-    write_json(&arguments.target.json, &report)?;
+    crate::write_json_file(arguments.target.json.as_deref(), &report)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -369,6 +361,6 @@ pub fn latency(arguments: LatencyArguments) -> Result<ExitCode, String> {
     if let Some(path) = &arguments.chart {
         stripelog_bench::latency::chart(&report, path)?;
     }
-    write_json(&arguments.target.json, &report)?;
+    crate::write_json_file(arguments.target.json.as_deref(), &report)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -438,6 +438,15 @@ fn print_json<T: serde::Serialize>(value: &T) -> Result<(), String> {
     Ok(())
 }
 
+/// `--json FILE` of the benchmarks and experiments: the report, pretty-printed, if asked.
+fn write_json_file<T: serde::Serialize>(path: Option<&std::path::Path>, value: &T) -> Result<(), String> {
+    if let Some(path) = path {
+        let text = serde_json::to_string_pretty(value).map_err(|error| error.to_string())?;
+        std::fs::write(path, text).map_err(|error| format!("{}: {error}", path.display()))?;
+    }
+    Ok(())
+}
+
 fn run(cli: Cli) -> Result<ExitCode, String> {
     match cli.command {
         Command::Create(arguments) => {
@@ -522,10 +531,7 @@ fn sim_gc(arguments: GcSimArguments) -> Result<ExitCode, String> {
         report.spare_fraction_for_data * 100.0
     );
     println!("total amplification with RAID-5 parity and summaries {:.3}", report.total_amplification);
-    if let Some(path) = arguments.json {
-        let text = serde_json::to_string_pretty(&report).map_err(|error| error.to_string())?;
-        std::fs::write(&path, text).map_err(|error| format!("{}: {error}", path.display()))?;
-    }
+    write_json_file(arguments.json.as_deref(), &report)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -634,10 +640,7 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
         report.latency_p99_ns as f64 / 1e3,
         report.latency_max_ns as f64 / 1e6
     );
-    if let Some(path) = &arguments.json {
-        let text = serde_json::to_string_pretty(&report).map_err(|error| error.to_string())?;
-        std::fs::write(path, text).map_err(|error| format!("{}: {error}", path.display()))?;
-    }
+    write_json_file(arguments.json.as_deref(), &report)?;
     if let Some(path) = &arguments.csv {
         let mut text = String::from("second,iops\n");
         for (second, iops) in report.iops_per_second.iter().enumerate() {
@@ -724,10 +727,7 @@ fn bench_engine(arguments: EngineBenchArguments) -> Result<ExitCode, String> {
             .map(|bytes| format!("; process resident growth {:.2} MiB per logical GiB", bytes / (1 << 20) as f64))
             .unwrap_or_default()
     );
-    if let Some(path) = arguments.json {
-        let text = serde_json::to_string_pretty(&report).map_err(|error| error.to_string())?;
-        std::fs::write(&path, text).map_err(|error| format!("{}: {error}", path.display()))?;
-    }
+    write_json_file(arguments.json.as_deref(), &report)?;
     Ok(ExitCode::SUCCESS)
 }
 
