@@ -9,12 +9,10 @@
 //! requests in flight; the workload code in [`crate::run`] is the same for every target.
 
 use crate::nbd_client::{NbdAddress, NbdConnection};
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::FileTypeExt;
+use std::path::Path;
 use std::sync::Arc;
-use stripelog_blockdev::{AlignedBuffer, FileDevice, FileDeviceOptions, IO_ALIGNMENT_BYTES};
+use stripelog_blockdev::{AlignedBuffer, BlockDevice, FileDevice, FileDeviceOptions, IoEngine};
 use stripelog_engine::{MemberDevice, OpenOptions as VolumeOpenOptions, Volume};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,10 +94,9 @@ fn check_overwrite(path: &Path, options: &TargetOptions) -> Result<(), String> {
 // Files and block devices.
 
 pub struct FileTarget {
-    file: Arc<File>,
-    path: PathBuf,
-    size_bytes: u64,
-    direct_io: bool,
+    /// Opened (and created, sized, its O_DIRECT fallback decided) by the member code;
+    /// the benchmark drives its descriptor with its own rings.
+    device: Arc<FileDevice>,
     writable: bool,
 }
 
@@ -107,56 +104,29 @@ impl FileTarget {
     fn open(path: &Path, options: &TargetOptions) -> Result<FileTarget, String> {
         let name = path.display();
         check_overwrite(path, options)?;
-        if !path.exists() {
-            let Some(size) = options.create_size_bytes else {
-                return Err(format!("{name}: does not exist (give --size to create it)"));
-            };
-            let file = File::create_new(path).map_err(|error| format!("{name}: cannot create: {error}"))?;
-            file.set_len(size).map_err(|error| format!("{name}: cannot size: {error}"))?;
+        if options.create_size_bytes.is_none() && !path.exists() {
+            return Err(format!("{name}: does not exist (give --size to create it)"));
         }
-        let metadata = std::fs::metadata(path).map_err(|error| format!("{name}: {error}"))?;
-        if !metadata.is_file() && !metadata.file_type().is_block_device() {
-            return Err(format!("{name}: not a regular file or block device"));
-        }
-        let open = |direct: bool| {
-            OpenOptions::new()
-                .read(true)
-                .write(options.writes)
-                .custom_flags(if direct { libc::O_DIRECT } else { 0 })
-                .open(path)
+        let device_options = FileDeviceOptions {
+            create_size_bytes: options.create_size_bytes,
+            direct_io: true,
+            // No ring of its own: each worker sets up one sized to its queue depth.
+            io_engine: IoEngine::Sync,
+            // A missing file is created even for a read-only run (it reads as zeros).
+            read_only: !options.writes && path.exists(),
         };
-        // tmpfs and some other filesystems refuse O_DIRECT: buffered I/O then, and said so.
-        let (file, direct_io) = match open(true) {
-            Ok(file) => (file, true),
-            Err(error) if error.raw_os_error() == Some(libc::EINVAL) => {
-                (open(false).map_err(|error| format!("{name}: {error}"))?, false)
-            }
-            Err(error) => return Err(format!("{name}: {error}")),
-        };
-        let size_bytes = if metadata.is_file() {
-            metadata.len()
-        } else {
-            // A block device's size: its end.
-            use std::io::Seek;
-            (&file).seek(std::io::SeekFrom::End(0)).map_err(|error| format!("{name}: {error}"))?
-        };
-        let size_bytes = size_bytes / IO_ALIGNMENT_BYTES as u64 * IO_ALIGNMENT_BYTES as u64;
-        Ok(FileTarget {
-            file: Arc::new(file),
-            path: path.to_path_buf(),
-            size_bytes,
-            direct_io,
-            writable: options.writes,
-        })
+        let device = FileDevice::open(path, &device_options).map_err(|error| format!("{name}: {error}"))?;
+        Ok(FileTarget { device: Arc::new(device), writable: options.writes })
     }
 }
 
 impl Target for FileTarget {
     fn size_bytes(&self) -> u64 {
-        self.size_bytes
+        self.device.size_bytes()
     }
     fn describe(&self) -> String {
-        format!("{} (io_uring, {})", self.path.display(), if self.direct_io { "O_DIRECT" } else { "buffered" })
+        let mode = if self.device.direct_io_in_use() { "O_DIRECT" } else { "buffered" };
+        format!("{} (io_uring, {mode})", self.device.path().display())
     }
     fn writable(&self) -> bool {
         self.writable
@@ -166,7 +136,7 @@ impl Target for FileTarget {
         let ring = io_uring::IoUring::new(entries).map_err(|error| format!("io_uring: {error}"))?;
         let buffers = (0..depth).map(|_| AlignedBuffer::zeroed(buffer_bytes)).collect();
         Ok(Box::new(FileQueue {
-            file: self.file.clone(),
+            device: self.device.clone(),
             ring,
             buffers,
             lengths: vec![0; depth],
@@ -177,7 +147,7 @@ impl Target for FileTarget {
 }
 
 struct FileQueue {
-    file: Arc<File>,
+    device: Arc<FileDevice>,
     ring: io_uring::IoUring,
     /// One per slot; never reallocated while the queue exists (the kernel holds pointers
     /// into them while requests are in flight).
@@ -195,7 +165,7 @@ impl IoQueue for FileQueue {
     }
 
     fn submit(&mut self, slot: usize, request: Request) -> Result<(), String> {
-        let fd = io_uring::types::Fd(self.file.as_raw_fd());
+        let fd = io_uring::types::Fd(self.device.raw_fd());
         let buffer = &mut self.buffers[slot].as_mut_slice()[..request.length_bytes];
         let length = request.length_bytes as u32;
         let entry = match request.operation {
@@ -242,7 +212,7 @@ impl FileQueue {
         // SAFETY: the entry points into `self.buffers[slot]`, which lives as long as the
         // ring (both are fields of `self`; the ring is dropped first only after `Drop`
         // below has waited for every request) and is not reused until this request's
-        // completion is reaped. The file descriptor is kept open by `self.file`.
+        // completion is reaped. The file descriptor is kept open by `self.device`.
         let pushed = unsafe { self.ring.submission().push(&entry) };
         if pushed.is_err() {
             // The ring holds `depth` entries rounded up: only reached if the caller

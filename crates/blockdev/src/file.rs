@@ -156,6 +156,12 @@ impl FileDevice {
         self.read_only
     }
 
+    /// The open file's descriptor, for callers that drive their own rings on it (the
+    /// benchmark). It stays valid as long as the device.
+    pub fn raw_fd(&self) -> std::os::unix::io::RawFd {
+        self.file.as_raw_fd()
+    }
+
     fn read_only_error() -> DeviceError {
         DeviceError::InvalidRequest("read-only".to_string())
     }
