@@ -3,6 +3,7 @@
 //! the logical space, overwrites it several times with a chosen distribution of 4 KiB
 //! writes, and measures the cleaner's write amplification over the last part.
 
+use crate::workload::ZipfRanks;
 use serde::Serialize;
 use std::sync::Arc;
 use stripelog_blockdev::{BlockDevice, MemoryDevice, Prng};
@@ -141,23 +142,16 @@ pub fn greedy_uniform_reference(spare_fraction: f64) -> f64 {
 struct Chooser {
     workload: Workload,
     logical_blocks: u64,
-    /// Zipf: cumulative weights of ranks, and the block of each rank.
-    cumulative: Vec<f64>,
+    /// Zipf: the ranks, and the block of each rank.
+    zipf: Option<ZipfRanks>,
     rank_to_block: Vec<u64>,
 }
 
 impl Chooser {
     fn new(workload: &Workload, logical_blocks: u64, prng: &mut Prng) -> Chooser {
-        let mut chooser =
-            Chooser { workload: workload.clone(), logical_blocks, cumulative: Vec::new(), rank_to_block: Vec::new() };
+        let mut chooser = Chooser { workload: workload.clone(), logical_blocks, zipf: None, rank_to_block: Vec::new() };
         if let Workload::Zipf { exponent } = *workload {
-            let mut total = 0.0;
-            chooser.cumulative = (1..=logical_blocks)
-                .map(|rank| {
-                    total += 1.0 / (rank as f64).powf(exponent);
-                    total
-                })
-                .collect();
+            chooser.zipf = Some(ZipfRanks::new(logical_blocks, exponent));
             chooser.rank_to_block = (0..logical_blocks).collect();
             shuffle(&mut chooser.rank_to_block, prng);
         }
@@ -176,10 +170,8 @@ impl Chooser {
                 }
             }
             Workload::Zipf { .. } => {
-                let total = *self.cumulative.last().expect("blocks");
-                let target = (prng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * total;
-                let rank = self.cumulative.partition_point(|&weight| weight < target);
-                self.rank_to_block[rank.min(self.rank_to_block.len() - 1)]
+                let rank = self.zipf.as_ref().expect("built for Zipf").sample(prng);
+                self.rank_to_block[rank as usize]
             }
         }
     }

@@ -4,7 +4,7 @@
 //! latency of every 10-second interval is kept for the "average maximum" of seed 002.
 
 use crate::target::{Completion, IoQueue, Operation, Request, Target};
-use crate::workload::RandomData;
+use crate::workload::{RandomData, ZipfRanks};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -161,6 +161,23 @@ struct Counters {
     write_bytes_submitted: AtomicU64,
 }
 
+/// What the workers of one run share.
+struct Shared<'run> {
+    workload: &'run Workload,
+    counters: Counters,
+    stop: AtomicBool,
+    random: RandomData,
+    zipf: Option<ZipfRanks>,
+    started: Instant,
+}
+
+impl Shared<'_> {
+    fn write_limit_reached(&self) -> bool {
+        let submitted = self.counters.write_bytes_submitted.load(Ordering::Relaxed);
+        self.workload.write_limit_bytes.is_some_and(|limit| submitted >= limit)
+    }
+}
+
 /// What one worker thread measured.
 struct WorkerResult {
     latencies: [Histogram<u64>; 2],
@@ -173,12 +190,12 @@ fn new_histogram() -> Histogram<u64> {
 }
 
 /// Offsets of one worker.
-struct Chooser {
+struct Chooser<'run> {
     pattern: Pattern,
     region_offset_bytes: u64,
     region_blocks: u64,
-    /// Zipf: cumulative weights of ranks (ranks are spread over the region by a multiplier).
-    cumulative: Vec<f64>,
+    /// Zipf: the run's ranks (spread over the region by a multiplier).
+    zipf: Option<&'run ZipfRanks>,
     next_sequential_block: u64,
     /// The worker's own slice of the region for sequential runs: [first, end) in 512-byte blocks.
     sequential_range: (u64, u64),
@@ -187,27 +204,23 @@ struct Chooser {
 /// Zipf ranks are tracked at this granularity at most (bounds the table's memory).
 const ZIPF_RANKS_MAXIMUM: u64 = 1 << 22;
 
-impl Chooser {
-    fn new(workload: &Workload, worker: usize) -> Chooser {
+/// The Zipf ranks of a run, if it asks for them: one table shared by every worker.
+fn zipf_ranks(workload: &Workload) -> Option<ZipfRanks> {
+    let exponent = workload.zipf_exponent?;
+    let ranks = (workload.region_bytes / workload.largest_block_bytes() as u64).clamp(1, ZIPF_RANKS_MAXIMUM);
+    Some(ZipfRanks::new(ranks, exponent))
+}
+
+impl<'run> Chooser<'run> {
+    fn new(workload: &Workload, worker: usize, zipf: Option<&'run ZipfRanks>) -> Chooser<'run> {
         let region_blocks = workload.region_bytes / 512;
         let slice = region_blocks / workload.threads as u64;
         let first = slice * worker as u64;
-        let mut cumulative = Vec::new();
-        if let Some(exponent) = workload.zipf_exponent {
-            let ranks = (workload.region_bytes / workload.largest_block_bytes() as u64).clamp(1, ZIPF_RANKS_MAXIMUM);
-            let mut total = 0.0;
-            cumulative = (1..=ranks)
-                .map(|rank| {
-                    total += 1.0 / (rank as f64).powf(exponent);
-                    total
-                })
-                .collect();
-        }
         Chooser {
             pattern: workload.pattern,
             region_offset_bytes: workload.region_offset_bytes,
             region_blocks,
-            cumulative,
+            zipf,
             next_sequential_block: first,
             sequential_range: (first, if slice == 0 { region_blocks } else { first + slice }),
         }
@@ -226,13 +239,12 @@ impl Chooser {
                 self.next_sequential_block += length_blocks;
                 block.min(self.region_blocks - length_blocks)
             }
-            Pattern::Random if !self.cumulative.is_empty() => {
-                let total = *self.cumulative.last().expect("ranks");
-                let target = (prng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * total;
-                let rank = self.cumulative.partition_point(|&weight| weight < target) as u64;
+            Pattern::Random if self.zipf.is_some() => {
+                let zipf = self.zipf.expect("checked");
+                let rank = zipf.sample(prng);
                 // Spread the ranks over the region (hot blocks are not all at its start):
                 // an odd multiplier is a bijection modulo a power of two.
-                let ranks = (self.cumulative.len() as u64).next_power_of_two();
+                let ranks = zipf.len().next_power_of_two();
                 let spread = rank.wrapping_mul(0x9E37_79B9_7F4A_7C15) % ranks;
                 let slots = self.region_blocks / length_blocks;
                 (spread * slots / ranks) * length_blocks
@@ -263,33 +275,38 @@ fn fill(buffer: &mut [u8], data: Data, random: &RandomData, prng: &mut Prng) {
 /// Run `workload` on `target`. `progress` gets the fraction done about every second.
 pub fn run(target: &dyn Target, workload: &Workload, progress: &dyn Fn(f64)) -> Result<RunReport, String> {
     workload.check(target)?;
-    let random = RandomData::new(workload.seed ^ 0x5EED);
-    let counters = Counters::default();
-    let stop = AtomicBool::new(false);
     let queues: Vec<Box<dyn IoQueue>> = (0..workload.threads)
         .map(|_| target.queue(workload.queue_depth, workload.largest_block_bytes()))
         .collect::<Result<_, _>>()?;
-    let started = Instant::now();
+    let shared = Shared {
+        workload,
+        counters: Counters::default(),
+        stop: AtomicBool::new(false),
+        random: RandomData::new(workload.seed ^ 0x5EED),
+        zipf: zipf_ranks(workload),
+        started: Instant::now(),
+    };
     let mut seconds = Vec::new();
     let results: Vec<Result<WorkerResult, String>> = std::thread::scope(|scope| {
         let handles: Vec<_> = queues
             .into_iter()
             .enumerate()
             .map(|(worker, queue)| {
-                let (counters, stop, random) = (&counters, &stop, &random);
+                let shared = &shared;
                 scope.spawn(move || {
-                    let result = work(queue, workload, worker, counters, stop, random, started);
+                    let result = work(queue, worker, shared);
                     // One failed worker ends the run for all.
                     if result.is_err() {
-                        stop.store(true, Ordering::Release);
+                        shared.stop.store(true, Ordering::Release);
                     }
                     result
                 })
             })
             .collect();
-        sample_every_second(workload, &counters, &stop, started, &mut seconds, progress, &handles);
+        sample_every_second(&shared, &mut seconds, progress, &handles);
         handles.into_iter().map(|handle| handle.join().unwrap_or_else(|_| Err("a worker panicked".into()))).collect()
     });
+    let (counters, started) = (&shared.counters, shared.started);
     let elapsed = started.elapsed();
     let mut latencies = [new_histogram(), new_histogram()];
     let mut interval_maxima: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
@@ -352,14 +369,12 @@ fn average_maximum(maxima: &[u64], elapsed: Duration, overall_maximum: u64) -> f
 
 /// The main thread: record the operations of every second until the workers stop.
 fn sample_every_second<T>(
-    workload: &Workload,
-    counters: &Counters,
-    stop: &AtomicBool,
-    started: Instant,
+    shared: &Shared,
     seconds: &mut Vec<Second>,
     progress: &dyn Fn(f64),
     handles: &[std::thread::ScopedJoinHandle<'_, T>],
 ) {
+    let (workload, counters, stop, started) = (shared.workload, &shared.counters, &shared.stop, shared.started);
     let mut last = [0u64; 4];
     let mut next = 1u64;
     loop {
@@ -400,17 +415,10 @@ fn sample_every_second<T>(
 }
 
 /// One worker: keep the queue full until the run ends, then drain it.
-fn work(
-    mut queue: Box<dyn IoQueue>,
-    workload: &Workload,
-    worker: usize,
-    counters: &Counters,
-    stop: &AtomicBool,
-    random: &RandomData,
-    started: Instant,
-) -> Result<WorkerResult, String> {
+fn work(mut queue: Box<dyn IoQueue>, worker: usize, shared: &Shared) -> Result<WorkerResult, String> {
+    let (workload, counters, started) = (shared.workload, &shared.counters, shared.started);
     let mut prng = Prng::new(workload.seed.wrapping_add(0x9E37_79B9 * (worker as u64 + 1)));
-    let mut chooser = Chooser::new(workload, worker);
+    let mut chooser = Chooser::new(workload, worker, shared.zipf.as_ref());
     let mut latencies = [new_histogram(), new_histogram()];
     let mut interval_maxima: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
     let mut free: Vec<usize> = (0..workload.queue_depth).rev().collect();
@@ -420,19 +428,13 @@ fn work(
     let mut ending = false;
     loop {
         if !ending {
-            ending = stop.load(Ordering::Acquire)
-                || started.elapsed() >= workload.duration
-                || workload
-                    .write_limit_bytes
-                    .is_some_and(|limit| counters.write_bytes_submitted.load(Ordering::Relaxed) >= limit);
+            ending = shared.stop.load(Ordering::Acquire) || started.elapsed() >= workload.duration;
         }
         // Refill every free slot, unless the run is ending (then only drain).
         if !ending {
             while let Some(slot) = free.pop() {
-                let limit_reached = workload
-                    .write_limit_bytes
-                    .is_some_and(|limit| counters.write_bytes_submitted.load(Ordering::Relaxed) >= limit);
-                if limit_reached {
+                // The write limit is checked before each request, so it is not overshot.
+                if shared.write_limit_reached() {
                     free.push(slot);
                     ending = true;
                     break;
@@ -443,7 +445,7 @@ fn work(
                     if prng.below(100) < workload.read_percent as u64 { Operation::Read } else { Operation::Write };
                 let request = Request { operation, offset_bytes: chooser.next(&mut prng, length_bytes), length_bytes };
                 if operation == Operation::Write {
-                    fill(&mut queue.buffer(slot)[..length_bytes], workload.data, random, &mut prng);
+                    fill(&mut queue.buffer(slot)[..length_bytes], workload.data, &shared.random, &mut prng);
                     counters.write_bytes_submitted.fetch_add(length_bytes as u64, Ordering::Relaxed);
                 }
                 queue.submit(slot, request)?;
@@ -514,7 +516,8 @@ mod tests {
         for (pattern, zipf) in [(Pattern::Random, None), (Pattern::Random, Some(0.9)), (Pattern::Sequential, None)] {
             let workload = workload(pattern, zipf);
             for worker in 0..2 {
-                let mut chooser = Chooser::new(&workload, worker);
+                let zipf = zipf_ranks(&workload);
+                let mut chooser = Chooser::new(&workload, worker, zipf.as_ref());
                 for _ in 0..100_000 {
                     let offset = chooser.next(&mut prng, 4096);
                     assert_eq!(offset % 4096, 0);
@@ -529,7 +532,7 @@ mod tests {
     fn sequential_workers_walk_their_own_slices_in_order() {
         let workload = workload(Pattern::Sequential, None);
         let mut prng = Prng::new(1);
-        let mut chooser = Chooser::new(&workload, 1);
+        let mut chooser = Chooser::new(&workload, 1, None);
         let first = chooser.next(&mut prng, 4096);
         assert_eq!(first, (1 << 20) + (32 << 20));
         assert_eq!(chooser.next(&mut prng, 4096), first + 4096);
@@ -539,7 +542,8 @@ mod tests {
     fn zipf_offsets_are_skewed() {
         let workload = workload(Pattern::Random, Some(1.0));
         let mut prng = Prng::new(3);
-        let mut chooser = Chooser::new(&workload, 0);
+        let zipf = zipf_ranks(&workload);
+        let mut chooser = Chooser::new(&workload, 0, zipf.as_ref());
         let mut counts = std::collections::HashMap::new();
         for _ in 0..100_000 {
             *counts.entry(chooser.next(&mut prng, 4096)).or_insert(0u32) += 1;
