@@ -253,9 +253,7 @@ impl NbdConnection {
 
     /// End politely: NBD_CMD_DISC, then close.
     pub fn disconnect(mut self) {
-        let request =
-            codec::Request { flags: 0, command: COMMAND_DISCONNECT, cookie: 0, offset_bytes: 0, length_bytes: 0 };
-        let _ = self.stream.write_all(&codec::encode_request(&request));
+        let _ = self.stream.write_all(&disconnect_request());
         self.stream.shutdown();
     }
 
@@ -281,6 +279,17 @@ impl NbdConnection {
             in_flight: 0,
         })
     }
+}
+
+/// NBD_CMD_DISC: the polite end of a connection.
+fn disconnect_request() -> [u8; codec::REQUEST_HEADER_BYTES] {
+    codec::encode_request(&codec::Request {
+        flags: 0,
+        command: COMMAND_DISCONNECT,
+        cookie: 0,
+        offset_bytes: 0,
+        length_bytes: 0,
+    })
 }
 
 /// What the receiver thread reports.
@@ -377,9 +386,7 @@ impl IoQueue for NbdQueue {
 
 impl Drop for NbdQueue {
     fn drop(&mut self) {
-        let request =
-            codec::Request { flags: 0, command: COMMAND_DISCONNECT, cookie: 0, offset_bytes: 0, length_bytes: 0 };
-        let _ = self.writer.write_all(&codec::encode_request(&request)).and_then(|()| self.writer.flush());
+        let _ = self.writer.write_all(&disconnect_request()).and_then(|()| self.writer.flush());
         self.control.shutdown();
         if let Some(receiver) = self.receiver.take() {
             let _ = receiver.join();

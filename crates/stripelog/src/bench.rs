@@ -104,17 +104,28 @@ fn block_size(bytes: u64) -> Result<usize, String> {
         .ok_or_else(|| format!("block size {bytes}: must be a multiple of 512 bytes, at most 64 MiB"))
 }
 
+/// Positions of the progress bar (it shows fractions of the whole).
+const PROGRESS_STEPS: u64 = 1000;
+
 fn progress_bar(quiet: bool) -> indicatif::ProgressBar {
     if quiet {
         return indicatif::ProgressBar::hidden();
     }
     // indicatif draws nothing when stderr is not a terminal.
-    let bar = indicatif::ProgressBar::new(1000);
+    let bar = indicatif::ProgressBar::new(PROGRESS_STEPS);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:30} {percent:>3}% [{elapsed} < {eta}] {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     bar
+}
+
+/// Show `done` (a fraction of the whole) and, if given, what is running now.
+fn show_progress(bar: &indicatif::ProgressBar, step: Option<&str>, done: f64) {
+    if let Some(step) = step {
+        bar.set_message(step.to_string());
+    }
+    bar.set_position((done * PROGRESS_STEPS as f64) as u64);
 }
 
 fn microseconds(nanoseconds: f64) -> String {
@@ -191,8 +202,7 @@ pub fn mix(arguments: MixArguments) -> Result<ExitCode, String> {
         seed: arguments.target.seed,
     };
     let bar = progress_bar(arguments.target.quiet);
-    let report =
-        stripelog_bench::run::run(target.as_ref(), &workload, &|done| bar.set_position((done * 1000.0) as u64));
+    let report = stripelog_bench::run::run(target.as_ref(), &workload, &|done| show_progress(&bar, None, done));
     bar.finish_and_clear();
     let report = report?;
     print_run(&report);
@@ -256,10 +266,8 @@ pub fn grid(arguments: GridArguments) -> Result<ExitCode, String> {
         seed: arguments.target.seed,
     };
     let bar = progress_bar(arguments.target.quiet);
-    let report = stripelog_bench::grid::run(target.as_ref(), &options, &|cell, done| {
-        bar.set_message(cell.to_string());
-        bar.set_position((done * 1000.0) as u64);
-    });
+    let report =
+        stripelog_bench::grid::run(target.as_ref(), &options, &|cell, done| show_progress(&bar, Some(cell), done));
     bar.finish_and_clear();
     let report = report?;
     println!("target: {}", report.target);
@@ -322,10 +330,8 @@ pub fn latency(arguments: LatencyArguments) -> Result<ExitCode, String> {
         seed: arguments.target.seed,
     };
     let bar = progress_bar(arguments.target.quiet);
-    let report = stripelog_bench::latency::run(target.as_ref(), &options, &|step, done| {
-        bar.set_message(step.to_string());
-        bar.set_position((done * 1000.0) as u64);
-    });
+    let report =
+        stripelog_bench::latency::run(target.as_ref(), &options, &|step, done| show_progress(&bar, Some(step), done));
     bar.finish_and_clear();
     let report = report?;
     println!("target: {}", report.target);
