@@ -74,7 +74,8 @@ pub struct Options {
     /// Relocated blocks in their own streams by predicted lifetime (the engine's default);
     /// off: one log for everything (the baseline).
     pub separate_streams: bool,
-    /// Segments of the volume (at least 1024 for the figures).
+    /// Segments of the volume (at least 1024 for the figures; the cleaner's fixed
+    /// reserve weighs less on more).
     pub segment_count: u64,
     pub chunk_size_bytes: u32,
     /// Writes after the fill, in multiples of the logical size.
@@ -91,8 +92,8 @@ impl Default for Options {
             spare_fraction: 0.27,
             policy: CleaningPolicy::default(),
             separate_streams: true,
-            segment_count: 1024,
-            chunk_size_bytes: stripelog_engine::geometry::DEFAULT_CHUNK_SIZE_BYTES,
+            segment_count: 2048,
+            chunk_size_bytes: 256 << 10,
             overwrite_passes: 8.0,
             measured_fraction: 0.5,
             seed: 1,
@@ -115,10 +116,14 @@ pub struct Report {
     pub write_amplification: f64,
     /// Everything written to the members / new data over the measured part (RAID-5).
     pub total_amplification: f64,
+    /// Summary blocks and padding of short stripes written per data or relocated block
+    /// over the measured part: positions of the segments that hold no data.
+    pub summary_share: f64,
+    pub padding_share: f64,
     /// The analytic greedy figure for uniform writes and large segments (Desnoyers 2012).
     pub reference_greedy_uniform: Option<f64>,
-    /// The spare fraction as the cleaner sees it: of the positions left for data once
-    /// every segment's summaries and the cleaner's reserve segments are taken.
+    /// The spare fraction as the cleaner sees it: of the data capacity left once the
+    /// cleaner's reserve segments are taken.
     pub spare_fraction_for_data: f64,
     /// The analytic greedy figure at that spare fraction (uniform writes).
     pub reference_greedy_uniform_for_data: Option<f64>,
@@ -285,15 +290,15 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         }
     }
     let start = baseline.unwrap_or_else(|| end.clone());
-    let blocks_per_segment = geometry.blocks_per_segment();
-    let summaries_per_segment = blocks_per_segment.div_ceil(stripelog_engine::format::ENTRIES_PER_SUMMARY as u64 + 1);
-    let segments_for_data =
-        geometry.segment_count().saturating_sub(stripelog_engine::cleaner::CLEANING_RESERVE_SEGMENTS as u64);
-    let positions_for_data = segments_for_data * (blocks_per_segment - summaries_per_segment);
+    let reserve = stripelog_engine::cleaner::CLEANING_RESERVE_SEGMENTS as u64;
+    let positions_for_data = geometry.segment_count().saturating_sub(reserve)
+        * (geometry.blocks_per_segment() - geometry.summary_blocks_per_segment());
     let spare_fraction_for_data = 1.0 - logical_blocks as f64 / positions_for_data as f64;
     let data = (end.member_bytes_data - start.member_bytes_data) as f64;
     let relocated = (end.member_bytes_relocated - start.member_bytes_relocated) as f64;
     let members_written = (end.member_bytes_written - start.member_bytes_written) as f64;
+    let summaries = (end.member_bytes_metadata - start.member_bytes_metadata) as f64;
+    let padding = (end.member_bytes_padding - start.member_bytes_padding) as f64;
     volume.close().map_err(|error| error.to_string())?;
     Ok(Report {
         workload: options.workload.to_string(),
@@ -307,6 +312,8 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         measured_writes: overwrites - measure_from,
         write_amplification: if data > 0.0 { (data + relocated) / data } else { 0.0 },
         total_amplification: if data > 0.0 { members_written / data } else { 0.0 },
+        summary_share: if data > 0.0 { summaries / (data + relocated) } else { 0.0 },
+        padding_share: if data > 0.0 { padding / (data + relocated) } else { 0.0 },
         reference_greedy_uniform: (options.workload == Workload::Uniform)
             .then(|| greedy_uniform_reference(options.spare_fraction)),
         spare_fraction_for_data,

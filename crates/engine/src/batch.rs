@@ -148,6 +148,11 @@ impl OpenBatch {
         self.groups.is_empty()
     }
 
+    /// Indices that sealing now would fill with zero padding to complete the last row.
+    pub fn padding_blocks(&self) -> u32 {
+        (self.data_columns - self.next_index % self.data_columns) % self.data_columns
+    }
+
     /// Reserve room for one more entry (with a block when `with_block`); `None` when the
     /// batch is full and must be sealed first.
     pub fn reserve(&mut self, with_block: bool) -> Option<Slot> {

@@ -216,7 +216,7 @@ impl Shared {
         // Room for data in one relocation segment (a summary block per few hundred entries).
         let capacity = per_segment - per_segment.div_ceil(format::ENTRIES_PER_SUMMARY as u64) - 1;
         let capacity = capacity * ROUND_SEGMENTS;
-        let (victims, yardstick) = {
+        let (victims, filler, yardstick) = {
             let mut guard = self.state.lock();
             let state = &mut *guard;
             let now = state.write_clock;
@@ -241,10 +241,12 @@ impl Shared {
                 .collect();
             candidates.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
             let mut victims = Vec::new();
+            let mut filler = None;
             let mut live = 0u64;
             for (_, segment) in candidates {
                 let usage = &state.segments[segment as usize];
                 if !victims.is_empty() && live + usage.live_blocks > capacity {
+                    filler = Some(segment);
                     break;
                 }
                 live += usage.live_blocks;
@@ -255,7 +257,7 @@ impl Shared {
                 }
                 victims.push(segment);
             }
-            (victims, state.lifespans.average())
+            (victims, filler, state.lifespans.average())
         };
         if victims.is_empty() {
             return Ok(false);
@@ -264,19 +266,21 @@ impl Shared {
         for &segment in &victims {
             is_victim[segment as usize] = true;
         }
-        // Live records of the victims, data blocks in position order (sequential reads).
-        let mut live: Vec<Live> = self
-            .map
-            .iter()
-            .enumerate()
-            .filter(|(_, mapping)| mapping.segment(per_segment).is_some_and(|segment| is_victim[segment as usize]))
-            .map(|(logical_block, mapping)| Live {
-                logical_block: logical_block as u64,
-                mapping,
-                generation: 0,
-                stream: RELOCATION_STREAMS[0],
-            })
-            .collect();
+        // Live records of the victims, and the data blocks of the filler.
+        let mut live: Vec<Live> = Vec::new();
+        let mut fillers: Vec<Live> = Vec::new();
+        for (logical_block, mapping) in self.map.iter().enumerate() {
+            let Some(segment) = mapping.segment(per_segment) else {
+                continue;
+            };
+            let record =
+                Live { logical_block: logical_block as u64, mapping, generation: 0, stream: RELOCATION_STREAMS[0] };
+            if is_victim[segment as usize] {
+                live.push(record);
+            } else if Some(segment) == filler && matches!(mapping, Mapping::Data { .. }) {
+                fillers.push(record);
+            }
+        }
         {
             let state = self.state.lock();
             for record in live.iter_mut() {
@@ -297,6 +301,17 @@ impl Shared {
         });
         let mut contents = vec![0u8; live.len() * BLOCK_SIZE_BYTES];
         self.read_live(&mut live, &mut contents)?;
+        // Blocks of the next candidate complete the last rows of the relocation batches,
+        // which would otherwise be padded: it is cleaned soon, and a block moved early
+        // costs no more space than a padding block.
+        fillers.sort_by_key(|record| match record.mapping {
+            Mapping::Data { position } => position,
+            _ => u64::MAX,
+        });
+        fillers.truncate(RELOCATION_STREAMS.len() * (self.geometry.data_columns() + 1));
+        let mut filler_contents = vec![0u8; fillers.len() * BLOCK_SIZE_BYTES];
+        self.read_live(&mut fillers, &mut filler_contents)?;
+        let mut next_filler = 0usize;
         let mut next = 0usize;
         while next < live.len() {
             let buffers = self.data_pool.take();
@@ -407,6 +422,19 @@ impl Shared {
                     relocated += 1;
                 }
                 next += 1;
+            }
+            // The filler's blocks complete the last row instead of padding.
+            while next_filler < fillers.len() && state.open.as_ref().is_some_and(|batch| batch.padding_blocks() > 0) {
+                let record = &fillers[next_filler];
+                next_filler += 1;
+                if !still_current(record) {
+                    continue;
+                }
+                let content = &filler_contents[(next_filler - 1) * BLOCK_SIZE_BYTES..next_filler * BLOCK_SIZE_BYTES];
+                if !self.accept_data(state, record.logical_block, content, format::block_checksum(content)) {
+                    break;
+                }
+                relocated += 1;
             }
             // Never empty: the segment had room for a record and the first one was current.
             let sealed = self.seal(state);

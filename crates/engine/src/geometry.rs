@@ -169,9 +169,22 @@ impl Geometry {
         self.segment_count() * self.blocks_per_segment()
     }
 
+    /// Summary blocks in a segment written as one batch: one in front of every
+    /// `ENTRIES_PER_SUMMARY` data blocks (docs/on-disk-format.md).
+    pub fn summary_blocks_per_segment(&self) -> u64 {
+        self.blocks_per_segment().div_ceil(crate::format::ENTRIES_PER_SUMMARY as u64 + 1)
+    }
+
+    /// Positions of all segments that can hold client data: the data space less the
+    /// summary blocks of segments written whole. The format's own overhead, like parity,
+    /// is not spare; the spare fraction is a fraction of this.
+    pub fn data_capacity_blocks(&self) -> u64 {
+        self.segment_count() * (self.blocks_per_segment() - self.summary_blocks_per_segment())
+    }
+
     /// Logical size: the data capacity less the spare fraction.
     pub fn logical_block_count(&self) -> u64 {
-        let usable = self.physical_data_blocks() as u128 * (1_000_000 - self.spare_ppm as u128) / 1_000_000;
+        let usable = self.data_capacity_blocks() as u128 * (1_000_000 - self.spare_ppm as u128) / 1_000_000;
         usable as u64
     }
 
@@ -277,7 +290,9 @@ mod tests {
         let geometry = Geometry::new(RaidLevel::Raid5, 5, 1 << 20, 200_000, 4 << 30).unwrap();
         assert_eq!(geometry.segment_count(), 4095);
         assert_eq!(geometry.blocks_per_segment(), 1024);
-        assert_eq!(geometry.logical_block_count(), 4095 * 1024 * 8 / 10);
+        // 1024 positions per segment, 5 of them summaries (one per 247 data blocks).
+        assert_eq!(geometry.summary_blocks_per_segment(), 5);
+        assert_eq!(geometry.logical_block_count(), 4095 * 1019 * 8 / 10);
     }
 
     proptest! {

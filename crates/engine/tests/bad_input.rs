@@ -630,7 +630,7 @@ fn a_full_volume_reports_out_of_space_and_keeps_its_data() {
     let create_options = CreateOptions { spare_ppm: 0, ..options(RaidLevel::Raid5, CHUNK_SIZE_BYTES) };
     let volume = Volume::create(members(&devices), &create_options, &open_options()).expect("create with no spare");
     let logical_blocks = volume.logical_size_bytes() / BLOCK_BYTES;
-    assert_eq!(logical_blocks, volume.geometry().physical_data_blocks(), "no spare");
+    assert_eq!(logical_blocks, volume.geometry().data_capacity_blocks(), "no spare");
     let mut prng = Prng::new(3);
     // Every block once, in random order, then random overwrites, until the volume is full.
     let mut order: Vec<u64> = (0..logical_blocks).collect();
