@@ -135,6 +135,46 @@ pub fn watermarks(segment_count: u64) -> (usize, usize) {
     (CLEANING_RESERVE_SEGMENTS + LOW_WATERMARK_ABOVE_RESERVE, CLEANING_RESERVE_SEGMENTS + (segments / 64).max(4))
 }
 
+/// How long the background cleaner sleeps when there is nothing to do; a tick without a
+/// client write also counts as idle.
+const BACKGROUND_TICK: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The cleaner thread of a threaded volume. It runs rounds back to back while the free
+/// segments are below the low watermark (client writes opening a segment there wake it),
+/// and while the volume is idle (no client write for a tick) up to the high watermark.
+/// Client writes wait for it only at the reserve, where `make_space` also cleans itself
+/// if this thread cannot keep up, and reports `OutOfSpace` when nothing can be gained.
+pub(crate) fn background_cleaner(shared: std::sync::Arc<Shared>) {
+    let (low_watermark, high_watermark) = watermarks(shared.geometry.segment_count());
+    let mut nothing_to_gain = false;
+    let mut clock_seen = u64::MAX;
+    loop {
+        {
+            let mut state = shared.state.lock();
+            loop {
+                if shared.cleaner_stop.load(std::sync::atomic::Ordering::SeqCst) || shared.failure.lock().is_some() {
+                    return;
+                }
+                let free = state.free_segments.len();
+                let idle = state.write_clock == clock_seen;
+                clock_seen = state.write_clock;
+                if !nothing_to_gain && (free < low_watermark || (idle && free < high_watermark)) {
+                    break;
+                }
+                nothing_to_gain = false;
+                shared.cleaner_wakeup.wait_for(&mut state, BACKGROUND_TICK);
+            }
+        }
+        match shared.clean_round() {
+            Ok(gained) => nothing_to_gain = !gained,
+            Err(error) => {
+                shared.fail(error.to_string());
+                return;
+            }
+        }
+    }
+}
+
 /// Free segments above the reserve at which client writes start cleaning (one round per
 /// new segment), so that they rarely reach the reserve and wait for a whole round.
 const LOW_WATERMARK_ABOVE_RESERVE: usize = 2;

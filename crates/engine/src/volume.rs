@@ -222,6 +222,11 @@ pub(crate) struct Shared {
     pub(crate) data_pool: Arc<BufferPool>,
     /// One cleaning round at a time.
     pub(crate) cleaner: Mutex<()>,
+    /// Threaded volumes clean in a thread of their own (`cleaner::background_cleaner`):
+    /// client writes wake it below the low watermark instead of cleaning themselves.
+    pub(crate) background_cleaning: bool,
+    pub(crate) cleaner_wakeup: Condvar,
+    pub(crate) cleaner_stop: AtomicBool,
     pub(crate) cleaning_policy: crate::cleaner::CleaningPolicy,
     pub(crate) separate_streams: bool,
     pub(crate) parity_pool: Arc<BufferPool>,
@@ -258,6 +263,8 @@ pub(crate) struct Shared {
 pub struct Volume {
     shared: Arc<Shared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Stopped first on close, between rounds, while the pipeline still runs.
+    cleaner_thread: Mutex<Option<JoinHandle<()>>>,
     abandoned: AtomicBool,
 }
 
@@ -343,6 +350,9 @@ impl Volume {
             data_pool,
             parity_pool,
             cleaner: Mutex::new(()),
+            background_cleaning: options.io_mode == IoMode::Threaded && !options.read_only,
+            cleaner_wakeup: Condvar::new(),
+            cleaner_stop: AtomicBool::new(false),
             cleaning_policy: options.cleaning_policy,
             separate_streams: options.separate_streams,
             stripe_queue: Mutex::new(None),
@@ -356,7 +366,12 @@ impl Volume {
             geometry,
         });
         debug_assert_eq!(shared.checksums.len() as u64, physical_blocks);
-        let volume = Volume { threads: Mutex::new(Vec::new()), shared, abandoned: AtomicBool::new(false) };
+        let volume = Volume {
+            threads: Mutex::new(Vec::new()),
+            cleaner_thread: Mutex::new(None),
+            shared,
+            abandoned: AtomicBool::new(false),
+        };
         if !options.read_only {
             volume.start_threads();
         }
@@ -381,6 +396,18 @@ impl Volume {
                         })
                     })
                     .expect("spawn the stripe writer thread"),
+            );
+        }
+        if self.shared.background_cleaning {
+            let shared = self.shared.clone();
+            *self.cleaner_thread.lock() = Some(
+                std::thread::Builder::new()
+                    .name("stripelog-cleaner".into())
+                    .spawn(move || {
+                        let guard = shared.clone();
+                        crate::pipeline::fail_on_panic(&guard, || crate::cleaner::background_cleaner(shared))
+                    })
+                    .expect("spawn the cleaner thread"),
             );
         }
         if let Some(interval) = self.shared.flush_interval {
@@ -569,12 +596,26 @@ impl Volume {
         if self.shared.closed.load(Ordering::SeqCst) {
             return Ok(());
         }
+        self.stop_cleaner();
         let result = if self.shared.read_only || self.abandoned.load(Ordering::SeqCst) { Ok(()) } else { self.flush() };
         self.stop_threads();
         result
     }
 
+    /// Let the cleaner thread finish its round (made durable by the round itself) and end.
+    fn stop_cleaner(&self) {
+        self.shared.cleaner_stop.store(true, Ordering::SeqCst);
+        {
+            let _state = self.shared.state.lock();
+            self.shared.cleaner_wakeup.notify_all();
+        }
+        if let Some(thread) = self.cleaner_thread.lock().take() {
+            let _ = thread.join();
+        }
+    }
+
     fn stop_threads(&self) {
+        self.stop_cleaner();
         self.shared.closed.store(true, Ordering::SeqCst);
         self.shared.progress.notify_all();
         // Dropping the stripe queue ends the stripe writer, which ends the member workers.
@@ -611,7 +652,7 @@ fn flush_timer(shared: Arc<Shared>, interval: Duration) {
             state.open.as_ref().is_none_or(|open| open.opened_at.elapsed() >= tick && open.is_empty())
                 && state.free_segments.len() < high_watermark
         };
-        if idle && shared.failure.lock().is_none() {
+        if idle && !shared.background_cleaning && shared.failure.lock().is_none() {
             if let Err(error) = shared.clean_round() {
                 shared.fail(error.to_string());
             }
@@ -754,7 +795,9 @@ impl Shared {
             if free <= crate::cleaner::CLEANING_RESERVE_SEGMENTS {
                 return Err(OpenProblem::Space);
             }
-            if free < low_watermark && !cleaned {
+            if free < low_watermark && self.background_cleaning {
+                self.cleaner_wakeup.notify_one();
+            } else if free < low_watermark && !cleaned {
                 return Err(OpenProblem::Cleaning);
             }
         }

@@ -560,3 +560,53 @@ fn member_bytes_account_for_data_parity_and_metadata() {
     assert!(per_member.iter().all(|&bytes| bytes == stats.member_bytes_redundancy), "{per_member:?}");
     volume.close().expect("close");
 }
+
+// ---------------------------------------------------------------------------------------
+// The cleaner thread under concurrent writers.
+// ---------------------------------------------------------------------------------------
+
+/// Writers overwrite the whole logical space of a small volume several times over, so the
+/// cleaner thread has to keep making free segments while they write; every block holds its
+/// last write before and after a reopen, and the volume checks clean.
+#[test]
+fn the_cleaner_thread_keeps_up_with_writers_on_a_full_volume() {
+    let devices = memory_members(4, 8 << 20);
+    let create_options = CreateOptions { spare_ppm: 200_000, ..options(RaidLevel::Raid5, CHUNK_SIZE_BYTES) };
+    let volume = Volume::create(members(&devices), &create_options, &threaded_options()).expect("create");
+    let logical_blocks = volume.logical_size_bytes() / BLOCK_BYTES;
+    let share = logical_blocks / WRITER_THREADS;
+    let models: Vec<RangeModel> = std::thread::scope(|scope| {
+        let volume = &volume;
+        let handles: Vec<_> = (0..WRITER_THREADS)
+            .map(|thread| {
+                scope.spawn(move || {
+                    let first_block = thread * share;
+                    let mut model = RangeModel { first_block, blocks: vec![None; share as usize] };
+                    let mut prng = Prng::new(0xC1EA_0000 + thread);
+                    let mut data = vec![0u8; BLOCK_SIZE_BYTES];
+                    for _ in 0..4 * share {
+                        let block = first_block + prng.below(share);
+                        prng.fill(&mut data);
+                        volume.write(block * BLOCK_BYTES, &data, false).expect("write while cleaning");
+                        model.apply(block * BLOCK_BYTES, &data);
+                    }
+                    model
+                })
+            })
+            .collect();
+        handles.into_iter().map(|handle| handle.join().expect("writer thread panicked")).collect()
+    });
+    let stats = volume.stats();
+    assert!(stats.failure.is_none(), "{:?}", stats.failure);
+    assert!(stats.cleaning_rounds > 0, "the cleaner never ran");
+    for model in &models {
+        check_range(&volume, model, model.first_block, share, "after the writers").unwrap_or_else(|error| panic!("{error}"));
+    }
+    volume.close().expect("close");
+    let volume = open(&devices);
+    for model in &models {
+        check_range(&volume, model, model.first_block, share, "after reopening").unwrap_or_else(|error| panic!("{error}"));
+    }
+    assert!(volume.check().expect("check").is_clean());
+    volume.close().expect("close");
+}
