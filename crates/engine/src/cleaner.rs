@@ -166,7 +166,18 @@ pub(crate) fn background_cleaner(shared: std::sync::Arc<Shared>) {
             }
         }
         match shared.clean_round() {
-            Ok(gained) => nothing_to_gain = !gained,
+            Ok(gained) => {
+                nothing_to_gain = !gained;
+                shared.cleaner_gains_nothing.store(!gained, std::sync::atomic::Ordering::SeqCst);
+                shared.progress.notify_all();
+            }
+            // No free segment to relocate into: as good as nothing to gain; writers at the
+            // reserve then look for space themselves and report it.
+            Err(Error::OutOfSpace) => {
+                nothing_to_gain = true;
+                shared.cleaner_gains_nothing.store(true, std::sync::atomic::Ordering::SeqCst);
+                shared.progress.notify_all();
+            }
             Err(error) => {
                 shared.fail(error.to_string());
                 return;
@@ -180,11 +191,15 @@ pub(crate) fn background_cleaner(shared: std::sync::Arc<Shared>) {
 const LOW_WATERMARK_ABOVE_RESERVE: usize = 2;
 
 /// A live data block of a victim to read: its record in the round's list, and where it is.
+#[derive(Clone)]
 struct BlockToRead {
     record: usize,
     row: u32,
     position: u64,
 }
+
+/// A record's index and its content as read, when it matched its checksum.
+type VerifiedBlock = (usize, Option<Box<[u8]>>);
 
 /// One live record of a victim, and its content when it is a data block.
 struct Live {
@@ -220,28 +235,69 @@ impl Shared {
                 });
             }
         }
+        // One reader per member, in parallel on threaded volumes: each reads its runs
+        // in turn into one buffer of at most a chunk and keeps the blocks that match
+        // their checksums.
+        let mut by_member: Vec<Vec<(u64, usize, Vec<BlockToRead>)>> = vec![Vec::new(); self.geometry.member_count];
         for ((segment, column), blocks) in runs {
-            let first_row = blocks.iter().map(|block| block.row).min().unwrap_or(0);
-            let last_row = blocks.iter().map(|block| block.row).max().unwrap_or(0);
-            // At most one chunk: the bound of this buffer.
-            let mut run = AlignedBuffer::zeroed((last_row - first_row + 1) as usize * BLOCK_SIZE_BYTES);
-            let device = self
+            let member = self
                 .geometry
                 .members_of_column(segment, column)
                 .into_iter()
-                .find_map(|member| self.members.device(member).cloned());
-            let read = device.is_some_and(|device| {
-                device.read_at(&mut run, self.geometry.member_offset_bytes(segment, first_row)).is_ok()
-            });
-            for BlockToRead { record: index, row, position } in blocks {
-                let content = &mut contents[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES];
-                let start = (row - first_row) as usize * BLOCK_SIZE_BYTES;
-                let block = &run[start..start + BLOCK_SIZE_BYTES];
-                let expected = self.checksums[position as usize].load(std::sync::atomic::Ordering::Acquire);
-                if read && format::block_checksum(block) == expected {
-                    content.copy_from_slice(block);
-                } else {
-                    self.read_position(position, live[index].logical_block, content, None)?;
+                .find(|&member| self.members.device(member).is_some());
+            // A column with no member present is rebuilt from parity below.
+            if let Some(member) = member {
+                by_member[member].push((segment, column, blocks));
+            }
+        }
+        let read_member = |member: usize, runs: &[(u64, usize, Vec<BlockToRead>)]| {
+            let mut verified: Vec<VerifiedBlock> = Vec::new();
+            let Some(device) = self.members.device(member) else {
+                return verified;
+            };
+            let mut buffer = AlignedBuffer::zeroed(self.geometry.chunk_size_bytes as usize);
+            for (segment, _, blocks) in runs {
+                let first_row = blocks.iter().map(|block| block.row).min().unwrap_or(0);
+                let last_row = blocks.iter().map(|block| block.row).max().unwrap_or(0);
+                let run = &mut buffer[..(last_row - first_row + 1) as usize * BLOCK_SIZE_BYTES];
+                let read = device.read_at(run, self.geometry.member_offset_bytes(*segment, first_row)).is_ok();
+                for block in blocks {
+                    let start = (block.row - first_row) as usize * BLOCK_SIZE_BYTES;
+                    let content = &run[start..start + BLOCK_SIZE_BYTES];
+                    let expected = self.checksums[block.position as usize].load(std::sync::atomic::Ordering::Acquire);
+                    let good = read && format::block_checksum(content) == expected;
+                    verified.push((block.record, good.then(|| content.into())));
+                }
+            }
+            verified
+        };
+        let results: Vec<Vec<VerifiedBlock>> = if self.io_mode == crate::volume::IoMode::Threaded {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = by_member
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, runs)| !runs.is_empty())
+                    .map(|(member, runs)| scope.spawn(move || read_member(member, runs)))
+                    .collect();
+                handles.into_iter().map(|handle| handle.join().unwrap_or_default()).collect()
+            })
+        } else {
+            by_member.iter().enumerate().map(|(member, runs)| read_member(member, runs)).collect()
+        };
+        // Blocks that did not verify (bit rot, a read error, rows still only in memory, a
+        // reader that panicked) are read again by position.
+        let mut done = vec![false; live.len()];
+        for (index, content) in results.into_iter().flatten() {
+            if let Some(content) = content {
+                contents[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES].copy_from_slice(&content);
+                done[index] = true;
+            }
+        }
+        for (index, record) in live.iter().enumerate() {
+            if let (Mapping::Data { position }, false) = (record.mapping, done[index]) {
+                if self.map.get(record.logical_block) == record.mapping {
+                    let content = &mut contents[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES];
+                    self.read_position(position, record.logical_block, content, None)?;
                 }
             }
         }

@@ -227,11 +227,14 @@ pub(crate) struct Shared {
     pub(crate) background_cleaning: bool,
     pub(crate) cleaner_wakeup: Condvar,
     pub(crate) cleaner_stop: AtomicBool,
+    /// The cleaner thread's last round found nothing to gain: writers at the reserve
+    /// stop waiting for it and look for space themselves (or report `OutOfSpace`).
+    pub(crate) cleaner_gains_nothing: AtomicBool,
     pub(crate) cleaning_policy: crate::cleaner::CleaningPolicy,
     pub(crate) separate_streams: bool,
     pub(crate) parity_pool: Arc<BufferPool>,
     stripe_queue: Mutex<Option<crossbeam_channel::Sender<Arc<SealedBatch>>>>,
-    io_mode: IoMode,
+    pub(crate) io_mode: IoMode,
     flush_interval: Option<Duration>,
     pub(crate) counters: Counters,
     pub(crate) failure: Mutex<Option<String>>,
@@ -353,6 +356,7 @@ impl Volume {
             background_cleaning: options.io_mode == IoMode::Threaded && !options.read_only,
             cleaner_wakeup: Condvar::new(),
             cleaner_stop: AtomicBool::new(false),
+            cleaner_gains_nothing: AtomicBool::new(false),
             cleaning_policy: options.cleaning_policy,
             separate_streams: options.separate_streams,
             stripe_queue: Mutex::new(None),
@@ -1243,6 +1247,26 @@ impl Shared {
     /// Flush so that dead segments can be released, release them, and wait for releases
     /// another thread has under way; `OutOfSpace` only when nothing more can come free.
     fn make_space(&self) -> Result<()> {
+        if self.background_cleaning {
+            // The cleaner thread frees segments (its rounds also release the segments
+            // whose death became durable); wait for it while it gains something.
+            let mut state = self.state.lock();
+            loop {
+                if state.free_segments.len() > crate::cleaner::CLEANING_RESERVE_SEGMENTS
+                    || state.current_segments[HOST_STREAM].is_some()
+                {
+                    return Ok(());
+                }
+                if let Some(reason) = self.failure.lock().clone() {
+                    return Err(Error::Failed(reason));
+                }
+                if self.cleaner_gains_nothing.load(Ordering::SeqCst) || self.cleaner_stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                self.cleaner_wakeup.notify_one();
+                self.progress.wait_for(&mut state, Duration::from_millis(10));
+            }
+        }
         self.flush()?;
         loop {
             self.reclaim().inspect_err(|error| self.fail(error.to_string()))?;

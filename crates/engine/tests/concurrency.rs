@@ -600,12 +600,14 @@ fn the_cleaner_thread_keeps_up_with_writers_on_a_full_volume() {
     assert!(stats.failure.is_none(), "{:?}", stats.failure);
     assert!(stats.cleaning_rounds > 0, "the cleaner never ran");
     for model in &models {
-        check_range(&volume, model, model.first_block, share, "after the writers").unwrap_or_else(|error| panic!("{error}"));
+        check_range(&volume, model, model.first_block, share, "after the writers")
+            .unwrap_or_else(|error| panic!("{error}"));
     }
     volume.close().expect("close");
     let volume = open(&devices);
     for model in &models {
-        check_range(&volume, model, model.first_block, share, "after reopening").unwrap_or_else(|error| panic!("{error}"));
+        check_range(&volume, model, model.first_block, share, "after reopening")
+            .unwrap_or_else(|error| panic!("{error}"));
     }
     assert!(volume.check().expect("check").is_clean());
     volume.close().expect("close");
