@@ -73,6 +73,9 @@ pub struct VolumeStats {
     pub member_size_bytes: u64,
     pub logical_size_bytes: u64,
     pub physical_data_bytes: u64,
+    /// What the log can fill with client data: the data space less the summary blocks of
+    /// whole segments. The spare fraction is a fraction of it.
+    pub data_capacity_bytes: u64,
     pub epoch: u64,
     pub read_only: bool,
     pub degraded: bool,

@@ -1434,6 +1434,7 @@ impl Shared {
             member_size_bytes: geometry.member_size_bytes,
             logical_size_bytes: geometry.logical_size_bytes(),
             physical_data_bytes: geometry.physical_data_blocks() * BLOCK_SIZE_BYTES as u64,
+            data_capacity_bytes: geometry.data_capacity_blocks() * BLOCK_SIZE_BYTES as u64,
             epoch: self.epoch,
             read_only: self.read_only,
             degraded: !missing.is_empty(),

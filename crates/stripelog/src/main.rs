@@ -364,7 +364,7 @@ fn print_info(stats: &VolumeStats) {
         format_bytes(stats.logical_size_bytes),
         stats.logical_size_bytes,
         stats.spare_fraction * 100.0,
-        format_bytes(stats.physical_data_bytes)
+        format_bytes(stats.data_capacity_bytes)
     );
     let block = stats.block_size_bytes as u64;
     println!(
