@@ -106,27 +106,28 @@ fn point(queue_depth: usize, run: RunReport) -> Point {
 
 /// SVG chart: mean and average-maximum response time (ms, log scale) against queue depth.
 pub fn chart(report: &Report, path: &std::path::Path) -> Result<(), String> {
+    crate::render_chart!(path, (900, 500), |root| draw(&root, report))
+}
+
+fn draw<DB: plotters::prelude::DrawingBackend>(
+    root: &plotters::prelude::DrawingArea<DB, plotters::coord::Shift>,
+    report: &Report,
+) -> Result<(), String> {
+    use crate::chart::failed;
     use plotters::prelude::*;
-    let failed = |error: &dyn std::fmt::Display| format!("{}: {error}", path.display());
-    let root = SVGBackend::new(path, (900, 500)).into_drawing_area();
-    root.fill(&WHITE).map_err(|error| failed(&error))?;
+    root.fill(&WHITE).map_err(failed)?;
     let to_ms = |nanoseconds: f64| (nanoseconds / 1e6).max(1e-4);
     let highest = report.points.iter().map(|point| to_ms(point.average_maximum_ns)).fold(1e-3, f64::max) * 2.0;
     let lowest = report.points.iter().map(|point| to_ms(point.mean_ns)).fold(highest, f64::min) / 2.0;
     let deepest = report.points.iter().map(|point| point.queue_depth).max().unwrap_or(1) as f64;
-    let mut chart = ChartBuilder::on(&root)
+    let mut chart = ChartBuilder::on(root)
         .caption(format!("response time against queue depth: {}", report.target), ("sans-serif", 16))
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(70)
         .build_cartesian_2d((1f64..deepest * 1.2).log_scale(), (lowest..highest).log_scale())
-        .map_err(|error| failed(&error))?;
-    chart
-        .configure_mesh()
-        .x_desc("queue depth (log)")
-        .y_desc("response time, ms (log)")
-        .draw()
-        .map_err(|error| failed(&error))?;
+        .map_err(failed)?;
+    chart.configure_mesh().x_desc("queue depth (log)").y_desc("response time, ms (log)").draw().map_err(failed)?;
     for (label, color, pick) in [
         ("mean", BLUE, (|point: &Point| point.mean_ns) as fn(&Point) -> f64),
         ("average maximum (10 s intervals)", RED, |point: &Point| point.average_maximum_ns),
@@ -136,17 +137,12 @@ pub fn chart(report: &Report, path: &std::path::Path) -> Result<(), String> {
                 report.points.iter().map(|point| (point.queue_depth as f64, to_ms(pick(point)))),
                 color.stroke_width(2),
             ))
-            .map_err(|error| failed(&error))?
+            .map_err(failed)?
             .label(label)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|error| failed(&error))?;
-    root.present().map_err(|error| failed(&error))
+    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(failed)?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! block device, an NBD export, the engine in process — with the same workload code in
 //! [`run`]; [`grid`] is the seeds' test program on top of it.
 
+pub mod chart;
 pub mod engine;
 pub mod gc;
 pub mod grid;
@@ -18,6 +19,7 @@ mod memory;
 pub mod nbd_client;
 pub mod run;
 pub mod saturate;
+pub mod saturation;
 pub mod target;
 mod workload;
 

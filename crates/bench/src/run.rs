@@ -274,6 +274,17 @@ fn fill(buffer: &mut [u8], data: Data, random: &RandomData, prng: &mut Prng) {
 
 /// Run `workload` on `target`. `progress` gets the fraction done about every second.
 pub fn run(target: &dyn Target, workload: &Workload, progress: &dyn Fn(f64)) -> Result<RunReport, String> {
+    run_until(target, workload, progress, &|_| false)
+}
+
+/// [`run`], also ended when `stop_when` (asked every second with the seconds so far)
+/// says so: the steady-state rule of a saturation run.
+pub fn run_until(
+    target: &dyn Target,
+    workload: &Workload,
+    progress: &dyn Fn(f64),
+    stop_when: &dyn Fn(&[Second]) -> bool,
+) -> Result<RunReport, String> {
     workload.check(target)?;
     let queues: Vec<Box<dyn IoQueue>> = (0..workload.threads)
         .map(|_| target.queue(workload.queue_depth, workload.largest_block_bytes()))
@@ -303,7 +314,7 @@ pub fn run(target: &dyn Target, workload: &Workload, progress: &dyn Fn(f64)) -> 
                 })
             })
             .collect();
-        sample_every_second(&shared, &mut seconds, progress, &handles);
+        sample_every_second(&shared, &mut seconds, progress, stop_when, &handles);
         handles.into_iter().map(|handle| handle.join().unwrap_or_else(|_| Err("a worker panicked".into()))).collect()
     });
     let (counters, started) = (&shared.counters, shared.started);
@@ -372,6 +383,7 @@ fn sample_every_second<T>(
     shared: &Shared,
     seconds: &mut Vec<Second>,
     progress: &dyn Fn(f64),
+    stop_when: &dyn Fn(&[Second]) -> bool,
     handles: &[std::thread::ScopedJoinHandle<'_, T>],
 ) {
     let (workload, counters, stop, started) = (shared.workload, &shared.counters, &shared.stop, shared.started);
@@ -402,6 +414,9 @@ fn sample_every_second<T>(
         }
         last = current;
         next += 1;
+        if !finished && stop_when(seconds) {
+            stop.store(true, Ordering::Release);
+        }
         let time_done = started.elapsed().as_secs_f64() / workload.duration.as_secs_f64().max(1e-9);
         let bytes_done = workload
             .write_limit_bytes

@@ -354,10 +354,16 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
 /// An SVG chart: IOPS every second (top) and write latency p99 and maximum per interval
 /// on a logarithmic scale (bottom).
 pub fn chart(report: &Report, path: &std::path::Path) -> Result<(), String> {
+    crate::render_chart!(path, (1000, 700), |root| draw(&root, report))
+}
+
+fn draw<DB: plotters::prelude::DrawingBackend>(
+    root: &plotters::prelude::DrawingArea<DB, plotters::coord::Shift>,
+    report: &Report,
+) -> Result<(), String> {
+    use crate::chart::failed;
     use plotters::prelude::*;
-    let failed = |error: &dyn std::fmt::Display| format!("{}: {error}", path.display());
-    let root = SVGBackend::new(path, (1000, 700)).into_drawing_area();
-    root.fill(&WHITE).map_err(|error| failed(&error))?;
+    root.fill(&WHITE).map_err(failed)?;
     let (top, bottom) = root.split_vertically(380);
     let seconds = report.iops_per_second.len().max(1) as f64;
     let peak = report.iops_per_second.iter().cloned().fold(1.0, f64::max) * 1.1;
@@ -376,19 +382,19 @@ pub fn chart(report: &Report, path: &std::path::Path) -> Result<(), String> {
         .x_label_area_size(35)
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..seconds, 0f64..peak)
-        .map_err(|error| failed(&error))?;
+        .map_err(failed)?;
     iops_chart
         .configure_mesh()
         .x_desc("seconds (after the sequential fill)")
         .y_desc("write IOPS")
         .draw()
-        .map_err(|error| failed(&error))?;
+        .map_err(failed)?;
     iops_chart
         .draw_series(LineSeries::new(
             report.iops_per_second.iter().enumerate().map(|(second, &iops)| (second as f64, iops)),
             &BLUE,
         ))
-        .map_err(|error| failed(&error))?
+        .map_err(failed)?
         .label("IOPS each second")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
     if let Some(steady) = &report.steady_state {
@@ -396,7 +402,7 @@ pub fn chart(report: &Report, path: &std::path::Path) -> Result<(), String> {
         let from = steady.first_interval as f64 * interval;
         iops_chart
             .draw_series(LineSeries::new([(from, steady.iops), (seconds, steady.iops)], RED.stroke_width(2)))
-            .map_err(|error| failed(&error))?
+            .map_err(failed)?
             .label(format!("steady state {:.0} IOPS", steady.iops))
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
     }
@@ -405,7 +411,7 @@ pub fn chart(report: &Report, path: &std::path::Path) -> Result<(), String> {
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()
-        .map_err(|error| failed(&error))?;
+        .map_err(failed)?;
     let to_ms = |nanoseconds: u64| nanoseconds as f64 / 1e6;
     let highest = report.intervals.iter().map(|interval| to_ms(interval.latency_max_ns)).fold(1.0, f64::max) * 2.0;
     let lowest = report.intervals.iter().map(|interval| to_ms(interval.latency_p99_ns)).fold(highest, f64::min) / 2.0;
@@ -414,13 +420,13 @@ pub fn chart(report: &Report, path: &std::path::Path) -> Result<(), String> {
         .x_label_area_size(35)
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..seconds, (lowest.max(1e-3)..highest).log_scale())
-        .map_err(|error| failed(&error))?;
+        .map_err(failed)?;
     latency_chart
         .configure_mesh()
         .x_desc("seconds")
         .y_desc("write latency, ms (log)")
         .draw()
-        .map_err(|error| failed(&error))?;
+        .map_err(failed)?;
     for (label, color, pick) in [
         ("p99 per interval", GREEN, (|interval: &Interval| interval.latency_p99_ns) as fn(&Interval) -> u64),
         ("maximum per interval", MAGENTA, |interval: &Interval| interval.latency_max_ns),
@@ -430,7 +436,7 @@ pub fn chart(report: &Report, path: &std::path::Path) -> Result<(), String> {
                 report.intervals.iter().map(|interval| (interval.start_seconds, to_ms(pick(interval)).max(1e-3))),
                 color.stroke_width(2),
             ))
-            .map_err(|error| failed(&error))?
+            .map_err(failed)?
             .label(label)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
     }
@@ -439,8 +445,8 @@ pub fn chart(report: &Report, path: &std::path::Path) -> Result<(), String> {
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()
-        .map_err(|error| failed(&error))?;
-    root.present().map_err(|error| failed(&error))
+        .map_err(failed)?;
+    Ok(())
 }
 
 #[cfg(test)]

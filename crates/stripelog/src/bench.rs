@@ -307,8 +307,8 @@ pub struct LatencyArguments {
     /// Time per queue depth (the average maximum needs at least one 10 s interval).
     #[arg(long, default_value = "20s", value_parser = units::parse_duration)]
     duration: Duration,
-    /// Chart of mean and average-maximum response time against queue depth (SVG).
-    #[arg(long, value_name = "FILE.svg")]
+    /// Chart of mean and average-maximum response time against queue depth (.svg or .png).
+    #[arg(long, value_name = "FILE.svg|FILE.png")]
     chart: Option<PathBuf>,
 }
 
@@ -318,6 +318,9 @@ pub fn latency(arguments: LatencyArguments) -> Result<ExitCode, String> {
         arguments.block_size.iter().map(|&bytes| block_size(bytes)).collect::<Result<Vec<_>, _>>()?;
     if arguments.target.offset != 0 {
         return Err("latency: --offset is not supported (the region starts at 0)".into());
+    }
+    if let Some(path) = &arguments.chart {
+        stripelog_bench::chart::check(path)?;
     }
     let target = arguments.target.open(arguments.read_percent < 100)?;
     let options = stripelog_bench::latency::Options {
@@ -368,5 +371,105 @@ pub fn latency(arguments: LatencyArguments) -> Result<ExitCode, String> {
         stripelog_bench::latency::chart(&report, path)?;
     }
     crate::write_json_file(arguments.target.json.as_deref(), &report)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `stripelog bench saturate TARGET` (its flags live with the volume form in main.rs).
+pub struct SaturateTarget {
+    pub target: String,
+    pub size: Option<u64>,
+    pub force: bool,
+    pub threads: usize,
+    pub queue_depth: usize,
+    pub precondition: bool,
+    pub steady_state: bool,
+    pub passes: f64,
+    pub time_limit: Duration,
+    pub round: Duration,
+    pub seed: u64,
+    pub json: Option<PathBuf>,
+    pub csv: Option<PathBuf>,
+    pub chart: Option<PathBuf>,
+    pub quiet: bool,
+}
+
+pub fn saturate_target(arguments: &SaturateTarget) -> Result<ExitCode, String> {
+    if !(arguments.passes > 0.0 && arguments.passes.is_finite()) {
+        return Err("--passes must be above zero".into());
+    }
+    if let Some(path) = &arguments.chart {
+        stripelog_bench::chart::check(path)?;
+    }
+    let options = TargetOptions { writes: true, force: arguments.force, create_size_bytes: arguments.size };
+    let target = target::open(&arguments.target, &options)?;
+    let options = stripelog_bench::saturation::Options {
+        precondition: arguments.precondition,
+        threads: arguments.threads,
+        queue_depth: arguments.queue_depth,
+        write_limit_bytes: (target.size_bytes() as f64 * arguments.passes) as u64,
+        duration_limit: arguments.time_limit,
+        round: arguments.round,
+        stop_at_steady_state: arguments.steady_state,
+        data: Data::Random,
+        seed: arguments.seed,
+    };
+    let bar = progress_bar(arguments.quiet);
+    let report = stripelog_bench::saturation::run(target.as_ref(), &options, &|step, done| {
+        show_progress(&bar, Some(step), done)
+    });
+    bar.finish_and_clear();
+    let report = report?;
+    println!("target: {} ({})", report.target, stripelog_bench::format_size(report.size_bytes));
+    if let Some(fill) = &report.preconditioning {
+        println!(
+            "preconditioning: {} written sequentially in {:.1} s ({:.0} MB/s)",
+            stripelog_bench::format_size(fill.bytes_written),
+            fill.seconds,
+            fill.bw_bytes / 1e6
+        );
+    }
+    println!(
+        "4 KiB random writes, {} thread(s) × depth {}: {} in {:.1} s, stopped by the {}",
+        report.threads,
+        report.queue_depth,
+        stripelog_bench::format_size(report.bytes_written),
+        report.seconds,
+        report.stopped_by
+    );
+    println!("{:>8} {:>10} {:>12}", "from s", "IOPS", "GiB written");
+    let per_round = report.round_seconds as usize;
+    for (round, iops) in report.iops_per_round.iter().enumerate() {
+        let written = report.bytes_written_by_second.get((round + 1) * per_round - 1).copied().unwrap_or(0);
+        println!("{:>8} {:>10.0} {:>12.2}", round * per_round, iops, written as f64 / (1u64 << 30) as f64);
+    }
+    match &report.steady_state {
+        Some(steady) => println!(
+            "steady state (SNIA: 5 rounds within 20 % range, 10 % slope) from {} s: {:.0} IOPS (range {:.1} %, slope {:.1} %)",
+            steady.first_interval * per_round,
+            steady.iops,
+            steady.range_fraction * 100.0,
+            steady.slope_excursion_fraction * 100.0
+        ),
+        None => println!("no steady state by the SNIA rule"),
+    }
+    println!(
+        "overall {:.0} IOPS; latency mean {} µs, p99 {} µs, max {} µs, average maximum {} µs",
+        report.write.iops,
+        microseconds(report.write.lat_ns.mean),
+        microseconds(report.write.lat_ns.percentile.get("99.000000").copied().unwrap_or(0) as f64),
+        microseconds(report.write.lat_ns.max as f64),
+        microseconds(report.write.lat_ns.average_maximum)
+    );
+    crate::write_json_file(arguments.json.as_deref(), &report)?;
+    if let Some(path) = &arguments.csv {
+        let mut text = String::from("second,iops,bytes_written\n");
+        for (second, (iops, written)) in report.iops_per_second.iter().zip(&report.bytes_written_by_second).enumerate() {
+            text.push_str(&format!("{},{iops:.0},{written}\n", second + 1));
+        }
+        std::fs::write(path, text).map_err(|error| format!("{}: {error}", path.display()))?;
+    }
+    if let Some(path) = &arguments.chart {
+        stripelog_bench::saturation::chart(&report, path)?;
+    }
     Ok(ExitCode::SUCCESS)
 }

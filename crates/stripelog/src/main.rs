@@ -166,13 +166,12 @@ enum BenchCommand {
         after_help = "Example:\n  stripelog bench engine --dir /var/tmp/sl --members 5 --member-size 8GiB --threads 1,4 --duration 10s --json engine.json"
     )]
     Engine(EngineBenchArguments),
-    /// Write saturation with the cleaner: fill a fresh volume of file members
-    /// sequentially, then 4 KiB random writes over all of it until it has been overwritten
-    /// several times. IOPS every second; per interval latency p50/p99/maximum, write
-    /// amplification and free segments; the SNIA PTS steady state; a chart.
-    #[command(
-        after_help = "Example:\n  stripelog bench saturate --dir /var/tmp/sl --member-size 2GiB --spare 27% --passes 4 --json saturate.json --csv saturate.csv --chart saturate.svg"
-    )]
+    /// Write saturation (SNIA PTS, seed 004): 4 KiB random writes over the whole of
+    /// TARGET, optionally after a sequential fill, IOPS every second, until a written
+    /// volume, a time limit or the steady state; a chart against time and bytes written.
+    /// Without TARGET: a fresh stripelog volume on file members in --dir, with the
+    /// cleaner's amplification and free segments per interval.
+    #[command(after_help = SATURATE_EXAMPLES)]
     Saturate(SaturateArguments),
     /// One configurable run on any target: read share, block sizes, queue depth,
     /// threads, time; IOPS, bandwidth and latency percentiles (fio-like JSON).
@@ -217,8 +216,36 @@ const GRID_EXAMPLES: &str = concat!(
     target_forms!()
 );
 
+const SATURATE_EXAMPLES: &str = concat!(
+    "Examples:\n",
+    "  stripelog bench saturate /dev/nvme0n1 --force --precondition --steady-state --chart nvme.png\n",
+    "  stripelog bench saturate 'nbd+unix:///stripelog?socket=./sl.sock' --passes 2 --json nbd.json --chart nbd.svg\n",
+    "  stripelog bench saturate --dir /var/tmp/sl --member-size 2GiB --spare 27% --passes 4 --json saturate.json --csv saturate.csv --chart saturate.svg\n\n",
+    target_forms!()
+);
+
 #[derive(Args)]
 struct SaturateArguments {
+    /// What to saturate (see Targets below); without it, a fresh volume in --dir.
+    target: Option<String>,
+    /// Target: requests in flight per thread.
+    #[arg(long, default_value_t = 8)]
+    queue_depth: usize,
+    /// Target: one sequential pass over the whole target first.
+    #[arg(long)]
+    precondition: bool,
+    /// Target: stop once the IOPS of 5 consecutive intervals are steady by the SNIA rule.
+    #[arg(long)]
+    steady_state: bool,
+    /// Target: create a missing file of this size (sparse).
+    #[arg(long, value_parser = units::parse_size)]
+    size: Option<u64>,
+    /// Target: allow writing to a path that exists and is not empty (its data is overwritten).
+    #[arg(long)]
+    force: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
     /// Directory for the member files (created; files removed afterwards unless --keep).
     #[arg(long, default_value = "stripelog-bench")]
     dir: PathBuf,
@@ -239,7 +266,7 @@ struct SaturateArguments {
     /// Writer threads.
     #[arg(long, default_value_t = 4)]
     threads: usize,
-    /// Stop after writing this many times the logical size…
+    /// Stop after writing this many times the logical size (the target's size)…
     #[arg(long, default_value_t = 4.0)]
     passes: f64,
     /// …or after this long.
@@ -261,7 +288,8 @@ struct SaturateArguments {
     /// Write IOPS every second as CSV to FILE.
     #[arg(long)]
     csv: Option<PathBuf>,
-    /// Draw IOPS and latency over time as SVG to FILE.
+    /// Draw IOPS over time (and latency, or IOPS against bytes written for a TARGET) to
+    /// FILE.svg or FILE.png.
     #[arg(long)]
     chart: Option<PathBuf>,
 }
@@ -571,6 +599,28 @@ fn chunk_size(bytes: u64) -> Result<u32, String> {
 }
 
 fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
+    if let Some(target) = &arguments.target {
+        return bench::saturate_target(&bench::SaturateTarget {
+            target: target.clone(),
+            size: arguments.size,
+            force: arguments.force,
+            threads: arguments.threads,
+            queue_depth: arguments.queue_depth,
+            precondition: arguments.precondition,
+            steady_state: arguments.steady_state,
+            passes: arguments.passes,
+            time_limit: arguments.time_limit,
+            round: arguments.interval,
+            seed: arguments.seed,
+            json: arguments.json.clone(),
+            csv: arguments.csv.clone(),
+            chart: arguments.chart.clone(),
+            quiet: arguments.quiet,
+        });
+    }
+    if let Some(path) = &arguments.chart {
+        stripelog_bench::chart::check(path)?;
+    }
     let options = stripelog_bench::saturate::Options {
         directory: arguments.dir,
         member_count: arguments.members,

@@ -1,0 +1,106 @@
+//! Charts as SVG or PNG, chosen by the file's extension. Every chart is drawn once, by a
+//! function generic over the plotters backend; [`render_chart!`] hands it the drawing area
+//! of the right one. PNG text needs a TrueType font from the system (DejaVu Sans or
+//! Liberation Sans, or the file named by `STRIPELOG_CHART_FONT`); SVG leaves fonts to the
+//! viewer.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+/// Where Debian, Fedora, Arch and macOS keep a sans-serif TrueType font.
+const FONT_PATHS: [&str; 6] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+    "/usr/share/fonts/liberation-sans/LiberationSans-Regular.ttf",
+    "/Library/Fonts/Arial Unicode.ttf",
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Svg,
+    Png,
+}
+
+/// The chart format of `path`, from its extension.
+pub fn format_of(path: &Path) -> Result<Format, String> {
+    match path.extension().and_then(|extension| extension.to_str()).map(str::to_ascii_lowercase).as_deref() {
+        Some("svg") => Ok(Format::Svg),
+        Some("png") => Ok(Format::Png),
+        _ => Err(format!("{}: a chart is written as .svg or .png", path.display())),
+    }
+}
+
+/// Refuse, before a long run, a chart path that could not be written: the extension, and
+/// for PNG the font.
+pub fn check(path: &Path) -> Result<(), String> {
+    match format_of(path)? {
+        Format::Svg => Ok(()),
+        Format::Png => register_font(),
+    }
+}
+
+/// Make "sans-serif" available to the bitmap backend, once per process.
+pub fn register_font() -> Result<(), String> {
+    static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
+    REGISTERED
+        .get_or_init(|| {
+            let configured = std::env::var_os("STRIPELOG_CHART_FONT").map(std::path::PathBuf::from);
+            let candidates = configured.into_iter().chain(FONT_PATHS.iter().map(std::path::PathBuf::from));
+            for path in candidates {
+                if let Ok(bytes) = std::fs::read(&path) {
+                    // The font lives as long as the process: plotters keeps a 'static reference.
+                    let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+                    return plotters::style::register_font("sans-serif", plotters::style::FontStyle::Normal, bytes)
+                        .map_err(|_| format!("{}: not a usable TrueType font", path.display()));
+                }
+            }
+            Err("PNG charts need a TrueType font: install fonts-dejavu-core, or name one with \
+                 STRIPELOG_CHART_FONT (SVG charts need none)"
+                .into())
+        })
+        .clone()
+}
+
+/// Draw a chart into `path` (SVG or PNG by extension) of `size` pixels:
+/// `render_chart!(path, (900, 500), |root| draw(&root, report))`, where `draw` is generic
+/// over `DB: DrawingBackend` and returns `Result<(), String>`.
+#[macro_export]
+macro_rules! render_chart {
+    ($path:expr, $size:expr, |$root:ident| $draw:expr) => {{
+        use plotters::prelude::IntoDrawingArea;
+        let path: &std::path::Path = $path;
+        match $crate::chart::format_of(path)? {
+            $crate::chart::Format::Svg => {
+                let $root = plotters::prelude::SVGBackend::new(path, $size).into_drawing_area();
+                $draw?;
+                $root.present().map_err(|error| format!("{}: {error}", path.display()))
+            }
+            $crate::chart::Format::Png => {
+                $crate::chart::register_font()?;
+                let $root = plotters::prelude::BitMapBackend::new(path, $size).into_drawing_area();
+                $draw?;
+                $root.present().map_err(|error| format!("{}: {error}", path.display()))
+            }
+        }
+    }};
+}
+
+/// A plotters error as text, for charts' `Result<(), String>`.
+pub fn failed<E: std::fmt::Debug>(error: E) -> String {
+    format!("drawing a chart: {error:?}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_extension_chooses_the_format() {
+        assert_eq!(format_of(Path::new("a/b.svg")), Ok(Format::Svg));
+        assert_eq!(format_of(Path::new("b.PNG")), Ok(Format::Png));
+        assert!(format_of(Path::new("b.jpg")).is_err());
+        assert!(format_of(Path::new("b")).is_err());
+    }
+}

@@ -1,0 +1,244 @@
+//! `stripelog bench saturate TARGET`: the SNIA PTS write-saturation run (seed 004) on any
+//! target — optional preconditioning (one sequential pass over the whole target), then
+//! 4 KiB random writes over all of it, IOPS recorded every second, until a written
+//! volume, a time limit or (optionally) the steady state by the SNIA rule over rounds.
+//! The engine-specific experiment with cleaner figures is `saturate::run`.
+
+use crate::run::{self, Data, DirectionReport, Pattern, Second, Workload};
+use crate::saturate::{steady_state, SteadyState};
+use crate::target::Target;
+use serde::Serialize;
+use std::time::Duration;
+
+/// Request size of the random writes.
+pub const WRITE_SIZE_BYTES: usize = 4096;
+/// Request size and depth of the sequential preconditioning pass.
+const PRECONDITION_BLOCK_BYTES: usize = 1 << 20;
+const PRECONDITION_QUEUE_DEPTH: usize = 4;
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// One sequential pass over the whole target first (SNIA's workload-independent
+    /// preconditioning).
+    pub precondition: bool,
+    pub threads: usize,
+    pub queue_depth: usize,
+    /// Stop after writing this many bytes of random writes…
+    pub write_limit_bytes: u64,
+    /// …or after this long…
+    pub duration_limit: Duration,
+    /// …or, when asked, once the IOPS of consecutive rounds of this length are steady.
+    pub round: Duration,
+    pub stop_at_steady_state: bool,
+    pub data: Data,
+    pub seed: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Preconditioning {
+    pub seconds: f64,
+    pub bytes_written: u64,
+    pub bw_bytes: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub target: String,
+    pub size_bytes: u64,
+    pub threads: usize,
+    pub queue_depth: usize,
+    pub preconditioning: Option<Preconditioning>,
+    pub seconds: f64,
+    pub bytes_written: u64,
+    /// Random writes completed in each second.
+    pub iops_per_second: Vec<f64>,
+    /// Bytes of random writes completed by the end of each second.
+    pub bytes_written_by_second: Vec<u64>,
+    pub round_seconds: f64,
+    /// Mean IOPS of each whole round.
+    pub iops_per_round: Vec<f64>,
+    pub steady_state: Option<SteadyState>,
+    /// "steady state", "written volume" or "time limit".
+    pub stopped_by: String,
+    pub write: DirectionReport,
+}
+
+/// Mean IOPS of each whole round of `round_seconds` seconds.
+fn rounds(seconds: &[Second], round_seconds: usize) -> Vec<f64> {
+    seconds
+        .chunks_exact(round_seconds.max(1))
+        .map(|round| round.iter().map(|second| second.write_iops as f64).sum::<f64>() / round.len() as f64)
+        .collect()
+}
+
+pub fn run(target: &dyn Target, options: &Options, progress: &dyn Fn(&str, f64)) -> Result<Report, String> {
+    if !target.writable() {
+        return Err("the target is read-only; a saturation run writes".into());
+    }
+    let region_bytes = target.size_bytes() / WRITE_SIZE_BYTES as u64 * WRITE_SIZE_BYTES as u64;
+    if region_bytes < PRECONDITION_BLOCK_BYTES as u64 {
+        return Err(format!("the target ({} bytes) is smaller than 1 MiB", target.size_bytes()));
+    }
+    let round_seconds = options.round.as_secs().max(1) as usize;
+    let preconditioning = if options.precondition {
+        let fill = Workload {
+            read_percent: 0,
+            block_sizes_bytes: vec![PRECONDITION_BLOCK_BYTES],
+            pattern: Pattern::Sequential,
+            zipf_exponent: None,
+            region_offset_bytes: 0,
+            region_bytes: region_bytes / PRECONDITION_BLOCK_BYTES as u64 * PRECONDITION_BLOCK_BYTES as u64,
+            data: options.data,
+            threads: 1,
+            queue_depth: PRECONDITION_QUEUE_DEPTH,
+            duration: options.duration_limit,
+            write_limit_bytes: Some(region_bytes / PRECONDITION_BLOCK_BYTES as u64 * PRECONDITION_BLOCK_BYTES as u64),
+            seed: options.seed ^ 0xF111,
+        };
+        let report = run::run(target, &fill, &|done| progress("preconditioning (sequential fill)", done))?;
+        Some(Preconditioning {
+            seconds: report.elapsed_seconds,
+            bytes_written: report.write.io_bytes,
+            bw_bytes: report.write.bw_bytes,
+        })
+    } else {
+        None
+    };
+    let workload = Workload {
+        read_percent: 0,
+        block_sizes_bytes: vec![WRITE_SIZE_BYTES],
+        pattern: Pattern::Random,
+        zipf_exponent: None,
+        region_offset_bytes: 0,
+        region_bytes,
+        data: options.data,
+        threads: options.threads,
+        queue_depth: options.queue_depth,
+        duration: options.duration_limit,
+        write_limit_bytes: Some(options.write_limit_bytes),
+        seed: options.seed,
+    };
+    let steady_stop = options.stop_at_steady_state;
+    let report = run::run_until(target, &workload, &|done| progress("4 KiB random writes", done), &|seconds| {
+        steady_stop && steady_state(&rounds(seconds, round_seconds)).is_some()
+    })?;
+    let iops_per_second: Vec<f64> = report.seconds.iter().map(|second| second.write_iops as f64).collect();
+    let bytes_written_by_second = report
+        .seconds
+        .iter()
+        .scan(0u64, |total, second| {
+            *total += second.write_bytes;
+            Some(*total)
+        })
+        .collect();
+    let iops_per_round = rounds(&report.seconds, round_seconds);
+    let steady = steady_state(&iops_per_round);
+    let stopped_by = if report.write.io_bytes >= options.write_limit_bytes {
+        "written volume"
+    } else if steady_stop && steady.is_some() && report.elapsed_seconds < options.duration_limit.as_secs_f64() {
+        "steady state"
+    } else {
+        "time limit"
+    };
+    Ok(Report {
+        target: report.target.clone(),
+        size_bytes: target.size_bytes(),
+        threads: options.threads,
+        queue_depth: options.queue_depth,
+        preconditioning,
+        seconds: report.elapsed_seconds,
+        bytes_written: report.write.io_bytes,
+        iops_per_second,
+        bytes_written_by_second,
+        round_seconds: round_seconds as f64,
+        iops_per_round,
+        steady_state: steady,
+        stopped_by: stopped_by.into(),
+        write: report.write,
+    })
+}
+
+/// IOPS against time and against bytes written, in the style of seed 004's saturation
+/// plots, with the steady-state level; SVG or PNG by the extension of `path`.
+pub fn chart(report: &Report, path: &std::path::Path) -> Result<(), String> {
+    crate::render_chart!(path, (1000, 700), |root| draw(&root, report))
+}
+
+fn draw<DB: plotters::prelude::DrawingBackend>(
+    root: &plotters::prelude::DrawingArea<DB, plotters::coord::Shift>,
+    report: &Report,
+) -> Result<(), String> {
+    use crate::chart::failed;
+    use plotters::prelude::*;
+    root.fill(&WHITE).map_err(failed)?;
+    let (top, bottom) = root.split_vertically(350);
+    let peak = report.iops_per_second.iter().cloned().fold(1.0, f64::max) * 1.1;
+    let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
+    let written = report.bytes_written_by_second.last().map_or(1e-3, |&bytes| gib(bytes).max(1e-3));
+    let seconds = report.iops_per_second.len().max(1) as f64;
+    let caption = format!(
+        "4 KiB random writes, {} thread(s) × depth {}: {}",
+        report.threads, report.queue_depth, report.target
+    );
+    // Points are at the end of each second.
+    let by_time: Vec<(f64, f64)> =
+        report.iops_per_second.iter().enumerate().map(|(second, &iops)| (second as f64 + 1.0, iops)).collect();
+    let by_volume: Vec<(f64, f64)> = report
+        .bytes_written_by_second
+        .iter()
+        .zip(&report.iops_per_second)
+        .map(|(&bytes, &iops)| (gib(bytes), iops))
+        .collect();
+    for (area, x_range, x_label, points, caption) in [
+        (&top, seconds + 1.0, "seconds", by_time, Some(caption.as_str())),
+        (&bottom, written, "GiB written", by_volume, None),
+    ] {
+        let mut builder = ChartBuilder::on(area);
+        if let Some(caption) = caption {
+            builder.caption(caption, ("sans-serif", 16));
+        }
+        let mut chart = builder
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..x_range, 0f64..peak)
+            .map_err(failed)?;
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc("write IOPS")
+            .y_label_formatter(&|iops| format!("{iops:.0}"))
+            .draw()
+            .map_err(failed)?;
+        chart
+            .draw_series(LineSeries::new(points, &BLUE))
+            .map_err(failed)?
+            .label("IOPS each second")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
+        if let Some(steady) = &report.steady_state {
+            chart
+                .draw_series(LineSeries::new([(0.0, steady.iops), (x_range, steady.iops)], RED.stroke_width(2)))
+                .map_err(failed)?
+                .label(format!("steady state {:.0} IOPS", steady.iops))
+                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+        }
+        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(failed)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn second(write_iops: u64) -> Second {
+        Second { second: 0, read_iops: 0, write_iops, read_bytes: 0, write_bytes: write_iops * 4096 }
+    }
+
+    #[test]
+    fn rounds_average_whole_rounds_only() {
+        let seconds: Vec<Second> = [10, 20, 30, 40, 50].into_iter().map(second).collect();
+        assert_eq!(rounds(&seconds, 2), vec![15.0, 35.0]);
+        assert_eq!(rounds(&seconds, 10), Vec::<f64>::new());
+    }
+}
