@@ -1,8 +1,8 @@
 //! Charts as SVG or PNG, chosen by the file's extension. Every chart is drawn once, by a
 //! function generic over the plotters backend; [`render_chart!`] hands it the drawing area
-//! of the right one. PNG text needs a TrueType font from the system (DejaVu Sans or
-//! Liberation Sans, or the file named by `STRIPELOG_CHART_FONT`); SVG leaves fonts to the
-//! viewer.
+//! of the right one. Text is laid out (and, in PNG, drawn) with a TrueType font from the
+//! system: DejaVu Sans or Liberation Sans (Debian: fonts-dejavu-core, which
+//! scripts/install-deps.sh installs), or the file named by `STRIPELOG_CHART_FONT`.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -32,16 +32,14 @@ pub fn format_of(path: &Path) -> Result<Format, String> {
     }
 }
 
-/// Refuse, before a long run, a chart path that could not be written: the extension, and
-/// for PNG the font.
+/// Refuse, before a long run, a chart path that could not be written: the extension and
+/// the font.
 pub fn check(path: &Path) -> Result<(), String> {
-    match format_of(path)? {
-        Format::Svg => Ok(()),
-        Format::Png => register_font(),
-    }
+    format_of(path)?;
+    register_font()
 }
 
-/// Make "sans-serif" available to the bitmap backend, once per process.
+/// Make "sans-serif" available to plotters, once per process.
 pub fn register_font() -> Result<(), String> {
     static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
     REGISTERED
@@ -56,9 +54,7 @@ pub fn register_font() -> Result<(), String> {
                         .map_err(|_| format!("{}: not a usable TrueType font", path.display()));
                 }
             }
-            Err("PNG charts need a TrueType font: install fonts-dejavu-core, or name one with \
-                 STRIPELOG_CHART_FONT (SVG charts need none)"
-                .into())
+            Err("charts need a TrueType font: install fonts-dejavu-core, or name one with STRIPELOG_CHART_FONT".into())
         })
         .clone()
 }
@@ -71,6 +67,7 @@ macro_rules! render_chart {
     ($path:expr, $size:expr, |$root:ident| $draw:expr) => {{
         use plotters::prelude::IntoDrawingArea;
         let path: &std::path::Path = $path;
+        $crate::chart::register_font()?;
         match $crate::chart::format_of(path)? {
             $crate::chart::Format::Svg => {
                 let $root = plotters::prelude::SVGBackend::new(path, $size).into_drawing_area();
@@ -78,7 +75,6 @@ macro_rules! render_chart {
                 $root.present().map_err(|error| format!("{}: {error}", path.display()))
             }
             $crate::chart::Format::Png => {
-                $crate::chart::register_font()?;
                 let $root = plotters::prelude::BitMapBackend::new(path, $size).into_drawing_area();
                 $draw?;
                 $root.present().map_err(|error| format!("{}: {error}", path.display()))

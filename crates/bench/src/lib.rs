@@ -11,6 +11,7 @@
 //! [`run`]; [`grid`] is the seeds' test program on top of it.
 
 pub mod chart;
+pub mod compare;
 pub mod engine;
 pub mod gc;
 pub mod grid;

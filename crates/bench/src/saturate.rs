@@ -406,12 +406,7 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
             .label(format!("steady state {:.0} IOPS", steady.iops))
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
     }
-    iops_chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(failed)?;
+    iops_chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(failed)?;
     let to_ms = |nanoseconds: u64| nanoseconds as f64 / 1e6;
     let highest = report.intervals.iter().map(|interval| to_ms(interval.latency_max_ns)).fold(1.0, f64::max) * 2.0;
     let lowest = report.intervals.iter().map(|interval| to_ms(interval.latency_p99_ns)).fold(highest, f64::min) / 2.0;
@@ -421,12 +416,7 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..seconds, (lowest.max(1e-3)..highest).log_scale())
         .map_err(failed)?;
-    latency_chart
-        .configure_mesh()
-        .x_desc("seconds")
-        .y_desc("write latency, ms (log)")
-        .draw()
-        .map_err(failed)?;
+    latency_chart.configure_mesh().x_desc("seconds").y_desc("write latency, ms (log)").draw().map_err(failed)?;
     for (label, color, pick) in [
         ("p99 per interval", GREEN, (|interval: &Interval| interval.latency_p99_ns) as fn(&Interval) -> u64),
         ("maximum per interval", MAGENTA, |interval: &Interval| interval.latency_max_ns),

@@ -176,10 +176,8 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
     let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
     let written = report.bytes_written_by_second.last().map_or(1e-3, |&bytes| gib(bytes).max(1e-3));
     let seconds = report.iops_per_second.len().max(1) as f64;
-    let caption = format!(
-        "4 KiB random writes, {} thread(s) × depth {}: {}",
-        report.threads, report.queue_depth, report.target
-    );
+    let caption =
+        format!("4 KiB random writes, {} thread(s) × depth {}: {}", report.threads, report.queue_depth, report.target);
     // Points are at the end of each second.
     let by_time: Vec<(f64, f64)> =
         report.iops_per_second.iter().enumerate().map(|(second, &iops)| (second as f64 + 1.0, iops)).collect();

@@ -287,6 +287,11 @@ pub struct EngineTarget {
 }
 
 impl EngineTarget {
+    /// A volume this process already opened (`compare` also exports it over NBD).
+    pub fn from_volume(volume: Arc<Volume>, members: String) -> EngineTarget {
+        EngineTarget { volume, members, writable: true }
+    }
+
     fn open(members: &str, options: &TargetOptions) -> Result<EngineTarget, String> {
         let paths: Vec<&str> = members.split(',').filter(|path| !path.is_empty()).collect();
         if paths.is_empty() {

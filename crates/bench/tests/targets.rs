@@ -206,3 +206,73 @@ fn the_engine_in_process_needs_force_to_write_and_keeps_what_it_wrote() {
     }
     volume.close().unwrap();
 }
+
+#[test]
+fn a_saturation_run_preconditions_stops_on_the_written_volume_and_charts_svg_and_png() {
+    let scratch = Scratch::new("saturate");
+    let path = scratch.join("target.img");
+    let target = target::open(path.to_str().unwrap(), &writes(Some(32 * MIB), false)).expect("create the file");
+    let options = stripelog_bench::saturation::Options {
+        precondition: true,
+        threads: 2,
+        queue_depth: 8,
+        write_limit_bytes: 2 * 32 * MIB,
+        duration_limit: Duration::from_secs(120),
+        round: Duration::from_secs(1),
+        stop_at_steady_state: false,
+        data: Data::Random,
+        seed: 3,
+    };
+    let report = stripelog_bench::saturation::run(target.as_ref(), &options, &|_, _| {}).expect("saturate");
+    let fill = report.preconditioning.as_ref().expect("preconditioned");
+    assert_eq!(fill.bytes_written, 32 * MIB);
+    assert_eq!(report.bytes_written, 2 * 32 * MIB, "stops at the written volume, not past it");
+    assert_eq!(report.stopped_by, "written volume");
+    assert_eq!(report.bytes_written_by_second.last().copied(), Some(report.bytes_written));
+    assert_eq!(report.iops_per_second.iter().sum::<f64>() as u64 * 4096, report.bytes_written);
+    for (name, signature) in [("chart.svg", &b"<svg"[..]), ("chart.png", &b"\x89PNG"[..])] {
+        let chart = scratch.join(name);
+        stripelog_bench::saturation::chart(&report, &chart).expect("draw the chart");
+        let bytes = std::fs::read(&chart).expect("read the chart back");
+        assert!(bytes.windows(signature.len()).take(64).any(|window| window == signature), "{name}");
+    }
+    assert!(stripelog_bench::saturation::chart(&report, &scratch.join("chart.jpg")).is_err());
+}
+
+#[test]
+fn compare_measures_raw_members_stripelog_in_process_and_over_nbd() {
+    let scratch = Scratch::new("compare");
+    let members: Vec<PathBuf> = (0..3).map(|index| scratch.join(&format!("m{index}"))).collect();
+    let options = stripelog_bench::compare::Options {
+        members: members.clone(),
+        member_size_bytes: Some(24 * MIB),
+        force: false,
+        peer: None,
+        raid_level: RaidLevel::Raid5,
+        chunk_size_bytes: 256 << 10,
+        spare_ppm: 200_000,
+        threads: 1,
+        queue_depth: 8,
+        duration: Duration::from_millis(500),
+        region_bytes: 16 * MIB,
+        seed: 5,
+    };
+    let report = stripelog_bench::compare::run(&options, &|_, _| {}).expect("compare");
+    let names: Vec<&str> = report.columns.iter().map(|column| column.name.as_str()).collect();
+    assert_eq!(names, ["raw members (3)", "stripelog (in process)", "stripelog (NBD)"]);
+    for column in &report.columns {
+        assert!(column.random_write.iops > 0.0 && column.random_read.iops > 0.0, "{column:?}");
+        assert!(column.fill_bytes_per_second > 0.0, "{column:?}");
+    }
+    let table = stripelog_bench::compare::table(&report);
+    assert!(table.contains("stripelog ÷ raw members"), "{table}");
+    // The members now hold a volume: a second run needs --force.
+    let error = stripelog_bench::compare::run(&options, &|_, _| {}).expect_err("members are not empty");
+    assert!(error.contains("--force"), "{error}");
+    // A peer that is not there fails before anything is written.
+    let peer = Some(format!("nbd+unix:///?socket={}", scratch.join("absent.sock").display()));
+    let error =
+        stripelog_bench::compare::run(&stripelog_bench::compare::Options { force: true, peer, ..options }, &|_, _| {})
+            .expect_err("no such peer");
+    assert!(!error.is_empty());
+}

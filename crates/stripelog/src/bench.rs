@@ -463,7 +463,8 @@ pub fn saturate_target(arguments: &SaturateTarget) -> Result<ExitCode, String> {
     crate::write_json_file(arguments.json.as_deref(), &report)?;
     if let Some(path) = &arguments.csv {
         let mut text = String::from("second,iops,bytes_written\n");
-        for (second, (iops, written)) in report.iops_per_second.iter().zip(&report.bytes_written_by_second).enumerate() {
+        for (second, (iops, written)) in report.iops_per_second.iter().zip(&report.bytes_written_by_second).enumerate()
+        {
             text.push_str(&format!("{},{iops:.0},{written}\n", second + 1));
         }
         std::fs::write(path, text).map_err(|error| format!("{}: {error}", path.display()))?;
@@ -471,5 +472,81 @@ pub fn saturate_target(arguments: &SaturateTarget) -> Result<ExitCode, String> {
     if let Some(path) = &arguments.chart {
         stripelog_bench::saturation::chart(&report, path)?;
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args)]
+pub struct CompareArguments {
+    /// The member files or devices (written over: raw first, then a stripelog volume).
+    #[arg(long, value_delimiter = ',', required = true)]
+    members: Vec<PathBuf>,
+    /// Create missing member files of this size (sparse).
+    #[arg(long, value_parser = units::parse_size)]
+    member_size: Option<u64>,
+    /// Allow writing over members that exist and are not empty.
+    #[arg(long)]
+    force: bool,
+    /// An NBD server to compare with, by URI (e.g. nbdkit memory on a Unix socket).
+    #[arg(long, value_name = "URI")]
+    peer: Option<String>,
+    #[arg(long, default_value = "5")]
+    raid: String,
+    #[arg(long, default_value = "1MiB", value_parser = units::parse_size)]
+    chunk: u64,
+    /// Spare fraction of the volume's data capacity.
+    #[arg(long, default_value = "27%", value_parser = units::parse_fraction_ppm)]
+    spare: u32,
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    #[arg(long, default_value_t = 32)]
+    queue_depth: usize,
+    /// Time per cell.
+    #[arg(long, default_value = "10s", value_parser = units::parse_duration)]
+    duration: Duration,
+    /// Bytes of each target used (at most its size).
+    #[arg(long, default_value = "4GiB", value_parser = units::parse_size)]
+    region: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the report as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+pub fn compare(arguments: CompareArguments) -> Result<ExitCode, String> {
+    let options = stripelog_bench::compare::Options {
+        members: arguments.members.clone(),
+        member_size_bytes: arguments.member_size,
+        force: arguments.force,
+        peer: arguments.peer.clone(),
+        raid_level: crate::parse_raid(&arguments.raid)?,
+        chunk_size_bytes: crate::chunk_size(arguments.chunk)?,
+        spare_ppm: arguments.spare,
+        threads: arguments.threads,
+        queue_depth: arguments.queue_depth,
+        duration: arguments.duration,
+        region_bytes: arguments.region,
+        seed: arguments.seed,
+    };
+    if options.threads == 0 || options.queue_depth == 0 {
+        return Err("threads and queue depth must be at least 1".into());
+    }
+    let bar = progress_bar(arguments.quiet);
+    let report = stripelog_bench::compare::run(&options, &|step, done| show_progress(&bar, Some(step), done));
+    bar.finish_and_clear();
+    let report = report?;
+    print!("{}", stripelog_bench::compare::table(&report));
+    for column in &report.columns {
+        println!(
+            "  {}: {} ({:.0} MiB used)",
+            column.name,
+            column.target,
+            column.region_bytes as f64 / (1u64 << 20) as f64
+        );
+    }
+    crate::write_json_file(arguments.json.as_deref(), &report)?;
     Ok(ExitCode::SUCCESS)
 }

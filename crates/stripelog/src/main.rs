@@ -185,6 +185,12 @@ enum BenchCommand {
     /// random requests at depths 1-64; mean, percentiles, maximum, average maximum.
     #[command(after_help = LATENCY_EXAMPLES)]
     Latency(bench::LatencyArguments),
+    /// Side by side: 4 KiB random writes and reads on the raw member files, stripelog RAID
+    /// on them (in process and over NBD) and an NBD peer; one table with ratios.
+    #[command(
+        after_help = "Examples:\n  stripelog bench compare --members d/m0,d/m1,d/m2,d/m3,d/m4 --member-size 2GiB --peer 'nbd+unix:///?socket=/tmp/nbdkit.sock'\n  stripelog bench compare --members /dev/sdb,/dev/sdc,/dev/sdd --force --raid 5 --threads 2 --queue-depth 32 --json compare.json"
+    )]
+    Compare(bench::CompareArguments),
 }
 
 /// The target forms of `bench mix` and `bench grid` (a macro: `concat!` takes literals).
@@ -517,6 +523,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Bench(BenchCommand::Mix(arguments)) => bench::mix(arguments),
         Command::Bench(BenchCommand::Grid(arguments)) => bench::grid(arguments),
         Command::Bench(BenchCommand::Latency(arguments)) => bench::latency(arguments),
+        Command::Bench(BenchCommand::Compare(arguments)) => bench::compare(arguments),
         Command::Sim(SimCommand::Gc(arguments)) => sim_gc(arguments),
     }
 }
