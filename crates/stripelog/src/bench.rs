@@ -429,10 +429,10 @@ pub fn saturate_target(arguments: &SaturateTarget) -> Result<ExitCode, String> {
         );
     }
     println!(
-        "4 KiB random writes, {} thread(s) × depth {}: {} in {:.1} s, stopped by the {}",
+        "4 KiB random writes, {} thread(s) × depth {}: {:.2} GiB in {:.1} s, stopped by the {}",
         report.threads,
         report.queue_depth,
-        stripelog_bench::format_size(report.bytes_written),
+        report.bytes_written as f64 / (1u64 << 30) as f64,
         report.seconds,
         report.stopped_by
     );
