@@ -351,7 +351,7 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
     Ok(report)
 }
 
-/// An SVG chart: IOPS every second (top) and write latency p99 and maximum per interval
+/// A chart (SVG or PNG by extension): IOPS every second (top) and write latency p99 and maximum per interval
 /// on a logarithmic scale (bottom).
 pub fn chart(report: &Report, path: &std::path::Path) -> Result<(), String> {
     crate::render_chart!(path, (1000, 700), |root| draw(&root, report))

@@ -80,30 +80,6 @@ pub fn run(target: &dyn Target, options: &Options, progress: &dyn Fn(&str, f64))
         return Err(format!("the target ({} bytes) is smaller than 1 MiB", target.size_bytes()));
     }
     let round_seconds = options.round.as_secs().max(1) as usize;
-    let preconditioning = if options.precondition {
-        let fill = Workload {
-            read_percent: 0,
-            block_sizes_bytes: vec![PRECONDITION_BLOCK_BYTES],
-            pattern: Pattern::Sequential,
-            zipf_exponent: None,
-            region_offset_bytes: 0,
-            region_bytes: region_bytes / PRECONDITION_BLOCK_BYTES as u64 * PRECONDITION_BLOCK_BYTES as u64,
-            data: options.data,
-            threads: 1,
-            queue_depth: PRECONDITION_QUEUE_DEPTH,
-            duration: options.duration_limit,
-            write_limit_bytes: Some(region_bytes / PRECONDITION_BLOCK_BYTES as u64 * PRECONDITION_BLOCK_BYTES as u64),
-            seed: options.seed ^ 0xF111,
-        };
-        let report = run::run(target, &fill, &|done| progress("preconditioning (sequential fill)", done))?;
-        Some(Preconditioning {
-            seconds: report.elapsed_seconds,
-            bytes_written: report.write.io_bytes,
-            bw_bytes: report.write.bw_bytes,
-        })
-    } else {
-        None
-    };
     let workload = Workload {
         read_percent: 0,
         block_sizes_bytes: vec![WRITE_SIZE_BYTES],
@@ -117,6 +93,27 @@ pub fn run(target: &dyn Target, options: &Options, progress: &dyn Fn(&str, f64))
         duration: options.duration_limit,
         write_limit_bytes: Some(options.write_limit_bytes),
         seed: options.seed,
+    };
+    let preconditioning = if options.precondition {
+        let fill_bytes = region_bytes / PRECONDITION_BLOCK_BYTES as u64 * PRECONDITION_BLOCK_BYTES as u64;
+        let fill = Workload {
+            block_sizes_bytes: vec![PRECONDITION_BLOCK_BYTES],
+            pattern: Pattern::Sequential,
+            region_bytes: fill_bytes,
+            threads: 1,
+            queue_depth: PRECONDITION_QUEUE_DEPTH,
+            write_limit_bytes: Some(fill_bytes),
+            seed: options.seed ^ 0xF111,
+            ..workload.clone()
+        };
+        let report = run::run(target, &fill, &|done| progress("preconditioning (sequential fill)", done))?;
+        Some(Preconditioning {
+            seconds: report.elapsed_seconds,
+            bytes_written: report.write.io_bytes,
+            bw_bytes: report.write.bw_bytes,
+        })
+    } else {
+        None
     };
     let steady_stop = options.stop_at_steady_state;
     let report = run::run_until(target, &workload, &|done| progress("4 KiB random writes", done), &|seconds| {
