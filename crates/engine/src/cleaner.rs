@@ -165,24 +165,19 @@ pub(crate) fn background_cleaner(shared: std::sync::Arc<Shared>) {
                 shared.cleaner_wakeup.wait_for(&mut state, BACKGROUND_TICK);
             }
         }
-        match shared.clean_round() {
-            Ok(gained) => {
-                nothing_to_gain = !gained;
-                shared.cleaner_gains_nothing.store(!gained, std::sync::atomic::Ordering::SeqCst);
-                shared.progress.notify_all();
-            }
+        let gained = match shared.clean_round() {
+            Ok(gained) => gained,
             // No free segment to relocate into: as good as nothing to gain; writers at the
             // reserve then look for space themselves and report it.
-            Err(Error::OutOfSpace) => {
-                nothing_to_gain = true;
-                shared.cleaner_gains_nothing.store(true, std::sync::atomic::Ordering::SeqCst);
-                shared.progress.notify_all();
-            }
+            Err(Error::OutOfSpace) => false,
             Err(error) => {
                 shared.fail(error.to_string());
                 return;
             }
-        }
+        };
+        nothing_to_gain = !gained;
+        shared.cleaner_gains_nothing.store(!gained, std::sync::atomic::Ordering::SeqCst);
+        shared.progress.notify_all();
     }
 }
 
@@ -238,7 +233,7 @@ impl Shared {
         // One reader per member, in parallel on threaded volumes: each reads its runs
         // in turn into one buffer of at most a chunk and keeps the blocks that match
         // their checksums.
-        let mut by_member: Vec<Vec<(u64, usize, Vec<BlockToRead>)>> = vec![Vec::new(); self.geometry.member_count];
+        let mut by_member: Vec<Vec<(u64, Vec<BlockToRead>)>> = vec![Vec::new(); self.geometry.member_count];
         for ((segment, column), blocks) in runs {
             let member = self
                 .geometry
@@ -247,16 +242,16 @@ impl Shared {
                 .find(|&member| self.members.device(member).is_some());
             // A column with no member present is rebuilt from parity below.
             if let Some(member) = member {
-                by_member[member].push((segment, column, blocks));
+                by_member[member].push((segment, blocks));
             }
         }
-        let read_member = |member: usize, runs: &[(u64, usize, Vec<BlockToRead>)]| {
+        let read_member = |member: usize, runs: &[(u64, Vec<BlockToRead>)]| {
             let mut verified: Vec<VerifiedBlock> = Vec::new();
             let Some(device) = self.members.device(member) else {
                 return verified;
             };
             let mut buffer = AlignedBuffer::zeroed(self.geometry.chunk_size_bytes as usize);
-            for (segment, _, blocks) in runs {
+            for (segment, blocks) in runs {
                 let first_row = blocks.iter().map(|block| block.row).min().unwrap_or(0);
                 let last_row = blocks.iter().map(|block| block.row).max().unwrap_or(0);
                 let run = &mut buffer[..(last_row - first_row + 1) as usize * BLOCK_SIZE_BYTES];

@@ -190,6 +190,13 @@ pub(crate) const WRITE_CLOCK_UNIT_BLOCKS: u64 = 16;
 pub(crate) const WRITE_CLOCK_AT_OPEN: u64 = (1 << 31) * WRITE_CLOCK_UNIT_BLOCKS;
 
 impl WriteState {
+    /// Client writes can go on: their segment is open, or a free one lies above the
+    /// cleaner's reserve.
+    fn has_room_for_clients(&self) -> bool {
+        self.free_segments.len() > crate::cleaner::CLEANING_RESERVE_SEGMENTS
+            || self.current_segments[HOST_STREAM].is_some()
+    }
+
     /// Blocks written by clients since `logical_block`'s last client write.
     pub(crate) fn block_age(&self, logical_block: u64) -> u64 {
         let now = (self.write_clock / WRITE_CLOCK_UNIT_BLOCKS) as u32;
@@ -1252,9 +1259,7 @@ impl Shared {
             // whose death became durable); wait for it while it gains something.
             let mut state = self.state.lock();
             loop {
-                if state.free_segments.len() > crate::cleaner::CLEANING_RESERVE_SEGMENTS
-                    || state.current_segments[HOST_STREAM].is_some()
-                {
+                if state.has_room_for_clients() {
                     return Ok(());
                 }
                 if let Some(reason) = self.failure.lock().clone() {
@@ -1271,9 +1276,7 @@ impl Shared {
         loop {
             self.reclaim().inspect_err(|error| self.fail(error.to_string()))?;
             let state = self.state.lock();
-            if state.free_segments.len() > crate::cleaner::CLEANING_RESERVE_SEGMENTS
-                || state.current_segments[HOST_STREAM].is_some()
-            {
+            if state.has_room_for_clients() {
                 return Ok(());
             }
             // A round can only gain a free segment if the used segments hold at least a
