@@ -111,6 +111,19 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, LATENCY_MAXIMUM_NANOSECONDS, 3).expect("valid histogram bounds")
 }
 
+impl SteadyState {
+    /// The report's line for it, the window starting `from_seconds` into the run.
+    pub fn describe(&self, from_seconds: f64) -> String {
+        format!(
+            "steady state (SNIA: {STEADY_WINDOW_ROUNDS} rounds within 20 % range, 10 % slope) from {from_seconds:.0} s: \
+             {:.0} IOPS (range {:.1} %, slope {:.1} %)",
+            self.iops,
+            self.range_fraction * 100.0,
+            self.slope_excursion_fraction * 100.0
+        )
+    }
+}
+
 /// The SNIA PTS steady-state rule over consecutive rounds: the first window of
 /// `STEADY_WINDOW_ROUNDS` whose range is within 20 % of its mean and whose least-squares
 /// line moves by at most 10 % of its mean across the window.

@@ -120,6 +120,18 @@ fn progress_bar(quiet: bool) -> indicatif::ProgressBar {
     bar
 }
 
+/// Run `body` under a progress bar (hidden with --quiet or off a terminal), cleared
+/// before the report prints; `body` reports what runs now and the fraction done.
+fn with_progress<T>(
+    quiet: bool,
+    body: impl FnOnce(&(dyn Fn(Option<&str>, f64) + Sync)) -> Result<T, String>,
+) -> Result<T, String> {
+    let bar = progress_bar(quiet);
+    let result = body(&|step, done| show_progress(&bar, step, done));
+    bar.finish_and_clear();
+    result
+}
+
 /// Show `done` (a fraction of the whole) and, if given, what is running now.
 fn show_progress(bar: &indicatif::ProgressBar, step: Option<&str>, done: f64) {
     if let Some(step) = step {
@@ -201,10 +213,9 @@ pub fn mix(arguments: MixArguments) -> Result<ExitCode, String> {
         write_limit_bytes: arguments.write_limit,
         seed: arguments.target.seed,
     };
-    let bar = progress_bar(arguments.target.quiet);
-    let report = stripelog_bench::run::run(target.as_ref(), &workload, &|done| show_progress(&bar, None, done));
-    bar.finish_and_clear();
-    let report = report?;
+    let report = with_progress(arguments.target.quiet, |progress| {
+        stripelog_bench::run::run(target.as_ref(), &workload, &|done| progress(None, done))
+    })?;
     print_run(&report);
     crate::write_json_file(arguments.target.json.as_deref(), &report)?;
     if let Some(path) = &arguments.csv {
@@ -265,11 +276,9 @@ pub fn grid(arguments: GridArguments) -> Result<ExitCode, String> {
         fill: !arguments.no_fill,
         seed: arguments.target.seed,
     };
-    let bar = progress_bar(arguments.target.quiet);
-    let report =
-        stripelog_bench::grid::run(target.as_ref(), &options, &|cell, done| show_progress(&bar, Some(cell), done));
-    bar.finish_and_clear();
-    let report = report?;
+    let report = with_progress(arguments.target.quiet, |progress| {
+        stripelog_bench::grid::run(target.as_ref(), &options, &|cell, done| progress(Some(cell), done))
+    })?;
     println!("target: {}", report.target);
     println!(
         "region {}, {} s per cell, queue depth {} per thread, {} data{}",
@@ -332,11 +341,9 @@ pub fn latency(arguments: LatencyArguments) -> Result<ExitCode, String> {
         data,
         seed: arguments.target.seed,
     };
-    let bar = progress_bar(arguments.target.quiet);
-    let report =
-        stripelog_bench::latency::run(target.as_ref(), &options, &|step, done| show_progress(&bar, Some(step), done));
-    bar.finish_and_clear();
-    let report = report?;
+    let report = with_progress(arguments.target.quiet, |progress| {
+        stripelog_bench::latency::run(target.as_ref(), &options, &|step, done| progress(Some(step), done))
+    })?;
     println!("target: {}", report.target);
     println!(
         "{} % reads, {} blocks, random over {}, {} s per depth; response times in µs",
@@ -413,12 +420,9 @@ pub fn saturate_target(arguments: &SaturateTarget) -> Result<ExitCode, String> {
         data: Data::Random,
         seed: arguments.seed,
     };
-    let bar = progress_bar(arguments.quiet);
-    let report = stripelog_bench::saturation::run(target.as_ref(), &options, &|step, done| {
-        show_progress(&bar, Some(step), done)
-    });
-    bar.finish_and_clear();
-    let report = report?;
+    let report = with_progress(arguments.quiet, |progress| {
+        stripelog_bench::saturation::run(target.as_ref(), &options, &|step, done| progress(Some(step), done))
+    })?;
     println!("target: {} ({})", report.target, stripelog_bench::format_size(report.size_bytes));
     if let Some(fill) = &report.preconditioning {
         println!(
@@ -443,13 +447,7 @@ pub fn saturate_target(arguments: &SaturateTarget) -> Result<ExitCode, String> {
         println!("{:>8} {:>10.0} {:>12.2}", round * per_round, iops, written as f64 / (1u64 << 30) as f64);
     }
     match &report.steady_state {
-        Some(steady) => println!(
-            "steady state (SNIA: 5 rounds within 20 % range, 10 % slope) from {} s: {:.0} IOPS (range {:.1} %, slope {:.1} %)",
-            steady.first_interval * per_round,
-            steady.iops,
-            steady.range_fraction * 100.0,
-            steady.slope_excursion_fraction * 100.0
-        ),
+        Some(steady) => println!("{}", steady.describe((steady.first_interval * per_round) as f64)),
         None => println!("no steady state by the SNIA rule"),
     }
     println!(
@@ -534,10 +532,9 @@ pub fn compare(arguments: CompareArguments) -> Result<ExitCode, String> {
     if options.threads == 0 || options.queue_depth == 0 {
         return Err("threads and queue depth must be at least 1".into());
     }
-    let bar = progress_bar(arguments.quiet);
-    let report = stripelog_bench::compare::run(&options, &|step, done| show_progress(&bar, Some(step), done));
-    bar.finish_and_clear();
-    let report = report?;
+    let report = with_progress(arguments.quiet, |progress| {
+        stripelog_bench::compare::run(&options, &|step, done| progress(Some(step), done))
+    })?;
     print!("{}", stripelog_bench::compare::table(&report));
     for column in &report.columns {
         println!(

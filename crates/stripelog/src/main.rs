@@ -684,13 +684,7 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
         );
     }
     match &report.steady_state {
-        Some(steady) => println!(
-            "steady state (SNIA: 5 intervals within 20 % range, 10 % slope) from {:.0} s: {:.0} IOPS (range {:.1} %, slope {:.1} %)",
-            report.intervals[steady.first_interval].start_seconds,
-            steady.iops,
-            steady.range_fraction * 100.0,
-            steady.slope_excursion_fraction * 100.0
-        ),
+        Some(steady) => println!("{}", steady.describe(report.intervals[steady.first_interval].start_seconds)),
         None => println!("no steady state by the SNIA rule; the ratio below uses the last 5 intervals"),
     }
     println!(
