@@ -128,7 +128,9 @@ pub fn run(target: &dyn Target, options: &Options, progress: &dyn Fn(&str, f64))
             Some(*total)
         })
         .collect();
-    let iops_per_round = rounds(&report.seconds, round_seconds);
+    // The sampler records the run's last, partial second too; rounds take whole seconds.
+    let whole_seconds = (report.elapsed_seconds.floor() as usize).min(report.seconds.len());
+    let iops_per_round = rounds(&report.seconds[..whole_seconds], round_seconds);
     let steady = steady_state(&iops_per_round);
     let stopped_by = if report.write.io_bytes >= options.write_limit_bytes {
         "written volume"
