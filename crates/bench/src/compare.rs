@@ -119,7 +119,6 @@ fn measure(
         return Err(format!("{name}: smaller than 1 MiB"));
     }
     let [fill, write, read] = workloads(options, region_bytes);
-    let mut reports: Vec<[RunReport; 3]> = Vec::new();
     let runs: Vec<Result<[RunReport; 3], String>> = std::thread::scope(|scope| {
         let handles: Vec<_> = targets
             .iter()
@@ -144,9 +143,7 @@ fn measure(
             .collect();
         handles.into_iter().map(|handle| handle.join().unwrap_or_else(|_| Err("a run panicked".into()))).collect()
     });
-    for run in runs {
-        reports.push(run?);
-    }
+    let reports: Vec<[RunReport; 3]> = runs.into_iter().collect::<Result<_, _>>()?;
     let count = reports.len() as f64;
     let sum_cell = |pick: &dyn Fn(&[RunReport; 3]) -> Cell| {
         let cells: Vec<Cell> = reports.iter().map(pick).collect();
