@@ -135,14 +135,7 @@ impl Target for FileTarget {
         let entries = (depth.max(1) as u32).next_power_of_two();
         let ring = io_uring::IoUring::new(entries).map_err(|error| format!("io_uring: {error}"))?;
         let buffers = (0..depth).map(|_| AlignedBuffer::zeroed(buffer_bytes)).collect();
-        Ok(Box::new(FileQueue {
-            device: self.device.clone(),
-            ring,
-            buffers,
-            lengths: vec![0; depth],
-            queued: 0,
-            in_flight: 0,
-        }))
+        Ok(Box::new(FileQueue { device: self.device.clone(), ring, buffers, lengths: vec![0; depth], in_flight: 0 }))
     }
 }
 
@@ -154,8 +147,6 @@ struct FileQueue {
     buffers: Vec<AlignedBuffer>,
     /// Bytes each slot's request moves (a short transfer is an error).
     lengths: Vec<usize>,
-    /// Submission entries pushed but not yet handed to the kernel.
-    queued: usize,
     in_flight: usize,
 }
 
@@ -184,7 +175,6 @@ impl IoQueue for FileQueue {
             return Ok(());
         }
         self.ring.submit_and_wait(1).map_err(|error| format!("io_uring: {error}"))?;
-        self.queued = 0;
         for entry in self.ring.completion() {
             let slot = entry.user_data() as usize;
             let expected = self.lengths[slot];
@@ -219,8 +209,13 @@ impl FileQueue {
             // submits more than `depth` requests at once.
             return Err("io_uring submission queue full".into());
         }
-        self.queued += 1;
         self.in_flight += 1;
+        // Handed to the kernel at once, one request per call, as fio does by default
+        // (iodepth_batch_submit=1). Gathering the refills of a whole wakeup into one call
+        // cost 25 % on this machine's virtio disk: the host then received and completed the
+        // requests in bursts of about 31, and the queue ran empty between bursts
+        // (BENCHMARKS.md, "agreement with fio"). On /dev/shm both ways run alike.
+        self.ring.submit().map_err(|error| format!("io_uring: {error}"))?;
         Ok(())
     }
 }
