@@ -12,7 +12,7 @@ use io_uring::{opcode, types, IoUring};
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -478,6 +478,22 @@ impl BlockDevice for FileDevice {
                 _ => return Err(DeviceError::Io { offset_bytes, source: error }),
             }
         }
+    }
+
+    fn health(&self) -> std::result::Result<(), String> {
+        let metadata = self.file.metadata().map_err(|error| format!("cannot stat it: {error}"))?;
+        if metadata.nlink() == 0 {
+            return Err(format!("{} was deleted", self.path.display()));
+        }
+        if self.kind == MemberKind::RegularFile && metadata.len() < self.size_bytes {
+            return Err(format!(
+                "{} was truncated to {} bytes (it had {})",
+                self.path.display(),
+                metadata.len(),
+                self.size_bytes
+            ));
+        }
+        Ok(())
     }
 
     fn describe(&self) -> String {

@@ -111,6 +111,13 @@ pub trait BlockDevice: Send + Sync {
 
     /// A short human description: path, I/O engine, whether O_DIRECT is in use.
     fn describe(&self) -> String;
+
+    /// Whether the device is still usable as it was opened: `Err` with the reason when it
+    /// is known to be gone (a deleted file, a removed drive) or shrunk. Checked
+    /// periodically by the engine, which fails a member that does not pass.
+    fn health(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Run a batch one request after the other with `read_at`/`write_at` (the default

@@ -255,6 +255,13 @@ impl BlockDevice for SimulatedDevice {
     fn describe(&self) -> String {
         format!("{} (simulated, {} bytes)", self.name, self.size_bytes)
     }
+
+    fn health(&self) -> std::result::Result<(), String> {
+        if self.removed.load(Ordering::SeqCst) {
+            return Err(format!("{} was removed", self.name));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -152,7 +152,9 @@ pub(crate) fn background_cleaner(shared: std::sync::Arc<Shared>) {
         {
             let mut state = shared.state.lock();
             loop {
-                if shared.cleaner_stop.load(std::sync::atomic::Ordering::SeqCst) || shared.failure.lock().is_some() {
+                if shared.cleaner_stop.load(std::sync::atomic::Ordering::SeqCst)
+                    || shared.members.shutdown.lock().is_some()
+                {
                     return;
                 }
                 let free = state.free_segments.len();
@@ -204,6 +206,9 @@ struct Live {
     generation: u32,
     /// The relocation stream it goes to.
     stream: usize,
+    /// Redundancy could not rebuild it: it stays where it is (its reads fail) and its
+    /// segment is pinned.
+    unreadable: bool,
 }
 
 impl Shared {
@@ -239,7 +244,7 @@ impl Shared {
                 .geometry
                 .members_of_column(segment, column)
                 .into_iter()
-                .find(|&member| self.members.device(member).is_some());
+                .find(|&member| self.members.readable(member, segment).is_some());
             // A column with no member present is rebuilt from parity below.
             if let Some(member) = member {
                 by_member[member].push((segment, blocks));
@@ -247,15 +252,17 @@ impl Shared {
         }
         let read_member = |member: usize, runs: &[(u64, Vec<BlockToRead>)]| {
             let mut verified: Vec<VerifiedBlock> = Vec::new();
-            let Some(device) = self.members.device(member) else {
-                return verified;
-            };
             let mut buffer = AlignedBuffer::zeroed(self.geometry.chunk_size_bytes as usize);
             for (segment, blocks) in runs {
+                let Some(device) = self.members.readable(member, *segment) else {
+                    continue;
+                };
                 let first_row = blocks.iter().map(|block| block.row).min().unwrap_or(0);
                 let last_row = blocks.iter().map(|block| block.row).max().unwrap_or(0);
                 let run = &mut buffer[..(last_row - first_row + 1) as usize * BLOCK_SIZE_BYTES];
-                let read = device.read_at(run, self.geometry.member_offset_bytes(*segment, first_row)).is_ok();
+                let result = device.read_at(run, self.geometry.member_offset_bytes(*segment, first_row));
+                self.members.read_done(member, result.as_ref().err(), &self.counters);
+                let read = result.is_ok();
                 for block in blocks {
                     let start = (block.row - first_row) as usize * BLOCK_SIZE_BYTES;
                     let content = &run[start..start + BLOCK_SIZE_BYTES];
@@ -288,11 +295,15 @@ impl Shared {
                 done[index] = true;
             }
         }
-        for (index, record) in live.iter().enumerate() {
+        for (index, record) in live.iter_mut().enumerate() {
             if let (Mapping::Data { position }, false) = (record.mapping, done[index]) {
                 if self.map.get(record.logical_block) == record.mapping {
                     let content = &mut contents[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES];
-                    self.read_position(position, record.logical_block, content, None)?;
+                    match self.read_position(position, record.logical_block, content, None) {
+                        Ok(()) => {}
+                        Err(Error::Unrecoverable { .. }) => record.unreadable = true,
+                        Err(error) => return Err(error),
+                    }
                 }
             }
         }
@@ -315,7 +326,9 @@ impl Shared {
                 .segments
                 .iter()
                 .enumerate()
-                .filter(|(_, usage)| usage.status == SegmentStatus::Used && usage.live_blocks < capacity)
+                .filter(|(_, usage)| {
+                    usage.status == SegmentStatus::Used && usage.live_blocks < capacity && !usage.pinned
+                })
                 .map(|(segment, usage)| {
                     let utilisation = usage.live_blocks as f64 / per_segment as f64;
                     let score = match self.cleaning_policy {
@@ -353,8 +366,25 @@ impl Shared {
         if victims.is_empty() {
             return Ok(false);
         }
+        self.relocate(&victims, filler, yardstick)?;
+        Ok(true)
+    }
+
+    /// Move every live block of `segment` elsewhere now (a scrub's repair), whatever the
+    /// cleaning policy thinks of it. Returns the data blocks moved.
+    pub(crate) fn relocate_segment(&self, segment: u64) -> Result<u64> {
+        let _cleaner = self.cleaner.lock();
+        let yardstick = self.state.lock().lifespans.average();
+        self.relocate(&[segment], None, yardstick)
+    }
+
+    /// Relocate the live records of `victims` (completing the last rows with `filler`'s
+    /// blocks) and make the result durable. Returns the data blocks moved.
+    fn relocate(&self, victims: &[u64], filler: Option<u64>, yardstick: Option<u64>) -> Result<u64> {
+        let per_segment = self.geometry.blocks_per_segment();
+        let mut blocks_moved = 0u64;
         let mut is_victim = vec![false; self.geometry.segment_count() as usize];
-        for &segment in &victims {
+        for &segment in victims {
             is_victim[segment as usize] = true;
         }
         // Live records of the victims, and the data blocks of the filler.
@@ -364,8 +394,13 @@ impl Shared {
             let Some(segment) = mapping.segment(per_segment) else {
                 continue;
             };
-            let record =
-                Live { logical_block: logical_block as u64, mapping, generation: 0, stream: RELOCATION_STREAMS[0] };
+            let record = Live {
+                logical_block: logical_block as u64,
+                mapping,
+                generation: 0,
+                stream: RELOCATION_STREAMS[0],
+                unreadable: false,
+            };
             if is_victim[segment as usize] {
                 live.push(record);
             } else if Some(segment) == filler && matches!(mapping, Mapping::Data { .. }) {
@@ -392,6 +427,16 @@ impl Shared {
         });
         let mut contents = vec![0u8; live.len() * BLOCK_SIZE_BYTES];
         self.read_live(&mut live, &mut contents)?;
+        {
+            // A block nothing can rebuild cannot move: its segment stays, out of the
+            // cleaner's way.
+            let mut state = self.state.lock();
+            for record in live.iter().filter(|record| record.unreadable) {
+                if let Some(segment) = record.mapping.segment(per_segment) {
+                    state.segments[segment as usize].pinned = true;
+                }
+            }
+        }
         // Blocks of the next candidate complete the last rows of the relocation batches,
         // which would otherwise be padded: it is cleaned soon, and a block moved early
         // costs no more space than a padding block.
@@ -408,7 +453,7 @@ impl Shared {
             let buffers = self.data_pool.take();
             let mut guard = self.state.lock();
             let state: &mut crate::volume::WriteState = &mut guard;
-            if let Some(reason) = self.failure.lock().clone() {
+            if let Some(reason) = self.members.shutdown.lock().clone() {
                 return Err(Error::Failed(reason));
             }
             // Skip what the clients overwrote since it was read.
@@ -492,7 +537,7 @@ impl Shared {
             let mut relocated = 0u64;
             while next < live.len() && live[next].stream == stream {
                 let record = &live[next];
-                if !still_current(record) {
+                if !still_current(record) || record.unreadable {
                     next += 1;
                     continue;
                 }
@@ -532,6 +577,7 @@ impl Shared {
             state.open = client;
             drop(guard);
             Counters::add(&self.counters.blocks_relocated, relocated);
+            blocks_moved += relocated;
             if let Some(client_batch) = client_sealed {
                 self.dispatch(client_batch)?;
             }
@@ -540,6 +586,6 @@ impl Shared {
         Counters::add(&self.counters.cleaning_rounds, 1);
         Counters::add(&self.counters.segments_cleaned, victims.len() as u64);
         self.make_sealed_durable()?;
-        Ok(true)
+        Ok(blocks_moved)
     }
 }

@@ -67,6 +67,10 @@ pub struct Superblock {
     /// written (a checkpoint of the durable frontier, written before segments whose
     /// batches recovery would otherwise miss are released).
     pub durable_through_sequence: u64,
+    /// Bit i set (with the same bit of `failed_members`): member i is a replacement being
+    /// rebuilt; it is written but read only where the rebuild has finished
+    /// (docs/resilience.md). Zero in volumes written before the field existed.
+    pub rebuilding_members: u64,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -97,6 +101,7 @@ impl Superblock {
         put(block, 88, &self.epoch.to_le_bytes());
         put(block, 96, &self.failed_members.to_le_bytes());
         put(block, 104, &self.durable_through_sequence.to_le_bytes());
+        put(block, 112, &self.rebuilding_members.to_le_bytes());
         seal(block);
     }
 
@@ -139,6 +144,7 @@ impl Superblock {
             epoch: read_u64(block, 88),
             failed_members: read_u64(block, 96),
             durable_through_sequence: read_u64(block, 104),
+            rebuilding_members: read_u64(block, 112),
         };
         // The geometry must be one we would have created, and agree with its own sizes.
         let geometry = Geometry::new(
@@ -152,6 +158,7 @@ impl Superblock {
         if geometry.segment_count() != superblock.segment_count
             || geometry.logical_size_bytes() != superblock.logical_size_bytes
             || superblock.member_index >= superblock.member_count
+            || superblock.rebuilding_members & !superblock.failed_members != 0
         {
             return Err(SuperblockProblem::Inconsistent("sizes do not match the geometry".into()));
         }
@@ -380,6 +387,7 @@ mod tests {
             epoch: 9,
             failed_members: 0b100,
             durable_through_sequence: 77,
+            rebuilding_members: 0b100,
         }
     }
 

@@ -24,6 +24,7 @@ mod members;
 pub mod parity;
 mod pipeline;
 mod recovery;
+pub mod resilience;
 pub mod stats;
 mod volume;
 
@@ -32,6 +33,7 @@ pub use error::{Error, Result};
 pub use geometry::{Geometry, RaidLevel, BLOCK_SIZE_BYTES};
 pub use map::Mapping;
 pub use recovery::CheckReport;
+pub use resilience::{MaintenanceOptions, MaintenanceProgress, RebuildReport, ScrubReport};
 pub use stats::{RecoveryReport, VolumeStats};
 pub use volume::{
     CreateOptions, IoMode, MemberDevice, OpenOptions, Volume, DEFAULT_FLUSH_INTERVAL, PARITY_PIPELINE_BATCHES,

@@ -3,50 +3,247 @@
 
 use crate::error::{Error, Result};
 use crate::format::{Superblock, SuperblockProblem, SUPERBLOCK_OFFSETS_BYTES};
-use crate::geometry::{BlockLocation, Geometry, Role, BLOCK_SIZE_BYTES};
+use crate::geometry::{BlockLocation, Geometry, RaidLevel, Role, BLOCK_SIZE_BYTES};
 use crate::parity;
 use crate::stats::{Counters, MemberStatus};
 use crate::volume::{CreateOptions, MemberDevice};
+use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use stripelog_blockdev::{AlignedBuffer, BlockDevice};
 
+/// Read errors in a row after which a member is failed (one latent sector error is
+/// rebuilt from redundancy and counted, not a reason to drop a drive).
+pub(crate) const FAILURE_READ_ERRORS: u32 = 8;
+
+/// What a member is to the volume (docs/resilience.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MemberState {
+    Active,
+    /// Not written, not read; its device is dropped.
+    Failed,
+    /// A replacement: written with every batch, read only in segments it holds in full.
+    Rebuilding,
+}
+
+struct Slot {
+    name: String,
+    device: Option<Arc<dyn BlockDevice>>,
+    state: MemberState,
+    /// Why the member failed (for `info` and the server's log).
+    failure: Option<String>,
+}
+
 pub(crate) struct Members {
-    /// Members present but left out because an earlier epoch recorded them as failed.
-    pub(crate) excluded: Vec<usize>,
-    names: Vec<String>,
-    devices: Vec<Option<Arc<dyn BlockDevice>>>,
+    slots: Vec<RwLock<Slot>>,
+    /// Per member, per segment: the segment's chunk on a rebuilding member is complete.
+    readable_segments: Vec<Vec<AtomicBool>>,
+    consecutive_read_errors: Vec<AtomicU32>,
     bytes_written: Vec<AtomicU64>,
+    raid_level: RaidLevel,
+    chunk_size_bytes: u64,
+    /// The superblock as last written; its lock serialises every superblock update and
+    /// every change of a member's state.
+    superblock: Mutex<Superblock>,
+    /// Set when the volume is shut down (a failure beyond what the RAID level survives, or
+    /// an internal error): every later request gets this reason as an error.
+    pub(crate) shutdown: Mutex<Option<String>>,
+    failures_while_open: AtomicU64,
 }
 
 impl Members {
-    pub(crate) fn new(members: Vec<MemberDevice>) -> Members {
-        let bytes_written = members.iter().map(|_| AtomicU64::new(0)).collect();
-        let (names, devices) = members.into_iter().map(|member| (member.name, member.device)).unzip();
-        Members { excluded: Vec::new(), names, devices, bytes_written }
+    fn new(members: Vec<MemberDevice>, failed: &[(usize, String)], reference: Superblock) -> Members {
+        let count = members.len();
+        let segment_count = reference.segment_count as usize;
+        let slots = members
+            .into_iter()
+            .enumerate()
+            .map(|(index, member)| {
+                let rebuilding = reference.rebuilding_members & (1 << index) != 0 && member.device.is_some();
+                let failure = failed.iter().find(|(failed, _)| *failed == index).map(|(_, reason)| reason.clone());
+                let state = match (&member.device, rebuilding, &failure) {
+                    (Some(_), true, _) => MemberState::Rebuilding,
+                    (Some(_), false, None) => MemberState::Active,
+                    _ => MemberState::Failed,
+                };
+                let device = if state == MemberState::Failed { None } else { member.device };
+                let failure = (state == MemberState::Failed).then(|| failure.unwrap_or_else(|| "missing".into()));
+                RwLock::new(Slot { name: member.name, device, state, failure })
+            })
+            .collect();
+        Members {
+            slots,
+            readable_segments: (0..count)
+                .map(|_| (0..segment_count).map(|_| AtomicBool::new(false)).collect())
+                .collect(),
+            consecutive_read_errors: (0..count).map(|_| AtomicU32::new(0)).collect(),
+            bytes_written: (0..count).map(|_| AtomicU64::new(0)).collect(),
+            raid_level: reference.raid_level,
+            chunk_size_bytes: reference.chunk_size_bytes as u64,
+            superblock: Mutex::new(reference),
+            shutdown: Mutex::new(None),
+            failures_while_open: AtomicU64::new(0),
+        }
     }
 
-    pub(crate) fn device(&self, member: usize) -> Option<&Arc<dyn BlockDevice>> {
-        self.devices[member].as_ref()
+    /// The device to write member `member`'s part to: active and rebuilding members.
+    pub(crate) fn writable(&self, member: usize) -> Option<Arc<dyn BlockDevice>> {
+        let slot = self.slots[member].read();
+        match slot.state {
+            MemberState::Active | MemberState::Rebuilding => slot.device.clone(),
+            MemberState::Failed => None,
+        }
     }
 
-    pub(crate) fn name(&self, member: usize) -> &str {
-        &self.names[member]
+    /// The device to read `segment` of member `member` from: active members, and
+    /// rebuilding ones where the segment is complete on them.
+    pub(crate) fn readable(&self, member: usize, segment: u64) -> Option<Arc<dyn BlockDevice>> {
+        let slot = self.slots[member].read();
+        match slot.state {
+            MemberState::Active => slot.device.clone(),
+            MemberState::Rebuilding if self.readable_segments[member][segment as usize].load(Ordering::Acquire) => {
+                slot.device.clone()
+            }
+            _ => None,
+        }
+    }
+
+    /// [`Members::readable`] for the segment holding member byte `offset_bytes`.
+    fn readable_at(&self, member: usize, offset_bytes: u64) -> Option<Arc<dyn BlockDevice>> {
+        match (offset_bytes / self.chunk_size_bytes).checked_sub(1) {
+            Some(segment) => self.readable(member, segment),
+            None => self.writable(member),
+        }
+    }
+
+    pub(crate) fn state(&self, member: usize) -> MemberState {
+        self.slots[member].read().state
+    }
+
+    pub(crate) fn name(&self, member: usize) -> String {
+        self.slots[member].read().name.clone()
     }
 
     pub(crate) fn count(&self) -> usize {
-        self.devices.len()
+        self.slots.len()
     }
 
-    pub(crate) fn missing(&self) -> Vec<usize> {
-        (0..self.count()).filter(|&member| self.devices[member].is_none()).collect()
+    /// Members that do not hold a full copy of their part: failed or rebuilding.
+    pub(crate) fn lost(&self) -> Vec<usize> {
+        (0..self.count()).filter(|&member| self.state(member) != MemberState::Active).collect()
     }
 
-    /// Account `bytes` written to every present member (one batch).
+    fn lost_bits(&self) -> u64 {
+        self.lost().iter().fold(0, |bits, &member| bits | 1 << member)
+    }
+
+    /// Whether the volume can serve without the members in `lost` (a bit set).
+    pub(crate) fn survives(&self, lost: u64) -> bool {
+        if self.raid_level == RaidLevel::Raid10 {
+            (0..self.count() / 2).all(|pair| lost & (0b11 << (2 * pair)) != 0b11 << (2 * pair))
+        } else {
+            lost.count_ones() as usize <= self.raid_level.failures_tolerated()
+        }
+    }
+
+    /// How many more members the volume survives losing (for RAID-10, losses in
+    /// distinct mirror pairs).
+    pub(crate) fn further_losses_survived(&self) -> usize {
+        let lost = self.lost_bits();
+        if self.raid_level == RaidLevel::Raid10 {
+            (0..self.count() / 2).filter(|pair| lost & (0b11 << (2 * pair)) == 0).count()
+        } else {
+            self.raid_level.failures_tolerated().saturating_sub(lost.count_ones() as usize)
+        }
+    }
+
+    pub(crate) fn failures_while_open(&self) -> u64 {
+        self.failures_while_open.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn superblock(&self) -> Superblock {
+        self.superblock.lock().clone()
+    }
+
+    /// Write the superblock changed by `change` to every member that is written (both
+    /// copies, flushing after each), and keep it as the current one.
+    pub(crate) fn update_superblock(&self, change: impl FnOnce(&mut Superblock)) -> Result<()> {
+        let mut current = self.superblock.lock();
+        let mut updated = current.clone();
+        change(&mut updated);
+        self.write_superblock_everywhere(&mut updated)?;
+        *current = updated;
+        Ok(())
+    }
+
+    /// Fail member `member` for `reason`: durably recorded in the other members'
+    /// superblocks before its device is dropped (docs/resilience.md). An error when the
+    /// volume cannot survive the loss; the member is then left as it was.
+    pub(crate) fn fail(&self, member: usize, reason: &str) -> Result<()> {
+        let mut current = self.superblock.lock();
+        if self.state(member) == MemberState::Failed {
+            return Ok(());
+        }
+        if !self.survives(self.lost_bits() | 1 << member) {
+            return Err(Error::TooManyFailures {
+                level: self.raid_level.to_string(),
+                reason: format!("member {member} ({}) failed: {reason}", self.name(member)),
+            });
+        }
+        self.mark_failed(member, reason);
+        let mut updated = current.clone();
+        self.write_superblock_everywhere(&mut updated)?;
+        *current = updated;
+        Ok(())
+    }
+
+    fn mark_failed(&self, member: usize, reason: &str) {
+        self.failures_while_open.fetch_add(1, Ordering::Relaxed);
+        let mut slot = self.slots[member].write();
+        slot.state = MemberState::Failed;
+        slot.device = None;
+        slot.failure = Some(reason.to_string());
+    }
+
+    /// Write `superblock` (with the failed and rebuilding bits of the members' current
+    /// states) to every written member: copy 0 everywhere, flush, copy 1, flush. A member
+    /// that fails meanwhile is failed too and the update starts again without it, as long
+    /// as the volume survives. Callers hold the superblock lock.
+    fn write_superblock_everywhere(&self, superblock: &mut Superblock) -> Result<()> {
+        let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+        'again: loop {
+            let rebuilding = (0..self.count())
+                .filter(|&member| self.state(member) == MemberState::Rebuilding)
+                .fold(0u64, |bits, member| bits | 1 << member);
+            superblock.failed_members = self.lost_bits();
+            superblock.rebuilding_members = rebuilding;
+            for (copy, offset) in SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
+                for member in 0..self.count() {
+                    let Some(device) = self.writable(member) else {
+                        continue;
+                    };
+                    Superblock { copy: copy as u32, member_index: member as u32, ..superblock.clone() }
+                        .encode(&mut block);
+                    let written = device.write_at(&block, *offset).and_then(|()| device.flush());
+                    if let Err(error) = written {
+                        let reason = format!("writing its superblock: {error}");
+                        if !self.survives(self.lost_bits() | 1 << member) {
+                            return Err(self.device_error(member, error));
+                        }
+                        self.mark_failed(member, &reason);
+                        continue 'again;
+                    }
+                }
+            }
+            return Ok(());
+        }
+    }
+
+    /// Account `bytes` written to every written member (one batch).
     pub(crate) fn count_written(&self, bytes: u64) {
         for (member, counter) in self.bytes_written.iter().enumerate() {
-            if self.devices[member].is_some() {
+            if self.writable(member).is_some() {
                 Counters::add(counter, bytes);
             }
         }
@@ -54,30 +251,55 @@ impl Members {
 
     pub(crate) fn statuses(&self) -> Vec<MemberStatus> {
         (0..self.count())
-            .map(|member| MemberStatus {
-                index: member,
-                name: self.names[member].clone(),
-                present: self.devices[member].is_some(),
-                description: match &self.devices[member] {
-                    Some(device) => device.describe(),
-                    None if self.excluded.contains(&member) => {
-                        "excluded: recorded as failed, it missed writes (replace it)".to_string()
+            .map(|member| {
+                let slot = self.slots[member].read();
+                let description = match (slot.state, &slot.device) {
+                    (MemberState::Active, Some(device)) => device.describe(),
+                    (MemberState::Rebuilding, Some(device)) => {
+                        let done = self.readable_segments[member]
+                            .iter()
+                            .filter(|readable| readable.load(Ordering::Relaxed))
+                            .count();
+                        format!(
+                            "{} — rebuilding: {done} of {} segments hold its data",
+                            device.describe(),
+                            self.readable_segments[member].len()
+                        )
                     }
-                    None => "missing".to_string(),
-                },
-                bytes_written: Counters::get(&self.bytes_written[member]),
+                    _ => format!("failed: {}", slot.failure.as_deref().unwrap_or("missing")),
+                };
+                MemberStatus {
+                    index: member,
+                    name: slot.name.clone(),
+                    present: slot.state == MemberState::Active,
+                    state: match slot.state {
+                        MemberState::Active => "active",
+                        MemberState::Failed => "failed",
+                        MemberState::Rebuilding => "rebuilding",
+                    }
+                    .to_string(),
+                    description,
+                    bytes_written: Counters::get(&self.bytes_written[member]),
+                }
             })
             .collect()
     }
 
     fn device_error(&self, member: usize, source: stripelog_blockdev::DeviceError) -> Error {
-        Error::Member { member, path: self.names[member].clone(), reason: source.to_string() }
+        Error::Member { member, path: self.name(member), reason: source.to_string() }
     }
 
-    /// Flush every present member, in parallel when `parallel`.
+    /// A member's write or flush failed: fail the member (an error when the volume cannot
+    /// survive that).
+    pub(crate) fn write_failed(&self, member: usize, error: stripelog_blockdev::DeviceError) -> Result<()> {
+        self.fail(member, &error.to_string()).map_err(|_| self.device_error(member, error))
+    }
+
+    /// Flush every written member, in parallel when `parallel`. A member whose flush
+    /// fails is failed.
     pub(crate) fn flush_all(&self, parallel: bool) -> Result<()> {
-        let flush_one = |member: usize| match &self.devices[member] {
-            Some(device) => device.flush().map_err(|error| self.device_error(member, error)),
+        let flush_one = |member: usize| match self.writable(member) {
+            Some(device) => device.flush().or_else(|error| self.write_failed(member, error)),
             None => Ok(()),
         };
         if !parallel {
@@ -91,25 +313,119 @@ impl Members {
         })
     }
 
-    /// Write `block` at `offset_bytes` on every present member.
+    /// Write `block` at `offset_bytes` on every written member.
     pub(crate) fn write_everywhere(&self, block: &AlignedBuffer, offset_bytes: u64) -> Result<()> {
         for member in 0..self.count() {
-            if let Some(device) = &self.devices[member] {
-                device.write_at(block, offset_bytes).map_err(|error| self.device_error(member, error))?;
+            if let Some(device) = self.writable(member) {
+                device.write_at(block, offset_bytes).or_else(|error| self.write_failed(member, error))?;
             }
         }
         Ok(())
     }
 
-    /// Read one member block raw; `None` when the member is missing or the read fails.
+    /// Read one member block raw; `None` when the member is not readable there or the
+    /// read fails. `FAILURE_READ_ERRORS` errors in a row fail the member (when the volume
+    /// survives it; otherwise it stays, and its blocks are rebuilt where they can be).
     pub(crate) fn read_raw(&self, member: usize, offset_bytes: u64, counters: &Counters) -> Option<AlignedBuffer> {
-        let device = self.devices[member].as_ref()?;
+        let device = self.readable_at(member, offset_bytes)?;
         let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-        match device.read_at(&mut block, offset_bytes) {
-            Ok(()) => Some(block),
-            Err(_) => {
-                Counters::add(&counters.read_errors, 1);
-                None
+        let result = device.read_at(&mut block, offset_bytes);
+        self.read_done(member, result.as_ref().err(), counters);
+        result.ok().map(|()| block)
+    }
+
+    /// Account one read of a member: errors in a row fail it.
+    pub(crate) fn read_done(
+        &self,
+        member: usize,
+        error: Option<&stripelog_blockdev::DeviceError>,
+        counters: &Counters,
+    ) {
+        let Some(error) = error else {
+            self.consecutive_read_errors[member].store(0, Ordering::Relaxed);
+            return;
+        };
+        Counters::add(&counters.read_errors, 1);
+        let in_a_row = self.consecutive_read_errors[member].fetch_add(1, Ordering::Relaxed) + 1;
+        if in_a_row >= FAILURE_READ_ERRORS {
+            // When the volume cannot survive losing it, the member stays: its blocks are
+            // still tried, and rebuilt where they can be.
+            let _ = self.fail(member, &format!("{in_a_row} read errors in a row, the last: {error}"));
+        }
+    }
+
+    /// Check every written member: its device's own health (deleted, truncated) and its
+    /// superblock, which must still name this volume and position. Fails the members
+    /// that do not pass; returns the error of a failure the volume cannot survive.
+    pub(crate) fn check_health(&self) -> Result<()> {
+        let expected = self.superblock();
+        for member in 0..self.count() {
+            let Some(device) = self.writable(member) else {
+                continue;
+            };
+            let problem = match device.health() {
+                Err(reason) => Some(reason),
+                Ok(()) => match read_superblock(member, &self.name(member), device.as_ref()) {
+                    Err(error) => Some(error.to_string()),
+                    Ok(found) if found.volume_uuid != expected.volume_uuid || found.member_index as usize != member => {
+                        Some("its superblock no longer names this volume and position".into())
+                    }
+                    Ok(_) => None,
+                },
+            };
+            if let Some(reason) = problem {
+                self.fail(member, &reason)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Put `replacement` in the place of failed member `member`, as rebuilding: written
+    /// from now on, read nowhere yet; the superblocks record it (failed and rebuilding).
+    pub(crate) fn attach(&self, member: usize, replacement: MemberDevice) -> Result<()> {
+        let mut current = self.superblock.lock();
+        if self.state(member) != MemberState::Failed {
+            return Err(Error::InvalidRequest(format!("member {member} is not failed: it cannot be replaced")));
+        }
+        for readable in &self.readable_segments[member] {
+            readable.store(false, Ordering::Release);
+        }
+        self.consecutive_read_errors[member].store(0, Ordering::Relaxed);
+        *self.slots[member].write() =
+            Slot { name: replacement.name, device: replacement.device, state: MemberState::Rebuilding, failure: None };
+        let mut updated = current.clone();
+        self.write_superblock_everywhere(&mut updated)?;
+        *current = updated;
+        Ok(())
+    }
+
+    /// The rebuild wrote all of `segment`'s chunk to rebuilding member `member`.
+    pub(crate) fn mark_readable(&self, member: usize, segment: u64) {
+        self.readable_segments[member][segment as usize].store(true, Ordering::Release);
+    }
+
+    /// The rebuilt `members` hold everything (and it is flushed): make them active and
+    /// record it.
+    pub(crate) fn finish_rebuild(&self, members: &[usize]) -> Result<()> {
+        let mut current = self.superblock.lock();
+        for &member in members {
+            let mut slot = self.slots[member].write();
+            if slot.state == MemberState::Rebuilding {
+                slot.state = MemberState::Active;
+            }
+        }
+        let mut updated = current.clone();
+        self.write_superblock_everywhere(&mut updated)?;
+        *current = updated;
+        Ok(())
+    }
+
+    /// A segment taken into use: a rebuilding member receives all of its content from
+    /// now on, so it is readable there.
+    pub(crate) fn segment_started(&self, segment: u64) {
+        for member in 0..self.count() {
+            if self.state(member) == MemberState::Rebuilding {
+                self.readable_segments[member][segment as usize].store(true, Ordering::Release);
             }
         }
     }
@@ -264,6 +580,7 @@ pub(crate) fn create(members: &[MemberDevice], options: &CreateOptions) -> Resul
                 epoch: 0,
                 failed_members: 0,
                 durable_through_sequence: 0,
+                rebuilding_members: 0,
             };
             superblock.encode(&mut block);
             device.write_at(&block, *offset).map_err(member_error)?;
@@ -357,38 +674,36 @@ pub(crate) fn open(members: Vec<MemberDevice>) -> Result<(Members, Superblock)> 
             )));
         }
     }
-    // Members the newest superblock records as failed missed writes: keep them out.
-    let mut members = members;
-    let mut excluded = Vec::new();
-    for index in 0..members.len() {
-        if found[index].is_some() && reference.failed_members & (1 << index) != 0 {
-            found[index] = None;
-            members[index].device = None;
-            excluded.push(index);
+    // Members the newest superblock records as failed missed writes: keep them out,
+    // except a replacement being rebuilt, which is written again and rebuilt from scratch.
+    let mut failed = Vec::new();
+    for (index, superblock) in found.iter_mut().enumerate() {
+        let bit = 1u64 << index;
+        if superblock.is_some() && reference.failed_members & bit != 0 {
+            if reference.rebuilding_members & bit != 0 {
+                // Present, written, but not counted as redundancy below.
+                *superblock = None;
+            } else {
+                *superblock = None;
+                failed.push((
+                    index,
+                    "excluded: recorded as failed by an earlier epoch, it missed writes (replace it)".to_string(),
+                ));
+            }
         }
     }
-    let missing = found.iter().filter(|superblock| superblock.is_none()).count();
+    let lost = (0..members.len()).filter(|&index| found[index].is_none()).fold(0u64, |bits, index| bits | 1 << index);
+    let missing = lost.count_ones() as usize;
     let tolerated = reference.raid_level.failures_tolerated();
-    let geometry = reference.geometry();
-    // RAID-10 mirrors are fixed pairs (2i, 2i+1): it survives any losses that leave one
-    // member of every pair; the other levels survive `tolerated` losses.
-    let survivable = if geometry.raid_level == crate::geometry::RaidLevel::Raid10 {
-        (0..members.len() / 2).all(|pair| found[2 * pair].is_some() || found[2 * pair + 1].is_some())
-    } else {
-        missing <= tolerated
-    };
-    if !survivable {
-        let names: Vec<String> = (0..members.len())
-            .filter(|&index| found[index].is_none())
-            .map(|index| members[index].name.clone())
-            .collect();
+    let opened = Members::new(members, &failed, reference.clone());
+    if !opened.survives(lost) {
+        let names: Vec<String> =
+            (0..opened.count()).filter(|&index| lost & (1 << index) != 0).map(|index| opened.name(index)).collect();
         return Err(Error::TooManyFailures {
             level: reference.raid_level.to_string(),
             reason: format!("missing {}: {}; it survives {tolerated}", missing, names.join(", ")),
         });
     }
-    let mut opened = Members::new(members);
-    opened.excluded = excluded;
     Ok((opened, reference))
 }
 
@@ -434,39 +749,13 @@ fn read_superblock(index: usize, name: &str, device: &dyn BlockDevice) -> Result
     })
 }
 
-/// Record a new open epoch on every present member, with the members now missing added
-/// to the failed set and the recovered log's end as durable, before any batch of the new
-/// epoch is written. Returns the new superblock.
-pub(crate) fn advance_epoch(
-    members: &Members,
-    reference: &Superblock,
-    durable_through_sequence: u64,
-) -> Result<Superblock> {
-    let failed_members =
-        reference.failed_members | members.missing().iter().fold(0u64, |bits, &member| bits | 1 << member);
-    let superblock = Superblock {
-        epoch: reference.epoch + 1,
-        failed_members,
-        durable_through_sequence: durable_through_sequence.max(reference.durable_through_sequence),
-        ..reference.clone()
-    };
-    write_superblocks(members, &superblock)?;
-    Ok(superblock)
-}
-
-/// Write `superblock` (per member: its index; both copies) to every present member:
-/// copy 0 everywhere, flush, then copy 1, flush.
-pub(crate) fn write_superblocks(members: &Members, superblock: &Superblock) -> Result<()> {
-    let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-    for (copy, offset) in SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
-        for member in 0..members.count() {
-            let Some(device) = members.device(member) else {
-                continue;
-            };
-            Superblock { copy: copy as u32, member_index: member as u32, ..superblock.clone() }.encode(&mut block);
-            device.write_at(&block, *offset).map_err(|error| members.device_error(member, error))?;
-        }
-        members.flush_all(false)?;
-    }
-    Ok(())
+/// Record a new open epoch on every written member, with the members now lost in the
+/// failed set and the recovered log's end as durable, before any batch of the new epoch is
+/// written. Returns the new superblock.
+pub(crate) fn advance_epoch(members: &Members, durable_through_sequence: u64) -> Result<Superblock> {
+    members.update_superblock(|superblock| {
+        superblock.epoch += 1;
+        superblock.durable_through_sequence = durable_through_sequence.max(superblock.durable_through_sequence);
+    })?;
+    Ok(members.superblock())
 }

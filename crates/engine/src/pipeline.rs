@@ -21,18 +21,16 @@ pub(crate) struct StripeJob {
 
 type MemberQueue = Sender<Arc<StripeJob>>;
 
-/// Start one worker per present member. A member's queue holds at most as many jobs as
+/// Start one worker per member. A member's queue holds at most as many jobs as
 /// there are parity sets, since every job holds one; sends never wait long.
-pub(crate) fn start_member_workers(shared: &Arc<Shared>) -> (Vec<Option<MemberQueue>>, Vec<JoinHandle<()>>) {
+pub(crate) fn start_member_workers(shared: &Arc<Shared>) -> (Vec<MemberQueue>, Vec<JoinHandle<()>>) {
     let mut senders = Vec::new();
     let mut threads = Vec::new();
+    // Every member has a worker: a failed one skips its jobs, and a replacement attached
+    // later is written by it from then on.
     for member in 0..shared.geometry.member_count {
-        if shared.members.device(member).is_none() {
-            senders.push(None);
-            continue;
-        }
         let (sender, receiver) = crossbeam_channel::bounded(PARITY_PIPELINE_BATCHES);
-        senders.push(Some(sender));
+        senders.push(sender);
         let shared = shared.clone();
         threads.push(
             std::thread::Builder::new()
@@ -55,22 +53,17 @@ pub(crate) fn fail_on_panic(shared: &Shared, body: impl FnOnce()) {
     }
 }
 
-pub(crate) fn stripe_writer(
-    shared: Arc<Shared>,
-    batches: Receiver<Arc<SealedBatch>>,
-    members: Vec<Option<MemberQueue>>,
-) {
+pub(crate) fn stripe_writer(shared: Arc<Shared>, batches: Receiver<Arc<SealedBatch>>, members: Vec<MemberQueue>) {
     while let Ok(batch) = batches.recv() {
         let mut parity = shared.parity_pool.take();
         batch.compute_parity(&shared.geometry, &mut parity);
-        let present: Vec<&MemberQueue> = members.iter().flatten().collect();
         let job = Arc::new(StripeJob {
             batch,
             parity,
-            members_remaining: AtomicUsize::new(present.len()),
+            members_remaining: AtomicUsize::new(members.len()),
             first_error: Mutex::new(None),
         });
-        for queue in present {
+        for queue in &members {
             if queue.send(job.clone()).is_err() {
                 finish_one(&shared, &job, Some("member worker stopped".into()));
             }
@@ -79,7 +72,6 @@ pub(crate) fn stripe_writer(
 }
 
 fn member_worker(shared: Arc<Shared>, member: usize, jobs: Receiver<Arc<StripeJob>>) {
-    let device = shared.members.device(member).expect("workers run for present members").clone();
     while let Ok(first) = jobs.recv() {
         let mut taken = vec![first];
         while taken.len() < PARITY_PIPELINE_BATCHES {
@@ -88,6 +80,11 @@ fn member_worker(shared: Arc<Shared>, member: usize, jobs: Receiver<Arc<StripeJo
                 Err(_) => break,
             }
         }
+        // Looked up per batch: the member may fail, or be replaced, between batches.
+        let Some(device) = shared.members.writable(member) else {
+            taken.iter().for_each(|job| finish_one(&shared, job, None));
+            continue;
+        };
         let results = {
             let mut requests: Vec<IoRequest> = taken
                 .iter()
@@ -99,7 +96,11 @@ fn member_worker(shared: Arc<Shared>, member: usize, jobs: Receiver<Arc<StripeJo
             device.submit_batch(&mut requests)
         };
         for (job, result) in taken.iter().zip(results) {
-            let error = result.err().map(|error| format!("member {member} ({}): {error}", shared.members.name(member)));
+            // A failed write fails the member (recorded durably before the batch counts as
+            // written on the others); only a loss beyond the RAID level is the batch's error.
+            let error = result
+                .err()
+                .and_then(|error| shared.members.write_failed(member, error).err().map(|error| error.to_string()));
             finish_one(&shared, job, error);
         }
     }

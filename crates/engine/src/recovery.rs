@@ -262,7 +262,7 @@ impl Reader<'_> {
         }
         let mut redundancy_bad = false;
         for member in 0..geometry.member_count {
-            if self.members.device(member).is_none() {
+            if self.members.readable(member, segment).is_none() {
                 continue;
             }
             let role = geometry.role_of_member(segment, member);
@@ -433,11 +433,17 @@ pub(crate) fn recover(
         replayed += 1;
     }
     let per_segment = geometry.blocks_per_segment();
-    let mut segments =
-        vec![
-            SegmentUse { live_blocks: 0, status: SegmentStatus::Free, age_clock: 0, opened_clock: 0, stream: 0 };
-            geometry.segment_count() as usize
-        ];
+    let mut segments = vec![
+        SegmentUse {
+            live_blocks: 0,
+            status: SegmentStatus::Free,
+            age_clock: 0,
+            opened_clock: 0,
+            stream: 0,
+            pinned: false,
+        };
+        geometry.segment_count() as usize
+    ];
     for mapping in map.iter() {
         if let Some(segment) = mapping.segment(per_segment) {
             segments[segment as usize].live_blocks += 1;
@@ -540,12 +546,8 @@ pub(crate) fn write_back(
     repairs: &[(usize, u64, AlignedBuffer)],
 ) -> Result<()> {
     for (member, offset, content) in repairs {
-        if let Some(device) = members.device(*member) {
-            device.write_at(content, *offset).map_err(|error| Error::Member {
-                member: *member,
-                path: members.name(*member).to_string(),
-                reason: format!("repairing a damaged shard: {error}"),
-            })?;
+        if let Some(device) = members.writable(*member) {
+            device.write_at(content, *offset).or_else(|error| members.write_failed(*member, error))?;
         }
     }
     let zeros = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
@@ -566,7 +568,7 @@ pub(crate) fn release_heads(geometry: &Geometry, members: &Members, release: &[(
     for &(segment, row) in release {
         let offset = geometry.member_offset_bytes(segment, row);
         let holds_something = (0..geometry.member_count).any(|member| {
-            members.device(member).is_some()
+            members.writable(member).is_some()
                 && members.read_raw(member, offset, &counters).is_none_or(|block| !crate::volume::is_all_zero(&block))
         });
         if holds_something {
@@ -596,11 +598,17 @@ pub struct CheckReport {
     pub rows_with_bad_redundancy: u64,
     /// Batches after the end of the log (unflushed writes lost in a crash; not damage).
     pub batches_after_log_end: u64,
+    /// Members failed, missing or still rebuilding: the volume is degraded while any are.
+    pub members_not_redundant: Vec<usize>,
 }
 
 impl CheckReport {
+    /// No damage found and every member holds its part: fully redundant.
     pub fn is_clean(&self) -> bool {
-        self.blocks_repairable == 0 && self.blocks_unrecoverable == 0 && self.rows_with_bad_redundancy == 0
+        self.blocks_repairable == 0
+            && self.blocks_unrecoverable == 0
+            && self.rows_with_bad_redundancy == 0
+            && self.members_not_redundant.is_empty()
     }
 }
 

@@ -42,6 +42,8 @@ pub struct MemberStatus {
     pub index: usize,
     pub name: String,
     pub present: bool,
+    /// "active", "failed" or "rebuilding".
+    pub state: String,
     pub description: String,
     pub bytes_written: u64,
 }
@@ -79,7 +81,10 @@ pub struct VolumeStats {
     pub epoch: u64,
     pub read_only: bool,
     pub degraded: bool,
+    /// Failed or missing members (not written, not read).
     pub missing_members: Vec<usize>,
+    /// Replacements being rebuilt (written, read only where rebuilt).
+    pub rebuilding_members: Vec<usize>,
     /// How many more member failures the volume survives now.
     pub failures_still_tolerated: usize,
     pub failure: Option<String>,
@@ -120,6 +125,8 @@ pub struct VolumeStats {
     pub checksum_mismatches: u64,
     pub reconstructed_blocks: u64,
     pub unrecoverable_reads: u64,
+    /// Members failed while the volume was open (I/O errors, health checks).
+    pub member_failures: u64,
     pub map_memory_bytes: u64,
     pub map_bytes_per_logical_block: f64,
     pub checksum_memory_bytes: u64,

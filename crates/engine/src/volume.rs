@@ -25,7 +25,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use stripelog_blockdev::{AlignedBuffer, BlockDevice};
 
 /// Batches that may be in memory at once (the open one plus sealed ones not yet on the
@@ -132,6 +132,9 @@ pub(crate) struct SegmentUse {
     pub opened_clock: u64,
     /// The stream it was (or is) filled by.
     pub stream: u8,
+    /// Holds a live block redundancy cannot rebuild (found by a scrub): never a cleaning
+    /// victim, since that block cannot be moved.
+    pub pinned: bool,
 }
 
 /// Open segments (streams): client writes; and relocated blocks in three: short-lived
@@ -141,6 +144,10 @@ pub(crate) struct SegmentUse {
 pub(crate) const HOST_STREAM: usize = 0;
 pub(crate) const RELOCATION_STREAMS: [usize; 3] = [1, 2, 3];
 pub(crate) const STREAM_COUNT: usize = 4;
+
+/// How often a threaded volume checks that its members are still there and whole
+/// (deleted, truncated or overwritten members are failed; docs/resilience.md).
+const MEMBER_HEALTH_INTERVAL: Duration = Duration::from_secs(1);
 
 pub(crate) struct CurrentSegment {
     pub(crate) segment: u64,
@@ -209,9 +216,6 @@ pub(crate) struct Shared {
     pub(crate) geometry: Geometry,
     pub(crate) volume_uuid: [u8; 16],
     pub(crate) epoch: u64,
-    /// The superblock as last written (its durable-through is advanced before segments
-    /// are released).
-    superblock: Mutex<crate::format::Superblock>,
     pub(crate) read_only: bool,
     pub(crate) members: Members,
     pub(crate) map: BlockMap,
@@ -229,6 +233,8 @@ pub(crate) struct Shared {
     pub(crate) data_pool: Arc<BufferPool>,
     /// One cleaning round at a time.
     pub(crate) cleaner: Mutex<()>,
+    /// One rebuild (or replacement) at a time.
+    pub(crate) rebuild_lock: Mutex<()>,
     /// Threaded volumes clean in a thread of their own (`cleaner::background_cleaner`):
     /// client writes wake it below the low watermark instead of cleaning themselves.
     pub(crate) background_cleaning: bool,
@@ -244,7 +250,6 @@ pub(crate) struct Shared {
     pub(crate) io_mode: IoMode,
     flush_interval: Option<Duration>,
     pub(crate) counters: Counters,
-    pub(crate) failure: Mutex<Option<String>>,
     closed: AtomicBool,
     recovery_report: RecoveryReport,
 }
@@ -316,7 +321,7 @@ impl Volume {
             superblock
         } else {
             recovery::write_back(&geometry, &members, &recovered.discarded, &recovered.repairs)?;
-            let superblock = members::advance_epoch(&members, &superblock, recovered.last_sequence)?;
+            let superblock = members::advance_epoch(&members, recovered.last_sequence)?;
             recovery::release_heads(&geometry, &members, &recovered.release)?;
             superblock
         };
@@ -330,7 +335,6 @@ impl Volume {
         let shared = Arc::new(Shared {
             volume_uuid: superblock.volume_uuid,
             epoch,
-            superblock: Mutex::new(superblock),
             read_only: options.read_only,
             map: recovered.map,
             checksums: recovered.checksums,
@@ -360,6 +364,7 @@ impl Volume {
             data_pool,
             parity_pool,
             cleaner: Mutex::new(()),
+            rebuild_lock: Mutex::new(()),
             background_cleaning: options.io_mode == IoMode::Threaded && !options.read_only,
             cleaner_wakeup: Condvar::new(),
             cleaner_stop: AtomicBool::new(false),
@@ -370,7 +375,6 @@ impl Volume {
             io_mode: options.io_mode,
             flush_interval: options.flush_interval,
             counters: Counters::default(),
-            failure: Mutex::new(None),
             closed: AtomicBool::new(false),
             recovery_report: recovered.report,
             members,
@@ -384,6 +388,7 @@ impl Volume {
             abandoned: AtomicBool::new(false),
         };
         if !options.read_only {
+            volume.shared.prepare_rebuilding_members()?;
             volume.start_threads();
         }
         Ok(volume)
@@ -434,6 +439,10 @@ impl Volume {
 
     pub fn geometry(&self) -> &Geometry {
         &self.shared.geometry
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
     }
 
     pub fn logical_size_bytes(&self) -> u64 {
@@ -587,8 +596,11 @@ impl Volume {
         let shared = &self.shared;
         // Writers pause while the log is read, so that it does not change under the scan.
         let _state = shared.state.lock();
-        let durable = shared.superblock.lock().durable_through_sequence;
-        crate::recovery::check(&shared.geometry, &shared.members, &shared.volume_uuid, durable, &shared.map)
+        let durable = shared.members.superblock().durable_through_sequence;
+        let mut report =
+            crate::recovery::check(&shared.geometry, &shared.members, &shared.volume_uuid, durable, &shared.map)?;
+        report.members_not_redundant = shared.members.lost();
+        Ok(report)
     }
 
     /// Flush, stop the background threads and close the volume.
@@ -645,8 +657,15 @@ impl Drop for Volume {
 
 fn flush_timer(shared: Arc<Shared>, interval: Duration) {
     let tick = (interval / 4).max(Duration::from_millis(5));
+    let mut health_checked = Instant::now();
     while !shared.closed.load(Ordering::SeqCst) {
         std::thread::sleep(tick);
+        if health_checked.elapsed() >= MEMBER_HEALTH_INTERVAL {
+            health_checked = Instant::now();
+            if let Err(error) = shared.members.check_health() {
+                shared.fail(error.to_string());
+            }
+        }
         let due = {
             let state = shared.state.lock();
             state.open.as_ref().is_some_and(|open| !open.is_empty() && open.opened_at.elapsed() >= interval)
@@ -663,7 +682,7 @@ fn flush_timer(shared: Arc<Shared>, interval: Duration) {
             state.open.as_ref().is_none_or(|open| open.opened_at.elapsed() >= tick && open.is_empty())
                 && state.free_segments.len() < high_watermark
         };
-        if idle && !shared.background_cleaning && shared.failure.lock().is_none() {
+        if idle && !shared.background_cleaning && shared.members.shutdown.lock().is_none() {
             if let Err(error) = shared.clean_round() {
                 shared.fail(error.to_string());
             }
@@ -711,7 +730,7 @@ impl Shared {
         if self.read_only {
             return Err(Error::ReadOnly);
         }
-        if let Some(reason) = self.failure.lock().clone() {
+        if let Some(reason) = self.members.shutdown.lock().clone() {
             return Err(Error::Failed(reason));
         }
         Ok(())
@@ -733,7 +752,7 @@ impl Shared {
     }
 
     pub(crate) fn fail(&self, reason: String) {
-        let mut failure = self.failure.lock();
+        let mut failure = self.members.shutdown.lock();
         if failure.is_none() {
             *failure = Some(reason);
         }
@@ -750,7 +769,7 @@ impl Shared {
         let mut cleaned_for_this_segment = false;
         while next < blocks.len() {
             let mut state = self.state.lock();
-            if let Some(reason) = self.failure.lock().clone() {
+            if let Some(reason) = self.members.shutdown.lock().clone() {
                 return Err(Error::Failed(reason));
             }
             if state.open.is_none() {
@@ -831,7 +850,9 @@ impl Shared {
         usage.opened_clock = state.write_clock;
         usage.age_clock = 0;
         usage.stream = stream as u8;
+        usage.pinned = false;
         state.current_segments[stream] = Some(CurrentSegment { segment, next_row: 0, open_sequence: sequence });
+        self.members.segment_started(segment);
     }
 
     /// A new batch at the next free row of a stream's current segment.
@@ -968,6 +989,27 @@ impl Shared {
         self.retire_stream_segment(state, HOST_STREAM);
     }
 
+    /// If `segment` is some stream's current segment, give up the rest of it (the clients'
+    /// open batch is sealed first when it is there) so that it can be cleaned.
+    pub(crate) fn retire_if_current(&self, state: &mut WriteState, segment: u64) {
+        for stream in 0..STREAM_COUNT {
+            if state.current_segments[stream].as_ref().is_some_and(|current| current.segment == segment) {
+                if state.open.as_ref().is_some_and(|open| open.stream == stream) {
+                    if state.open.as_ref().is_some_and(|open| !open.is_empty()) {
+                        let batch = self.seal(state);
+                        // The batch is in flight; dispatch cannot fail here but a
+                        // shut-down volume, which the caller sees on its next step.
+                        let _ = self.dispatch(batch);
+                    } else {
+                        state.open = None;
+                        state.next_sequence -= 1;
+                    }
+                }
+                self.retire_stream_segment(state, stream);
+            }
+        }
+    }
+
     /// Give up the rest of a stream's current segment.
     pub(crate) fn retire_stream_segment(&self, state: &mut WriteState, stream: usize) {
         if let Some(current) = state.current_segments[stream].take() {
@@ -1035,7 +1077,7 @@ impl Shared {
                 sender.send(batch).map_err(|_| Error::Closed)?;
             }
         }
-        self.failure.lock().clone().map_or(Ok(()), |reason| Err(Error::Failed(reason)))
+        self.members.shutdown.lock().clone().map_or(Ok(()), |reason| Err(Error::Failed(reason)))
     }
 
     /// The slice of `batch` (or its parity) that `member` stores, and where.
@@ -1060,13 +1102,16 @@ impl Shared {
         parity: &PooledBuffers,
         member: usize,
     ) -> std::result::Result<(), String> {
-        let Some(device) = self.members.device(member) else {
+        let Some(device) = self.members.writable(member) else {
             return Ok(());
         };
         let (buffer, offset) = self.member_part(batch, parity, member);
+        // A member that fails is failed (durably) and the batch counts as written on the
+        // others; only a loss the volume cannot survive is an error.
         device
             .write_at(buffer, offset)
-            .map_err(|error| format!("member {member} ({}): {error}", self.members.name(member)))
+            .or_else(|error| self.members.write_failed(member, error))
+            .map_err(|error| error.to_string())
     }
 
     /// Account a batch whose member writes finished (with the first error, if any), and
@@ -1175,7 +1220,7 @@ impl Shared {
         {
             let mut state = self.state.lock();
             loop {
-                if let Some(reason) = self.failure.lock().clone() {
+                if let Some(reason) = self.members.shutdown.lock().clone() {
                     return Err(Error::Failed(reason));
                 }
                 if state.durable_through_sequence >= target {
@@ -1221,11 +1266,10 @@ impl Shared {
         // up to `durable` was durable, so that recovery does not take their absence for
         // the end of the log.
         {
-            let mut superblock = self.superblock.lock();
-            if superblock.durable_through_sequence < durable {
-                let updated = crate::format::Superblock { durable_through_sequence: durable, ..superblock.clone() };
-                members::write_superblocks(&self.members, &updated)?;
-                *superblock = updated;
+            if self.members.superblock().durable_through_sequence < durable {
+                self.members.update_superblock(|superblock| {
+                    superblock.durable_through_sequence = superblock.durable_through_sequence.max(durable)
+                })?;
             }
         }
         // Barrier: wait for readers that may still hold a position in these segments;
@@ -1262,7 +1306,7 @@ impl Shared {
                 if state.has_room_for_clients() {
                     return Ok(());
                 }
-                if let Some(reason) = self.failure.lock().clone() {
+                if let Some(reason) = self.members.shutdown.lock().clone() {
                     return Err(Error::Failed(reason));
                 }
                 if self.cleaner_gains_nothing.load(Ordering::SeqCst) || self.cleaner_stop.load(Ordering::SeqCst) {
@@ -1303,7 +1347,7 @@ impl Shared {
             if !coming_free {
                 return Err(Error::OutOfSpace);
             }
-            if let Some(reason) = self.failure.lock().clone() {
+            if let Some(reason) = self.members.shutdown.lock().clone() {
                 return Err(Error::Failed(reason));
             }
             self.progress.wait_for(&mut state, Duration::from_millis(10));
@@ -1414,7 +1458,9 @@ impl Shared {
         let segments_waiting =
             count_status(|status| matches!(status, SegmentStatus::WaitingForFlush(_) | SegmentStatus::Releasing));
         let counters = &self.counters;
-        let missing = self.members.missing();
+        let lost = self.members.lost();
+        let (rebuilding, missing): (Vec<usize>, Vec<usize>) =
+            lost.iter().partition(|&&member| self.members.state(member) == crate::members::MemberState::Rebuilding);
         let member_statuses: Vec<MemberStatus> = self.members.statuses();
         let member_bytes_written = member_statuses.iter().map(|member| member.bytes_written).sum();
         let member_bytes_data = Counters::get(&counters.member_bytes_data);
@@ -1440,10 +1486,11 @@ impl Shared {
             data_capacity_bytes: geometry.data_capacity_blocks() * BLOCK_SIZE_BYTES as u64,
             epoch: self.epoch,
             read_only: self.read_only,
-            degraded: !missing.is_empty(),
-            failures_still_tolerated: geometry.raid_level.failures_tolerated().saturating_sub(missing.len()),
+            degraded: !lost.is_empty(),
+            failures_still_tolerated: self.members.further_losses_survived(),
             missing_members: missing,
-            failure: self.failure.lock().clone(),
+            rebuilding_members: rebuilding,
+            failure: self.members.shutdown.lock().clone(),
             members: member_statuses,
             blocks_mapped,
             blocks_zero,
@@ -1475,6 +1522,7 @@ impl Shared {
             checksum_mismatches: Counters::get(&counters.checksum_mismatches),
             reconstructed_blocks: Counters::get(&counters.reconstructed_blocks),
             unrecoverable_reads: Counters::get(&counters.unrecoverable_reads),
+            member_failures: self.members.failures_while_open(),
             // The map, and the cleaner's per-block write times and previous lifetimes.
             map_memory_bytes: self.map.size_bytes() + self.map.block_count() * LIFETIME_BYTES_PER_BLOCK,
             map_bytes_per_logical_block: self.map.size_bytes() as f64 / self.map.block_count().max(1) as f64

@@ -1,0 +1,528 @@
+//! Member replacement with an online rebuild, and scrubbing with repair by evacuation
+//! (docs/resilience.md).
+
+use crate::error::{Error, Result};
+use crate::format;
+use crate::geometry::{BlockLocation, Role, BLOCK_SIZE_BYTES};
+use crate::map::Mapping;
+use crate::members::MemberState;
+use crate::volume::{MemberDevice, SegmentStatus, Shared};
+use serde::Serialize;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use stripelog_blockdev::{AlignedBuffer, IoRequest};
+
+/// Head rows zeroed on a replacement per batch of writes before it is attached.
+const HEAD_ROWS_PER_BATCH: usize = 64;
+
+/// How a rebuild or a scrub runs.
+#[derive(Clone, Debug, Default)]
+pub struct MaintenanceOptions {
+    /// At most this many bytes per second read (scrub) or written (rebuild); `None`: as
+    /// fast as the members go.
+    pub rate_bytes_per_second: Option<u64>,
+}
+
+/// Where a rebuild or scrub is, for progress bars.
+#[derive(Clone, Copy, Debug)]
+pub struct MaintenanceProgress {
+    pub segments_done: u64,
+    pub segments_total: u64,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RebuildReport {
+    /// Members rebuilt (now active).
+    pub members: Vec<usize>,
+    pub segments_rebuilt: u64,
+    pub bytes_written: u64,
+    /// Blocks of the rebuilt members that the rest of their rows could not rebuild
+    /// (their reads keep failing; a scrub lists them by address).
+    pub blocks_unrecoverable: u64,
+    pub seconds: f64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ScrubReport {
+    pub segments_scanned: u64,
+    pub blocks_checked: u64,
+    pub parity_rows_checked: u64,
+    /// Member blocks (data, summaries, padding, parity, mirror copies) found wrong or
+    /// unreadable.
+    pub blocks_damaged: u64,
+    /// Segments with damage whose live blocks were rewritten elsewhere.
+    pub segments_repaired: u64,
+    /// Live blocks moved out of damaged segments.
+    pub blocks_repaired: u64,
+    /// Live blocks that redundancy cannot rebuild, by logical block address: they read
+    /// as I/O errors.
+    pub logical_blocks_unrecoverable: Vec<u64>,
+    pub bytes_read: u64,
+    pub seconds: f64,
+}
+
+/// Keeps a loop at or below a byte rate by sleeping.
+struct RateLimit {
+    started: Instant,
+    bytes_per_second: Option<u64>,
+}
+
+impl RateLimit {
+    fn new(bytes_per_second: Option<u64>) -> RateLimit {
+        RateLimit { started: Instant::now(), bytes_per_second }
+    }
+
+    fn pace(&self, bytes_so_far: u64) {
+        if let Some(rate) = self.bytes_per_second.filter(|&rate| rate > 0) {
+            let due = Duration::from_secs_f64(bytes_so_far as f64 / rate as f64);
+            if let Some(wait) = due.checked_sub(self.started.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+    }
+}
+
+/// One segment's rows as read from every member (`None`: not readable there).
+struct SegmentRows {
+    segment: u64,
+    chunks: Vec<Option<AlignedBuffer>>,
+}
+
+impl SegmentRows {
+    fn block(&self, member: usize, row: u32) -> Option<&[u8]> {
+        let start = row as usize * BLOCK_SIZE_BYTES;
+        self.chunks[member].as_ref().map(|chunk| &chunk[start..start + BLOCK_SIZE_BYTES])
+    }
+}
+
+/// The verified content of one stripe row and what was wrong with it.
+struct VerifiedRow {
+    /// One block per data column; zeros where it could not be rebuilt.
+    data: Vec<Vec<u8>>,
+    /// Data columns that no copy and no reconstruction could produce.
+    unrecoverable: Vec<usize>,
+    /// Member blocks of the row that were unreadable or wrong (data copies and parity).
+    damaged_members: Vec<usize>,
+}
+
+impl Shared {
+    /// Read rows `[0, rows)` of `segment` from every member readable there, one read each.
+    fn read_segment_rows(&self, segment: u64, rows: u32, skip: &[usize]) -> SegmentRows {
+        let length = rows as usize * BLOCK_SIZE_BYTES;
+        let offset = self.geometry.member_offset_bytes(segment, 0);
+        let chunks = (0..self.geometry.member_count)
+            .map(|member| {
+                if skip.contains(&member) {
+                    return None;
+                }
+                let device = self.members.readable(member, segment)?;
+                let mut chunk = AlignedBuffer::zeroed(length);
+                let result = device.read_at(&mut chunk, offset);
+                self.members.read_done(member, result.as_ref().err(), &self.counters);
+                result.ok().map(|()| chunk)
+            })
+            .collect();
+        SegmentRows { segment, chunks }
+    }
+
+    /// The data of one row, every block checked against its CRC32C: a copy that
+    /// verifies, else a reconstruction from the row in memory, else the full
+    /// `read_verified` (every combination of shards the level allows). Parity and mirror
+    /// copies are compared with the verified data.
+    fn verify_row(&self, read: &SegmentRows, row: u32) -> VerifiedRow {
+        let geometry = &self.geometry;
+        let segment = read.segment;
+        let data_columns = geometry.data_columns();
+        let expected: Vec<u32> = (0..data_columns)
+            .map(|column| self.checksums[geometry.position(segment, row, column) as usize].load(Ordering::Acquire))
+            .collect();
+        let mut damaged_members = Vec::new();
+        let mut data: Vec<Option<Vec<u8>>> = vec![None; data_columns];
+        for (column, slot) in data.iter_mut().enumerate() {
+            for member in geometry.members_of_column(segment, column) {
+                match read.block(member, row) {
+                    Some(block) if format::block_checksum(block) == expected[column] => {
+                        slot.get_or_insert_with(|| block.to_vec());
+                    }
+                    Some(_) => damaged_members.push(member),
+                    None if read.chunks[member].is_none() && self.members.readable(member, segment).is_some() => {
+                        damaged_members.push(member)
+                    }
+                    None => {}
+                }
+            }
+        }
+        let parity: Vec<Option<&[u8]>> = (0..geometry.parity_shards())
+            .map(|shard| read.block(geometry.member_of_role(segment, Role::Parity { shard }), row))
+            .collect();
+        let missing: Vec<usize> = (0..data_columns).filter(|&column| data[column].is_none()).collect();
+        for &column in &missing {
+            let view: Vec<Option<&[u8]>> = data.iter().map(|block| block.as_deref()).collect();
+            let rebuilt = crate::parity::reconstruct(geometry.raid_level, &view, &parity, column)
+                .filter(|block| format::block_checksum(block) == expected[column]);
+            data[column] = rebuilt.or_else(|| {
+                let mut out = vec![0u8; BLOCK_SIZE_BYTES];
+                let location = BlockLocation { segment, row, column };
+                let checksum_of = |other: usize| Some(expected[other]);
+                self.members
+                    .read_verified(
+                        geometry,
+                        &self.counters,
+                        location,
+                        &|block| format::block_checksum(block) == expected[column],
+                        &checksum_of,
+                        false,
+                        &mut out,
+                    )
+                    .ok()
+                    .map(|_| out)
+            });
+        }
+        let unrecoverable: Vec<usize> = (0..data_columns).filter(|&column| data[column].is_none()).collect();
+        let data: Vec<Vec<u8>> =
+            data.into_iter().map(|block| block.unwrap_or_else(|| vec![0u8; BLOCK_SIZE_BYTES])).collect();
+        // Parity against the verified data (only meaningful when every column is known).
+        if unrecoverable.is_empty() && geometry.parity_shards() > 0 {
+            let computed = self.row_parity(&data);
+            for (shard, block) in computed.iter().enumerate() {
+                let member = geometry.member_of_role(segment, Role::Parity { shard });
+                match parity[shard] {
+                    Some(held) if held != block.as_slice() => damaged_members.push(member),
+                    None if self.members.readable(member, segment).is_some() => damaged_members.push(member),
+                    _ => {}
+                }
+            }
+        }
+        VerifiedRow { data, unrecoverable, damaged_members }
+    }
+
+    fn row_parity(&self, data: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        let mut parity = vec![vec![0u8; BLOCK_SIZE_BYTES]; self.geometry.parity_shards()];
+        let views: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        let mut targets: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
+        crate::parity::compute(self.geometry.raid_level, &views, &mut targets);
+        parity
+    }
+
+    /// At open, a member found rebuilding (a crash interrupted its rebuild) may be another
+    /// device than the one attached: the head rows of the free segments are zeroed on it
+    /// again before anything is written, as when it was attached.
+    pub(crate) fn prepare_rebuilding_members(&self) -> Result<()> {
+        let free: Vec<u64> = {
+            let state = self.state.lock();
+            (0..self.geometry.segment_count())
+                .filter(|&segment| state.segments[segment as usize].status == SegmentStatus::Free)
+                .collect()
+        };
+        for member in 0..self.geometry.member_count {
+            if self.members.state(member) != MemberState::Rebuilding {
+                continue;
+            }
+            let Some(device) = self.members.writable(member) else {
+                continue;
+            };
+            self.zero_head_rows(device.as_ref(), &free).or_else(|error| self.members.write_failed(member, error))?;
+        }
+        Ok(())
+    }
+
+    fn zero_head_rows(
+        &self,
+        device: &dyn stripelog_blockdev::BlockDevice,
+        segments: &[u64],
+    ) -> stripelog_blockdev::Result<()> {
+        let zeros = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+        for group in segments.chunks(HEAD_ROWS_PER_BATCH) {
+            let mut requests: Vec<IoRequest> = group
+                .iter()
+                .map(|&segment| IoRequest::Write {
+                    buffer: &zeros,
+                    offset_bytes: self.geometry.member_offset_bytes(segment, 0),
+                })
+                .collect();
+            device.submit_batch(&mut requests).into_iter().collect::<stripelog_blockdev::Result<Vec<()>>>()?;
+        }
+        device.flush()
+    }
+
+    /// Attach `replacement` as member `member`, to be rebuilt (docs/resilience.md,
+    /// "Replacement and rebuild", steps 1-2). The rebuild itself is [`Shared::rebuild`].
+    pub(crate) fn replace_member(&self, member: usize, replacement: MemberDevice) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        if member >= self.geometry.member_count {
+            return Err(Error::InvalidRequest(format!(
+                "member {member} does not exist (the volume has {})",
+                self.geometry.member_count
+            )));
+        }
+        let Some(device) = replacement.device.clone() else {
+            return Err(Error::InvalidRequest(format!("{}: the replacement is missing", replacement.name)));
+        };
+        let member_error = |reason: String| Error::Member { member, path: replacement.name.clone(), reason };
+        if device.size_bytes() < self.geometry.member_size_bytes {
+            return Err(member_error(format!(
+                "is too small: {} bytes, every member needs {}",
+                device.size_bytes(),
+                self.geometry.member_size_bytes
+            )));
+        }
+        let _rebuild = self.rebuild_lock.try_lock().ok_or_else(|| {
+            Error::InvalidRequest("a rebuild is running: replace the member when it has finished".into())
+        })?;
+        if self.members.state(member) != MemberState::Failed {
+            self.members.fail(member, &format!("replaced by {}", replacement.name))?;
+        }
+        // Nothing old on the replacement may look like a batch: its data area is discarded
+        // and the head row of every segment zeroed before anything else is written to it.
+        let chunk = self.geometry.chunk_size_bytes as u64;
+        device
+            .discard(chunk, self.geometry.member_size_bytes - chunk)
+            .map_err(|error| member_error(error.to_string()))?;
+        let segments: Vec<u64> = (0..self.geometry.segment_count()).collect();
+        self.zero_head_rows(device.as_ref(), &segments).map_err(|error| member_error(error.to_string()))?;
+        self.members.attach(member, replacement)
+    }
+
+    /// Rebuild every rebuilding member (docs/resilience.md, steps 3-4).
+    pub(crate) fn rebuild(
+        &self,
+        options: &MaintenanceOptions,
+        progress: &dyn Fn(MaintenanceProgress),
+    ) -> Result<RebuildReport> {
+        let _rebuild = self.rebuild_lock.lock();
+        let started = Instant::now();
+        let targets: Vec<usize> = (0..self.geometry.member_count)
+            .filter(|&member| self.members.state(member) == MemberState::Rebuilding)
+            .collect();
+        let mut report = RebuildReport { members: targets.clone(), ..RebuildReport::default() };
+        if targets.is_empty() {
+            return Ok(report);
+        }
+        // Batches sealed before the replacement was attached may have skipped it: they
+        // must be on the members (below `rows_on_media`) before the walk reads them.
+        self.flush()?;
+        let limit = RateLimit::new(options.rate_bytes_per_second);
+        let segment_count = self.geometry.segment_count();
+        for segment in 0..segment_count {
+            limit.pace(report.bytes_written);
+            progress(MaintenanceProgress {
+                segments_done: segment,
+                segments_total: segment_count,
+                bytes: report.bytes_written,
+            });
+            let targets: Vec<usize> =
+                targets.iter().copied().filter(|&member| self.members.readable(member, segment).is_none()).collect();
+            if targets.is_empty() {
+                continue;
+            }
+            if let Some(reason) = self.members.shutdown.lock().clone() {
+                return Err(Error::Failed(reason));
+            }
+            // No release (and reuse) of the segment while it is rebuilt.
+            let _fence = self.reuse_fence.read();
+            let (status, rows) = {
+                let state = self.state.lock();
+                (state.segments[segment as usize].status, self.rows_on_media[segment as usize].load(Ordering::Acquire))
+            };
+            if matches!(status, SegmentStatus::Free | SegmentStatus::Releasing) {
+                continue;
+            }
+            if rows > 0 {
+                let read = self.read_segment_rows(segment, rows, &targets);
+                let length = rows as usize * BLOCK_SIZE_BYTES;
+                let mut outputs: Vec<AlignedBuffer> = targets.iter().map(|_| AlignedBuffer::zeroed(length)).collect();
+                for row in 0..rows {
+                    let verified = self.verify_row(&read, row);
+                    report.blocks_unrecoverable += verified.unrecoverable.len() as u64;
+                    let parity = self.row_parity(&verified.data);
+                    for (index, &target) in targets.iter().enumerate() {
+                        let block = match self.geometry.role_of_member(segment, target) {
+                            Role::Data { column, .. } => &verified.data[column],
+                            Role::Parity { shard } => &parity[shard],
+                        };
+                        let start = row as usize * BLOCK_SIZE_BYTES;
+                        outputs[index][start..start + BLOCK_SIZE_BYTES].copy_from_slice(block);
+                    }
+                }
+                let offset = self.geometry.member_offset_bytes(segment, 0);
+                for (index, &target) in targets.iter().enumerate() {
+                    let Some(device) = self.members.writable(target) else {
+                        return Err(Error::Failed(format!("member {target} failed during its rebuild")));
+                    };
+                    device
+                        .write_at(&outputs[index], offset)
+                        .or_else(|error| self.members.write_failed(target, error))?;
+                    report.bytes_written += length as u64;
+                }
+                report.segments_rebuilt += 1;
+            }
+            for &target in &targets {
+                self.members.mark_readable(target, segment);
+            }
+        }
+        // Durable on the new members before the superblocks say they are whole.
+        self.members.flush_all(self.io_mode == crate::volume::IoMode::Threaded)?;
+        for &target in &targets {
+            if self.members.state(target) != MemberState::Rebuilding {
+                return Err(Error::Failed(format!("member {target} failed during its rebuild")));
+            }
+        }
+        self.members.finish_rebuild(&targets)?;
+        progress(MaintenanceProgress {
+            segments_done: segment_count,
+            segments_total: segment_count,
+            bytes: report.bytes_written,
+        });
+        report.seconds = started.elapsed().as_secs_f64();
+        Ok(report)
+    }
+
+    /// Read every written row of every segment in use from every member, verify it, and
+    /// evacuate the segments that hold damage (docs/resilience.md, "Scrub").
+    pub(crate) fn scrub(
+        &self,
+        options: &MaintenanceOptions,
+        progress: &dyn Fn(MaintenanceProgress),
+    ) -> Result<ScrubReport> {
+        let started = Instant::now();
+        let mut report = ScrubReport::default();
+        if !self.read_only {
+            self.flush()?;
+        }
+        let limit = RateLimit::new(options.rate_bytes_per_second);
+        let segment_count = self.geometry.segment_count();
+        let mut damaged_segments = Vec::new();
+        let mut unrecoverable_positions = Vec::new();
+        for segment in 0..segment_count {
+            limit.pace(report.bytes_read);
+            progress(MaintenanceProgress {
+                segments_done: segment,
+                segments_total: segment_count,
+                bytes: report.bytes_read,
+            });
+            let _fence = self.reuse_fence.read();
+            let (status, rows) = {
+                let state = self.state.lock();
+                (state.segments[segment as usize].status, self.rows_on_media[segment as usize].load(Ordering::Acquire))
+            };
+            if rows == 0 || !matches!(status, SegmentStatus::Used | SegmentStatus::Current) {
+                continue;
+            }
+            report.segments_scanned += 1;
+            let read = self.read_segment_rows(segment, rows, &[]);
+            report.bytes_read += read.chunks.iter().flatten().map(|chunk| chunk.len() as u64).sum::<u64>();
+            let mut damaged = false;
+            for row in 0..rows {
+                let verified = self.verify_row(&read, row);
+                report.blocks_checked += self.geometry.member_count as u64;
+                report.parity_rows_checked += (self.geometry.parity_shards() > 0) as u64;
+                report.blocks_damaged += verified.damaged_members.len() as u64;
+                damaged |= !verified.damaged_members.is_empty() || !verified.unrecoverable.is_empty();
+                for column in verified.unrecoverable {
+                    unrecoverable_positions.push(self.geometry.position(segment, row, column));
+                }
+            }
+            if damaged {
+                damaged_segments.push(segment);
+            }
+        }
+        // Live blocks at positions nothing can rebuild stay where they are (their reads
+        // fail); their segments are kept from the cleaner.
+        if !unrecoverable_positions.is_empty() {
+            unrecoverable_positions.sort_unstable();
+            for (logical_block, mapping) in self.map.iter().enumerate() {
+                if let Mapping::Data { position } = mapping {
+                    if unrecoverable_positions.binary_search(&position).is_ok() {
+                        report.logical_blocks_unrecoverable.push(logical_block as u64);
+                    }
+                }
+            }
+        }
+        if !self.read_only {
+            let pinned: Vec<u64> = report
+                .logical_blocks_unrecoverable
+                .iter()
+                .filter_map(|&block| match self.map.get(block) {
+                    Mapping::Data { position } => Some(self.geometry.locate(position).segment),
+                    _ => None,
+                })
+                .collect();
+            for segment in damaged_segments {
+                let moved = self.evacuate(segment, &pinned)?;
+                report.blocks_repaired += moved;
+                report.segments_repaired += 1;
+            }
+            self.make_sealed_durable()?;
+        }
+        report.seconds = started.elapsed().as_secs_f64();
+        progress(MaintenanceProgress {
+            segments_done: segment_count,
+            segments_total: segment_count,
+            bytes: report.bytes_read,
+        });
+        Ok(report)
+    }
+
+    /// Move every readable live block of `segment` into new segments (the cleaner's
+    /// relocation); a segment holding an unrecoverable live block (`pinned`) is kept from
+    /// the cleaner from then on. Returns the blocks moved.
+    fn evacuate(&self, segment: u64, pinned: &[u64]) -> Result<u64> {
+        {
+            let mut state = self.state.lock();
+            self.retire_if_current(&mut state, segment);
+            if pinned.contains(&segment) {
+                state.segments[segment as usize].pinned = true;
+            }
+        }
+        self.relocate_segment(segment)
+    }
+}
+
+impl crate::volume::Volume {
+    /// Put `replacement` in the place of member `member` (failed, missing, or active: it
+    /// is failed first) and start its rebuild: the replacement is written from now on; run
+    /// [`Volume::rebuild`](crate::volume::Volume::rebuild) to fill it.
+    pub fn replace_member(&self, member: usize, replacement: MemberDevice) -> Result<()> {
+        self.shared().check_open()?;
+        self.shared().replace_member(member, replacement)
+    }
+
+    /// Members being rebuilt (after [`Volume::replace_member`], or found rebuilding when
+    /// the volume was opened after a crash).
+    pub fn rebuilding_members(&self) -> Vec<usize> {
+        (0..self.shared().geometry.member_count)
+            .filter(|&member| self.shared().members.state(member) == MemberState::Rebuilding)
+            .collect()
+    }
+
+    /// Reconstruct every rebuilding member's data from the others while the volume
+    /// serves; at the end the superblocks record them as whole.
+    pub fn rebuild(
+        &self,
+        options: &MaintenanceOptions,
+        progress: &dyn Fn(MaintenanceProgress),
+    ) -> Result<RebuildReport> {
+        self.shared().check_open()?;
+        if self.shared().read_only {
+            return Err(Error::ReadOnly);
+        }
+        self.shared().rebuild(options, progress)
+    }
+
+    /// Verify every live row on every member and repair what redundancy allows by moving
+    /// the live blocks of damaged segments (read-only volumes: verify and report only).
+    pub fn scrub(&self, options: &MaintenanceOptions, progress: &dyn Fn(MaintenanceProgress)) -> Result<ScrubReport> {
+        self.shared().check_open()?;
+        self.shared().scrub(options, progress)
+    }
+
+    /// Check every member's health now (the flush timer of a threaded volume does it every
+    /// second): a deleted, truncated or overwritten member is failed.
+    pub fn check_member_health(&self) -> Result<()> {
+        self.shared().check_open()?;
+        self.shared().members.check_health()
+    }
+}

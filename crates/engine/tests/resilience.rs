@@ -1,0 +1,300 @@
+//! Member failure while the volume serves, replacement with an online rebuild, crashes
+//! during a rebuild, and scrubbing (docs/resilience.md).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use stripelog_blockdev::{BlockDevice, Prng, SimulatedArray, SimulatedDevice};
+use stripelog_engine::{
+    CreateOptions, IoMode, MaintenanceOptions, MemberDevice, OpenOptions, RaidLevel, Volume, BLOCK_SIZE_BYTES,
+};
+
+const CHUNK_SIZE_BYTES: u32 = 64 << 10;
+const MEMBER_SIZE_BYTES: u64 = 8 << 20;
+/// Logical blocks the tests write (well inside every geometry's logical size).
+const BLOCKS: u64 = 1024;
+
+fn members(devices: &[Arc<SimulatedDevice>]) -> Vec<MemberDevice> {
+    devices
+        .iter()
+        .enumerate()
+        .map(|(index, device)| MemberDevice {
+            name: format!("m{index}"),
+            device: Some(device.clone() as Arc<dyn BlockDevice>),
+        })
+        .collect()
+}
+
+fn open_options(io_mode: IoMode) -> OpenOptions {
+    OpenOptions { io_mode, ..OpenOptions::default() }
+}
+
+struct Model {
+    contents: Vec<Option<Vec<u8>>>,
+    prng: Prng,
+}
+
+impl Model {
+    fn new(seed: u64) -> Model {
+        Model { contents: vec![None; BLOCKS as usize], prng: Prng::new(seed) }
+    }
+
+    /// Write `count` random blocks at random places, each 1-4 blocks long.
+    fn write_some(&mut self, volume: &Volume, count: usize) {
+        for _ in 0..count {
+            let length = 1 + self.prng.below(4);
+            let first = self.prng.below(BLOCKS - length);
+            let mut data = vec![0u8; (length as usize) * BLOCK_SIZE_BYTES];
+            self.prng.fill(&mut data);
+            volume.write(first * BLOCK_SIZE_BYTES as u64, &data, false).expect("write");
+            for (index, block) in data.chunks(BLOCK_SIZE_BYTES).enumerate() {
+                self.contents[first as usize + index] = Some(block.to_vec());
+            }
+        }
+    }
+
+    fn verify(&self, volume: &Volume) {
+        let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+        for (index, expected) in self.contents.iter().enumerate() {
+            volume.read(index as u64 * BLOCK_SIZE_BYTES as u64, &mut block).expect("read");
+            match expected {
+                Some(content) => assert!(block == *content, "block {index} differs"),
+                None => assert!(block.iter().all(|&byte| byte == 0), "block {index} should read zeros"),
+            }
+        }
+    }
+}
+
+fn create(
+    level: RaidLevel,
+    count: usize,
+    seed: u64,
+    io_mode: IoMode,
+) -> (SimulatedArray, Vec<Arc<SimulatedDevice>>, Volume) {
+    let array = SimulatedArray::new(seed);
+    let devices: Vec<_> = (0..count).map(|_| array.add_device(MEMBER_SIZE_BYTES)).collect();
+    let options = CreateOptions { raid_level: level, chunk_size_bytes: CHUNK_SIZE_BYTES, ..CreateOptions::default() };
+    let volume = Volume::create(members(&devices), &options, &open_options(io_mode)).expect("create");
+    (array, devices, volume)
+}
+
+/// Lose `lost` members while writing, keep serving, replace them online while another
+/// thread writes, and end fully redundant — also after reopening with the new members.
+fn lose_and_replace(level: RaidLevel, count: usize, lost: &[usize], seed: u64) {
+    let (array, mut devices, volume) = create(level, count, seed, IoMode::Threaded);
+    let volume = Arc::new(volume);
+    let mut model = Model::new(seed);
+    model.write_some(&volume, 300);
+    volume.flush().expect("flush");
+    for &member in lost {
+        devices[member].remove();
+        model.write_some(&volume, 100);
+        volume.flush().expect("a flush survives a member loss the level covers");
+    }
+    let stats = volume.stats();
+    assert!(stats.degraded, "degraded after losing {lost:?}");
+    assert_eq!(stats.missing_members, lost.to_vec());
+    if level != RaidLevel::Raid10 {
+        assert_eq!(stats.failures_still_tolerated, level.failures_tolerated() - lost.len());
+    }
+    model.verify(&volume);
+
+    // Replace online: a writer keeps going during the rebuild.
+    for &member in lost {
+        let replacement = array.add_device(MEMBER_SIZE_BYTES);
+        devices[member] = replacement.clone();
+        volume
+            .replace_member(
+                member,
+                MemberDevice { name: format!("new{member}"), device: Some(replacement as Arc<dyn BlockDevice>) },
+            )
+            .expect("replace");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (volume, stop) = (volume.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut prng = Prng::new(seed ^ 0xABCD);
+            let mut written = Vec::new();
+            // Its own range (the model's blocks are not touched), checked afterwards.
+            while !stop.load(Ordering::SeqCst) {
+                let block = BLOCKS + prng.below(256);
+                let mut data = vec![0u8; BLOCK_SIZE_BYTES];
+                prng.fill(&mut data);
+                volume.write(block * BLOCK_SIZE_BYTES as u64, &data, false).expect("write during rebuild");
+                written.push((block, data));
+            }
+            written
+        })
+    };
+    let report = volume.rebuild(&MaintenanceOptions::default(), &|_| {}).expect("rebuild");
+    stop.store(true, Ordering::SeqCst);
+    let written = writer.join().expect("writer");
+    assert_eq!(report.members, lost.to_vec());
+    assert_eq!(report.blocks_unrecoverable, 0);
+    let check = volume.check().expect("check");
+    assert!(check.is_clean(), "fully redundant after the rebuild: {check:?}");
+    model.verify(&volume);
+    let mut last: std::collections::BTreeMap<u64, Vec<u8>> = std::collections::BTreeMap::new();
+    for (block, data) in written {
+        last.insert(block, data);
+    }
+    let mut buffer = vec![0u8; BLOCK_SIZE_BYTES];
+    for (block, data) in &last {
+        volume.read(block * BLOCK_SIZE_BYTES as u64, &mut buffer).expect("read");
+        assert!(buffer == *data, "block {block} written during the rebuild differs");
+    }
+    Arc::into_inner(volume).expect("one owner").close().expect("close");
+
+    // Reopened with the new members and without the survivors' help, still whole: each
+    // original member can now be lost in turn.
+    let volume = Volume::open(members(&devices), &open_options(IoMode::Threaded)).expect("reopen");
+    assert!(!volume.stats().degraded);
+    assert!(volume.check().expect("check").is_clean());
+    volume.close().expect("close");
+    for survivor in (0..count).filter(|member| !lost.contains(member)).take(1) {
+        let mut degraded = members(&devices);
+        degraded[survivor].device = None;
+        let volume = Volume::open(degraded, &open_options(IoMode::Threaded)).expect("open without a survivor");
+        model.verify(&volume);
+        volume.abandon();
+    }
+}
+
+#[test]
+fn raid5_loses_a_member_while_writing_and_rebuilds_it_online() {
+    lose_and_replace(RaidLevel::Raid5, 5, &[2], 1);
+}
+
+#[test]
+fn raid6_loses_two_members_while_writing_and_rebuilds_both_online() {
+    lose_and_replace(RaidLevel::Raid6, 6, &[1, 4], 2);
+}
+
+#[test]
+fn raid10_loses_one_member_of_a_mirror_and_rebuilds_it() {
+    lose_and_replace(RaidLevel::Raid10, 4, &[3], 3);
+}
+
+#[test]
+fn a_loss_beyond_the_level_shuts_the_volume_down_without_losing_what_was_durable() {
+    let (_array, devices, volume) = create(RaidLevel::Raid5, 4, 4, IoMode::Threaded);
+    let mut model = Model::new(4);
+    model.write_some(&volume, 200);
+    volume.flush().expect("flush");
+    devices[0].remove();
+    model.write_some(&volume, 10);
+    volume.flush().expect("one loss is survivable");
+    devices[1].remove();
+    let mut data = vec![7u8; BLOCK_SIZE_BYTES];
+    let outcome = volume.write(0, &data, false).and_then(|()| volume.flush());
+    assert!(outcome.is_err(), "a second loss on RAID-5 must fail the flush");
+    data.fill(0);
+    volume.abandon();
+}
+
+#[test]
+fn a_crash_during_a_rebuild_restarts_it_on_the_next_open() {
+    let (array, mut devices, volume) = create(RaidLevel::Raid5, 5, 5, IoMode::Inline);
+    let mut model = Model::new(5);
+    model.write_some(&volume, 300);
+    volume.flush().expect("flush");
+    devices[3].remove();
+    model.write_some(&volume, 50);
+    volume.flush().expect("flush");
+    let replacement = array.add_device(MEMBER_SIZE_BYTES);
+    devices[3] = replacement.clone();
+    volume
+        .replace_member(3, MemberDevice { name: "new3".into(), device: Some(replacement as Arc<dyn BlockDevice>) })
+        .expect("replace");
+    model.write_some(&volume, 50);
+    volume.flush().expect("flush");
+    // Crash part-way into the rebuild: a few device operations from now.
+    array.crash_at_operation(array.operation_count() + 40);
+    let interrupted = volume.rebuild(&MaintenanceOptions::default(), &|_| {});
+    assert!(interrupted.is_err(), "the scheduled crash interrupts the rebuild");
+    volume.abandon();
+    array.crash();
+    let volume = Volume::open(members(&devices), &open_options(IoMode::Inline)).expect("reopen after the crash");
+    assert_eq!(volume.rebuilding_members(), vec![3], "the replacement is found rebuilding");
+    assert!(volume.stats().degraded);
+    model.verify(&volume);
+    let report = volume.rebuild(&MaintenanceOptions::default(), &|_| {}).expect("rebuild again");
+    assert_eq!(report.members, vec![3]);
+    assert!(volume.check().expect("check").is_clean());
+    model.verify(&volume);
+    volume.close().expect("close");
+}
+
+#[test]
+fn scrub_repairs_flipped_bits_on_any_member_and_check_is_clean_after() {
+    let (_array, devices, volume) = create(RaidLevel::Raid5, 5, 6, IoMode::Threaded);
+    let mut model = Model::new(6);
+    model.write_some(&volume, 400);
+    volume.flush().expect("flush");
+    // One flipped bit in each member's first written rows (at most one per stripe row).
+    for (member, device) in devices.iter().enumerate() {
+        let offset = CHUNK_SIZE_BYTES as u64 + (member as u64 * 3 + 1) * BLOCK_SIZE_BYTES as u64 + 100;
+        device.flip_bit(offset, 3);
+    }
+    let report = volume.scrub(&MaintenanceOptions::default(), &|_| {}).expect("scrub");
+    assert_eq!(report.blocks_damaged, devices.len() as u64, "{report:?}");
+    assert!(report.segments_repaired >= 1);
+    assert!(report.logical_blocks_unrecoverable.is_empty());
+    let check = volume.check().expect("check");
+    assert!(check.is_clean(), "{check:?}");
+    model.verify(&volume);
+    let again = volume.scrub(&MaintenanceOptions::default(), &|_| {}).expect("scrub again");
+    assert_eq!(again.blocks_damaged, 0, "{again:?}");
+    volume.close().expect("close");
+}
+
+#[test]
+fn scrub_lists_blocks_beyond_repair_and_nothing_else_is_affected() {
+    let (_array, devices, volume) = create(RaidLevel::Raid5, 4, 7, IoMode::Threaded);
+    // Reopened without a cache, which would still serve the damaged blocks' last writes.
+    volume.close().expect("close");
+    let volume =
+        Volume::open(members(&devices), &OpenOptions { cache_size_bytes: 0, ..open_options(IoMode::Threaded) })
+            .expect("open");
+    let mut model = Model::new(7);
+    model.write_some(&volume, 300);
+    volume.flush().expect("flush");
+    // The same row on two members: RAID-5 cannot rebuild either block of it.
+    let offset = CHUNK_SIZE_BYTES as u64 + 5 * BLOCK_SIZE_BYTES as u64 + 10;
+    devices[0].flip_bit(offset, 1);
+    devices[1].flip_bit(offset, 1);
+    let report = volume.scrub(&MaintenanceOptions::default(), &|_| {}).expect("scrub");
+    assert!(!report.logical_blocks_unrecoverable.is_empty(), "{report:?}");
+    let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+    for (index, expected) in model.contents.iter().enumerate() {
+        let result = volume.read(index as u64 * BLOCK_SIZE_BYTES as u64, &mut block);
+        if report.logical_blocks_unrecoverable.contains(&(index as u64)) {
+            assert!(result.is_err(), "block {index} is beyond repair and must read as an error");
+        } else {
+            result.expect("every other block reads");
+            match expected {
+                Some(content) => assert!(block == *content, "block {index} differs"),
+                None => assert!(block.iter().all(|&byte| byte == 0)),
+            }
+        }
+    }
+    // The volume still writes and cleans.
+    model.write_some(&volume, 100);
+    volume.flush().expect("flush");
+    volume.close().expect("close");
+}
+
+#[test]
+fn a_deleted_member_found_by_the_health_check_is_failed() {
+    let (_array, devices, volume) = create(RaidLevel::Raid5, 4, 8, IoMode::Inline);
+    let mut model = Model::new(8);
+    model.write_some(&volume, 100);
+    volume.flush().expect("flush");
+    devices[2].remove();
+    volume.check_member_health().expect("health check");
+    let stats = volume.stats();
+    assert_eq!(stats.missing_members, vec![2]);
+    assert!(stats.members[2].description.contains("removed"), "{:?}", stats.members[2]);
+    model.verify(&volume);
+    volume.close().expect("close");
+}
