@@ -2,6 +2,7 @@
 //! printing reports. The work is done by the engine and benchmark crates.
 
 mod bench;
+mod maintenance;
 mod serve;
 mod units;
 
@@ -52,6 +53,16 @@ enum Command {
         after_help = "Examples:\n  stripelog serve d/m0 d/m1 d/m2 d/m3 d/m4 --socket ./stripelog.sock\n  stripelog serve --export a=d/a0,d/a1,d/a2 --export b=d/b0,d/b1,d/b2 --listen 10809\n  nbdinfo 'nbd+unix:///stripelog?socket=./stripelog.sock'"
     )]
     Serve(ServeArguments),
+    /// Replace a member and rebuild its content onto the new one (offline, or online with --control).
+    #[command(
+        after_help = "Examples:\n  # offline: the volume is not served\n  stripelog replace --member 2 --with d/new2 d/m0 d/m1 d/m2 d/m3 d/m4\n  # online: a running `stripelog serve --socket s.sock` listens on s.sock.control\n  stripelog replace --control s.sock.control --member d/m2 --with d/new2 --rate 200MiB"
+    )]
+    Replace(maintenance::ReplaceArguments),
+    /// Read and verify every live block and parity row; repair what redundancy allows.
+    #[command(
+        after_help = "Examples:\n  stripelog scrub d/m0 d/m1 d/m2 d/m3 d/m4\n  stripelog scrub --control s.sock.control --rate 500MiB --json\nExit status 1 when blocks are beyond repair (they are listed by logical address)."
+    )]
+    Scrub(maintenance::ScrubArguments),
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -153,6 +164,10 @@ pub(crate) struct ServeArguments {
     /// RAM per volume for caching blocks (recent writes and reads).
     #[arg(long, default_value = "256MiB", value_parser = units::parse_size)]
     cache: u64,
+    /// Control socket for `stripelog replace/scrub --control` (default: SOCKET.control
+    /// when serving on a Unix socket; none on TCP unless given).
+    #[arg(long)]
+    control: Option<PathBuf>,
     /// Members of the (first) exported volume, in order.
     members: Vec<PathBuf>,
 }
@@ -518,6 +533,8 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(if report.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Command::Serve(arguments) => serve::serve(arguments),
+        Command::Replace(arguments) => maintenance::replace(arguments),
+        Command::Scrub(arguments) => maintenance::scrub(arguments),
         Command::Bench(BenchCommand::Engine(arguments)) => bench_engine(arguments),
         Command::Bench(BenchCommand::Saturate(arguments)) => bench_saturate(arguments),
         Command::Bench(BenchCommand::Mix(arguments)) => bench::mix(arguments),

@@ -1,13 +1,173 @@
 //! `stripelog serve`: open volumes, offer them as NBD exports on a Unix socket (or TCP
 //! on request), stop cleanly on SIGINT/SIGTERM.
 
+use crate::maintenance::{member_index, open_replacement, ControlRequest};
 use crate::{open_members, ServeArguments};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use stripelog_engine::{OpenOptions, Volume};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+use stripelog_engine::{MaintenanceOptions, MaintenanceProgress, OpenOptions, Volume};
 use stripelog_nbd::{Export, Server};
+
+/// How often the server looks at its volumes' health to log changes.
+const HEALTH_LOG_INTERVAL: Duration = Duration::from_secs(1);
+/// At most this often a progress line goes to a control client.
+const CONTROL_PROGRESS_INTERVAL: Duration = Duration::from_millis(200);
+/// Longest control request line accepted.
+const CONTROL_REQUEST_MAX_BYTES: u64 = 64 << 10;
+
+type Volumes = Vec<(String, Weak<Volume>)>;
+
+/// One line on what a volume's members are now: logged when it changes.
+fn health_line(name: &str, volume: &Volume) -> String {
+    let stats = volume.stats();
+    if let Some(failure) = &stats.failure {
+        return format!("export '{name}' FAILED: {failure}");
+    }
+    if !stats.degraded {
+        return format!("export '{name}' is ONLINE: every member holds its part");
+    }
+    let members: Vec<String> = stats
+        .members
+        .iter()
+        .filter(|member| member.state != "active")
+        .map(|member| format!("member {} ({}) {}", member.index, member.name, member.description))
+        .collect();
+    format!(
+        "export '{name}' is DEGRADED: {}; it survives {} more member failure(s)",
+        members.join("; "),
+        stats.failures_still_tolerated
+    )
+}
+
+/// Log every change of a volume's health (a member failing, a rebuild ending).
+fn watch_health(volumes: Volumes) {
+    let mut last: Vec<String> = vec![String::new(); volumes.len()];
+    loop {
+        for (index, (name, volume)) in volumes.iter().enumerate() {
+            let Some(volume) = volume.upgrade() else {
+                return;
+            };
+            let line = health_line(name, &volume);
+            if line != last[index] {
+                if !last[index].is_empty() || line.contains("DEGRADED") || line.contains("FAILED") {
+                    eprintln!("stripelog: {line}");
+                }
+                last[index] = line;
+            }
+        }
+        std::thread::sleep(HEALTH_LOG_INTERVAL);
+    }
+}
+
+/// Finish a rebuild found under way at open (a crash interrupted it).
+fn resume_rebuild(name: String, volume: Weak<Volume>) {
+    let Some(volume) = volume.upgrade() else { return };
+    let members = volume.rebuilding_members();
+    eprintln!("stripelog: export '{name}': resuming the rebuild of members {members:?} in the background");
+    match volume.rebuild(&MaintenanceOptions::default(), &|_| {}) {
+        Ok(report) => eprintln!(
+            "stripelog: export '{name}': members {:?} rebuilt ({} segments in {:.1} s)",
+            report.members, report.segments_rebuilt, report.seconds
+        ),
+        Err(error) => eprintln!("stripelog: export '{name}': rebuild stopped: {error}"),
+    }
+}
+
+fn serve_control(listener: std::os::unix::net::UnixListener, volumes: Volumes) {
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        let volumes = volumes.clone();
+        std::thread::spawn(move || {
+            let mut writer = match stream.try_clone() {
+                Ok(writer) => writer,
+                Err(_) => return,
+            };
+            let outcome = control_request(&stream, &mut writer, &volumes);
+            let line = match outcome {
+                Ok(report) => serde_json::json!({ "report": report }),
+                Err(error) => serde_json::json!({ "error": error }),
+            };
+            let _ = writeln!(writer, "{line}");
+        });
+    }
+}
+
+fn control_request(
+    stream: &std::os::unix::net::UnixStream,
+    writer: &mut std::os::unix::net::UnixStream,
+    volumes: &Volumes,
+) -> Result<serde_json::Value, String> {
+    use std::io::Read;
+    let mut line = String::new();
+    BufReader::new(stream.take(CONTROL_REQUEST_MAX_BYTES)).read_line(&mut line).map_err(|error| error.to_string())?;
+    let request: ControlRequest = serde_json::from_str(&line).map_err(|error| format!("bad request: {error}"))?;
+    let export = match &request {
+        ControlRequest::Replace { export, .. } | ControlRequest::Scrub { export, .. } | ControlRequest::Status { export } => {
+            export.clone()
+        }
+    };
+    let (name, volume) = match &export {
+        Some(wanted) => volumes.iter().find(|(name, _)| name == wanted),
+        None => volumes.first(),
+    }
+    .ok_or_else(|| format!("no export named {}", export.unwrap_or_default()))?;
+    let volume = volume.upgrade().ok_or("the server is shutting down")?;
+    let mut last_progress = Instant::now();
+    let mut progress = |progress: MaintenanceProgress| {
+        if last_progress.elapsed() >= CONTROL_PROGRESS_INTERVAL {
+            last_progress = Instant::now();
+            let line = serde_json::json!({ "progress": {
+                "segments_done": progress.segments_done,
+                "segments_total": progress.segments_total,
+                "bytes": progress.bytes,
+            }});
+            let _ = writeln!(writer, "{line}");
+        }
+    };
+    let progress = std::sync::Mutex::new(&mut progress);
+    let report_progress = |update: MaintenanceProgress| {
+        if let Ok(mut progress) = progress.lock() {
+            (*progress)(update);
+        }
+    };
+    let to_json = |value: Result<serde_json::Value, serde_json::Error>| value.map_err(|error| error.to_string());
+    match request {
+        ControlRequest::Status { .. } => to_json(serde_json::to_value(volume.stats())),
+        ControlRequest::Scrub { rate, .. } => {
+            eprintln!("stripelog: export '{name}': scrub requested");
+            let report = volume
+                .scrub(&MaintenanceOptions { rate_bytes_per_second: rate }, &report_progress)
+                .map_err(|error| error.to_string())?;
+            eprintln!(
+                "stripelog: export '{name}': scrub done: {} damaged, {} segments repaired, {} unrecoverable",
+                report.blocks_damaged,
+                report.segments_repaired,
+                report.logical_blocks_unrecoverable.len()
+            );
+            to_json(serde_json::to_value(report))
+        }
+        ControlRequest::Replace { member, replacement, rate, .. } => {
+            let member = member_index(&volume, &member)?;
+            if !volume.rebuilding_members().contains(&member) {
+                let device = open_replacement(&volume, &replacement)?;
+                volume.replace_member(member, device).map_err(|error| error.to_string())?;
+            }
+            eprintln!("stripelog: export '{name}': member {member} replaced by {}; rebuilding", replacement.display());
+            let report = volume
+                .rebuild(&MaintenanceOptions { rate_bytes_per_second: rate }, &report_progress)
+                .map_err(|error| error.to_string())?;
+            eprintln!(
+                "stripelog: export '{name}': member {member} rebuilt: {} segments, {} bytes in {:.1} s",
+                report.segments_rebuilt, report.bytes_written, report.seconds
+            );
+            to_json(serde_json::to_value(report))
+        }
+    }
+}
 
 /// NAME=MEMBER,MEMBER,... or just NAME (then the positional members are its volume).
 fn parse_exports(arguments: &ServeArguments) -> Result<Vec<(String, Vec<PathBuf>)>, String> {
@@ -74,6 +234,27 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
         let description = format!("stripelog {} on {} members", stats.raid_level, stats.member_count);
         exports.push(Export { name, description, volume: Arc::new(volume), read_only: arguments.read_only });
     }
+    let volumes: Volumes =
+        exports.iter().map(|export| (export.name.clone(), Arc::downgrade(&export.volume))).collect();
+    for (name, volume) in &volumes {
+        if volume.upgrade().is_some_and(|volume| !volume.rebuilding_members().is_empty()) {
+            let (name, volume) = (name.clone(), volume.clone());
+            std::thread::spawn(move || resume_rebuild(name, volume));
+        }
+    }
+    {
+        let volumes = volumes.clone();
+        std::thread::spawn(move || watch_health(volumes));
+    }
+    let control = arguments.control.clone().or_else(|| {
+        arguments.listen.is_none().then(|| PathBuf::from(format!("{}.control", arguments.socket.display())))
+    });
+    if let Some(path) = &control {
+        let listener = bind_unix(path)?;
+        eprintln!("stripelog: control socket {} (stripelog replace/scrub --control {})", path.display(), path.display());
+        let volumes = volumes.clone();
+        std::thread::spawn(move || serve_control(listener, volumes));
+    }
     let server = Server::new(exports);
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
         .map_err(|error| format!("signals: {error}"))?;
@@ -123,12 +304,20 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
         statistics.bytes_written.load(Ordering::Relaxed),
         statistics.errors.load(Ordering::Relaxed)
     );
+    if let Some(path) = &control {
+        let _ = std::fs::remove_file(path);
+    }
     let server = Arc::into_inner(server).ok_or("connections still hold the server")?;
     for export in server.into_exports() {
         let name = export.name;
-        match Arc::into_inner(export.volume) {
-            Some(volume) => volume.close().map_err(|error| format!("closing '{name}': {error}"))?,
-            None => return Err(format!("export '{name}' is still in use")),
+        match Arc::try_unwrap(export.volume) {
+            Ok(volume) => volume.close().map_err(|error| format!("closing '{name}': {error}"))?,
+            Err(volume) => {
+                // A rebuild or scrub still runs: make everything accepted durable anyway
+                // (a rebuild resumes at the next open).
+                volume.flush().map_err(|error| format!("flushing '{name}': {error}"))?;
+                return Err(format!("export '{name}' was flushed but a rebuild or scrub still held it open"));
+            }
         }
     }
     eprintln!("stripelog: volumes flushed and closed");

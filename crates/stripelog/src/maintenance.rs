@@ -1,0 +1,253 @@
+//! `stripelog replace` and `stripelog scrub`, offline on the members or online through
+//! the control socket of `stripelog serve` (docs/resilience.md). The control protocol is
+//! one JSON request line from the client, then JSON lines from the server: any number of
+//! `{"progress": {...}}`, then one `{"report": {...}}` or `{"error": "..."}`.
+
+use crate::units::{self, format_bytes};
+use crate::{open_members, print_json};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use stripelog_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
+use stripelog_engine::{MaintenanceOptions, MaintenanceProgress, MemberDevice, OpenOptions, Volume};
+
+#[derive(Args)]
+pub(crate) struct ReplaceArguments {
+    /// The member to replace: its position (0, 1, ...) or its path as given to the volume.
+    #[arg(long)]
+    member: String,
+    /// The new member: a file (created sparse at the member size when missing) or a block
+    /// device; anything on it is overwritten.
+    #[arg(long = "with")]
+    replacement: PathBuf,
+    /// At most this much written to the new member per second (e.g. 200MiB).
+    #[arg(long, value_parser = units::parse_size)]
+    rate: Option<u64>,
+    /// Ask a running `stripelog serve` to do it, through its control socket.
+    #[arg(long)]
+    control: Option<PathBuf>,
+    /// The export to act on (with --control; default: the first).
+    #[arg(long)]
+    export: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// The volume's members in order (offline; `missing` for a lost one).
+    members: Vec<PathBuf>,
+}
+
+#[derive(Args)]
+pub(crate) struct ScrubArguments {
+    /// At most this much read from the members per second (e.g. 500MiB).
+    #[arg(long, value_parser = units::parse_size)]
+    rate: Option<u64>,
+    /// Ask a running `stripelog serve` to do it, through its control socket.
+    #[arg(long)]
+    control: Option<PathBuf>,
+    /// The export to act on (with --control; default: the first).
+    #[arg(long)]
+    export: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// The volume's members in order (offline; `missing` for a lost one).
+    members: Vec<PathBuf>,
+}
+
+/// One request on the control socket.
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(tag = "command", rename_all = "lowercase")]
+pub(crate) enum ControlRequest {
+    Replace { export: Option<String>, member: String, replacement: PathBuf, rate: Option<u64> },
+    Scrub { export: Option<String>, rate: Option<u64> },
+    Status { export: Option<String> },
+}
+
+/// Which member `text` names: a position, or a member's name (its path as given).
+pub(crate) fn member_index(volume: &Volume, text: &str) -> Result<usize, String> {
+    let stats = volume.stats();
+    if let Ok(index) = text.parse::<usize>() {
+        if index < stats.member_count {
+            return Ok(index);
+        }
+        return Err(format!("member {index} does not exist (the volume has {})", stats.member_count));
+    }
+    stats
+        .members
+        .iter()
+        .find(|member| member.name == text || Path::new(&member.name) == Path::new(text))
+        .map(|member| member.index)
+        .ok_or_else(|| format!("no member is named {text}: give its position or its path as given to the volume"))
+}
+
+/// Open the replacement device, created at the volume's member size if it is a missing file.
+pub(crate) fn open_replacement(volume: &Volume, path: &Path) -> Result<MemberDevice, String> {
+    let size = volume.geometry().member_size_bytes;
+    let options = FileDeviceOptions {
+        create_size_bytes: (!path.exists()).then_some(size),
+        read_only: false,
+        ..FileDeviceOptions::default()
+    };
+    let device = FileDevice::open(path, &options).map_err(|error| format!("{}: {error}", path.display()))?;
+    Ok(MemberDevice { name: path.display().to_string(), device: Some(Arc::new(device) as Arc<dyn BlockDevice>) })
+}
+
+/// A progress bar over segments (hidden off a terminal).
+fn maintenance_bar(what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(1);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} segments [{elapsed} < {eta}] {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
+fn show(bar: &indicatif::ProgressBar, progress: &MaintenanceProgress, verb: &str) {
+    bar.set_length(progress.segments_total);
+    bar.set_position(progress.segments_done);
+    bar.set_message(format!("{} {verb}", format_bytes(progress.bytes)));
+}
+
+fn open_read_write(paths: &[PathBuf]) -> Result<Volume, String> {
+    let members = open_members(paths, None, false)?;
+    Volume::open(members, &OpenOptions::default()).map_err(|error| error.to_string())
+}
+
+pub(crate) fn replace(arguments: ReplaceArguments) -> Result<ExitCode, String> {
+    if let Some(control) = &arguments.control {
+        let request = ControlRequest::Replace {
+            export: arguments.export.clone(),
+            member: arguments.member.clone(),
+            replacement: std::path::absolute(&arguments.replacement).map_err(|error| error.to_string())?,
+            rate: arguments.rate,
+        };
+        let report = call(control, &request, "written")?;
+        return print_report(&report, arguments.json, print_rebuild);
+    }
+    if arguments.members.is_empty() {
+        return Err("give the volume's members (offline), or --control SOCKET of a running server".into());
+    }
+    let volume = open_read_write(&arguments.members)?;
+    let member = member_index(&volume, &arguments.member)?;
+    // A rebuild a crash interrupted is finished first (the same member, or another).
+    if !volume.rebuilding_members().contains(&member) {
+        let replacement = open_replacement(&volume, &arguments.replacement)?;
+        volume.replace_member(member, replacement).map_err(|error| error.to_string())?;
+    }
+    let bar = maintenance_bar("rebuilding");
+    let options = MaintenanceOptions { rate_bytes_per_second: arguments.rate };
+    let report = volume.rebuild(&options, &|progress| show(&bar, &progress, "written"));
+    bar.finish_and_clear();
+    let report = report.map_err(|error| error.to_string())?;
+    volume.close().map_err(|error| error.to_string())?;
+    let value = serde_json::to_value(&report).map_err(|error| error.to_string())?;
+    eprintln!("stripelog: give {} in place of member {member} from now on", arguments.replacement.display());
+    print_report(&value, arguments.json, print_rebuild)
+}
+
+pub(crate) fn scrub(arguments: ScrubArguments) -> Result<ExitCode, String> {
+    let report = if let Some(control) = &arguments.control {
+        call(control, &ControlRequest::Scrub { export: arguments.export.clone(), rate: arguments.rate }, "read")?
+    } else {
+        if arguments.members.is_empty() {
+            return Err("give the volume's members (offline), or --control SOCKET of a running server".into());
+        }
+        let volume = open_read_write(&arguments.members)?;
+        let bar = maintenance_bar("scrubbing");
+        let options = MaintenanceOptions { rate_bytes_per_second: arguments.rate };
+        let report = volume.scrub(&options, &|progress| show(&bar, &progress, "read"));
+        bar.finish_and_clear();
+        let report = report.map_err(|error| error.to_string())?;
+        volume.close().map_err(|error| error.to_string())?;
+        serde_json::to_value(&report).map_err(|error| error.to_string())?
+    };
+    let unrecoverable = report["logical_blocks_unrecoverable"].as_array().map_or(0, Vec::len);
+    print_report(&report, arguments.json, print_scrub)?;
+    Ok(if unrecoverable == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn print_report(
+    report: &serde_json::Value,
+    json: bool,
+    print: fn(&serde_json::Value),
+) -> Result<ExitCode, String> {
+    if json {
+        print_json(report)?;
+    } else {
+        print(report);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_rebuild(report: &serde_json::Value) {
+    let bytes = report["bytes_written"].as_u64().unwrap_or(0);
+    let seconds = report["seconds"].as_f64().unwrap_or(0.0);
+    println!(
+        "rebuilt members {}: {} segments, {} written in {:.1} s ({}/s); {} blocks unrecoverable",
+        report["members"],
+        report["segments_rebuilt"],
+        format_bytes(bytes),
+        seconds,
+        format_bytes((bytes as f64 / seconds.max(1e-9)) as u64),
+        report["blocks_unrecoverable"]
+    );
+}
+
+fn print_scrub(report: &serde_json::Value) {
+    println!(
+        "scrubbed {} segments ({} read in {:.1} s): {} member blocks and {} parity rows checked",
+        report["segments_scanned"],
+        format_bytes(report["bytes_read"].as_u64().unwrap_or(0)),
+        report["seconds"].as_f64().unwrap_or(0.0),
+        report["blocks_checked"],
+        report["parity_rows_checked"]
+    );
+    println!(
+        "  damaged {}; repaired: {} segments evacuated, {} live blocks rewritten; unrecoverable {}",
+        report["blocks_damaged"],
+        report["segments_repaired"],
+        report["blocks_repaired"],
+        report["logical_blocks_unrecoverable"].as_array().map_or(0, Vec::len)
+    );
+    if let Some(blocks) = report["logical_blocks_unrecoverable"].as_array().filter(|blocks| !blocks.is_empty()) {
+        let list: Vec<String> = blocks.iter().map(ToString::to_string).collect();
+        println!("  unrecoverable logical blocks (4 KiB): {}", list.join(" "));
+    }
+}
+
+/// Send `request` to a server's control socket; show its progress; return its report.
+fn call(control: &Path, request: &ControlRequest, verb: &str) -> Result<serde_json::Value, String> {
+    let mut stream =
+        UnixStream::connect(control).map_err(|error| format!("{}: {error} (is stripelog serve running?)", control.display()))?;
+    let line = serde_json::to_string(request).map_err(|error| error.to_string())?;
+    writeln!(stream, "{line}").map_err(|error| format!("{}: {error}", control.display()))?;
+    let bar = maintenance_bar("");
+    let reader = BufReader::new(stream);
+    for line in reader.lines() {
+        let line = line.map_err(|error| format!("{}: {error}", control.display()))?;
+        let message: serde_json::Value =
+            serde_json::from_str(&line).map_err(|error| format!("{}: bad reply: {error}", control.display()))?;
+        if let Some(progress) = message.get("progress") {
+            let field = |name: &str| progress[name].as_u64().unwrap_or(0);
+            let progress = MaintenanceProgress {
+                segments_done: field("segments_done"),
+                segments_total: field("segments_total"),
+                bytes: field("bytes"),
+            };
+            show(&bar, &progress, verb);
+        } else if let Some(report) = message.get("report") {
+            bar.finish_and_clear();
+            return Ok(report.clone());
+        } else if let Some(error) = message.get("error") {
+            bar.finish_and_clear();
+            return Err(error.as_str().unwrap_or("error").to_string());
+        }
+    }
+    bar.finish_and_clear();
+    Err(format!("{}: the server closed the connection without a report", control.display()))
+}
