@@ -171,11 +171,7 @@ pub(crate) fn scrub(arguments: ScrubArguments) -> Result<ExitCode, String> {
     Ok(if unrecoverable == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-fn print_report(
-    report: &serde_json::Value,
-    json: bool,
-    print: fn(&serde_json::Value),
-) -> Result<ExitCode, String> {
+fn print_report(report: &serde_json::Value, json: bool, print: fn(&serde_json::Value)) -> Result<ExitCode, String> {
     if json {
         print_json(report)?;
     } else {
@@ -222,8 +218,8 @@ fn print_scrub(report: &serde_json::Value) {
 
 /// Send `request` to a server's control socket; show its progress; return its report.
 fn call(control: &Path, request: &ControlRequest, verb: &str) -> Result<serde_json::Value, String> {
-    let mut stream =
-        UnixStream::connect(control).map_err(|error| format!("{}: {error} (is stripelog serve running?)", control.display()))?;
+    let mut stream = UnixStream::connect(control)
+        .map_err(|error| format!("{}: {error} (is stripelog serve running?)", control.display()))?;
     let line = serde_json::to_string(request).map_err(|error| error.to_string())?;
     writeln!(stream, "{line}").map_err(|error| format!("{}: {error}", control.display()))?;
     let bar = maintenance_bar("");

@@ -106,9 +106,9 @@ fn control_request(
     BufReader::new(stream.take(CONTROL_REQUEST_MAX_BYTES)).read_line(&mut line).map_err(|error| error.to_string())?;
     let request: ControlRequest = serde_json::from_str(&line).map_err(|error| format!("bad request: {error}"))?;
     let export = match &request {
-        ControlRequest::Replace { export, .. } | ControlRequest::Scrub { export, .. } | ControlRequest::Status { export } => {
-            export.clone()
-        }
+        ControlRequest::Replace { export, .. }
+        | ControlRequest::Scrub { export, .. }
+        | ControlRequest::Status { export } => export.clone(),
     };
     let (name, volume) = match &export {
         Some(wanted) => volumes.iter().find(|(name, _)| name == wanted),
@@ -234,8 +234,7 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
         let description = format!("stripelog {} on {} members", stats.raid_level, stats.member_count);
         exports.push(Export { name, description, volume: Arc::new(volume), read_only: arguments.read_only });
     }
-    let volumes: Volumes =
-        exports.iter().map(|export| (export.name.clone(), Arc::downgrade(&export.volume))).collect();
+    let volumes: Volumes = exports.iter().map(|export| (export.name.clone(), Arc::downgrade(&export.volume))).collect();
     for (name, volume) in &volumes {
         if volume.upgrade().is_some_and(|volume| !volume.rebuilding_members().is_empty()) {
             let (name, volume) = (name.clone(), volume.clone());
@@ -251,7 +250,11 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
     });
     if let Some(path) = &control {
         let listener = bind_unix(path)?;
-        eprintln!("stripelog: control socket {} (stripelog replace/scrub --control {})", path.display(), path.display());
+        eprintln!(
+            "stripelog: control socket {} (stripelog replace/scrub --control {})",
+            path.display(),
+            path.display()
+        );
         let volumes = volumes.clone();
         std::thread::spawn(move || serve_control(listener, volumes));
     }

@@ -181,6 +181,10 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
+        Server::start_raid("5")
+    }
+
+    fn start_raid(raid: &str) -> Server {
         let directory = std::env::temp_dir().join(format!(
             "stripelog-nbd-{}-{}",
             std::process::id(),
@@ -195,7 +199,7 @@ impl Server {
 
         let create = run_with_timeout(
             // 96 MiB members: about 307 MiB of logical space, room for the 256 MiB image.
-            stripelog().args(["create", "--raid", "5", "--chunk", "64KiB", "--member-size", "96MiB"]).args(&members),
+            stripelog().args(["create", "--raid", raid, "--chunk", "64KiB", "--member-size", "96MiB"]).args(&members),
             CLIENT_TIMEOUT,
         );
         assert!(create.status.success(), "stripelog create: {}", text(&create));
@@ -808,6 +812,135 @@ fn ext4_on_nbdfuse_and_a_loop_device_survives_a_restart() {
     }
     filesystem.unmount();
     filesystem.detach();
+}
+
+/// Whether nbdfuse, loop devices and ext4 tools are here (and we are root); `None` skips.
+fn filesystem_tools() -> Option<PathBuf> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 || !Path::new("/dev/fuse").exists() {
+        eprintln!("skipped: needs root and /dev/fuse for nbdfuse and loop devices");
+        return None;
+    }
+    let nbdfuse = tool("nbdfuse")?;
+    for needed in ["losetup", "mkfs.ext4", "fsck.ext4", "mount", "umount", "fusermount3"] {
+        tool(needed)?;
+    }
+    Some(nbdfuse)
+}
+
+/// ext4 through nbdfuse while members of the volume disappear (one deleted, one
+/// truncated for RAID-6): the files written before and after read back, the members are
+/// replaced online through the control socket, and `check` then finds the volume fully
+/// redundant. Then random bytes flipped in the member files are all repaired by a scrub.
+fn members_lost_under_a_filesystem(raid: &str, lost: &[usize]) {
+    let Some(nbdfuse) = filesystem_tools() else { return };
+    let mut server = Server::start_raid(raid);
+    let control = PathBuf::from(format!("{}.control", server.socket.display()));
+    let files: Vec<(String, Vec<u8>)> = (0..8)
+        .map(|index| (format!("file-{index}"), random_bytes(1_000_000 + index * 250_000, 40 + index as u64)))
+        .collect();
+    let mut filesystem = FilesystemGuard::attach(&server, &nbdfuse);
+    filesystem.run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(filesystem.device()), "mkfs.ext4");
+    filesystem.mount();
+    let (before, after) = files.split_at(files.len() / 2);
+    for (name, content) in before {
+        std::fs::write(filesystem.mount_directory.join(name), content).expect("write a file");
+    }
+    filesystem.run(&mut Command::new("sync"), "sync");
+    for (step, &member) in lost.iter().enumerate() {
+        let path = &server.members[member];
+        if step % 2 == 0 {
+            std::fs::remove_file(path).expect("delete a member file");
+        } else {
+            std::fs::OpenOptions::new().write(true).open(path).and_then(|file| file.set_len(0)).expect("truncate");
+        }
+    }
+    for (name, content) in after {
+        std::fs::write(filesystem.mount_directory.join(name), content).expect("write a file with members lost");
+    }
+    filesystem.run(&mut Command::new("sync"), "sync");
+    for (name, content) in &files {
+        let back = std::fs::read(filesystem.mount_directory.join(name)).expect("read a file back");
+        assert_same_bytes(&back, content, name);
+    }
+    // The server checks its members every second and logs what it finds.
+    std::thread::sleep(Duration::from_millis(2500));
+    let log = server.log();
+    assert!(log.contains("DEGRADED"), "the server's log says the volume is degraded:\n{log}");
+    let status = run_with_timeout(stripelog().args(["replace", "--control"]).arg(&control), CLIENT_TIMEOUT);
+    assert!(!status.status.success(), "replace without --member must fail");
+    let mut new_members = server.members.clone();
+    for &member in lost {
+        let replacement = server.directory.join(format!("new{member}"));
+        let replace = run_with_timeout(
+            stripelog()
+                .args(["replace", "--json", "--control"])
+                .arg(&control)
+                .args(["--member", &member.to_string(), "--with"])
+                .arg(&replacement),
+            CLIENT_TIMEOUT,
+        );
+        assert!(replace.status.success(), "replace {member}: {}\n{}", text(&replace), server.log());
+        assert_eq!(json(&replace)["members"][0], member);
+        new_members[member] = replacement;
+    }
+    for (name, content) in &files {
+        let back = std::fs::read(filesystem.mount_directory.join(name)).expect("read a file back");
+        assert_same_bytes(&back, content, name);
+    }
+    filesystem.unmount();
+    filesystem.run(Command::new("fsck.ext4").arg("-fn").arg(filesystem.device()), "fsck.ext4 -fn");
+    filesystem.detach();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !server.log().contains("is ONLINE") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = server.log();
+    assert!(log.contains("is ONLINE"), "the server's log says the volume is whole again:\n{log}");
+    server.stop_cleanly(libc::SIGTERM);
+    let check = run_with_timeout(stripelog().arg("check").args(&new_members), CLIENT_TIMEOUT);
+    assert!(check.status.success(), "check after the replacement: {}", text(&check));
+
+    // Bit rot on every member: a scrub finds and repairs every flipped byte.
+    let mut prng = 0x5EED_u64;
+    let mut flipped = 0;
+    for path in &new_members {
+        let mut bytes = std::fs::read(path).expect("read a member");
+        for _ in 0..3 {
+            prng = prng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            // Inside the first written segments (past the 64 KiB superblock chunk).
+            let offset = 65536 + (prng >> 33) as usize % (2 << 20);
+            bytes[offset] ^= 0x5a;
+            flipped += 1;
+        }
+        std::fs::write(path, bytes).expect("write a member back");
+    }
+    let scrub = run_with_timeout(stripelog().args(["scrub", "--json"]).args(&new_members), CLIENT_TIMEOUT);
+    assert!(scrub.status.success(), "scrub: {}", text(&scrub));
+    let report = json(&scrub);
+    assert!(report["blocks_damaged"].as_u64().unwrap_or(0) <= flipped, "{report}");
+    let check = run_with_timeout(stripelog().arg("check").args(&new_members), CLIENT_TIMEOUT);
+    assert!(check.status.success(), "check after the scrub: {}", text(&check));
+    server.members = new_members;
+    server.spawn();
+    let mut filesystem = FilesystemGuard::attach(&server, &nbdfuse);
+    filesystem.mount();
+    for (name, content) in &files {
+        let back = std::fs::read(filesystem.mount_directory.join(name)).expect("read a file back after the scrub");
+        assert_same_bytes(&back, content, name);
+    }
+    filesystem.unmount();
+    filesystem.detach();
+}
+
+#[test]
+fn raid5_member_deleted_under_ext4_is_replaced_online() {
+    members_lost_under_a_filesystem("5", &[1]);
+}
+
+#[test]
+fn raid6_two_members_deleted_and_truncated_under_ext4_are_replaced_online() {
+    members_lost_under_a_filesystem("6", &[0, 3]);
 }
 
 /// TCP on the loopback address when asked, several volumes as several exports.
