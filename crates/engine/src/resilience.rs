@@ -111,18 +111,27 @@ impl Shared {
     fn read_segment_rows(&self, segment: u64, rows: u32, skip: &[usize]) -> SegmentRows {
         let length = rows as usize * BLOCK_SIZE_BYTES;
         let offset = self.geometry.member_offset_bytes(segment, 0);
-        let chunks = (0..self.geometry.member_count)
-            .map(|member| {
-                if skip.contains(&member) {
-                    return None;
-                }
-                let device = self.members.readable(member, segment)?;
-                let mut chunk = AlignedBuffer::zeroed(length);
-                let result = device.read_at(&mut chunk, offset);
-                self.members.read_done(member, result.as_ref().err(), &self.counters);
-                result.ok().map(|()| chunk)
+        let read_member = |member: usize| {
+            if skip.contains(&member) {
+                return None;
+            }
+            let device = self.members.readable(member, segment)?;
+            let mut chunk = AlignedBuffer::zeroed(length);
+            let result = device.read_at(&mut chunk, offset);
+            self.members.read_done(member, result.as_ref().err(), &self.counters);
+            result.ok().map(|()| chunk)
+        };
+        // One reader per member at once on threaded volumes (inline volumes, the
+        // simulation, keep one order of device operations).
+        let chunks = if self.io_mode == crate::volume::IoMode::Threaded {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> =
+                    (0..self.geometry.member_count).map(|member| scope.spawn(move || read_member(member))).collect();
+                handles.into_iter().map(|handle| handle.join().unwrap_or(None)).collect()
             })
-            .collect();
+        } else {
+            (0..self.geometry.member_count).map(read_member).collect()
+        };
         SegmentRows { segment, chunks }
     }
 
