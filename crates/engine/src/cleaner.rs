@@ -273,19 +273,13 @@ impl Shared {
             }
             verified
         };
-        let results: Vec<Vec<VerifiedBlock>> = if self.io_mode == crate::volume::IoMode::Threaded {
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = by_member
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, runs)| !runs.is_empty())
-                    .map(|(member, runs)| scope.spawn(move || read_member(member, runs)))
-                    .collect();
-                handles.into_iter().map(|handle| handle.join().unwrap_or_default()).collect()
-            })
-        } else {
-            by_member.iter().enumerate().map(|(member, runs)| read_member(member, runs)).collect()
-        };
+        let readers: Vec<usize> = (0..by_member.len()).filter(|&member| !by_member[member].is_empty()).collect();
+        let parallel = self.io_mode == crate::volume::IoMode::Threaded;
+        let results: Vec<Vec<VerifiedBlock>> =
+            crate::members::for_each_member(&readers, parallel, |member| read_member(member, &by_member[member]))
+                .into_iter()
+                .map(Option::unwrap_or_default)
+                .collect();
         // Blocks that did not verify (bit rot, a read error, rows still only in memory, a
         // reader that panicked) are read again by position.
         let mut done = vec![false; live.len()];

@@ -129,6 +129,11 @@ impl Members {
         self.slots.len()
     }
 
+    /// Replacements being rebuilt.
+    pub(crate) fn rebuilding(&self) -> Vec<usize> {
+        (0..self.count()).filter(|&member| self.state(member) == MemberState::Rebuilding).collect()
+    }
+
     /// Members that do not hold a full copy of their part: failed or rebuilding.
     pub(crate) fn lost(&self) -> Vec<usize> {
         (0..self.count()).filter(|&member| self.state(member) != MemberState::Active).collect()
@@ -213,9 +218,7 @@ impl Members {
     fn write_superblock_everywhere(&self, superblock: &mut Superblock) -> Result<()> {
         let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
         'again: loop {
-            let rebuilding = (0..self.count())
-                .filter(|&member| self.state(member) == MemberState::Rebuilding)
-                .fold(0u64, |bits, member| bits | 1 << member);
+            let rebuilding = self.rebuilding().iter().fold(0u64, |bits, member| bits | 1 << member);
             superblock.failed_members = self.lost_bits();
             superblock.rebuilding_members = rebuilding;
             for (copy, offset) in SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
@@ -423,10 +426,8 @@ impl Members {
     /// A segment taken into use: a rebuilding member receives all of its content from
     /// now on, so it is readable there.
     pub(crate) fn segment_started(&self, segment: u64) {
-        for member in 0..self.count() {
-            if self.state(member) == MemberState::Rebuilding {
-                self.readable_segments[member][segment as usize].store(true, Ordering::Release);
-            }
+        for member in self.rebuilding() {
+            self.readable_segments[member][segment as usize].store(true, Ordering::Release);
         }
     }
 
@@ -523,6 +524,24 @@ impl Members {
         }
         Err("the block is damaged and the rest of its stripe row cannot rebuild it".into())
     }
+}
+
+/// Run `work` for each of `members`: all at once, a thread each, when `parallel`
+/// (threaded volumes), else one after the other (inline volumes keep one order of device
+/// operations). One result per member, in order; `None` where a thread panicked.
+pub(crate) fn for_each_member<T: Send>(
+    members: &[usize],
+    parallel: bool,
+    work: impl Fn(usize) -> T + Sync,
+) -> Vec<Option<T>> {
+    if !parallel {
+        return members.iter().map(|&member| Some(work(member))).collect();
+    }
+    let work = &work;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = members.iter().map(|&member| scope.spawn(move || work(member))).collect();
+        handles.into_iter().map(|handle| handle.join().ok()).collect()
+    })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -680,11 +699,9 @@ pub(crate) fn open(members: Vec<MemberDevice>) -> Result<(Members, Superblock)> 
     for (index, superblock) in found.iter_mut().enumerate() {
         let bit = 1u64 << index;
         if superblock.is_some() && reference.failed_members & bit != 0 {
-            if reference.rebuilding_members & bit != 0 {
-                // Present, written, but not counted as redundancy below.
-                *superblock = None;
-            } else {
-                *superblock = None;
+            // Not counted as redundancy below; a replacement being rebuilt stays written.
+            *superblock = None;
+            if reference.rebuilding_members & bit == 0 {
                 failed.push((
                     index,
                     "excluded: recorded as failed by an earlier epoch, it missed writes (replace it)".to_string(),

@@ -100,6 +100,8 @@ impl SegmentRows {
 struct VerifiedRow {
     /// One block per data column; zeros where it could not be rebuilt.
     data: Vec<Vec<u8>>,
+    /// The row's parity shards computed from `data`.
+    parity: Vec<Vec<u8>>,
     /// Data columns that no copy and no reconstruction could produce.
     unrecoverable: Vec<usize>,
     /// Member blocks of the row that were unreadable or wrong (data copies and parity).
@@ -107,6 +109,13 @@ struct VerifiedRow {
 }
 
 impl Shared {
+    /// A segment's status and the rows of it on the members (callers hold the reuse fence,
+    /// so that a release cannot change either meanwhile).
+    fn segment_status_and_rows(&self, segment: u64) -> (SegmentStatus, u32) {
+        let state = self.state.lock();
+        (state.segments[segment as usize].status, self.rows_on_media[segment as usize].load(Ordering::Acquire))
+    }
+
     /// Read rows `[0, rows)` of `segment` from every member readable there, one read each.
     fn read_segment_rows(&self, segment: u64, rows: u32, skip: &[usize]) -> SegmentRows {
         let length = rows as usize * BLOCK_SIZE_BYTES;
@@ -121,17 +130,10 @@ impl Shared {
             self.members.read_done(member, result.as_ref().err(), &self.counters);
             result.ok().map(|()| chunk)
         };
-        // One reader per member at once on threaded volumes (inline volumes, the
-        // simulation, keep one order of device operations).
-        let chunks = if self.io_mode == crate::volume::IoMode::Threaded {
-            std::thread::scope(|scope| {
-                let handles: Vec<_> =
-                    (0..self.geometry.member_count).map(|member| scope.spawn(move || read_member(member))).collect();
-                handles.into_iter().map(|handle| handle.join().unwrap_or(None)).collect()
-            })
-        } else {
-            (0..self.geometry.member_count).map(read_member).collect()
-        };
+        let members: Vec<usize> = (0..self.geometry.member_count).collect();
+        let parallel = self.io_mode == crate::volume::IoMode::Threaded;
+        let chunks =
+            crate::members::for_each_member(&members, parallel, read_member).into_iter().map(Option::flatten).collect();
         SegmentRows { segment, chunks }
     }
 
@@ -191,9 +193,9 @@ impl Shared {
         let unrecoverable: Vec<usize> = (0..data_columns).filter(|&column| data[column].is_none()).collect();
         let data: Vec<Vec<u8>> =
             data.into_iter().map(|block| block.unwrap_or_else(|| vec![0u8; BLOCK_SIZE_BYTES])).collect();
+        let computed = self.row_parity(&data);
         // Parity against the verified data (only meaningful when every column is known).
-        if unrecoverable.is_empty() && geometry.parity_shards() > 0 {
-            let computed = self.row_parity(&data);
+        if unrecoverable.is_empty() {
             for (shard, block) in computed.iter().enumerate() {
                 let member = geometry.member_of_role(segment, Role::Parity { shard });
                 match parity[shard] {
@@ -203,7 +205,7 @@ impl Shared {
                 }
             }
         }
-        VerifiedRow { data, unrecoverable, damaged_members }
+        VerifiedRow { data, parity: computed, unrecoverable, damaged_members }
     }
 
     fn row_parity(&self, data: &[Vec<u8>]) -> Vec<Vec<u8>> {
@@ -224,10 +226,7 @@ impl Shared {
                 .filter(|&segment| state.segments[segment as usize].status == SegmentStatus::Free)
                 .collect()
         };
-        for member in 0..self.geometry.member_count {
-            if self.members.state(member) != MemberState::Rebuilding {
-                continue;
-            }
+        for member in self.members.rebuilding() {
             let Some(device) = self.members.writable(member) else {
                 continue;
             };
@@ -303,9 +302,7 @@ impl Shared {
     ) -> Result<RebuildReport> {
         let _rebuild = self.rebuild_lock.lock();
         let started = Instant::now();
-        let targets: Vec<usize> = (0..self.geometry.member_count)
-            .filter(|&member| self.members.state(member) == MemberState::Rebuilding)
-            .collect();
+        let targets = self.members.rebuilding();
         let mut report = RebuildReport { members: targets.clone(), ..RebuildReport::default() };
         if targets.is_empty() {
             return Ok(report);
@@ -332,10 +329,7 @@ impl Shared {
             }
             // No release (and reuse) of the segment while it is rebuilt.
             let _fence = self.reuse_fence.read();
-            let (status, rows) = {
-                let state = self.state.lock();
-                (state.segments[segment as usize].status, self.rows_on_media[segment as usize].load(Ordering::Acquire))
-            };
+            let (status, rows) = self.segment_status_and_rows(segment);
             if matches!(status, SegmentStatus::Free | SegmentStatus::Releasing) {
                 continue;
             }
@@ -346,11 +340,10 @@ impl Shared {
                 for row in 0..rows {
                     let verified = self.verify_row(&read, row);
                     report.blocks_unrecoverable += verified.unrecoverable.len() as u64;
-                    let parity = self.row_parity(&verified.data);
                     for (index, &target) in targets.iter().enumerate() {
                         let block = match self.geometry.role_of_member(segment, target) {
                             Role::Data { column, .. } => &verified.data[column],
-                            Role::Parity { shard } => &parity[shard],
+                            Role::Parity { shard } => &verified.parity[shard],
                         };
                         let start = row as usize * BLOCK_SIZE_BYTES;
                         outputs[index][start..start + BLOCK_SIZE_BYTES].copy_from_slice(block);
@@ -413,10 +406,7 @@ impl Shared {
                 bytes: report.bytes_read,
             });
             let _fence = self.reuse_fence.read();
-            let (status, rows) = {
-                let state = self.state.lock();
-                (state.segments[segment as usize].status, self.rows_on_media[segment as usize].load(Ordering::Acquire))
-            };
+            let (status, rows) = self.segment_status_and_rows(segment);
             if rows == 0 || !matches!(status, SegmentStatus::Used | SegmentStatus::Current) {
                 continue;
             }
@@ -440,25 +430,19 @@ impl Shared {
         }
         // Live blocks at positions nothing can rebuild stay where they are (their reads
         // fail); their segments are kept from the cleaner.
+        let mut pinned = Vec::new();
         if !unrecoverable_positions.is_empty() {
             unrecoverable_positions.sort_unstable();
             for (logical_block, mapping) in self.map.iter().enumerate() {
                 if let Mapping::Data { position } = mapping {
                     if unrecoverable_positions.binary_search(&position).is_ok() {
                         report.logical_blocks_unrecoverable.push(logical_block as u64);
+                        pinned.push(self.geometry.locate(position).segment);
                     }
                 }
             }
         }
         if !self.read_only {
-            let pinned: Vec<u64> = report
-                .logical_blocks_unrecoverable
-                .iter()
-                .filter_map(|&block| match self.map.get(block) {
-                    Mapping::Data { position } => Some(self.geometry.locate(position).segment),
-                    _ => None,
-                })
-                .collect();
             for segment in damaged_segments {
                 let moved = self.evacuate(segment, &pinned)?;
                 report.blocks_repaired += moved;
@@ -502,9 +486,7 @@ impl crate::volume::Volume {
     /// Members being rebuilt (after [`Volume::replace_member`], or found rebuilding when
     /// the volume was opened after a crash).
     pub fn rebuilding_members(&self) -> Vec<usize> {
-        (0..self.shared().geometry.member_count)
-            .filter(|&member| self.shared().members.state(member) == MemberState::Rebuilding)
-            .collect()
+        self.shared().members.rebuilding()
     }
 
     /// Reconstruct every rebuilding member's data from the others while the volume

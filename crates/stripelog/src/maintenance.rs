@@ -27,6 +27,22 @@ pub(crate) struct ReplaceArguments {
     /// At most this much written to the new member per second (e.g. 200MiB).
     #[arg(long, value_parser = units::parse_size)]
     rate: Option<u64>,
+    #[command(flatten)]
+    volume: VolumeArguments,
+}
+
+#[derive(Args)]
+pub(crate) struct ScrubArguments {
+    /// At most this much read from the members per second (e.g. 500MiB).
+    #[arg(long, value_parser = units::parse_size)]
+    rate: Option<u64>,
+    #[command(flatten)]
+    volume: VolumeArguments,
+}
+
+/// Where `replace` and `scrub` act: a running server's control socket, or the members.
+#[derive(Args)]
+struct VolumeArguments {
     /// Ask a running `stripelog serve` to do it, through its control socket.
     #[arg(long)]
     control: Option<PathBuf>,
@@ -40,22 +56,15 @@ pub(crate) struct ReplaceArguments {
     members: Vec<PathBuf>,
 }
 
-#[derive(Args)]
-pub(crate) struct ScrubArguments {
-    /// At most this much read from the members per second (e.g. 500MiB).
-    #[arg(long, value_parser = units::parse_size)]
-    rate: Option<u64>,
-    /// Ask a running `stripelog serve` to do it, through its control socket.
-    #[arg(long)]
-    control: Option<PathBuf>,
-    /// The export to act on (with --control; default: the first).
-    #[arg(long)]
-    export: Option<String>,
-    /// Print the report as JSON.
-    #[arg(long)]
-    json: bool,
-    /// The volume's members in order (offline; `missing` for a lost one).
-    members: Vec<PathBuf>,
+impl VolumeArguments {
+    /// The volume opened read-write on its members (offline).
+    fn open(&self) -> Result<Volume, String> {
+        if self.members.is_empty() {
+            return Err("give the volume's members (offline), or --control SOCKET of a running server".into());
+        }
+        let members = open_members(&self.members, None, false)?;
+        Volume::open(members, &OpenOptions::default()).map_err(|error| error.to_string())
+    }
 }
 
 /// One request on the control socket.
@@ -113,26 +122,18 @@ fn show(bar: &indicatif::ProgressBar, progress: &MaintenanceProgress, verb: &str
     bar.set_message(format!("{} {verb}", format_bytes(progress.bytes)));
 }
 
-fn open_read_write(paths: &[PathBuf]) -> Result<Volume, String> {
-    let members = open_members(paths, None, false)?;
-    Volume::open(members, &OpenOptions::default()).map_err(|error| error.to_string())
-}
-
 pub(crate) fn replace(arguments: ReplaceArguments) -> Result<ExitCode, String> {
-    if let Some(control) = &arguments.control {
+    if let Some(control) = &arguments.volume.control {
         let request = ControlRequest::Replace {
-            export: arguments.export.clone(),
+            export: arguments.volume.export.clone(),
             member: arguments.member.clone(),
             replacement: std::path::absolute(&arguments.replacement).map_err(|error| error.to_string())?,
             rate: arguments.rate,
         };
         let report = call(control, &request, "written")?;
-        return print_report(&report, arguments.json, print_rebuild);
+        return print_report(&report, arguments.volume.json, print_rebuild);
     }
-    if arguments.members.is_empty() {
-        return Err("give the volume's members (offline), or --control SOCKET of a running server".into());
-    }
-    let volume = open_read_write(&arguments.members)?;
+    let volume = arguments.volume.open()?;
     let member = member_index(&volume, &arguments.member)?;
     // A rebuild a crash interrupted is finished first (the same member, or another).
     if !volume.rebuilding_members().contains(&member) {
@@ -147,17 +148,14 @@ pub(crate) fn replace(arguments: ReplaceArguments) -> Result<ExitCode, String> {
     volume.close().map_err(|error| error.to_string())?;
     let value = serde_json::to_value(&report).map_err(|error| error.to_string())?;
     eprintln!("stripelog: give {} in place of member {member} from now on", arguments.replacement.display());
-    print_report(&value, arguments.json, print_rebuild)
+    print_report(&value, arguments.volume.json, print_rebuild)
 }
 
 pub(crate) fn scrub(arguments: ScrubArguments) -> Result<ExitCode, String> {
-    let report = if let Some(control) = &arguments.control {
-        call(control, &ControlRequest::Scrub { export: arguments.export.clone(), rate: arguments.rate }, "read")?
+    let report = if let Some(control) = &arguments.volume.control {
+        call(control, &ControlRequest::Scrub { export: arguments.volume.export.clone(), rate: arguments.rate }, "read")?
     } else {
-        if arguments.members.is_empty() {
-            return Err("give the volume's members (offline), or --control SOCKET of a running server".into());
-        }
-        let volume = open_read_write(&arguments.members)?;
+        let volume = arguments.volume.open()?;
         let bar = maintenance_bar("scrubbing");
         let options = MaintenanceOptions { rate_bytes_per_second: arguments.rate };
         let report = volume.scrub(&options, &|progress| show(&bar, &progress, "read"));
@@ -167,7 +165,7 @@ pub(crate) fn scrub(arguments: ScrubArguments) -> Result<ExitCode, String> {
         serde_json::to_value(&report).map_err(|error| error.to_string())?
     };
     let unrecoverable = report["logical_blocks_unrecoverable"].as_array().map_or(0, Vec::len);
-    print_report(&report, arguments.json, print_scrub)?;
+    print_report(&report, arguments.volume.json, print_scrub)?;
     Ok(if unrecoverable == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
