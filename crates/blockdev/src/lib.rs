@@ -20,7 +20,8 @@
 //! Implementations: [`FileDevice`] (regular files, created sparse, and block devices;
 //! O_DIRECT where the filesystem allows it; io_uring with a portable fallback),
 //! [`MemoryDevice`] (RAM) and [`SimulatedDevice`] (RAM with seeded crashes, torn writes,
-//! latent read errors and bit rot, for the deterministic simulation).
+//! latent read errors and bit rot, for the deterministic simulation), and
+//! [`LatencySpikeDevice`] (any member with seeded latency spikes, for measuring slow members).
 //!
 //! ```
 //! use stripelog_blockdev::{AlignedBuffer, BlockDevice, MemoryDevice};
@@ -38,12 +39,14 @@ mod file;
 mod memory;
 mod prng;
 mod simulated;
+mod spike;
 
 pub use aligned::{AlignedBuffer, IO_ALIGNMENT_BYTES};
 pub use file::{FileDevice, FileDeviceOptions, IoEngine};
 pub use memory::MemoryDevice;
 pub use prng::Prng;
 pub use simulated::{CrashReport, SimulatedArray, SimulatedDevice};
+pub use spike::LatencySpikeDevice;
 
 use std::fmt;
 

@@ -19,6 +19,7 @@ pub mod cleaner;
 pub mod error;
 pub mod format;
 pub mod geometry;
+mod hedge;
 pub mod map;
 mod members;
 pub mod parity;
@@ -36,6 +37,6 @@ pub use recovery::CheckReport;
 pub use resilience::{MaintenanceOptions, MaintenanceProgress, RebuildReport, ScrubReport};
 pub use stats::{RecoveryReport, VolumeStats};
 pub use volume::{
-    CreateOptions, IoMode, MemberDevice, OpenOptions, Volume, DEFAULT_FLUSH_INTERVAL, PARITY_PIPELINE_BATCHES,
-    SECTOR_SIZE_BYTES, WRITE_PIPELINE_BATCHES,
+    CreateOptions, IoMode, MemberDevice, OpenOptions, Volume, DEFAULT_FLUSH_INTERVAL, DEFAULT_WRITE_QUEUE_BYTES,
+    SECTOR_SIZE_BYTES, WRITE_QUEUE_BATCHES_MAXIMUM,
 };

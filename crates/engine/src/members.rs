@@ -4,6 +4,7 @@
 use crate::error::{Error, Result};
 use crate::format::{Superblock, SuperblockProblem, SUPERBLOCK_OFFSETS_BYTES};
 use crate::geometry::{BlockLocation, Geometry, RaidLevel, Role, BLOCK_SIZE_BYTES};
+use crate::hedge::{PendingRead, ReadHelpers, ReadLatency};
 use crate::parity;
 use crate::stats::{Counters, MemberStatus};
 use crate::volume::{CreateOptions, MemberDevice};
@@ -11,7 +12,8 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use stripelog_blockdev::{AlignedBuffer, BlockDevice};
+use std::time::{Duration, Instant};
+use stripelog_blockdev::{AlignedBuffer, BlockDevice, IoRequest};
 
 /// Read errors in a row after which a member is failed (one latent sector error is
 /// rebuilt from redundancy and counted, not a reason to drop a drive).
@@ -41,6 +43,11 @@ pub(crate) struct Members {
     readable_segments: Vec<Vec<AtomicBool>>,
     consecutive_read_errors: Vec<AtomicU32>,
     bytes_written: Vec<AtomicU64>,
+    /// Each member's read time and late reads (docs/resilience.md, "Slow members").
+    read_latency: Vec<Arc<ReadLatency>>,
+    read_helpers: ReadHelpers,
+    /// Client reads of lagging members are hedged (threaded volumes, unless turned off).
+    hedged_reads: AtomicBool,
     raid_level: RaidLevel,
     chunk_size_bytes: u64,
     /// The superblock as last written; its lock serialises every superblock update and
@@ -79,6 +86,9 @@ impl Members {
                 .collect(),
             consecutive_read_errors: (0..count).map(|_| AtomicU32::new(0)).collect(),
             bytes_written: (0..count).map(|_| AtomicU64::new(0)).collect(),
+            read_latency: (0..count).map(|_| Arc::new(ReadLatency::default())).collect(),
+            read_helpers: ReadHelpers::default(),
+            hedged_reads: AtomicBool::new(false),
             raid_level: reference.raid_level,
             chunk_size_bytes: reference.chunk_size_bytes as u64,
             superblock: Mutex::new(reference),
@@ -283,6 +293,9 @@ impl Members {
                     .to_string(),
                     description,
                     bytes_written: Counters::get(&self.bytes_written[member]),
+                    read_latency_mean_micros: self.read_latency[member].mean().as_secs_f64() * 1e6,
+                    late_read_fraction: self.read_latency[member].late_fraction(),
+                    lagging: self.hedged_reads.load(Ordering::Relaxed) && self.read_latency[member].lagging(),
                 }
             })
             .collect()
@@ -316,14 +329,25 @@ impl Members {
         })
     }
 
-    /// Write `block` at `offset_bytes` on every written member.
-    pub(crate) fn write_everywhere(&self, block: &AlignedBuffer, offset_bytes: u64) -> Result<()> {
-        for member in 0..self.count() {
-            if let Some(device) = self.writable(member) {
-                device.write_at(block, offset_bytes).or_else(|error| self.write_failed(member, error))?;
+    /// Write `block` at each of `offsets_bytes` on every written member.
+    pub(crate) fn write_everywhere(&self, block: &AlignedBuffer, offsets_bytes: &[u64], parallel: bool) -> Result<()> {
+        // One submission per member (a slow member delays it once, not once per offset);
+        // with `parallel`, every member at once.
+        let present: Vec<usize> = (0..self.count()).filter(|&member| self.writable(member).is_some()).collect();
+        let results = for_each_member(&present, parallel, |member| -> Result<()> {
+            let Some(device) = self.writable(member) else {
+                return Ok(());
+            };
+            let mut requests: Vec<IoRequest> =
+                offsets_bytes.iter().map(|&offset_bytes| IoRequest::Write { buffer: block, offset_bytes }).collect();
+            match device.submit_batch(&mut requests).into_iter().find_map(|result| result.err()) {
+                Some(error) => self.write_failed(member, error),
+                None => Ok(()),
             }
-        }
-        Ok(())
+        });
+        results.into_iter().try_for_each(|result| {
+            result.unwrap_or_else(|| Err(Error::Failed("internal error: a member writer panicked".into())))
+        })
     }
 
     /// Read one member block raw; `None` when the member is not readable there or the
@@ -332,9 +356,56 @@ impl Members {
     pub(crate) fn read_raw(&self, member: usize, offset_bytes: u64, counters: &Counters) -> Option<AlignedBuffer> {
         let device = self.readable_at(member, offset_bytes)?;
         let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+        let started = Instant::now();
         let result = device.read_at(&mut block, offset_bytes);
+        self.read_latency[member].record(started.elapsed(), self.hedge_deadline());
         self.read_done(member, result.as_ref().err(), counters);
         result.ok().map(|()| block)
+    }
+
+    /// Hedge client reads of lagging members (threaded volumes only: a helper thread's
+    /// timing would make the simulation's order of device operations nondeterministic).
+    pub(crate) fn set_hedged_reads(&self, enabled: bool) {
+        self.hedged_reads.store(enabled, Ordering::Relaxed);
+    }
+
+    /// How long a direct read may take before it is late (docs/resilience.md).
+    fn hedge_deadline(&self) -> Duration {
+        crate::hedge::deadline(self.read_latency.iter().map(|latency| latency.as_ref()))
+    }
+
+    /// A client's read of one member block: directly, or — when the member lags — in a
+    /// read helper, given up on (returned pending) once it is later than the deadline.
+    fn read_for_client(&self, member: usize, offset_bytes: u64, counters: &Counters) -> Fetched {
+        let lagging = self.hedged_reads.load(Ordering::Relaxed) && self.read_latency[member].lagging();
+        if !lagging {
+            return Fetched::Now(self.read_raw(member, offset_bytes, counters));
+        }
+        let Some(device) = self.readable_at(member, offset_bytes) else {
+            return Fetched::Now(None);
+        };
+        let deadline = self.hedge_deadline();
+        let latency = self.read_latency[member].clone();
+        let Some(pending) = self.read_helpers.start(device, offset_bytes, latency, deadline) else {
+            return Fetched::Now(self.read_raw(member, offset_bytes, counters));
+        };
+        match pending.wait_for(deadline) {
+            Ok(result) => Fetched::Now(self.helper_read_done(member, result, counters)),
+            Err(pending) => {
+                Counters::add(&counters.late_reads, 1);
+                Fetched::Late(member, pending)
+            }
+        }
+    }
+
+    fn helper_read_done(
+        &self,
+        member: usize,
+        result: crate::hedge::HelperResult,
+        counters: &Counters,
+    ) -> Option<AlignedBuffer> {
+        self.read_done(member, result.as_ref().err(), counters);
+        result.ok()
     }
 
     /// Account one read of a member: errors in a row fail it.
@@ -434,9 +505,10 @@ impl Members {
     /// Read the block at `location` into `out`: directly (any copy) when `valid` accepts
     /// it, else rebuilt from the rest of its row. `checksum_of(column)` gives the checksum
     /// of another data column of the row, when known, to pick trustworthy shards.
-    /// With `zero_means_unwritten` (scanning for summaries), a block that reads back as all
-    /// zeros is unwritten space, not damage: no reconstruction is attempted (bit rot
-    /// cannot zero a block; recovery's own destruction of a batch writes zeros).
+    /// `purpose` says whether a late direct read may be hedged (client reads) and whether
+    /// a block that reads back as all zeros is unwritten space rather than damage (scans
+    /// for summaries: bit rot cannot zero a block; recovery's own destruction of a batch
+    /// writes zeros).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn read_verified(
         &self,
@@ -445,39 +517,102 @@ impl Members {
         location: BlockLocation,
         valid: &dyn Fn(&[u8]) -> bool,
         checksum_of: &dyn Fn(usize) -> Option<u32>,
-        zero_means_unwritten: bool,
+        purpose: ReadPurpose,
         out: &mut [u8],
     ) -> std::result::Result<ReadSource, String> {
         let offset = geometry.member_offset_bytes(location.segment, location.row);
+        let zero_means_unwritten = purpose == ReadPurpose::Scan;
         let mut every_copy_unwritten = true;
+        let mut late = None;
+        // A copy that is late is left pending while the other copies (mirrors) or the
+        // reconstruction are tried: the first verified block wins.
+        let take_copy = |block: Option<AlignedBuffer>, every_copy_unwritten: &mut bool, out: &mut [u8]| {
+            let Some(block) = block else {
+                *every_copy_unwritten = false;
+                return false;
+            };
+            if valid(&block) {
+                out.copy_from_slice(&block);
+                return true;
+            }
+            *every_copy_unwritten &= crate::volume::is_all_zero(&block);
+            if !(zero_means_unwritten && *every_copy_unwritten) {
+                Counters::add(&counters.checksum_mismatches, 1);
+            }
+            false
+        };
         for member in geometry.members_of_column(location.segment, location.column) {
-            if let Some(block) = self.read_raw(member, offset, counters) {
-                if valid(&block) {
-                    out.copy_from_slice(&block);
-                    return Ok(ReadSource::Direct);
+            let fetched = match purpose {
+                ReadPurpose::Client => self.read_for_client(member, offset, counters),
+                _ => Fetched::Now(self.read_raw(member, offset, counters)),
+            };
+            match fetched {
+                Fetched::Now(block) => {
+                    if take_copy(block, &mut every_copy_unwritten, out) {
+                        return Ok(ReadSource::Direct);
+                    }
                 }
-                every_copy_unwritten &= crate::volume::is_all_zero(&block);
-                if !(zero_means_unwritten && every_copy_unwritten) {
-                    Counters::add(&counters.checksum_mismatches, 1);
-                }
-            } else {
-                every_copy_unwritten = false;
+                Fetched::Late(member, pending) => late = Some((member, pending)),
             }
         }
-        if zero_means_unwritten && every_copy_unwritten {
+        if late.is_none() && zero_means_unwritten && every_copy_unwritten {
             return Err("never written".into());
+        }
+        // Hedging: the rest of the row is read all at once, so the reconstruction takes
+        // one read's time rather than one per member.
+        let parallel = late.is_some();
+        if geometry.parity_shards() > 0
+            && self.reconstruct(geometry, counters, location, valid, checksum_of, parallel, out)
+        {
+            return Ok(ReadSource::Reconstructed);
+        }
+        // Nothing else could produce the block: wait for the late read after all.
+        if let Some((member, pending)) = late {
+            let block = self.helper_read_done(member, pending.wait(), counters);
+            if take_copy(block, &mut every_copy_unwritten, out) {
+                return Ok(ReadSource::Direct);
+            }
         }
         if geometry.parity_shards() == 0 {
             return Err("no copy of the block is readable and correct, and the RAID level has no parity".into());
         }
+        Err("the block is damaged and the rest of its stripe row cannot rebuild it".into())
+    }
+
+    /// Rebuild the block at `location` from the rest of its row into `out`; true when
+    /// `valid` accepts the result. With `parallel`, the row's other blocks are read in
+    /// read helpers all at once.
+    #[allow(clippy::too_many_arguments)]
+    fn reconstruct(
+        &self,
+        geometry: &Geometry,
+        counters: &Counters,
+        location: BlockLocation,
+        valid: &dyn Fn(&[u8]) -> bool,
+        checksum_of: &dyn Fn(usize) -> Option<u32>,
+        parallel: bool,
+        out: &mut [u8],
+    ) -> bool {
+        let offset = geometry.member_offset_bytes(location.segment, location.row);
         let data_columns = geometry.data_columns();
-        let data: Vec<Option<AlignedBuffer>> = (0..data_columns)
+        // The other data columns' members, then the parity members.
+        let sources: Vec<Option<usize>> = (0..data_columns)
             .map(|column| {
-                if column == location.column {
-                    return None;
-                }
-                let member = geometry.member_of_role(location.segment, Role::Data { column, copy: 0 });
-                let block = self.read_raw(member, offset, counters)?;
+                (column != location.column)
+                    .then(|| geometry.member_of_role(location.segment, Role::Data { column, copy: 0 }))
+            })
+            .chain(
+                (0..geometry.parity_shards())
+                    .map(|shard| Some(geometry.member_of_role(location.segment, Role::Parity { shard }))),
+            )
+            .collect();
+        let mut blocks = self.read_blocks(&sources, offset, counters, parallel);
+        let parity = blocks.split_off(data_columns);
+        let data: Vec<Option<AlignedBuffer>> = blocks
+            .into_iter()
+            .enumerate()
+            .map(|(column, block)| {
+                let block = block?;
                 match checksum_of(column) {
                     Some(expected) if crate::format::block_checksum(&block) != expected => {
                         Counters::add(&counters.checksum_mismatches, 1);
@@ -485,12 +620,6 @@ impl Members {
                     }
                     _ => Some(block),
                 }
-            })
-            .collect();
-        let parity: Vec<Option<AlignedBuffer>> = (0..geometry.parity_shards())
-            .map(|shard| {
-                let member = geometry.member_of_role(location.segment, Role::Parity { shard });
-                self.read_raw(member, offset, counters)
             })
             .collect();
         // Try with every shard we have; for RAID-6, also without each one in turn (a
@@ -518,12 +647,66 @@ impl Members {
                 if valid(&rebuilt) {
                     out.copy_from_slice(&rebuilt);
                     Counters::add(&counters.reconstructed_blocks, 1);
-                    return Ok(ReadSource::Reconstructed);
+                    return true;
                 }
             }
         }
-        Err("the block is damaged and the rest of its stripe row cannot rebuild it".into())
+        false
     }
+}
+
+impl Members {
+    /// Read the block at member byte `offset_bytes` of each of `sources` (`None`: not
+    /// wanted): one after the other, or with `parallel` all at once in read helpers
+    /// (directly where none is free).
+    fn read_blocks(
+        &self,
+        sources: &[Option<usize>],
+        offset_bytes: u64,
+        counters: &Counters,
+        parallel: bool,
+    ) -> Vec<Option<AlignedBuffer>> {
+        if !parallel {
+            return sources.iter().map(|source| self.read_raw((*source)?, offset_bytes, counters)).collect();
+        }
+        let deadline = self.hedge_deadline();
+        let pending: Vec<Option<PendingRead>> = sources
+            .iter()
+            .map(|source| {
+                let member = (*source)?;
+                let device = self.readable_at(member, offset_bytes)?;
+                self.read_helpers.start(device, offset_bytes, self.read_latency[member].clone(), deadline)
+            })
+            .collect();
+        sources
+            .iter()
+            .zip(pending)
+            .map(|(source, pending)| {
+                let member = (*source)?;
+                match pending {
+                    Some(pending) => self.helper_read_done(member, pending.wait(), counters),
+                    None => self.read_raw(member, offset_bytes, counters),
+                }
+            })
+            .collect()
+    }
+}
+
+/// What a read is for: how `Members::read_verified` treats late and all-zero blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReadPurpose {
+    /// A client's read: a late direct read of a lagging member may be hedged.
+    Client,
+    /// Scanning for summaries: an all-zero block is unwritten space.
+    Scan,
+    /// Anything else (recovery's and the rebuild's verification): plain reads.
+    Verify,
+}
+
+/// A member block read for a client: done, or late and still running in a helper.
+enum Fetched {
+    Now(Option<AlignedBuffer>),
+    Late(usize, PendingRead),
 }
 
 /// Run `work` for each of `members`: all at once, a thread each, when `parallel`
@@ -612,12 +795,21 @@ pub(crate) fn create(members: &[MemberDevice], options: &CreateOptions) -> Resul
 /// Read and check the superblocks; return the members in order and the newest superblock.
 pub(crate) fn open(members: Vec<MemberDevice>) -> Result<(Members, Superblock)> {
     let mut found: Vec<Option<Superblock>> = Vec::with_capacity(members.len());
+    // Present members without a valid superblock: an error unless the others record the
+    // member as failed (below).
+    let mut unreadable: Vec<(usize, Error)> = Vec::new();
     for (index, member) in members.iter().enumerate() {
         let Some(device) = &member.device else {
             found.push(None);
             continue;
         };
-        found.push(Some(read_superblock(index, &member.name, device.as_ref())?));
+        match read_superblock(index, &member.name, device.as_ref()) {
+            Ok(superblock) => found.push(Some(superblock)),
+            Err(error) => {
+                found.push(None);
+                unreadable.push((index, error));
+            }
+        }
     }
     // The volume is the UUID most members carry.
     let mut votes: BTreeMap<[u8; 16], usize> = BTreeMap::new();
@@ -656,6 +848,22 @@ pub(crate) fn open(members: Vec<MemberDevice>) -> Result<(Members, Superblock)> 
         .map(|superblock| superblock.durable_through_sequence)
         .max()
         .unwrap_or(0);
+    // A device in the place of a member the others record as failed needs no superblock
+    // of its own: it is a replacement whose attachment a crash interrupted (before its
+    // superblock was written). Rebuilding, it is kept (and rebuilt again); otherwise it
+    // stays failed, unread and unwritten.
+    let mut failed = Vec::new();
+    let mut members = members;
+    for (index, error) in unreadable {
+        let bit = 1u64 << index;
+        if index >= 64 || reference.failed_members & bit == 0 {
+            return Err(error);
+        }
+        if reference.rebuilding_members & bit == 0 {
+            failed.push((index, format!("excluded: recorded as failed, and {error}")));
+            members[index].device = None;
+        }
+    }
     let uuid_text = uuid::Uuid::from_bytes(volume_uuid);
     if reference.member_count as usize != members.len() {
         return Err(Error::InvalidRequest(format!(
@@ -695,7 +903,6 @@ pub(crate) fn open(members: Vec<MemberDevice>) -> Result<(Members, Superblock)> 
     }
     // Members the newest superblock records as failed missed writes: keep them out,
     // except a replacement being rebuilt, which is written again and rebuilt from scratch.
-    let mut failed = Vec::new();
     for (index, superblock) in found.iter_mut().enumerate() {
         let bit = 1u64 << index;
         if superblock.is_some() && reference.failed_members & bit != 0 {

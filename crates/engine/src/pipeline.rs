@@ -3,7 +3,7 @@
 //! has as one batch (io_uring), and the last worker to finish a stripe completes it.
 
 use crate::batch::{PooledBuffers, SealedBatch};
-use crate::volume::{Shared, PARITY_PIPELINE_BATCHES};
+use crate::volume::{Shared, MEMBER_SUBMIT_BATCHES_MAXIMUM};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,15 +21,17 @@ pub(crate) struct StripeJob {
 
 type MemberQueue = Sender<Arc<StripeJob>>;
 
-/// Start one worker per member. A member's queue holds at most as many jobs as
-/// there are parity sets, since every job holds one; sends never wait long.
+/// Start one worker per member. A member's queue holds as many jobs as the write queue
+/// has batches (every job holds one of its parity sets), so the stripe writer never waits
+/// on a queue: a slow member may lag that far behind the others, and then the stripe
+/// writer waits for a parity set.
 pub(crate) fn start_member_workers(shared: &Arc<Shared>) -> (Vec<MemberQueue>, Vec<JoinHandle<()>>) {
     let mut senders = Vec::new();
     let mut threads = Vec::new();
     // Every member has a worker: a failed one skips its jobs, and a replacement attached
     // later is written by it from then on.
     for member in 0..shared.geometry.member_count {
-        let (sender, receiver) = crossbeam_channel::bounded(PARITY_PIPELINE_BATCHES);
+        let (sender, receiver) = crossbeam_channel::bounded(shared.write_queue_batches);
         senders.push(sender);
         let shared = shared.clone();
         threads.push(
@@ -74,7 +76,7 @@ pub(crate) fn stripe_writer(shared: Arc<Shared>, batches: Receiver<Arc<SealedBat
 fn member_worker(shared: Arc<Shared>, member: usize, jobs: Receiver<Arc<StripeJob>>) {
     while let Ok(first) = jobs.recv() {
         let mut taken = vec![first];
-        while taken.len() < PARITY_PIPELINE_BATCHES {
+        while taken.len() < MEMBER_SUBMIT_BATCHES_MAXIMUM {
             match jobs.try_recv() {
                 Ok(job) => taken.push(job),
                 Err(_) => break,

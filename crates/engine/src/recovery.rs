@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::format::{self, BatchHeader, DamagedHead, Entry, Summary, NO_SEGMENT};
 use crate::geometry::{BlockLocation, Geometry, RaidLevel, Role, BLOCK_SIZE_BYTES};
 use crate::map::{BlockMap, Mapping};
-use crate::members::{Members, ReadSource};
+use crate::members::{Members, ReadPurpose, ReadSource};
 use crate::stats::{Counters, RecoveryReport};
 use crate::volume::{SegmentStatus, SegmentUse};
 use serde::Serialize;
@@ -105,7 +105,9 @@ impl Reader<'_> {
     /// Read batch index `index` of a batch starting at `first_row` of `segment`, accepted
     /// by `valid`, reconstructing it when needed.
     fn read(&self, location: BlockLocation, valid: &dyn Fn(&[u8]) -> bool, out: &mut [u8]) -> Option<ReadSource> {
-        self.members.read_verified(self.geometry, &self.counters, location, valid, &|_| None, true, out).ok()
+        self.members
+            .read_verified(self.geometry, &self.counters, location, valid, &|_| None, ReadPurpose::Scan, out)
+            .ok()
     }
 
     /// Follow the batch at `first_row` of `segment`: all its summaries, checked against
@@ -231,7 +233,7 @@ impl Reader<'_> {
                     location,
                     &valid,
                     &checksum_of,
-                    false,
+                    ReadPurpose::Verify,
                     &mut block,
                 ) {
                     Ok(ReadSource::Direct) => {}
@@ -552,7 +554,7 @@ pub(crate) fn write_back(
     }
     let zeros = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
     for &(segment, first_row) in discarded {
-        members.write_everywhere(&zeros, geometry.member_offset_bytes(segment, first_row))?;
+        members.write_everywhere(&zeros, &[geometry.member_offset_bytes(segment, first_row)], false)?;
     }
     members.flush_all(false)
 }
@@ -572,7 +574,7 @@ pub(crate) fn release_heads(geometry: &Geometry, members: &Members, release: &[(
                 && members.read_raw(member, offset, &counters).is_none_or(|block| !crate::volume::is_all_zero(&block))
         });
         if holds_something {
-            members.write_everywhere(&zeros, offset)?;
+            members.write_everywhere(&zeros, &[offset], false)?;
             written = true;
         }
     }

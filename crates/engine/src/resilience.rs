@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::format;
 use crate::geometry::{BlockLocation, Role, BLOCK_SIZE_BYTES};
 use crate::map::Mapping;
-use crate::members::MemberState;
+use crate::members::{MemberState, ReadPurpose};
 use crate::volume::{MemberDevice, SegmentStatus, Shared};
 use serde::Serialize;
 use std::sync::atomic::Ordering;
@@ -183,7 +183,7 @@ impl Shared {
                         location,
                         &|block| format::block_checksum(block) == expected[column],
                         &checksum_of,
-                        false,
+                        ReadPurpose::Verify,
                         &mut out,
                     )
                     .ok()

@@ -26,6 +26,8 @@ pub struct Counters {
     pub checksum_mismatches: AtomicU64,
     pub reconstructed_blocks: AtomicU64,
     pub unrecoverable_reads: AtomicU64,
+    /// Direct reads of a lagging member given up at the hedge deadline.
+    pub late_reads: AtomicU64,
 }
 
 impl Counters {
@@ -46,6 +48,12 @@ pub struct MemberStatus {
     pub state: String,
     pub description: String,
     pub bytes_written: u64,
+    /// Mean time of a direct read of one block (moving average), in microseconds.
+    pub read_latency_mean_micros: f64,
+    /// Fraction of recent reads later than the hedge deadline.
+    pub late_read_fraction: f64,
+    /// Its reads are hedged (docs/resilience.md, "Slow members").
+    pub lagging: bool,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -125,6 +133,11 @@ pub struct VolumeStats {
     pub checksum_mismatches: u64,
     pub reconstructed_blocks: u64,
     pub unrecoverable_reads: u64,
+    /// Direct reads of a lagging member given up at the hedge deadline (the block came
+    /// from the rest of its row, or the read was waited for after all).
+    pub late_reads: u64,
+    /// Sealed batches the write pipeline holds at most: how far a slow member may lag.
+    pub write_queue_batches: usize,
     /// Members failed while the volume was open (I/O errors, health checks).
     pub member_failures: u64,
     pub map_memory_bytes: u64,

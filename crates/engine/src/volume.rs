@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::format::{self, Entry};
 use crate::geometry::{Geometry, RaidLevel, Role, BLOCK_SIZE_BYTES, DEFAULT_CHUNK_SIZE_BYTES, DEFAULT_SPARE_PPM};
 use crate::map::{BlockMap, Mapping};
-use crate::members::{self, Members};
+use crate::members::{self, Members, ReadPurpose};
 use crate::recovery;
 use crate::stats::{Counters, MemberStatus, RecoveryReport, VolumeStats};
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -28,12 +28,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use stripelog_blockdev::{AlignedBuffer, BlockDevice};
 
-/// Batches that may be in memory at once (the open one plus sealed ones not yet on the
-/// members). Bounds write-path memory to this many chunk-sized buffers per data column;
-/// four lets the stripe writer overlap parity, member I/O and filling.
-pub const WRITE_PIPELINE_BATCHES: usize = 4;
-/// Parity buffer sets: batches whose parity is computed or being written at once.
-pub const PARITY_PIPELINE_BATCHES: usize = 3;
+/// The write queue of an inline (simulation) volume, in batches: its member writes are
+/// synchronous, so this only bounds batches sealed but not yet dispatched.
+const INLINE_WRITE_QUEUE_BATCHES: usize = 3;
 /// Requests are accepted at 512-byte granularity (sub-block writes merge in memory).
 pub const SECTOR_SIZE_BYTES: u64 = 512;
 /// Default time after which a non-empty open batch is sealed and made durable.
@@ -84,7 +81,21 @@ pub struct OpenOptions {
     /// one log for client writes and relocated blocks alike — the baseline the cleaning
     /// measurements compare against.
     pub separate_streams: bool,
+    /// Sealed batches (with their parity) the write pipeline may hold, in bytes: how far
+    /// a slow member may fall behind the others before writers wait
+    /// (docs/resilience.md, "Per-member write queues"). 0: the members write in lock-step.
+    pub write_queue_bytes: u64,
+    /// Reads of a member that lags far behind the others are served from the rest of the
+    /// row once the direct read is late (threaded volumes).
+    pub hedged_reads: bool,
 }
+
+/// Default write queue: 64 MiB of sealed batches and their parity.
+pub const DEFAULT_WRITE_QUEUE_BYTES: u64 = 64 << 20;
+/// The write queue holds at most this many batches, whatever its size in bytes.
+pub const WRITE_QUEUE_BATCHES_MAXIMUM: usize = 64;
+/// A member worker writes at most this many queued batches in one submission.
+pub(crate) const MEMBER_SUBMIT_BATCHES_MAXIMUM: usize = 8;
 
 /// Default block cache: 256 MiB.
 pub const DEFAULT_CACHE_SIZE_BYTES: u64 = 256 << 20;
@@ -98,6 +109,8 @@ impl Default for OpenOptions {
             cache_size_bytes: DEFAULT_CACHE_SIZE_BYTES,
             cleaning_policy: crate::cleaner::CleaningPolicy::default(),
             separate_streams: true,
+            write_queue_bytes: DEFAULT_WRITE_QUEUE_BYTES,
+            hedged_reads: true,
         }
     }
 }
@@ -246,6 +259,9 @@ pub(crate) struct Shared {
     pub(crate) cleaning_policy: crate::cleaner::CleaningPolicy,
     pub(crate) separate_streams: bool,
     pub(crate) parity_pool: Arc<BufferPool>,
+    /// Sealed batches the write pipeline may hold (the parity pool's sets; each member's
+    /// queue bound): how far a slow member may lag.
+    pub(crate) write_queue_batches: usize,
     stripe_queue: Mutex<Option<crossbeam_channel::Sender<Arc<SealedBatch>>>>,
     pub(crate) io_mode: IoMode,
     flush_interval: Option<Duration>,
@@ -328,10 +344,19 @@ impl Volume {
         let epoch = superblock.epoch;
         let physical_blocks = geometry.physical_data_blocks();
         let segment_count = geometry.segment_count();
+        // Sealed batches in flight (each with a parity set), plus the open batch's data set.
+        let write_queue_batches = match options.io_mode {
+            IoMode::Inline => INLINE_WRITE_QUEUE_BATCHES,
+            IoMode::Threaded => {
+                let stripe_bytes = geometry.chunk_size_bytes as u64 * geometry.member_count as u64;
+                ((options.write_queue_bytes / stripe_bytes.max(1)) as usize).clamp(1, WRITE_QUEUE_BATCHES_MAXIMUM)
+            }
+        };
         let data_pool =
-            BufferPool::new(WRITE_PIPELINE_BATCHES, geometry.data_columns(), geometry.chunk_size_bytes as usize);
+            BufferPool::new(write_queue_batches + 1, geometry.data_columns(), geometry.chunk_size_bytes as usize);
         let parity_pool =
-            BufferPool::new(PARITY_PIPELINE_BATCHES, geometry.parity_shards(), geometry.chunk_size_bytes as usize);
+            BufferPool::new(write_queue_batches, geometry.parity_shards(), geometry.chunk_size_bytes as usize);
+        members.set_hedged_reads(options.hedged_reads && options.io_mode == IoMode::Threaded);
         let shared = Arc::new(Shared {
             volume_uuid: superblock.volume_uuid,
             epoch,
@@ -363,6 +388,7 @@ impl Volume {
             progress: Condvar::new(),
             data_pool,
             parity_pool,
+            write_queue_batches,
             cleaner: Mutex::new(()),
             rebuild_lock: Mutex::new(()),
             background_cleaning: options.io_mode == IoMode::Threaded && !options.read_only,
@@ -397,7 +423,7 @@ impl Volume {
     fn start_threads(&self) {
         let mut threads = self.threads.lock();
         if self.shared.io_mode == IoMode::Threaded {
-            let (stripe_sender, stripe_receiver) = crossbeam_channel::bounded(WRITE_PIPELINE_BATCHES);
+            let (stripe_sender, stripe_receiver) = crossbeam_channel::bounded(self.shared.write_queue_batches + 1);
             *self.shared.stripe_queue.lock() = Some(stripe_sender);
             let (member_senders, member_threads) = crate::pipeline::start_member_workers(&self.shared);
             threads.extend(member_threads);
@@ -1281,9 +1307,8 @@ impl Shared {
             }
         }
         let zeros = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-        for &segment in &releasing {
-            self.members.write_everywhere(&zeros, self.geometry.member_offset_bytes(segment, 0))?;
-        }
+        let heads: Vec<u64> = releasing.iter().map(|&segment| self.geometry.member_offset_bytes(segment, 0)).collect();
+        self.members.write_everywhere(&zeros, &heads, self.io_mode == IoMode::Threaded)?;
         self.members.flush_all(self.io_mode == IoMode::Threaded)?;
         let mut state = self.state.lock();
         for segment in releasing {
@@ -1437,7 +1462,9 @@ impl Shared {
         checksum_of: &dyn Fn(usize) -> Option<u32>,
         out: &mut [u8],
     ) -> std::result::Result<(), String> {
-        self.members.read_verified(&self.geometry, &self.counters, location, valid, checksum_of, false, out).map(|_| ())
+        self.members
+            .read_verified(&self.geometry, &self.counters, location, valid, checksum_of, ReadPurpose::Client, out)
+            .map(|_| ())
     }
 
     pub(crate) fn stats(&self) -> VolumeStats {
@@ -1522,14 +1549,16 @@ impl Shared {
             checksum_mismatches: Counters::get(&counters.checksum_mismatches),
             reconstructed_blocks: Counters::get(&counters.reconstructed_blocks),
             unrecoverable_reads: Counters::get(&counters.unrecoverable_reads),
+            late_reads: Counters::get(&counters.late_reads),
+            write_queue_batches: self.write_queue_batches,
             member_failures: self.members.failures_while_open(),
             // The map, and the cleaner's per-block write times and previous lifetimes.
             map_memory_bytes: self.map.size_bytes() + self.map.block_count() * LIFETIME_BYTES_PER_BLOCK,
             map_bytes_per_logical_block: self.map.size_bytes() as f64 / self.map.block_count().max(1) as f64
                 + LIFETIME_BYTES_PER_BLOCK as f64,
             checksum_memory_bytes: self.checksums.len() as u64 * 4,
-            write_buffer_memory_bytes: (WRITE_PIPELINE_BATCHES * geometry.data_columns()
-                + PARITY_PIPELINE_BATCHES * geometry.parity_shards()) as u64
+            write_buffer_memory_bytes: ((self.write_queue_batches + 1) * geometry.data_columns()
+                + self.write_queue_batches * geometry.parity_shards()) as u64
                 * geometry.chunk_size_bytes as u64,
             cache_memory_bytes: self.cache.as_ref().map_or(0, |cache| cache.capacity_bytes()),
             last_sequence: state.last_sealed_sequence,

@@ -298,3 +298,58 @@ fn a_deleted_member_found_by_the_health_check_is_failed() {
     model.verify(&volume);
     volume.close().expect("close");
 }
+
+/// A volume whose member 0 is late on every read and write by `spike`; the cache is off
+/// so every read reaches a member.
+fn volume_with_a_slow_member(level: RaidLevel, spike: std::time::Duration, hedged_reads: bool) -> (Volume, Model) {
+    let count = if level == RaidLevel::Raid10 { 4 } else { 5 };
+    let devices: Vec<Arc<dyn BlockDevice>> = (0..count)
+        .map(|member| {
+            let memory: Arc<dyn BlockDevice> = Arc::new(stripelog_blockdev::MemoryDevice::new(MEMBER_SIZE_BYTES));
+            if member == 0 {
+                Arc::new(stripelog_blockdev::LatencySpikeDevice::new(memory, spike, 1_000_000, 1))
+                    as Arc<dyn BlockDevice>
+            } else {
+                memory
+            }
+        })
+        .collect();
+    let members = devices
+        .into_iter()
+        .enumerate()
+        .map(|(index, device)| MemberDevice { name: format!("m{index}"), device: Some(device) })
+        .collect();
+    let options = CreateOptions { raid_level: level, chunk_size_bytes: CHUNK_SIZE_BYTES, ..CreateOptions::default() };
+    let open = OpenOptions { cache_size_bytes: 0, hedged_reads, ..open_options(IoMode::Threaded) };
+    let volume = Volume::create(members, &options, &open).expect("create");
+    let mut model = Model::new(9);
+    model.write_some(&volume, 300);
+    volume.flush().expect("flush");
+    (volume, model)
+}
+
+#[test]
+fn reads_of_a_lagging_member_are_served_from_the_rest_of_the_row() {
+    let spike = std::time::Duration::from_millis(10);
+    for level in [RaidLevel::Raid5, RaidLevel::Raid10] {
+        let (volume, model) = volume_with_a_slow_member(level, spike, true);
+        let started = std::time::Instant::now();
+        model.verify(&volume);
+        let elapsed = started.elapsed();
+        let stats = volume.stats();
+        assert!(stats.members[0].lagging, "{level}: member 0 is not seen lagging: {:?}", stats.members[0]);
+        assert!(stats.late_reads > 50, "{level}: only {} late reads", stats.late_reads);
+        // A fifth (RAID-5) or a quarter (RAID-10) of 1024 reads hit member 0: waited for in
+        // full, that would take over 2 s.
+        assert!(elapsed < std::time::Duration::from_millis(1500), "{level}: reads took {elapsed:?}");
+        eprintln!("{level}: {elapsed:?}, {} late reads", stats.late_reads);
+        volume.close().expect("close");
+    }
+    // Without hedging, reads of member 0 wait for it (and the data is just as right).
+    let (volume, model) = volume_with_a_slow_member(RaidLevel::Raid5, spike, false);
+    model.verify(&volume);
+    let stats = volume.stats();
+    assert_eq!(stats.late_reads, 0);
+    assert!(!stats.members[0].lagging);
+    volume.close().expect("close");
+}

@@ -547,3 +547,78 @@ pub fn compare(arguments: CompareArguments) -> Result<ExitCode, String> {
     crate::write_json_file(arguments.json.as_deref(), &report)?;
     Ok(ExitCode::SUCCESS)
 }
+
+#[derive(Args)]
+pub struct SlowMemberArguments {
+    /// The member files or devices (a fresh volume is created on them for every column).
+    #[arg(long, value_delimiter = ',', required = true)]
+    members: Vec<PathBuf>,
+    /// Create missing member files of this size (sparse).
+    #[arg(long, value_parser = units::parse_size)]
+    member_size: Option<u64>,
+    /// Allow writing over members that exist and are not empty.
+    #[arg(long)]
+    force: bool,
+    #[arg(long, default_value = "5")]
+    raid: String,
+    #[arg(long, default_value = "1MiB", value_parser = units::parse_size)]
+    chunk: u64,
+    /// Spare fraction of the volume's data capacity.
+    #[arg(long, default_value = "27%", value_parser = units::parse_fraction_ppm)]
+    spare: u32,
+    /// Which member (index in --members) gets the latency spikes.
+    #[arg(long, default_value_t = 0)]
+    slow_member: usize,
+    /// How late a spiked read or write completes.
+    #[arg(long, default_value = "20ms", value_parser = units::parse_duration)]
+    spike_latency: Duration,
+    /// Fraction of the slow member's reads and writes that spike.
+    #[arg(long, default_value = "10%", value_parser = units::parse_fraction_ppm)]
+    spike_fraction: u32,
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    #[arg(long, default_value_t = 16)]
+    queue_depth: usize,
+    /// Time per random cell.
+    #[arg(long, default_value = "10s", value_parser = units::parse_duration)]
+    duration: Duration,
+    /// Logical bytes written sequentially, then used by the random cells.
+    #[arg(long, default_value = "2GiB", value_parser = units::parse_size)]
+    region: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the report as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+pub fn slow_member(arguments: SlowMemberArguments) -> Result<ExitCode, String> {
+    let options = stripelog_bench::slow_member::Options {
+        members: arguments.members.clone(),
+        member_size_bytes: arguments.member_size,
+        force: arguments.force,
+        raid_level: crate::parse_raid(&arguments.raid)?,
+        chunk_size_bytes: crate::chunk_size(arguments.chunk)?,
+        spare_ppm: arguments.spare,
+        slow_member: arguments.slow_member,
+        spike_latency: arguments.spike_latency,
+        spike_parts_per_million: arguments.spike_fraction as u64,
+        threads: arguments.threads,
+        queue_depth: arguments.queue_depth,
+        duration: arguments.duration,
+        region_bytes: arguments.region,
+        seed: arguments.seed,
+    };
+    if options.threads == 0 || options.queue_depth == 0 {
+        return Err("threads and queue depth must be at least 1".into());
+    }
+    let report = with_progress(arguments.quiet, |progress| {
+        stripelog_bench::slow_member::run(&options, &|step, done| progress(Some(step), done))
+    })?;
+    print!("{}", stripelog_bench::slow_member::table(&report));
+    crate::write_json_file(arguments.json.as_deref(), &report)?;
+    Ok(ExitCode::SUCCESS)
+}

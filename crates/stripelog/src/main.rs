@@ -206,6 +206,13 @@ enum BenchCommand {
         after_help = "Examples:\n  stripelog bench compare --members d/m0,d/m1,d/m2,d/m3,d/m4 --member-size 2GiB --peer 'nbd+unix:///?socket=/tmp/nbdkit.sock'\n  stripelog bench compare --members /dev/sdb,/dev/sdc,/dev/sdd --force --raid 5 --threads 2 --queue-depth 32 --json compare.json"
     )]
     Compare(bench::CompareArguments),
+    /// One member made slow (latency spikes on a fraction of its I/O): sequential and
+    /// random writes, random read latency, with and without hedged reads and per-member
+    /// write queues, against the same volume with no slow member.
+    #[command(
+        after_help = "Examples:\n  stripelog bench slow-member --members d/m0,d/m1,d/m2,d/m3,d/m4 --member-size 2GiB\n  stripelog bench slow-member --members d/m0,d/m1,d/m2,d/m3,d/m4 --force --spike-latency 20ms --spike-fraction 10% --json slow.json"
+    )]
+    SlowMember(bench::SlowMemberArguments),
 }
 
 /// The target forms of `bench mix` and `bench grid` (a macro: `concat!` takes literals).
@@ -541,6 +548,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Bench(BenchCommand::Grid(arguments)) => bench::grid(arguments),
         Command::Bench(BenchCommand::Latency(arguments)) => bench::latency(arguments),
         Command::Bench(BenchCommand::Compare(arguments)) => bench::compare(arguments),
+        Command::Bench(BenchCommand::SlowMember(arguments)) => bench::slow_member(arguments),
         Command::Sim(SimCommand::Gc(arguments)) => sim_gc(arguments),
     }
 }
