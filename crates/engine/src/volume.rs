@@ -646,7 +646,11 @@ impl Volume {
             return Ok(());
         }
         self.stop_cleaner();
-        let result = if self.shared.read_only || self.abandoned.load(Ordering::SeqCst) { Ok(()) } else { self.flush() };
+        let result = if self.shared.read_only || self.abandoned.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            self.flush().and_then(|()| self.shared.record_durable_frontier())
+        };
         self.stop_threads();
         result
     }
@@ -1266,6 +1270,18 @@ impl Shared {
         }
         self.reclaim().inspect_err(|error| self.fail(error.to_string()))?;
         Ok(())
+    }
+
+    /// Record in the superblocks that every batch through the durable frontier is durable
+    /// (at a clean close: the next open then trusts the whole log and verifies no tail).
+    fn record_durable_frontier(&self) -> Result<()> {
+        let durable = self.state.lock().durable_through_sequence;
+        if self.members.superblock().durable_through_sequence >= durable {
+            return Ok(());
+        }
+        self.members.update_superblock(|superblock| {
+            superblock.durable_through_sequence = superblock.durable_through_sequence.max(durable)
+        })
     }
 
     /// Make segments whose death is durable free again. Their head row is zeroed and
