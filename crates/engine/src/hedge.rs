@@ -33,7 +33,9 @@ pub(crate) struct ReadLatency {
 }
 
 impl ReadLatency {
-    pub(crate) fn record(&self, elapsed: Duration, deadline: Duration) {
+    /// Record one read that took `elapsed`; `deadline` gives the hedge deadline, asked for
+    /// only when the read took longer than the floor (no deadline is shorter).
+    pub(crate) fn record(&self, elapsed: Duration, deadline: impl FnOnce() -> Duration) {
         let nanos = elapsed.as_nanos().min(u64::MAX as u128) as u64;
         let mean = self.mean_nanos.load(Ordering::Relaxed);
         let updated = if mean == 0 {
@@ -42,7 +44,7 @@ impl ReadLatency {
             (mean as i128 + ((nanos as i128 - mean as i128) >> MEAN_WEIGHT_SHIFT)) as u64
         };
         self.mean_nanos.store(updated.max(1), Ordering::Relaxed);
-        let late = if elapsed > deadline { FRACTION_ONE } else { 0 };
+        let late = if elapsed > HEDGE_DEADLINE_FLOOR && elapsed > deadline() { FRACTION_ONE } else { 0 };
         let fraction = self.late_fraction.load(Ordering::Relaxed);
         let updated = (fraction as i64 + ((late as i64 - fraction as i64) >> LATE_WEIGHT_SHIFT)) as u32;
         self.late_fraction.store(updated, Ordering::Relaxed);
@@ -140,7 +142,7 @@ impl ReadHelpers {
             let started = std::time::Instant::now();
             let mut block = AlignedBuffer::zeroed(crate::geometry::BLOCK_SIZE_BYTES);
             let result = device.read_at(&mut block, offset_bytes).map(|()| block);
-            latency.record(started.elapsed(), deadline);
+            latency.record(started.elapsed(), || deadline);
             // The client may have stopped waiting: then nobody wants the block.
             let _ = reply_sender.send(result);
         });
@@ -189,11 +191,11 @@ mod tests {
         for (member, latency) in latencies.iter().enumerate() {
             // Four members at 400 µs, one at 20 ms.
             let time = if member == 0 { Duration::from_millis(20) } else { Duration::from_micros(400) };
-            latency.record(time, Duration::from_secs(1));
+            latency.record(time, || Duration::from_secs(1));
         }
         assert_eq!(deadline(latencies.iter()), Duration::from_micros(1200));
         let fast = ReadLatency::default();
-        fast.record(Duration::from_micros(10), Duration::from_secs(1));
+        fast.record(Duration::from_micros(10), || Duration::from_secs(1));
         assert_eq!(deadline(std::iter::once(&fast)), HEDGE_DEADLINE_FLOOR);
     }
 
@@ -202,17 +204,17 @@ mod tests {
         let latency = ReadLatency::default();
         let deadline = Duration::from_millis(1);
         for _ in 0..200 {
-            latency.record(Duration::from_micros(200), deadline);
+            latency.record(Duration::from_micros(200), || deadline);
         }
         assert!(!latency.lagging());
         // One read in ten late.
         for read in 0..400 {
             let time = if read % 10 == 0 { Duration::from_millis(20) } else { Duration::from_micros(200) };
-            latency.record(time, deadline);
+            latency.record(time, || deadline);
         }
         assert!(latency.lagging(), "late fraction {}", latency.late_fraction());
         for _ in 0..400 {
-            latency.record(Duration::from_micros(200), deadline);
+            latency.record(Duration::from_micros(200), || deadline);
         }
         assert!(!latency.lagging(), "late fraction {}", latency.late_fraction());
     }

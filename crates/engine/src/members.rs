@@ -358,7 +358,7 @@ impl Members {
         let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
         let started = Instant::now();
         let result = device.read_at(&mut block, offset_bytes);
-        self.read_latency[member].record(started.elapsed(), self.hedge_deadline());
+        self.read_latency[member].record(started.elapsed(), || self.hedge_deadline());
         self.read_done(member, result.as_ref().err(), counters);
         result.ok().map(|()| block)
     }

@@ -62,24 +62,46 @@ pub struct ScrubReport {
     pub seconds: f64,
 }
 
-/// Keeps a loop at or below a byte rate by sleeping.
-struct RateLimit {
+/// A walk over every segment (rebuild, scrub): kept at or below a byte rate by sleeping,
+/// and reported to a progress callback at every segment and at the end.
+struct SegmentWalk<'a> {
     started: Instant,
     bytes_per_second: Option<u64>,
+    segment_count: u64,
+    progress: &'a dyn Fn(MaintenanceProgress),
 }
 
-impl RateLimit {
-    fn new(bytes_per_second: Option<u64>) -> RateLimit {
-        RateLimit { started: Instant::now(), bytes_per_second }
+impl SegmentWalk<'_> {
+    fn new<'a>(
+        options: &MaintenanceOptions,
+        segment_count: u64,
+        progress: &'a dyn Fn(MaintenanceProgress),
+    ) -> SegmentWalk<'a> {
+        SegmentWalk {
+            started: Instant::now(),
+            bytes_per_second: options.rate_bytes_per_second,
+            segment_count,
+            progress,
+        }
     }
 
-    fn pace(&self, bytes_so_far: u64) {
+    /// About to do `segment`, with `bytes_so_far` moved: wait as the rate requires, report.
+    fn at(&self, segment: u64, bytes_so_far: u64) {
         if let Some(rate) = self.bytes_per_second.filter(|&rate| rate > 0) {
             let due = Duration::from_secs_f64(bytes_so_far as f64 / rate as f64);
             if let Some(wait) = due.checked_sub(self.started.elapsed()) {
                 std::thread::sleep(wait);
             }
         }
+        self.report(segment, bytes_so_far);
+    }
+
+    fn finish(&self, bytes: u64) {
+        self.report(self.segment_count, bytes);
+    }
+
+    fn report(&self, segments_done: u64, bytes: u64) {
+        (self.progress)(MaintenanceProgress { segments_done, segments_total: self.segment_count, bytes });
     }
 }
 
@@ -310,15 +332,10 @@ impl Shared {
         // Batches sealed before the replacement was attached may have skipped it: they
         // must be on the members (below `rows_on_media`) before the walk reads them.
         self.flush()?;
-        let limit = RateLimit::new(options.rate_bytes_per_second);
         let segment_count = self.geometry.segment_count();
+        let walk = SegmentWalk::new(options, segment_count, progress);
         for segment in 0..segment_count {
-            limit.pace(report.bytes_written);
-            progress(MaintenanceProgress {
-                segments_done: segment,
-                segments_total: segment_count,
-                bytes: report.bytes_written,
-            });
+            walk.at(segment, report.bytes_written);
             let targets: Vec<usize> =
                 targets.iter().copied().filter(|&member| self.members.readable(member, segment).is_none()).collect();
             if targets.is_empty() {
@@ -373,11 +390,7 @@ impl Shared {
             }
         }
         self.members.finish_rebuild(&targets)?;
-        progress(MaintenanceProgress {
-            segments_done: segment_count,
-            segments_total: segment_count,
-            bytes: report.bytes_written,
-        });
+        walk.finish(report.bytes_written);
         report.seconds = started.elapsed().as_secs_f64();
         Ok(report)
     }
@@ -394,17 +407,12 @@ impl Shared {
         if !self.read_only {
             self.flush()?;
         }
-        let limit = RateLimit::new(options.rate_bytes_per_second);
         let segment_count = self.geometry.segment_count();
+        let walk = SegmentWalk::new(options, segment_count, progress);
         let mut damaged_segments = Vec::new();
         let mut unrecoverable_positions = Vec::new();
         for segment in 0..segment_count {
-            limit.pace(report.bytes_read);
-            progress(MaintenanceProgress {
-                segments_done: segment,
-                segments_total: segment_count,
-                bytes: report.bytes_read,
-            });
+            walk.at(segment, report.bytes_read);
             let _fence = self.reuse_fence.read();
             let (status, rows) = self.segment_status_and_rows(segment);
             if rows == 0 || !matches!(status, SegmentStatus::Used | SegmentStatus::Current) {
@@ -451,11 +459,7 @@ impl Shared {
             self.make_sealed_durable()?;
         }
         report.seconds = started.elapsed().as_secs_f64();
-        progress(MaintenanceProgress {
-            segments_done: segment_count,
-            segments_total: segment_count,
-            bytes: report.bytes_read,
-        });
+        walk.finish(report.bytes_read);
         Ok(report)
     }
 

@@ -1276,6 +1276,12 @@ impl Shared {
     /// (at a clean close: the next open then trusts the whole log and verifies no tail).
     fn record_durable_frontier(&self) -> Result<()> {
         let durable = self.state.lock().durable_through_sequence;
+        self.record_durable_through(durable)
+    }
+
+    /// Record in the superblocks that every batch through `durable` is durable, unless
+    /// they already say so.
+    fn record_durable_through(&self, durable: u64) -> Result<()> {
         if self.members.superblock().durable_through_sequence >= durable {
             return Ok(());
         }
@@ -1307,13 +1313,7 @@ impl Shared {
         // The batches in these segments leave the log: record durably that everything
         // up to `durable` was durable, so that recovery does not take their absence for
         // the end of the log.
-        {
-            if self.members.superblock().durable_through_sequence < durable {
-                self.members.update_superblock(|superblock| {
-                    superblock.durable_through_sequence = superblock.durable_through_sequence.max(durable)
-                })?;
-            }
-        }
+        self.record_durable_through(durable)?;
         // Barrier: wait for readers that may still hold a position in these segments;
         // then their cached blocks are retired with a new generation.
         {
