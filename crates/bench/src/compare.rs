@@ -163,15 +163,27 @@ fn measure(
     })
 }
 
-fn open_member_devices(paths: &[PathBuf]) -> Result<Vec<MemberDevice>, String> {
+/// Open the member files at `paths` (creating missing ones of `create_size_bytes`).
+pub(crate) fn open_member_devices(
+    paths: &[PathBuf],
+    create_size_bytes: Option<u64>,
+) -> Result<Vec<MemberDevice>, String> {
+    let options = FileDeviceOptions { create_size_bytes, ..FileDeviceOptions::default() };
     paths
         .iter()
         .map(|path| {
-            let device = FileDevice::open(path, &FileDeviceOptions::default())
-                .map_err(|error| format!("{}: {error}", path.display()))?;
+            let device = FileDevice::open(path, &options).map_err(|error| format!("{}: {error}", path.display()))?;
             Ok(MemberDevice { name: path.display().to_string(), device: Some(Arc::new(device)) })
         })
         .collect()
+}
+
+/// Close a volume the benchmark shared with its targets (flush it, when one still holds it).
+pub(crate) fn close_volume(volume: Arc<Volume>) -> Result<(), String> {
+    match Arc::try_unwrap(volume) {
+        Ok(volume) => volume.close().map_err(|error| format!("closing the volume: {error}")),
+        Err(volume) => volume.flush().map_err(|error| format!("flushing the volume: {error}")),
+    }
 }
 
 pub fn run(options: &Options, progress: &(dyn Fn(&str, f64) + Sync)) -> Result<Report, String> {
@@ -202,7 +214,7 @@ pub fn run(options: &Options, progress: &(dyn Fn(&str, f64) + Sync)) -> Result<R
         volume_uuid: None,
     };
     let volume = Arc::new(
-        Volume::create(open_member_devices(&options.members)?, &create, &OpenOptions::default())
+        Volume::create(open_member_devices(&options.members, None)?, &create, &OpenOptions::default())
             .map_err(|error| format!("creating the volume: {error}"))?,
     );
     let label = options.members.iter().map(|path| path.display().to_string()).collect::<Vec<_>>().join(",");
@@ -237,10 +249,7 @@ pub fn run(options: &Options, progress: &(dyn Fn(&str, f64) + Sync)) -> Result<R
     let _ = std::fs::remove_dir_all(&directory);
     columns.push(over_nbd?);
     drop(server);
-    match Arc::try_unwrap(volume) {
-        Ok(volume) => volume.close().map_err(|error| format!("closing the volume: {error}"))?,
-        Err(volume) => volume.flush().map_err(|error| format!("flushing the volume: {error}"))?,
-    }
+    close_volume(volume)?;
     // 4. The peer.
     if let Some(peer) = peer {
         columns.push(measure("NBD peer", &[peer], options, progress)?);
@@ -262,12 +271,6 @@ pub fn table(report: &Report) -> String {
         "4 KiB random I/O, {} thread(s) × depth {}, {:.0} s per cell (each target filled sequentially first)",
         report.threads, report.queue_depth, report.duration_seconds
     );
-    let width = report.columns.iter().map(|column| column.name.len()).max().unwrap_or(10).max(12);
-    let _ = write!(text, "{:<24}", "");
-    for column in &report.columns {
-        let _ = write!(text, " {:>width$}", column.name);
-    }
-    text.push('\n');
     type Pick = fn(&Column) -> f64;
     let rows: [(&str, Pick); 7] = [
         ("sequential fill MB/s", |column| column.fill_bytes_per_second / 1e6),
@@ -278,13 +281,12 @@ pub fn table(report: &Report) -> String {
         ("  mean latency µs", |column| column.random_read.mean_ns / 1e3),
         ("  p99 latency µs", |column| column.random_read.p99_ns as f64 / 1e3),
     ];
-    for (label, pick) in rows {
-        let _ = write!(text, "{label:<24}");
-        for column in &report.columns {
-            let _ = write!(text, " {:>width$.1}", pick(column));
-        }
-        text.push('\n');
-    }
+    let names: Vec<&str> = report.columns.iter().map(|column| column.name.as_str()).collect();
+    let cells: Vec<(&str, Vec<String>)> = rows
+        .iter()
+        .map(|(label, pick)| (*label, report.columns.iter().map(|column| format!("{:.1}", pick(column))).collect()))
+        .collect();
+    crate::side_by_side::append(&mut text, 24, &names, &cells);
     let find = |prefix: &str| report.columns.iter().find(|column| column.name.starts_with(prefix));
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
     if let (Some(raw), Some(engine), Some(nbd)) = (find("raw"), find("stripelog (in"), find("stripelog (NBD")) {

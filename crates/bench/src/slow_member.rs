@@ -10,8 +10,8 @@ use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use stripelog_blockdev::{BlockDevice, FileDevice, FileDeviceOptions, LatencySpikeDevice};
-use stripelog_engine::{CreateOptions, MemberDevice, OpenOptions, RaidLevel, Volume};
+use stripelog_blockdev::LatencySpikeDevice;
+use stripelog_engine::{CreateOptions, OpenOptions, RaidLevel, Volume};
 
 const RANDOM_BLOCK_BYTES: usize = 4096;
 const SEQUENTIAL_BLOCK_BYTES: usize = 1 << 20;
@@ -130,25 +130,19 @@ fn measure_column(
     setting: &Setting,
     progress: &(dyn Fn(&str, f64) + Sync),
 ) -> Result<Column, String> {
-    let mut members = Vec::new();
+    let mut members = crate::compare::open_member_devices(&options.members, options.member_size_bytes)?;
     let mut spiky = None;
-    for (index, path) in options.members.iter().enumerate() {
-        let file_options = FileDeviceOptions { create_size_bytes: options.member_size_bytes, ..Default::default() };
-        let file: Arc<dyn BlockDevice> =
-            Arc::new(FileDevice::open(path, &file_options).map_err(|error| format!("{}: {error}", path.display()))?);
-        let device: Arc<dyn BlockDevice> = if setting.slow_member && index == options.slow_member {
-            let wrapped = Arc::new(LatencySpikeDevice::new(
-                file,
-                options.spike_latency,
-                options.spike_parts_per_million,
-                options.seed,
-            ));
-            spiky = Some(wrapped.clone());
-            wrapped
-        } else {
-            file
-        };
-        members.push(MemberDevice { name: path.display().to_string(), device: Some(device) });
+    if setting.slow_member {
+        let slow = &mut members[options.slow_member].device;
+        let file = slow.take().expect("opened");
+        let wrapped = Arc::new(LatencySpikeDevice::new(
+            file,
+            options.spike_latency,
+            options.spike_parts_per_million,
+            options.seed,
+        ));
+        *slow = Some(wrapped.clone());
+        spiky = Some(wrapped);
     }
     let create = CreateOptions {
         raid_level: options.raid_level,
@@ -179,10 +173,7 @@ fn measure_column(
     let sequential = run::run(&target, &sequential, &step("sequential writes", 3.0 / 4.0))?;
     let stats = volume.stats();
     drop(target);
-    match Arc::try_unwrap(volume) {
-        Ok(volume) => volume.close().map_err(|error| format!("closing the volume: {error}"))?,
-        Err(volume) => volume.flush().map_err(|error| format!("flushing the volume: {error}"))?,
-    }
+    crate::compare::close_volume(volume)?;
     let (slow_member_requests, slow_member_spikes) = spiky.map_or((0, 0), |device| device.requests_and_spikes());
     Ok(Column {
         name: setting.name.to_string(),
@@ -217,14 +208,10 @@ pub fn run(options: &Options, progress: &(dyn Fn(&str, f64) + Sync)) -> Result<R
     if !options.region_bytes.is_multiple_of(SEQUENTIAL_BLOCK_BYTES as u64) {
         return Err("the region must be a multiple of 1 MiB".into());
     }
+    // A fresh volume is created on the members: written over only with --force.
+    let overwrite = crate::target::TargetOptions { writes: true, force: options.force, create_size_bytes: None };
     for path in &options.members {
-        let existing = std::fs::metadata(path).map(|metadata| metadata.len() > 0 || !metadata.is_file());
-        if existing.unwrap_or(false) && !options.force {
-            return Err(format!(
-                "{}: exists and is not empty; this benchmark creates volumes on it (pass --force to allow that)",
-                path.display()
-            ));
-        }
+        crate::target::check_overwrite(path, &overwrite)?;
     }
     let columns = SETTINGS
         .iter()
@@ -261,12 +248,6 @@ pub fn table(report: &Report) -> String {
         report.duration_seconds,
         report.region_bytes as f64 / (1u64 << 20) as f64
     );
-    let width = report.columns.iter().map(|column| column.name.len()).max().unwrap_or(10).max(12);
-    let _ = write!(text, "{:<30}", "");
-    for column in &report.columns {
-        let _ = write!(text, " {:>width$}", column.name);
-    }
-    text.push('\n');
     type Pick = fn(&Column) -> String;
     let rows: [(&str, Pick); 12] = [
         ("hedged reads", |column| if column.hedged_reads { "on".into() } else { "off".into() }),
@@ -288,13 +269,10 @@ pub fn table(report: &Report) -> String {
             }
         }),
     ];
-    for (label, pick) in rows {
-        let _ = write!(text, "{label:<30}");
-        for column in &report.columns {
-            let _ = write!(text, " {:>width$}", pick(column));
-        }
-        text.push('\n');
-    }
+    let names: Vec<&str> = report.columns.iter().map(|column| column.name.as_str()).collect();
+    let cells: Vec<(&str, Vec<String>)> =
+        rows.iter().map(|(label, pick)| (*label, report.columns.iter().map(pick).collect())).collect();
+    crate::side_by_side::append(&mut text, 30, &names, &cells);
     let healthy = &report.columns[0];
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
     for column in report.columns.iter().filter(|column| column.slow_member) {

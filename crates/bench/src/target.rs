@@ -77,7 +77,7 @@ pub fn open(spec: &str, options: &TargetOptions) -> Result<Box<dyn Target>, Stri
 }
 
 /// Refuse to write over data without `--force`: a path that exists and is not empty.
-fn check_overwrite(path: &Path, options: &TargetOptions) -> Result<(), String> {
+pub(crate) fn check_overwrite(path: &Path, options: &TargetOptions) -> Result<(), String> {
     if !options.writes || options.force {
         return Ok(());
     }

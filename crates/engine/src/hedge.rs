@@ -90,18 +90,19 @@ impl PendingRead {
         match self.reply.recv_timeout(timeout) {
             Ok(result) => Ok(result),
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(self),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                Ok(Err(stripelog_blockdev::DeviceError::InvalidRequest("the read helper stopped".into())))
-            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Ok(Err(helper_stopped())),
         }
     }
 
     /// Wait for the read however long it takes.
     pub(crate) fn wait(self) -> HelperResult {
-        self.reply
-            .recv()
-            .unwrap_or_else(|_| Err(stripelog_blockdev::DeviceError::InvalidRequest("the read helper stopped".into())))
+        self.reply.recv().unwrap_or_else(|_| Err(helper_stopped()))
     }
+}
+
+/// The error of a read whose helper ended without answering (it panicked).
+fn helper_stopped() -> stripelog_blockdev::DeviceError {
+    stripelog_blockdev::DeviceError::InvalidRequest("the read helper stopped".into())
 }
 
 type Job = Box<dyn FnOnce() + Send>;

@@ -381,12 +381,8 @@ impl Members {
         if !lagging {
             return Fetched::Now(self.read_raw(member, offset_bytes, counters));
         }
-        let Some(device) = self.readable_at(member, offset_bytes) else {
-            return Fetched::Now(None);
-        };
         let deadline = self.hedge_deadline();
-        let latency = self.read_latency[member].clone();
-        let Some(pending) = self.read_helpers.start(device, offset_bytes, latency, deadline) else {
+        let Some(pending) = self.start_helper_read(member, offset_bytes, deadline) else {
             return Fetched::Now(self.read_raw(member, offset_bytes, counters));
         };
         match pending.wait_for(deadline) {
@@ -396,6 +392,13 @@ impl Members {
                 Fetched::Late(member, pending)
             }
         }
+    }
+
+    /// Start reading one block of `member` in a read helper; `None` when the member is
+    /// not readable there or no helper is free (the caller reads directly).
+    fn start_helper_read(&self, member: usize, offset_bytes: u64, deadline: Duration) -> Option<PendingRead> {
+        let device = self.readable_at(member, offset_bytes)?;
+        self.read_helpers.start(device, offset_bytes, self.read_latency[member].clone(), deadline)
     }
 
     fn helper_read_done(
@@ -670,14 +673,8 @@ impl Members {
             return sources.iter().map(|source| self.read_raw((*source)?, offset_bytes, counters)).collect();
         }
         let deadline = self.hedge_deadline();
-        let pending: Vec<Option<PendingRead>> = sources
-            .iter()
-            .map(|source| {
-                let member = (*source)?;
-                let device = self.readable_at(member, offset_bytes)?;
-                self.read_helpers.start(device, offset_bytes, self.read_latency[member].clone(), deadline)
-            })
-            .collect();
+        let pending: Vec<Option<PendingRead>> =
+            sources.iter().map(|source| self.start_helper_read((*source)?, offset_bytes, deadline)).collect();
         sources
             .iter()
             .zip(pending)

@@ -473,9 +473,11 @@ pub fn saturate_target(arguments: &SaturateTarget) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The member files of a benchmark that creates stripelog volumes on them (`compare`,
+/// `slow-member`), and the volume's shape.
 #[derive(Args)]
-pub struct CompareArguments {
-    /// The member files or devices (written over: raw first, then a stripelog volume).
+pub struct ArrayArguments {
+    /// The member files or devices (written over by the benchmark).
     #[arg(long, value_delimiter = ',', required = true)]
     members: Vec<PathBuf>,
     /// Create missing member files of this size (sparse).
@@ -484,9 +486,6 @@ pub struct CompareArguments {
     /// Allow writing over members that exist and are not empty.
     #[arg(long)]
     force: bool,
-    /// An NBD server to compare with, by URI (e.g. nbdkit memory on a Unix socket).
-    #[arg(long, value_name = "URI")]
-    peer: Option<String>,
     #[arg(long, default_value = "5")]
     raid: String,
     #[arg(long, default_value = "1MiB", value_parser = units::parse_size)]
@@ -494,6 +493,15 @@ pub struct CompareArguments {
     /// Spare fraction of the volume's data capacity.
     #[arg(long, default_value = "27%", value_parser = units::parse_fraction_ppm)]
     spare: u32,
+}
+
+#[derive(Args)]
+pub struct CompareArguments {
+    #[command(flatten)]
+    array: ArrayArguments,
+    /// An NBD server to compare with, by URI (e.g. nbdkit memory on a Unix socket).
+    #[arg(long, value_name = "URI")]
+    peer: Option<String>,
     #[arg(long, default_value_t = 1)]
     threads: usize,
     #[arg(long, default_value_t = 32)]
@@ -515,14 +523,15 @@ pub struct CompareArguments {
 }
 
 pub fn compare(arguments: CompareArguments) -> Result<ExitCode, String> {
+    let array = &arguments.array;
     let options = stripelog_bench::compare::Options {
-        members: arguments.members.clone(),
-        member_size_bytes: arguments.member_size,
-        force: arguments.force,
+        members: array.members.clone(),
+        member_size_bytes: array.member_size,
+        force: array.force,
         peer: arguments.peer.clone(),
-        raid_level: crate::parse_raid(&arguments.raid)?,
-        chunk_size_bytes: crate::chunk_size(arguments.chunk)?,
-        spare_ppm: arguments.spare,
+        raid_level: crate::parse_raid(&array.raid)?,
+        chunk_size_bytes: crate::chunk_size(array.chunk)?,
+        spare_ppm: array.spare,
         threads: arguments.threads,
         queue_depth: arguments.queue_depth,
         duration: arguments.duration,
@@ -550,22 +559,8 @@ pub fn compare(arguments: CompareArguments) -> Result<ExitCode, String> {
 
 #[derive(Args)]
 pub struct SlowMemberArguments {
-    /// The member files or devices (a fresh volume is created on them for every column).
-    #[arg(long, value_delimiter = ',', required = true)]
-    members: Vec<PathBuf>,
-    /// Create missing member files of this size (sparse).
-    #[arg(long, value_parser = units::parse_size)]
-    member_size: Option<u64>,
-    /// Allow writing over members that exist and are not empty.
-    #[arg(long)]
-    force: bool,
-    #[arg(long, default_value = "5")]
-    raid: String,
-    #[arg(long, default_value = "1MiB", value_parser = units::parse_size)]
-    chunk: u64,
-    /// Spare fraction of the volume's data capacity.
-    #[arg(long, default_value = "27%", value_parser = units::parse_fraction_ppm)]
-    spare: u32,
+    #[command(flatten)]
+    array: ArrayArguments,
     /// Which member (index in --members) gets the latency spikes.
     #[arg(long, default_value_t = 0)]
     slow_member: usize,
@@ -596,13 +591,14 @@ pub struct SlowMemberArguments {
 }
 
 pub fn slow_member(arguments: SlowMemberArguments) -> Result<ExitCode, String> {
+    let array = &arguments.array;
     let options = stripelog_bench::slow_member::Options {
-        members: arguments.members.clone(),
-        member_size_bytes: arguments.member_size,
-        force: arguments.force,
-        raid_level: crate::parse_raid(&arguments.raid)?,
-        chunk_size_bytes: crate::chunk_size(arguments.chunk)?,
-        spare_ppm: arguments.spare,
+        members: array.members.clone(),
+        member_size_bytes: array.member_size,
+        force: array.force,
+        raid_level: crate::parse_raid(&array.raid)?,
+        chunk_size_bytes: crate::chunk_size(array.chunk)?,
+        spare_ppm: array.spare,
         slow_member: arguments.slow_member,
         spike_latency: arguments.spike_latency,
         spike_parts_per_million: arguments.spike_fraction as u64,
