@@ -10,6 +10,7 @@ use stripelog_blockdev::{BlockDevice, MemoryDevice, Prng};
 use stripelog_engine::{
     CleaningPolicy, CreateOptions, IoMode, MemberDevice, OpenOptions, RaidLevel, Volume, BLOCK_SIZE_BYTES,
 };
+use stripelog_flashsim::theory::greedy_uniform_write_amplification;
 
 /// Which blocks the writes go to.
 #[derive(Clone, Debug, PartialEq)]
@@ -129,18 +130,6 @@ pub struct Report {
     pub reference_greedy_uniform_for_data: Option<f64>,
     pub cleaning_rounds: u64,
     pub seconds: f64,
-}
-
-/// Desnoyers' analytic write amplification of greedy cleaning under uniform writes, for
-/// large segments: `1 / (1 − u)` where `u = exp(−(1 − u) / (1 − s))`.
-pub fn greedy_uniform_reference(spare_fraction: f64) -> f64 {
-    let alpha = 1.0 - spare_fraction;
-    // Fixed point from below converges to the non-trivial root for s > 0.
-    let mut utilisation = 0.0f64;
-    for _ in 0..10_000 {
-        utilisation = (-(1.0 - utilisation) / alpha).exp();
-    }
-    1.0 / (1.0 - utilisation)
 }
 
 /// Blocks chosen by the workload's distribution.
@@ -315,10 +304,10 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         summary_share: if data > 0.0 { summaries / (data + relocated) } else { 0.0 },
         padding_share: if data > 0.0 { padding / (data + relocated) } else { 0.0 },
         reference_greedy_uniform: (options.workload == Workload::Uniform)
-            .then(|| greedy_uniform_reference(options.spare_fraction)),
+            .then(|| greedy_uniform_write_amplification(options.spare_fraction)),
         spare_fraction_for_data,
         reference_greedy_uniform_for_data: (options.workload == Workload::Uniform && spare_fraction_for_data > 0.0)
-            .then(|| greedy_uniform_reference(spare_fraction_for_data)),
+            .then(|| greedy_uniform_write_amplification(spare_fraction_for_data)),
         cleaning_rounds: end.cleaning_rounds,
         seconds: started.elapsed().as_secs_f64(),
     })
@@ -331,7 +320,7 @@ mod tests {
     #[test]
     fn the_reference_matches_the_published_figures() {
         for (spare, expected) in [(0.07, 7.32), (0.13, 4.03), (0.20, 2.69), (0.27, 2.06), (0.40, 1.48)] {
-            let figure = greedy_uniform_reference(spare);
+            let figure = greedy_uniform_write_amplification(spare);
             assert!((figure - expected).abs() < 0.01, "spare {spare}: {figure} against {expected}");
         }
     }
