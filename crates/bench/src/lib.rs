@@ -37,3 +37,4 @@ pub fn format_size(bytes: u64) -> String {
         bytes => format!("{bytes}B"),
     }
 }
+pub mod flash;

@@ -317,7 +317,7 @@ impl Target for EngineTarget {
         self.writable
     }
     fn queue(&self, depth: usize, buffer_bytes: usize) -> Result<Box<dyn IoQueue>, String> {
-        Ok(Box::new(EngineQueue::new(self.volume.clone(), depth, buffer_bytes)))
+        Ok(Box::new(CallerQueue::new(self.volume.clone(), depth, buffer_bytes)))
     }
 }
 
@@ -332,32 +332,47 @@ impl Drop for EngineTarget {
     }
 }
 
-type EngineJob = (usize, Request, Vec<u8>);
+/// A target whose calls are synchronous and take any buffer: the engine, and the
+/// conventional arrays of the flash experiments. A queue of depth `d` is `d` callers.
+pub trait SynchronousTarget: Send + Sync + 'static {
+    fn read(&self, offset_bytes: u64, buffer: &mut [u8]) -> Result<(), String>;
+    fn write(&self, offset_bytes: u64, data: &[u8]) -> Result<(), String>;
+}
 
-/// The engine's calls are synchronous: a queue of depth `d` is `d` callers.
-struct EngineQueue {
+impl SynchronousTarget for Volume {
+    fn read(&self, offset_bytes: u64, buffer: &mut [u8]) -> Result<(), String> {
+        Volume::read(self, offset_bytes, buffer).map_err(|error| error.to_string())
+    }
+    fn write(&self, offset_bytes: u64, data: &[u8]) -> Result<(), String> {
+        Volume::write(self, offset_bytes, data, false).map_err(|error| error.to_string())
+    }
+}
+
+type CallerJob = (usize, Request, Vec<u8>);
+
+/// `depth` caller threads, each making one synchronous call at a time.
+pub struct CallerQueue {
     buffers: Vec<Option<Vec<u8>>>,
-    jobs: Option<crossbeam_channel::Sender<EngineJob>>,
-    done: crossbeam_channel::Receiver<(EngineJob, Result<(), String>)>,
+    jobs: Option<crossbeam_channel::Sender<CallerJob>>,
+    done: crossbeam_channel::Receiver<(CallerJob, Result<(), String>)>,
     callers: Vec<std::thread::JoinHandle<()>>,
     in_flight: usize,
 }
 
-impl EngineQueue {
-    fn new(volume: Arc<Volume>, depth: usize, buffer_bytes: usize) -> EngineQueue {
-        let (jobs, incoming) = crossbeam_channel::bounded::<EngineJob>(depth);
+impl CallerQueue {
+    pub fn new(target: Arc<dyn SynchronousTarget>, depth: usize, buffer_bytes: usize) -> CallerQueue {
+        let (jobs, incoming) = crossbeam_channel::bounded::<CallerJob>(depth);
         let (finished, done) = crossbeam_channel::bounded(depth);
         let callers = (0..depth)
             .map(|_| {
-                let (volume, incoming, finished) = (volume.clone(), incoming.clone(), finished.clone());
+                let (target, incoming, finished) = (target.clone(), incoming.clone(), finished.clone());
                 std::thread::spawn(move || {
                     for (slot, request, mut buffer) in incoming {
                         let data = &mut buffer[..request.length_bytes];
                         let result = match request.operation {
-                            Operation::Read => volume.read(request.offset_bytes, data),
-                            Operation::Write => volume.write(request.offset_bytes, data, false),
-                        }
-                        .map_err(|error| error.to_string());
+                            Operation::Read => target.read(request.offset_bytes, data),
+                            Operation::Write => target.write(request.offset_bytes, data),
+                        };
                         if finished.send(((slot, request, buffer), result)).is_err() {
                             return;
                         }
@@ -365,7 +380,7 @@ impl EngineQueue {
                 })
             })
             .collect();
-        EngineQueue {
+        CallerQueue {
             buffers: (0..depth).map(|_| Some(vec![0u8; buffer_bytes])).collect(),
             jobs: Some(jobs),
             done,
@@ -375,7 +390,7 @@ impl EngineQueue {
     }
 }
 
-impl IoQueue for EngineQueue {
+impl IoQueue for CallerQueue {
     fn buffer(&mut self, slot: usize) -> &mut [u8] {
         self.buffers[slot].as_deref_mut().expect("the slot is not in flight")
     }
@@ -383,7 +398,7 @@ impl IoQueue for EngineQueue {
     fn submit(&mut self, slot: usize, request: Request) -> Result<(), String> {
         let buffer = self.buffers[slot].take().ok_or("slot submitted twice")?;
         let jobs = self.jobs.as_ref().ok_or("queue closed")?;
-        jobs.send((slot, request, buffer)).map_err(|_| "the engine's callers stopped".to_string())?;
+        jobs.send((slot, request, buffer)).map_err(|_| "the target's callers stopped".to_string())?;
         self.in_flight += 1;
         Ok(())
     }
@@ -392,7 +407,7 @@ impl IoQueue for EngineQueue {
         if self.in_flight == 0 {
             return Ok(());
         }
-        let first = self.done.recv().map_err(|_| "the engine's callers stopped".to_string())?;
+        let first = self.done.recv().map_err(|_| "the target's callers stopped".to_string())?;
         for ((slot, _, buffer), result) in std::iter::once(first).chain(self.done.try_iter()) {
             self.buffers[slot] = Some(buffer);
             self.in_flight -= 1;
@@ -402,7 +417,7 @@ impl IoQueue for EngineQueue {
     }
 }
 
-impl Drop for EngineQueue {
+impl Drop for CallerQueue {
     fn drop(&mut self) {
         self.jobs = None;
         for caller in self.callers.drain(..) {
