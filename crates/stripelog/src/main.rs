@@ -4,6 +4,7 @@
 mod bench;
 mod maintenance;
 mod serve;
+mod sim;
 mod units;
 
 use clap::{Args, Parser, Subcommand};
@@ -66,7 +67,8 @@ enum Command {
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(BenchCommand),
-    /// Experiments on the real engine with in-memory members.
+    /// Experiments: the cleaner on in-memory members; the seeds' flash experiments on
+    /// simulated drives.
     #[command(subcommand)]
     Sim(SimCommand),
 }
@@ -80,6 +82,26 @@ enum SimCommand {
         after_help = "Examples:\n  stripelog sim gc --workload uniform --spare 27%\n  stripelog sim gc --workload hotcold:90/10 --spare 13% --policy greedy --json gc.json\n  stripelog sim gc --workload zipf:0.8 --spare 27% --passes 12"
     )]
     Gc(GcSimArguments),
+    /// Seed 004's write saturation on a simulated drive: IOPS each virtual second from
+    /// fresh out of the box, with the drive's own spare and with total spare raised.
+    #[command(
+        after_help = "Examples:\n  stripelog sim overprovisioning\n  stripelog sim overprovisioning --drive sandforce-1200 --seconds 1800\n  stripelog sim overprovisioning --full --json op.json --chart op.png"
+    )]
+    Overprovisioning(sim::OverprovisioningArguments),
+    /// Seed 003's lame RAID: sequential writes to six simulated drives whose garbage
+    /// collection pauses strike at independent times — each alone, a naive in-order stripe
+    /// writer, and stripelog's writer.
+    #[command(
+        after_help = "Examples:\n  stripelog sim lame-raid\n  stripelog sim lame-raid --drives 8 --chunk 1MiB --slowdown 8\n  stripelog sim lame-raid --full --json lame.json --chart lame.png"
+    )]
+    LameRaid(sim::LameRaidArguments),
+    /// Seeds 000-002's wear: 4 KiB random writes to eight simulated drives as md RAID-10,
+    /// md RAID-5 and stripelog RAID-5/6 — IOPS, RAID and drive write amplification, NAND
+    /// bytes per host byte and projected life.
+    #[command(
+        after_help = "Examples:\n  stripelog sim wear\n  stripelog sim wear --drives barefoot,sandforce-1200 --spare 27%\n  stripelog sim wear --full --json wear.json --chart wear.png"
+    )]
+    Wear(sim::WearArguments),
 }
 
 #[derive(Args)]
@@ -550,6 +572,11 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Bench(BenchCommand::Compare(arguments)) => bench::compare(arguments),
         Command::Bench(BenchCommand::SlowMember(arguments)) => bench::slow_member(arguments),
         Command::Sim(SimCommand::Gc(arguments)) => sim_gc(arguments),
+        Command::Sim(SimCommand::Overprovisioning(arguments)) => {
+            sim::overprovisioning(arguments).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Sim(SimCommand::LameRaid(arguments)) => sim::lame_raid(arguments).map(|()| ExitCode::SUCCESS),
+        Command::Sim(SimCommand::Wear(arguments)) => sim::wear(arguments).map(|()| ExitCode::SUCCESS),
     }
 }
 
