@@ -284,16 +284,19 @@ impl FlashDrive {
         let mut ready = self.command(arrival_ns);
         ready = self.link(ready, length_bytes);
         let first_write = *self.first_write_ns.get_or_insert(ready);
+        // The throttle holds back acknowledgements, one per interval; the drive's work goes
+        // on meanwhile, so a drive that is slower than its cap is not slowed further.
+        let mut acknowledgement_slot = ready;
         if let Some(throttle) = &self.model.ftl.throttle {
             if ready.saturating_sub(first_write) as f64 >= throttle.after_seconds * 1e9 {
                 let interval = 1_000_000_000 / throttle.write_requests_per_second_maximum.max(1) as u64;
                 self.throttle_next_ns = self.throttle_next_ns.max(ready) + interval;
-                ready = self.throttle_next_ns;
+                acknowledgement_slot = self.throttle_next_ns;
             }
         }
         let page_bytes = self.model.geometry.page_size_bytes as u64;
         let end_bytes = offset_bytes + length_bytes;
-        let mut completion = ready;
+        let mut completion = acknowledgement_slot;
         for logical in offset_bytes / page_bytes..end_bytes.div_ceil(page_bytes) {
             let whole = logical * page_bytes >= offset_bytes && (logical + 1) * page_bytes <= end_bytes;
             let old = self.logical_to_physical[logical as usize];
