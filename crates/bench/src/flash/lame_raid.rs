@@ -375,9 +375,22 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
     use crate::chart::failed;
     use plotters::prelude::*;
     root.fill(&WHITE).map_err(failed)?;
-    let points = || report.cases.iter().flat_map(|case| case.drive_bytes_per_second_over_time.iter());
+    // Cumulative megabytes accepted: a stall is a flat stretch, the slope is the rate.
+    let cumulative = |case: &Case| -> Vec<(f64, f64)> {
+        let mut total_megabytes = 0.0;
+        let mut previous_seconds = 0.0;
+        let mut line = vec![(0.0, 0.0)];
+        for &(seconds, bytes_per_second) in &case.drive_bytes_per_second_over_time {
+            total_megabytes += bytes_per_second / 1e6 * (seconds - previous_seconds);
+            previous_seconds = seconds;
+            line.push((seconds, total_megabytes));
+        }
+        line
+    };
+    let lines: Vec<Vec<(f64, f64)>> = report.cases.iter().map(cumulative).collect();
+    let points = || lines.iter().flatten();
     let longest = points().map(|&(seconds, _)| seconds).fold(0.1, f64::max);
-    let peak = points().map(|&(_, rate)| rate / 1e6).fold(1.0, f64::max) * 1.1;
+    let peak = points().map(|&(_, megabytes)| megabytes).fold(1.0, f64::max) * 1.1;
     let caption = format!("Lame RAID: {} simulated {} drives, sequential writes", report.drives, report.drive.name);
     let mut chart = ChartBuilder::on(root)
         .caption(caption, ("sans-serif", 20))
@@ -386,13 +399,15 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..longest, 0f64..peak)
         .map_err(failed)?;
-    chart.configure_mesh().x_desc("virtual seconds").y_desc("MB/s accepted by the drives").draw().map_err(failed)?;
-    for (case, color) in report.cases.iter().zip([BLACK, RED, BLUE, MAGENTA]) {
+    chart
+        .configure_mesh()
+        .x_desc("virtual seconds")
+        .y_desc("MB accepted by the drives (flat: stalled)")
+        .draw()
+        .map_err(failed)?;
+    for ((case, line), color) in report.cases.iter().zip(&lines).zip([BLACK, RED, BLUE, MAGENTA]) {
         chart
-            .draw_series(LineSeries::new(
-                case.drive_bytes_per_second_over_time.iter().map(|&(seconds, rate)| (seconds, rate / 1e6)),
-                color.stroke_width(2),
-            ))
+            .draw_series(LineSeries::new(line.iter().copied(), color.stroke_width(2)))
             .map_err(failed)?
             .label(format!("{}: {:.0} MB/s", case.name, case.bytes_per_second / 1e6))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
@@ -401,7 +416,7 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
+        .position(SeriesLabelPosition::UpperLeft)
         .draw()
         .map_err(failed)
 }
