@@ -3,6 +3,7 @@
 
 mod bench;
 mod maintenance;
+mod plan;
 mod serve;
 mod sim;
 mod units;
@@ -71,7 +72,19 @@ enum Command {
     /// simulated drives.
     #[command(subcommand)]
     Sim(SimCommand),
+    /// The seeds' capacity, cost, endurance and IOPS arithmetic for a drive set: md RAID
+    /// and stripelog topologies side by side (docs/planner.md).
+    #[command(after_help = PLAN_EXAMPLES)]
+    Plan(plan::PlanArguments),
 }
+
+const PLAN_EXAMPLES: &str = "Examples:
+  stripelog plan --preset crucial-m550
+  stripelog plan --preset samsung-sm843tn --drives 12 --spare 20% --licence-per-tib 0,0
+  stripelog plan --drive-size 3.84TB --price 310 --drive-writes-per-day 1 --read-iops 700000 \\
+      --write-iops 90000 --linear-write 2000 --drives 12 --chassis-cost 6000 --daily-writes 10TB --json
+  stripelog plan --config plan.toml
+  stripelog plan --list-presets";
 
 #[derive(Subcommand)]
 enum SimCommand {
@@ -577,6 +590,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         }
         Command::Sim(SimCommand::LameRaid(arguments)) => sim::lame_raid(arguments).map(|()| ExitCode::SUCCESS),
         Command::Sim(SimCommand::Wear(arguments)) => sim::wear(arguments).map(|()| ExitCode::SUCCESS),
+        Command::Plan(arguments) => plan::run(arguments).map(|()| ExitCode::SUCCESS),
     }
 }
 

@@ -147,3 +147,48 @@ fn check_reports_damage_with_a_failing_exit() {
     let human = stripelog(&with_members(&["check"], &members));
     assert!(text(&human).contains("DAMAGED"), "{}", text(&human));
 }
+
+#[test]
+fn plan_prints_the_seeds_table_reads_toml_and_refuses_bad_input() {
+    let output = stripelog(&["plan", "--preset", "crucial-m550"]);
+    assert!(output.status.success(), "{}", text(&output));
+    let table = text(&output);
+    assert!(table.contains("cost per addressable GB") && table.contains("1,531,800*"), "{table}");
+
+    let output = stripelog(&["plan", "--preset", "samsung-sm843t", "--json"]);
+    assert!(output.status.success(), "{}", text(&output));
+    let plan: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let raid10 = &plan["columns"][6];
+    assert_eq!(raid10["name"], "md RAID-10");
+    assert_eq!(raid10["landable_gigabytes"], 9_600.0);
+
+    // Flags over a file: twelve drives, no measurement (it was made on 24).
+    let directory = Directory::new("plan");
+    let file = directory.0.join("plan.toml");
+    std::fs::write(
+        &file,
+        "[drive]\nname = \"x\"\nsize_gigabytes = 1000\nprice = 100\nerase_cycles = 3000\nspare_fraction = 0.07\n\
+         random_write_iops = 50000\nlinear_write_megabytes_per_second = 500\nrandom_read_iops = 90000\n\
+         [build]\ndrive_count = 24\nchassis_cost = 4000\ndaily_writes_gigabytes = 5000\ncompression_ratio = 1\n\
+         stripelog_spare_fraction = 0.27\nraid_group_count = 3\nservice_years = 5\n",
+    )
+    .unwrap();
+    let path = file.display().to_string();
+    let output = stripelog(&["plan", "--config", &path, "--drives", "12", "--json"]);
+    assert!(output.status.success(), "{}", text(&output));
+    let plan: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(plan["build"]["drive_count"], 12);
+    assert_eq!(plan["columns"][7]["random_write_iops_basis"], "Computed");
+
+    for (arguments, expected) in [
+        (vec!["plan", "--preset", "nope"], "no preset"),
+        (vec!["plan", "--price", "3"], "--drive-size"),
+        (vec!["plan", "--preset", "crucial-m550", "--drives", "7"], "even drive count"),
+        (vec!["plan", "--preset", "crucial-m550", "--measured-iops", "1,2"], "4 comma-separated"),
+        (vec!["plan", "--config", "/nonexistent/plan.toml"], "plan.toml"),
+    ] {
+        let output = stripelog(&arguments);
+        assert!(!output.status.success(), "{arguments:?} succeeded");
+        assert!(text(&output).contains(expected), "{arguments:?}: {}", text(&output));
+    }
+}

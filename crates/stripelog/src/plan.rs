@@ -1,0 +1,255 @@
+//! `stripelog plan`: the seeds' capacity, cost, endurance and IOPS arithmetic for a drive
+//! set (crates/planner, docs/planner.md). The drive and build come from a preset, a TOML
+//! file, or flags; flags override the other two.
+
+use crate::units;
+use clap::Args;
+use std::path::PathBuf;
+use stripelog_planner::{presets, Build, Drive, MeasuredIops, PlanInput};
+
+#[derive(Args)]
+pub(crate) struct PlanArguments {
+    /// A drive of the seeds' tables in the build its seed uses (see --list-presets).
+    #[arg(long)]
+    preset: Option<String>,
+    /// A TOML file with [drive] and [build] tables (keys as in --json's "drive" and "build").
+    #[arg(long, value_name = "FILE.toml")]
+    config: Option<PathBuf>,
+    /// List the presets and exit.
+    #[arg(long)]
+    list_presets: bool,
+    /// Print the plan as JSON.
+    #[arg(long)]
+    json: bool,
+
+    /// Drive name.
+    #[arg(long, help_heading = "Drive")]
+    drive_name: Option<String>,
+    /// User capacity of one drive (1TB, 960GB; decimal GB as drives are sold).
+    #[arg(long, value_parser = units::parse_size, help_heading = "Drive")]
+    drive_size: Option<u64>,
+    /// NAND behind one drive, the endurance budget (default: the user capacity).
+    #[arg(long, value_parser = units::parse_size, help_heading = "Drive")]
+    raw_drive_size: Option<u64>,
+    /// Price of one drive.
+    #[arg(long, help_heading = "Drive")]
+    price: Option<f64>,
+    /// Rated erase (P/E) cycles of its flash.
+    #[arg(long, help_heading = "Drive", conflicts_with = "drive_writes_per_day")]
+    erase_cycles: Option<f64>,
+    /// Rated drive writes per day over --years (instead of erase cycles).
+    #[arg(long, help_heading = "Drive")]
+    drive_writes_per_day: Option<f64>,
+    /// The drive's internal write amplification under random writes.
+    #[arg(long, help_heading = "Drive", conflicts_with = "drive_spare")]
+    drive_write_amplification: Option<f64>,
+    /// The drive's free space, instead: write amplification = 1 ÷ free (seed 000).
+    #[arg(long, value_parser = units::parse_fraction_ppm, help_heading = "Drive")]
+    drive_spare: Option<u32>,
+    /// 4 KiB random read IOPS of one drive.
+    #[arg(long, help_heading = "Drive")]
+    read_iops: Option<f64>,
+    /// 4 KiB random write IOPS of one drive.
+    #[arg(long, help_heading = "Drive")]
+    write_iops: Option<f64>,
+    /// Linear write speed of one drive, MB/s.
+    #[arg(long, help_heading = "Drive")]
+    linear_write: Option<f64>,
+
+    /// Number of drives.
+    #[arg(long, help_heading = "Build")]
+    drives: Option<u32>,
+    /// Chassis, controllers and the rest of the build.
+    #[arg(long, help_heading = "Build")]
+    chassis_cost: Option<f64>,
+    /// Member I/Os a second the controllers pass.
+    #[arg(long, help_heading = "Build")]
+    controller_iops: Option<f64>,
+    /// Host writes a day (2TB, 500GB).
+    #[arg(long, value_parser = units::parse_size, help_heading = "Build")]
+    daily_writes: Option<u64>,
+    /// Assumed compression ratio of the data (2 = 2:1).
+    #[arg(long, help_heading = "Build")]
+    compression: Option<f64>,
+    /// stripelog's spare fraction of its data space.
+    #[arg(long, value_parser = units::parse_fraction_ppm, help_heading = "Build")]
+    spare: Option<u32>,
+    /// stripelog's cleaning write amplification (default: 1 ÷ spare, the seeds' coefficient).
+    #[arg(long, help_heading = "Build")]
+    log_write_amplification: Option<f64>,
+    /// Software cost per started TiB of stripelog's landable space, plain and compressed.
+    #[arg(long, value_name = "PLAIN,COMPRESSED", help_heading = "Build")]
+    licence_per_tib: Option<String>,
+    /// RAID-50/60 groups.
+    #[arg(long, help_heading = "Build")]
+    groups: Option<u32>,
+    /// Service life the overwrites per day are counted over, years.
+    #[arg(long, help_heading = "Build")]
+    years: Option<f64>,
+    /// stripelog's measured random-write IOPS (RAID-5, RAID-6, and both compressed),
+    /// printed instead of the computed figure and marked as measured.
+    #[arg(long, value_name = "R5,R6,R5C,R6C", help_heading = "Build")]
+    measured_iops: Option<String>,
+}
+
+fn numbers<const N: usize>(text: &str, what: &str) -> Result<[f64; N], String> {
+    let values: Vec<f64> = text
+        .split(',')
+        .map(|part| part.trim().parse::<f64>().map_err(|_| format!("{what}: '{part}' is not a number")))
+        .collect::<Result<_, _>>()?;
+    values.try_into().map_err(|_| format!("{what}: expected {N} comma-separated numbers, got '{text}'"))
+}
+
+const BYTES_PER_GIGABYTE: f64 = 1e9;
+
+fn gigabytes(bytes: u64) -> f64 {
+    bytes as f64 / BYTES_PER_GIGABYTE
+}
+
+/// The starting point: a preset, a file, or a blank drive in seed 001's chassis.
+fn base(arguments: &PlanArguments) -> Result<PlanInput, String> {
+    match (&arguments.preset, &arguments.config) {
+        (Some(_), Some(_)) => Err("give --preset or --config, not both".into()),
+        (Some(name), None) => presets::preset(name)
+            .ok_or_else(|| format!("no preset '{name}'; the presets are: {}", presets::NAMES.join(", "))),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path).map_err(|error| format!("{}: {error}", path.display()))?;
+            PlanInput::from_toml(&text).map_err(|error| format!("{}: {error}", path.display()))
+        }
+        (None, None) => {
+            let missing: Vec<&str> = [
+                ("--drive-size", arguments.drive_size.is_none()),
+                ("--price", arguments.price.is_none()),
+                ("--write-iops", arguments.write_iops.is_none()),
+            ]
+            .iter()
+            .filter(|(_, missing)| *missing)
+            .map(|(flag, _)| *flag)
+            .collect();
+            if !missing.is_empty() {
+                return Err(format!("without --preset or --config, give at least {}", missing.join(", ")));
+            }
+            Ok(PlanInput {
+                drive: Drive {
+                    name: "drive".into(),
+                    size_gigabytes: 0.0,
+                    raw_size_gigabytes: None,
+                    price: 0.0,
+                    erase_cycles: None,
+                    drive_writes_per_day: None,
+                    write_amplification: None,
+                    spare_fraction: None,
+                    random_read_iops: None,
+                    random_write_iops: 0.0,
+                    linear_write_megabytes_per_second: None,
+                    source: String::new(),
+                },
+                build: Build { stripelog_write_amplification: None, ..Build::seed_001_chassis() },
+            })
+        }
+    }
+}
+
+/// The plan's inputs: the base with every flag given laid over it.
+fn input(arguments: &PlanArguments) -> Result<PlanInput, String> {
+    let mut input = base(arguments)?;
+    let (drive, build) = (&mut input.drive, &mut input.build);
+    if let Some(name) = &arguments.drive_name {
+        drive.name = name.clone();
+    }
+    if let Some(size) = arguments.drive_size {
+        drive.size_gigabytes = gigabytes(size);
+    }
+    if let Some(size) = arguments.raw_drive_size {
+        drive.raw_size_gigabytes = Some(gigabytes(size));
+    }
+    if let Some(price) = arguments.price {
+        drive.price = price;
+    }
+    if let Some(cycles) = arguments.erase_cycles {
+        drive.erase_cycles = Some(cycles);
+        drive.drive_writes_per_day = None;
+    }
+    if let Some(rating) = arguments.drive_writes_per_day {
+        drive.drive_writes_per_day = Some(rating);
+        drive.erase_cycles = None;
+    }
+    if let Some(amplification) = arguments.drive_write_amplification {
+        drive.write_amplification = Some(amplification);
+        drive.spare_fraction = None;
+    }
+    if let Some(spare) = arguments.drive_spare {
+        drive.spare_fraction = Some(f64::from(spare) / 1e6);
+        drive.write_amplification = None;
+    }
+    if let Some(reads) = arguments.read_iops {
+        drive.random_read_iops = Some(reads);
+    }
+    if let Some(writes) = arguments.write_iops {
+        drive.random_write_iops = writes;
+    }
+    if let Some(linear) = arguments.linear_write {
+        drive.linear_write_megabytes_per_second = Some(linear);
+    }
+    if let Some(count) = arguments.drives {
+        if count != build.drive_count {
+            // A measurement holds for the drive count it was made on.
+            build.stripelog_measured_iops = None;
+        }
+        build.drive_count = count;
+    }
+    if let Some(cost) = arguments.chassis_cost {
+        build.chassis_cost = cost;
+    }
+    if let Some(limit) = arguments.controller_iops {
+        build.controller_iops_limit = Some(limit);
+    }
+    if let Some(daily) = arguments.daily_writes {
+        build.daily_writes_gigabytes = gigabytes(daily);
+    }
+    if let Some(ratio) = arguments.compression {
+        build.compression_ratio = ratio;
+    }
+    if let Some(spare) = arguments.spare {
+        build.stripelog_spare_fraction = f64::from(spare) / 1e6;
+        // A spare given on the command line sets the coefficient unless one is given too.
+        build.stripelog_write_amplification = None;
+    }
+    if let Some(amplification) = arguments.log_write_amplification {
+        build.stripelog_write_amplification = Some(amplification);
+    }
+    if let Some(text) = &arguments.licence_per_tib {
+        let [plain, compressed] = numbers::<2>(text, "--licence-per-tib")?;
+        build.licence_per_tebibyte = plain;
+        build.compressed_licence_per_tebibyte = compressed;
+    }
+    if let Some(groups) = arguments.groups {
+        build.raid_group_count = groups;
+    }
+    if let Some(years) = arguments.years {
+        build.service_years = years;
+    }
+    if let Some(text) = &arguments.measured_iops {
+        let [raid5, raid6, raid5_compressed, raid6_compressed] = numbers::<4>(text, "--measured-iops")?;
+        build.stripelog_measured_iops = Some(MeasuredIops { raid5, raid6, raid5_compressed, raid6_compressed });
+    }
+    Ok(input)
+}
+
+pub(crate) fn run(arguments: PlanArguments) -> Result<(), String> {
+    if arguments.list_presets {
+        for name in presets::NAMES {
+            let preset = presets::preset(name).ok_or_else(|| format!("preset {name} is missing"))?;
+            println!("{name:<18} {} — {}", preset.drive.name, preset.drive.source);
+        }
+        return Ok(());
+    }
+    let plan = stripelog_planner::plan(&input(&arguments)?)?;
+    if arguments.json {
+        let text = serde_json::to_string_pretty(&plan).map_err(|error| error.to_string())?;
+        println!("{text}");
+    } else {
+        print!("{}", stripelog_planner::table(&plan));
+    }
+    Ok(())
+}
