@@ -228,29 +228,63 @@ fn seed_000_section_10_life_raid10_against_the_log() {
     assert!(life / raid10.life_years.unwrap() > 4.0, "the seed's four-fold");
 }
 
-/// Seed 000 section 18: the 70/30 normalisation of section 17's array figures (its R and
-/// W, which section 17 builds with an unstated 0.9 and measured overrides; see
-/// docs/planner.md, taken here as inputs).
+/// Seed 000 section 18: the 70/30 normalisation of section 17's array figures — its R and
+/// W, which section 17 builds with an unstated 0.9 and measured overrides (docs/planner.md),
+/// taken here as inputs. All four tables that have a section 17 counterpart, nine drives
+/// each, both columns: 72 figures. (The fifth, SATA-3, table's R and W are not given.)
 #[test]
 fn seed_000_section_18_seventy_thirty_columns() {
-    // (reads, RAID-10 writes, 70/30, SuperCharger writes, 70/30) of section 18's tables.
-    let rows: [(f64, f64, f64, f64, f64); 8] = [
-        (252_000.0, 17_280.0, 49_655.0, 247_273.0, 250_563.0), // Intel x25-E, raw
-        (432_000.0, 162_000.0, 288_000.0, 400_000.0, 421_875.0), // P-300, raw
-        (95_000.0, 37_410.0, 64_987.0, 143_338.0, 105_693.0),  // SandForce 1200, controller limits
-        (95_000.0, 8_669.0, 23_824.0, 160_051.0, 108_192.0),   // Barefoot 32GB, controller limits
-        (95_000.0, 13_200.0, 33_227.0, 66_764.0, 84_304.0),    // Intel x25-E, worst-case wear
-        (95_000.0, 2_341.0, 7_378.0, 43_214.0, 69_878.0),      // Barefoot 32GB, worst-case wear
-        (95_000.0, 22_446.0, 48_230.0, 86_003.0, 92_109.0),    // SandForce 1200, average wear
-        (95_000.0, 47_500.0, 73_077.0, 187_636.0, 111_517.0),  // C-300 256GB, average wear
+    // Drives in the seed's order: Intel x25-E, Marvel P-300, SandForce 1500, SandForce
+    // 1200, Barefoot 32GB, Barefoot 128GB, jMicron 616, Marvel C-300 128GB and 256GB.
+    let raw_reads = [252_000.0, 432_000.0, 164_419.0, 120_000.0, 114_178.0, 134_937.0, 95_846.0, 432_000.0, 432_000.0];
+    let limited_reads = [95_000.0; 9];
+    let full_speed_log =
+        [247_273.0, 400_000.0, 143_338.0, 143_338.0, 160_051.0, 189_091.0, 85_818.0, 203_636.0, 312_727.0];
+    // (table, reads, RAID-10 writes, log writes, RAID-10 70/30, log 70/30)
+    type Table = (&'static str, [f64; 9], [f64; 9], [f64; 9], [f64; 9], [f64; 9]);
+    let tables: [Table; 4] = [
+        (
+            "raw",
+            raw_reads,
+            [17_280.0, 162_000.0, 72_000.0, 37_410.0, 8_669.0, 10_015.0, 9_540.0, 108_000.0, 162_000.0],
+            full_speed_log,
+            [49_655.0, 288_000.0, 118_707.0, 72_189.0, 24_548.0, 28_456.0, 25_807.0, 227_368.0, 288_000.0],
+            [250_563.0, 421_875.0, 157_471.0, 126_162.0, 124_919.0, 147_620.0, 92_600.0, 323_250.0, 387_646.0],
+        ),
+        (
+            "controller limits",
+            limited_reads,
+            [17_280.0, 47_500.0, 47_500.0, 37_410.0, 8_669.0, 10_015.0, 9_540.0, 47_500.0, 47_500.0],
+            full_speed_log,
+            [40_437.0, 73_077.0, 73_077.0, 64_987.0, 23_824.0, 26_793.0, 25_763.0, 73_077.0, 73_077.0],
+            [116_528.0, 123_177.0, 105_693.0, 105_693.0, 108_192.0, 111_670.0, 92_046.0, 113_101.0, 120_081.0],
+        ),
+        (
+            "worst-case wear",
+            limited_reads,
+            [13_200.0, 47_500.0, 20_201.0, 10_101.0, 2_341.0, 3_005.0, 2_862.0, 32_400.0, 47_500.0],
+            [66_764.0, 108_000.0, 38_701.0, 38_701.0, 43_214.0, 51_055.0, 23_171.0, 54_982.0, 84_436.0],
+            [33_227.0, 73_077.0, 45_007.0, 26_976.0, 7_378.0, 9_327.0, 8_913.0, 60_141.0, 73_077.0],
+            [84_304.0, 98_559.0, 66_137.0, 66_137.0, 69_878.0, 75_503.0, 49_223.0, 77_974.0, 91_563.0],
+        ),
+        (
+            "average wear",
+            limited_reads,
+            [13_200.0, 47_500.0, 44_892.0, 22_446.0, 5_201.0, 6_677.0, 6_360.0, 47_500.0, 47_500.0],
+            [148_364.0, 240_000.0, 86_003.0, 86_003.0, 96_031.0, 113_455.0, 51_491.0, 122_182.0, 187_636.0],
+            [33_227.0, 73_077.0, 71_169.0, 48_230.0, 15_374.0, 19_120.0, 18_336.0, 73_077.0, 73_077.0],
+            [106_491.0, 116_031.0, 92_109.0, 92_109.0, 95_307.0, 99_874.0, 75_788.0, 101_794.0, 111_517.0],
+        ),
     ];
     // Within 0.02 %: the seed's inputs are themselves rounded (Barefoot worst case:
     // 95,000 / 2,341 gives 7,379.05, printed 7,378; its 2,341 is 8,669 × 0.27 rounded).
-    for (reads, raid10_writes, raid10_mixed, log_writes, log_mixed) in rows {
-        let raid10 = mixed_iops(reads, raid10_writes);
-        assert!((raid10 / raid10_mixed - 1.0).abs() < 2e-4, "RAID-10 {reads}/{raid10_writes}: {raid10}");
-        let log = mixed_iops(reads, log_writes);
-        assert!((log / log_mixed - 1.0).abs() < 2e-4, "log {reads}/{log_writes}: {log}");
+    for (table, reads, raid10_writes, log_writes, raid10_mixed, log_mixed) in tables {
+        for drive in 0..9 {
+            let raid10 = mixed_iops(reads[drive], raid10_writes[drive]);
+            assert!((raid10 / raid10_mixed[drive] - 1.0).abs() < 2e-4, "{table}, drive {drive}, RAID-10: {raid10}");
+            let log = mixed_iops(reads[drive], log_writes[drive]);
+            assert!((log / log_mixed[drive] - 1.0).abs() < 2e-4, "{table}, drive {drive}, log: {log}");
+        }
     }
 }
 
