@@ -147,6 +147,7 @@ const BACKGROUND_TICK: std::time::Duration = std::time::Duration::from_millis(20
 pub(crate) fn background_cleaner(shared: std::sync::Arc<Shared>) {
     let (low_watermark, high_watermark) = watermarks(shared.geometry.segment_count());
     let mut nothing_to_gain = false;
+    let mut progress = ProgressWindow::new(shared.state.lock().segments_free_or_coming());
     let mut clock_seen = u64::MAX;
     loop {
         {
@@ -177,9 +178,51 @@ pub(crate) fn background_cleaner(shared: std::sync::Arc<Shared>) {
                 return;
             }
         };
+        let won = shared.state.lock().segments_free_or_coming();
+        let gained = gained && progress.after_round(won);
+        if !gained {
+            progress = ProgressWindow::new(won);
+        }
         nothing_to_gain = !gained;
         shared.cleaner_gains_nothing.store(!gained, std::sync::atomic::Ordering::SeqCst);
         shared.progress.notify_all();
+    }
+}
+
+/// Rounds over which cleaning must win at least `MINIMUM_WON_SEGMENTS` segments (free or
+/// coming free). A round that relocates live blocks always "runs", but with a spare of only
+/// a few segments its relocations and the padding that ends them can take back as much room
+/// as its victims give: rounds would go on for ever while writers wait for room. Over this
+/// many rounds (up to twice as many segments relocated) a cleaner with any real margin wins
+/// several segments.
+const PROGRESS_WINDOW_ROUNDS: u32 = 64;
+/// Net segments a window of rounds must win (one can come from an open segment filling).
+const MINIMUM_WON_SEGMENTS: usize = 2;
+
+/// Whether cleaning rounds are winning room, judged over windows of rounds.
+pub(crate) struct ProgressWindow {
+    won_at_start: usize,
+    rounds: u32,
+}
+
+impl ProgressWindow {
+    pub(crate) fn new(won: usize) -> ProgressWindow {
+        ProgressWindow { won_at_start: won, rounds: 0 }
+    }
+
+    /// After a round that ran, with `won` segments free or coming free: false when a whole
+    /// window of rounds has won less than `MINIMUM_WON_SEGMENTS` (a new window starts).
+    pub(crate) fn after_round(&mut self, won: usize) -> bool {
+        if won >= self.won_at_start + MINIMUM_WON_SEGMENTS {
+            *self = ProgressWindow::new(won);
+            return true;
+        }
+        self.rounds += 1;
+        if self.rounds < PROGRESS_WINDOW_ROUNDS {
+            return true;
+        }
+        *self = ProgressWindow::new(won);
+        false
     }
 }
 

@@ -212,6 +212,17 @@ pub(crate) const WRITE_CLOCK_AT_OPEN: u64 = (1 << 31) * WRITE_CLOCK_UNIT_BLOCKS;
 impl WriteState {
     /// Client writes can go on: their segment is open, or a free one lies above the
     /// cleaner's reserve.
+    /// Segments free now or on their way to it (dead and waiting for a flush, or being
+    /// released): what cleaning has won so far.
+    pub(crate) fn segments_free_or_coming(&self) -> usize {
+        self.free_segments.len()
+            + self
+                .segments
+                .iter()
+                .filter(|usage| matches!(usage.status, SegmentStatus::WaitingForFlush(_) | SegmentStatus::Releasing))
+                .count()
+    }
+
     fn has_room_for_clients(&self) -> bool {
         self.free_segments.len() > crate::cleaner::CLEANING_RESERVE_SEGMENTS
             || self.current_segments[HOST_STREAM].is_some()
@@ -1358,6 +1369,7 @@ impl Shared {
             }
         }
         self.flush()?;
+        let mut progress = crate::cleaner::ProgressWindow::new(self.state.lock().segments_free_or_coming());
         loop {
             self.reclaim().inspect_err(|error| self.fail(error.to_string()))?;
             let state = self.state.lock();
@@ -1374,9 +1386,13 @@ impl Shared {
                 .map(|usage| per_segment.saturating_sub(usage.live_blocks))
                 .sum();
             drop(state);
-            // Clean until there is room; nothing left to clean means the volume is full.
+            // Clean until there is room; nothing left to clean means the volume is full, and
+            // so do rounds that win no room (a spare too small for the cleaner's overheads).
             if dead >= 2 * per_segment && self.clean_round()? {
-                continue;
+                let won = self.state.lock().segments_free_or_coming();
+                if progress.after_round(won) {
+                    continue;
+                }
             }
             let mut state = self.state.lock();
             let durable = state.durable_through_sequence;

@@ -672,6 +672,51 @@ fn a_full_volume_reports_out_of_space_and_keeps_its_data() {
     volume.close().expect("close");
 }
 
+/// A spare of a few segments (RAID-6 on four 64 MiB members, 1 MiB chunks, 10 %: about 6
+/// spare segments against the cleaner's reserve and open streams) cannot make room: each
+/// round's relocations take back what its victims give. Writers on a threaded volume waited
+/// for ever while the cleaner ran round after round; now they get ENOSPC, and every write
+/// accepted before stays readable.
+#[test]
+fn a_spare_too_small_for_the_cleaner_reports_out_of_space_instead_of_waiting_for_ever() {
+    let devices = memory_members(4, 64 << 20);
+    let create_options = CreateOptions { spare_ppm: 100_000, ..options(RaidLevel::Raid6, 1 << 20) };
+    let threaded = OpenOptions { cache_size_bytes: 0, ..OpenOptions::default() };
+    let volume = Arc::new(Volume::create(members(&devices), &create_options, &threaded).expect("create"));
+    let logical_blocks = volume.logical_size_bytes() / BLOCK_BYTES;
+    let (done, finished) = std::sync::mpsc::channel();
+    let writer = {
+        let volume = volume.clone();
+        std::thread::spawn(move || {
+            let mut prng = Prng::new(5);
+            let mut model = Model::new();
+            let mut outcome = Ok(());
+            for step in 0..logical_blocks * 3 {
+                let block = if step < logical_blocks { step } else { prng.below(logical_blocks) };
+                let content = random_block(&mut prng);
+                match volume.write(block * BLOCK_BYTES, &content, false) {
+                    Ok(()) => {
+                        model.insert(block, content);
+                    }
+                    Err(error) => {
+                        outcome = Err(error);
+                        break;
+                    }
+                }
+            }
+            let _ = done.send(());
+            (outcome, model)
+        })
+    };
+    finished.recv_timeout(std::time::Duration::from_secs(120)).expect("the writer is still waiting after 120 s");
+    let (outcome, model) = writer.join().expect("writer");
+    assert!(matches!(outcome, Err(Error::OutOfSpace)), "expected ENOSPC, got {outcome:?}");
+    assert!(volume.stats().failure.is_none());
+    volume.flush().expect("flush");
+    assert_contents(&volume, &model);
+    Arc::try_unwrap(volume).ok().expect("one owner").close().expect("close");
+}
+
 // ---------------------------------------------------------------------------------------
 // Zeros, trims and sub-block writes.
 // ---------------------------------------------------------------------------------------
