@@ -197,7 +197,7 @@ pub(crate) fn background_cleaner(shared: std::sync::Arc<Shared>) {
 /// several segments.
 const PROGRESS_WINDOW_ROUNDS: u32 = 64;
 /// Net segments a window of rounds must win (one can come from an open segment filling).
-const MINIMUM_WON_SEGMENTS: usize = 2;
+pub(crate) const MINIMUM_WON_SEGMENTS: usize = 2;
 
 /// Whether cleaning rounds are winning room, judged over windows of rounds.
 pub(crate) struct ProgressWindow {

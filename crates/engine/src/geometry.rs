@@ -11,6 +11,14 @@ pub const MAXIMUM_CHUNK_SIZE_BYTES: u32 = 16 << 20;
 pub const DEFAULT_CHUNK_SIZE_BYTES: u32 = 1 << 20;
 /// Default spare fraction: 20 % of the data capacity is held back from the logical size.
 pub const DEFAULT_SPARE_PPM: u32 = 200_000;
+/// Spare segments below which a full volume cannot clean: the cleaner's reserve, one open
+/// segment per write stream, and the net room a window of rounds must win. A volume with
+/// fewer works until its logical space has been written, then reports ENOSPC; `stripelog
+/// create` warns about it (docs/garbage-collection.md).
+pub const WORKING_SPARE_SEGMENTS: u64 = (crate::cleaner::CLEANING_RESERVE_SEGMENTS
+    + crate::volume::RELOCATION_STREAMS.len()
+    + 1
+    + crate::cleaner::MINIMUM_WON_SEGMENTS) as u64;
 /// Member counts above this are refused (a bound for every per-member table).
 pub const MAXIMUM_MEMBER_COUNT: u32 = 64;
 
@@ -180,6 +188,13 @@ impl Geometry {
     /// is not spare; the spare fraction is a fraction of this.
     pub fn data_capacity_blocks(&self) -> u64 {
         self.segment_count() * (self.blocks_per_segment() - self.summary_blocks_per_segment())
+    }
+
+    /// Whole segments' worth of data positions beyond the logical size: the room the
+    /// cleaner works in once every logical block has been written.
+    pub fn spare_segments(&self) -> u64 {
+        let data_blocks_per_segment = self.blocks_per_segment() - self.summary_blocks_per_segment();
+        self.segment_count().saturating_sub(self.logical_block_count().div_ceil(data_blocks_per_segment))
     }
 
     /// Logical size: the data capacity less the spare fraction.

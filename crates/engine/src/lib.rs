@@ -31,7 +31,7 @@ mod volume;
 
 pub use cleaner::CleaningPolicy;
 pub use error::{Error, Result};
-pub use geometry::{Geometry, RaidLevel, BLOCK_SIZE_BYTES};
+pub use geometry::{Geometry, RaidLevel, BLOCK_SIZE_BYTES, WORKING_SPARE_SEGMENTS};
 pub use map::Mapping;
 pub use recovery::CheckReport;
 pub use resilience::{MaintenanceOptions, MaintenanceProgress, RebuildReport, ScrubReport};

@@ -551,6 +551,18 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let options = CreateOptions { raid_level, chunk_size_bytes, spare_ppm: arguments.spare, volume_uuid: None };
             let volume =
                 Volume::create(members, &options, &OpenOptions::default()).map_err(|error| error.to_string())?;
+            let geometry = volume.geometry();
+            if geometry.spare_segments() < stripelog_engine::WORKING_SPARE_SEGMENTS {
+                eprintln!(
+                    "warning: a spare of {} % leaves {} spare segments of {}; the cleaner needs {} to make room, so \
+                     soon after the whole logical space has been written, writes will fail with ENOSPC \
+                     (raise --spare, or use larger members or a smaller --chunk)",
+                    f64::from(geometry.spare_ppm) / 10_000.0,
+                    geometry.spare_segments(),
+                    geometry.segment_count(),
+                    stripelog_engine::WORKING_SPARE_SEGMENTS
+                );
+            }
             let stats = volume.stats();
             volume.close().map_err(|error| error.to_string())?;
             show_info(&stats, arguments.json)?;

@@ -48,6 +48,7 @@ fn create_info_and_check_a_raid6_volume() {
     ));
     assert!(create.status.success(), "{}", text(&create));
     assert!(text(&create).contains("raid6 on 6 members, 4 data columns"), "{}", text(&create));
+    assert!(!text(&create).contains("warning"), "{}", text(&create));
     // Files are created sparse.
     let metadata = std::fs::metadata(Path::new(&members[0])).expect("member exists");
     assert_eq!(metadata.len(), 16 << 20);
@@ -191,4 +192,17 @@ fn plan_prints_the_seeds_table_reads_toml_and_refuses_bad_input() {
         assert!(!output.status.success(), "{arguments:?} succeeded");
         assert!(text(&output).contains(expected), "{arguments:?}: {}", text(&output));
     }
+}
+
+#[test]
+fn create_warns_when_the_spare_leaves_the_cleaner_no_room() {
+    let directory = Directory::new("tiny-spare");
+    let members = directory.members(4);
+    let create = stripelog(&with_members(
+        &["create", "--raid", "6", "--chunk", "1MiB", "--spare", "10%", "--member-size", "16MiB"],
+        &members,
+    ));
+    assert!(create.status.success(), "{}", text(&create));
+    let stderr = String::from_utf8_lossy(&create.stderr);
+    assert!(stderr.contains("warning: a spare of 10 %") && stderr.contains("ENOSPC"), "{stderr}");
 }
