@@ -147,7 +147,8 @@ const BACKGROUND_TICK: std::time::Duration = std::time::Duration::from_millis(20
 pub(crate) fn background_cleaner(shared: std::sync::Arc<Shared>) {
     let (low_watermark, high_watermark) = watermarks(shared.geometry.segment_count());
     let mut nothing_to_gain = false;
-    let mut progress = ProgressWindow::new(shared.state.lock().segments_free_or_coming());
+    let net_segments = || shared.cleaning_net_segments.load(std::sync::atomic::Ordering::SeqCst);
+    let mut progress = ProgressWindow::new(net_segments());
     let mut clock_seen = u64::MAX;
     loop {
         {
@@ -165,6 +166,8 @@ pub(crate) fn background_cleaner(shared: std::sync::Arc<Shared>) {
                     break;
                 }
                 nothing_to_gain = false;
+                // A new burst of rounds is judged afresh.
+                progress = ProgressWindow::new(net_segments());
                 shared.cleaner_wakeup.wait_for(&mut state, BACKGROUND_TICK);
             }
         }
@@ -178,10 +181,9 @@ pub(crate) fn background_cleaner(shared: std::sync::Arc<Shared>) {
                 return;
             }
         };
-        let won = shared.state.lock().segments_free_or_coming();
-        let gained = gained && progress.after_round(won);
+        let gained = gained && progress.after_round(net_segments());
         if !gained {
-            progress = ProgressWindow::new(won);
+            progress = ProgressWindow::new(net_segments());
         }
         nothing_to_gain = !gained;
         shared.cleaner_gains_nothing.store(!gained, std::sync::atomic::Ordering::SeqCst);
@@ -189,39 +191,41 @@ pub(crate) fn background_cleaner(shared: std::sync::Arc<Shared>) {
     }
 }
 
-/// Rounds over which cleaning must win at least `MINIMUM_WON_SEGMENTS` segments (free or
-/// coming free). A round that relocates live blocks always "runs", but with a spare of only
-/// a few segments its relocations and the padding that ends them can take back as much room
-/// as its victims give: rounds would go on for ever while writers wait for room. Over this
-/// many rounds (up to twice as many segments relocated) a cleaner with any real margin wins
-/// several segments.
+/// Rounds over which cleaning must win at least `MINIMUM_WON_SEGMENTS` segments net: the
+/// segments its rounds emptied less the free segments they took to relocate into
+/// (`Shared::cleaning_net_segments`, which client writes do not move). A round that
+/// relocates live blocks always "runs", but with a spare of only a few segments its
+/// relocations and the padding that ends them take as much room as its victims give: rounds
+/// would go on for ever while writers wait for room. Over this many rounds (up to twice as
+/// many segments relocated) a cleaner with any real margin wins several segments.
 const PROGRESS_WINDOW_ROUNDS: u32 = 64;
-/// Net segments a window of rounds must win (one can come from an open segment filling).
+/// Net segments a window of rounds must win (the streams' open segments can hide a few).
 pub(crate) const MINIMUM_WON_SEGMENTS: usize = 2;
 
 /// Whether cleaning rounds are winning room, judged over windows of rounds.
 pub(crate) struct ProgressWindow {
-    won_at_start: usize,
+    net_at_start: i64,
     rounds: u32,
 }
 
 impl ProgressWindow {
-    pub(crate) fn new(won: usize) -> ProgressWindow {
-        ProgressWindow { won_at_start: won, rounds: 0 }
+    pub(crate) fn new(net_segments: i64) -> ProgressWindow {
+        ProgressWindow { net_at_start: net_segments, rounds: 0 }
     }
 
-    /// After a round that ran, with `won` segments free or coming free: false when a whole
-    /// window of rounds has won less than `MINIMUM_WON_SEGMENTS` (a new window starts).
-    pub(crate) fn after_round(&mut self, won: usize) -> bool {
-        if won >= self.won_at_start + MINIMUM_WON_SEGMENTS {
-            *self = ProgressWindow::new(won);
+    /// After a round that ran, with the cleaner's net segments won so far: false when a
+    /// whole window of rounds has won fewer than `MINIMUM_WON_SEGMENTS` (a new window
+    /// starts).
+    pub(crate) fn after_round(&mut self, net_segments: i64) -> bool {
+        if net_segments >= self.net_at_start + MINIMUM_WON_SEGMENTS as i64 {
+            *self = ProgressWindow::new(net_segments);
             return true;
         }
         self.rounds += 1;
         if self.rounds < PROGRESS_WINDOW_ROUNDS {
             return true;
         }
-        *self = ProgressWindow::new(won);
+        *self = ProgressWindow::new(net_segments);
         false
     }
 }
@@ -536,6 +540,7 @@ impl Shared {
                 let Some(segment) = state.free_segments.pop_front() else {
                     return Err(Error::OutOfSpace);
                 };
+                self.cleaning_net_segments.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
                 self.start_stream_segment(state, stream, segment, u64::MAX);
             }
             // The relocation batch takes the clients' open batch's place in the log order;
@@ -622,6 +627,7 @@ impl Shared {
         }
         Counters::add(&self.counters.cleaning_rounds, 1);
         Counters::add(&self.counters.segments_cleaned, victims.len() as u64);
+        self.cleaning_net_segments.fetch_add(victims.len() as i64, std::sync::atomic::Ordering::SeqCst);
         self.make_sealed_durable()?;
         Ok(blocks_moved)
     }

@@ -22,7 +22,7 @@ use crate::recovery;
 use crate::stats::{Counters, MemberStatus, RecoveryReport, VolumeStats};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -212,17 +212,6 @@ pub(crate) const WRITE_CLOCK_AT_OPEN: u64 = (1 << 31) * WRITE_CLOCK_UNIT_BLOCKS;
 impl WriteState {
     /// Client writes can go on: their segment is open, or a free one lies above the
     /// cleaner's reserve.
-    /// Segments free now or on their way to it (dead and waiting for a flush, or being
-    /// released): what cleaning has won so far.
-    pub(crate) fn segments_free_or_coming(&self) -> usize {
-        self.free_segments.len()
-            + self
-                .segments
-                .iter()
-                .filter(|usage| matches!(usage.status, SegmentStatus::WaitingForFlush(_) | SegmentStatus::Releasing))
-                .count()
-    }
-
     fn has_room_for_clients(&self) -> bool {
         self.free_segments.len() > crate::cleaner::CLEANING_RESERVE_SEGMENTS
             || self.current_segments[HOST_STREAM].is_some()
@@ -267,6 +256,10 @@ pub(crate) struct Shared {
     /// The cleaner thread's last round found nothing to gain: writers at the reserve
     /// stop waiting for it and look for space themselves (or report `OutOfSpace`).
     pub(crate) cleaner_gains_nothing: AtomicBool,
+    /// Segments cleaning rounds have emptied less the free segments they took to relocate
+    /// into, since the volume opened: the cleaner's own net gain, which client writes do
+    /// not move (`cleaner::ProgressWindow`).
+    pub(crate) cleaning_net_segments: AtomicI64,
     pub(crate) cleaning_policy: crate::cleaner::CleaningPolicy,
     pub(crate) separate_streams: bool,
     pub(crate) parity_pool: Arc<BufferPool>,
@@ -406,6 +399,7 @@ impl Volume {
             cleaner_wakeup: Condvar::new(),
             cleaner_stop: AtomicBool::new(false),
             cleaner_gains_nothing: AtomicBool::new(false),
+            cleaning_net_segments: AtomicI64::new(0),
             cleaning_policy: options.cleaning_policy,
             separate_streams: options.separate_streams,
             stripe_queue: Mutex::new(None),
@@ -1369,7 +1363,7 @@ impl Shared {
             }
         }
         self.flush()?;
-        let mut progress = crate::cleaner::ProgressWindow::new(self.state.lock().segments_free_or_coming());
+        let mut progress = crate::cleaner::ProgressWindow::new(self.cleaning_net_segments.load(Ordering::SeqCst));
         loop {
             self.reclaim().inspect_err(|error| self.fail(error.to_string()))?;
             let state = self.state.lock();
@@ -1388,11 +1382,11 @@ impl Shared {
             drop(state);
             // Clean until there is room; nothing left to clean means the volume is full, and
             // so do rounds that win no room (a spare too small for the cleaner's overheads).
-            if dead >= 2 * per_segment && self.clean_round()? {
-                let won = self.state.lock().segments_free_or_coming();
-                if progress.after_round(won) {
-                    continue;
-                }
+            if dead >= 2 * per_segment
+                && self.clean_round()?
+                && progress.after_round(self.cleaning_net_segments.load(Ordering::SeqCst))
+            {
+                continue;
             }
             let mut state = self.state.lock();
             let durable = state.durable_through_sequence;

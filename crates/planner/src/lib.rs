@@ -89,8 +89,8 @@ pub struct Build {
     /// 1 ÷ spare (seed 000 section 10). Seed 001 states 1.3 for ESS.
     #[serde(default)]
     pub stripelog_write_amplification: Option<f64>,
-    /// Software cost per started TiB of stripelog's landable space (seed 001's ESS licence:
-    /// 200; 0 for stripelog)…
+    /// Software cost per started 1 024 GB (seed 001's "TB") of stripelog's landable space
+    /// (seed 001's ESS licence: 200; 0 for stripelog)…
     #[serde(default)]
     pub licence_per_tebibyte: f64,
     /// …and with compression (seed 001: 400).
@@ -368,7 +368,36 @@ fn validate(input: &PlanInput) -> Result<(), String> {
         }
     }
     positive(build.service_years, "the service life")?;
+    if let Some(measured) = &build.stripelog_measured_iops {
+        for (value, what) in [
+            (measured.raid5, "measured stripelog RAID-5 IOPS"),
+            (measured.raid6, "measured stripelog RAID-6 IOPS"),
+            (measured.raid5_compressed, "measured compressed stripelog RAID-5 IOPS"),
+            (measured.raid6_compressed, "measured compressed stripelog RAID-6 IOPS"),
+        ] {
+            positive(value, what)?;
+        }
+    }
     Ok(())
+}
+
+/// Every figure of a column finite: inputs that pass one by one can still overflow together
+/// (a size of 1e307 GB times 24 drives).
+fn check_finite(column: &Column) -> Result<(), String> {
+    let optional = [column.random_write_iops, column.mixed_70_30_iops, column.overwrites_per_day, column.life_years];
+    let figures = [
+        column.gross_gigabytes,
+        column.landable_gigabytes,
+        column.total_cost,
+        column.cost_per_gigabyte,
+        column.raid_amplification,
+        column.write_amplification,
+    ];
+    if figures.iter().chain(optional.iter().flatten()).all(|value| value.is_finite()) {
+        Ok(())
+    } else {
+        Err(format!("the inputs are too large or too small to compute {} with", column.name))
+    }
 }
 
 /// Work out every column for `input`.
@@ -503,7 +532,10 @@ pub fn plan(input: &PlanInput) -> Result<Plan, String> {
                 life_years: life,
             }
         })
-        .collect();
+        .collect::<Vec<Column>>();
+    for column in &columns {
+        check_finite(column)?;
+    }
     Ok(Plan {
         drive: drive.clone(),
         build: build.clone(),

@@ -56,9 +56,10 @@ pub fn table(plan: &Plan) -> String {
         if drive.source.is_empty() { String::new() } else { format!("\n  source: {}", drive.source) },
     );
     text.push_str(&format!(
-        "stripelog: {:.0} % spare, write amplification {:.2}; compression {}:1; {} RAID-50/60 groups; {} GB written a day\n\n",
+        "stripelog: {:.0} % spare, write amplification {:.2}{}; compression {}:1; {} RAID-50/60 groups; {} GB written a day\n\n",
         build.stripelog_spare_fraction * 100.0,
         plan.stripelog_write_amplification,
+        if build.stripelog_write_amplification.is_some() { "" } else { " (1 ÷ spare: the seeds' wear coefficient)" },
         build.compression_ratio,
         build.raid_group_count,
         thousands(build.daily_writes_gigabytes),
@@ -96,10 +97,15 @@ pub fn table(plan: &Plan) -> String {
     row(&mut text, "total build cost", columns, |column| thousands(column.total_cost));
     row(&mut text, "cost per addressable GB", columns, |column| format!("{:.2}", column.cost_per_gigabyte));
     row(&mut text, "RAID amplification", columns, |column| format!("{:.3}", column.raid_amplification));
+    // With a rating the write amplification is in the rating; with no endurance and no
+    // figure for the drive, its random-write amplification is unknown.
     let rated = drive.erase_cycles.is_none() && drive.drive_writes_per_day.is_some();
     row(&mut text, "write amplification", columns, |column| {
-        if rated && !column.topology.writes_full_stripes() {
+        let full_stripes = column.topology.writes_full_stripes();
+        if rated {
             "in rating".into()
+        } else if !full_stripes && plan.drive_write_amplification.is_none() {
+            "n/a".into()
         } else {
             format!("{:.2}", column.write_amplification)
         }

@@ -325,9 +325,15 @@ fn every_preset_plans_and_bad_inputs_get_clear_errors() {
     let mut both = good.clone();
     both.drive.drive_writes_per_day = Some(3.0);
     assert!(plan(&both).unwrap_err().contains("not both"));
-    let mut nan = good;
+    let mut nan = good.clone();
     nan.drive.size_gigabytes = f64::NAN;
     assert!(plan(&nan).unwrap_err().contains("drive size"));
+    let mut measured = good.clone();
+    measured.build.stripelog_measured_iops.as_mut().unwrap().raid6 = -1.0;
+    assert!(plan(&measured).unwrap_err().contains("measured stripelog RAID-6"));
+    let mut huge = good;
+    huge.drive.size_gigabytes = 1e307;
+    assert!(plan(&huge).unwrap_err().contains("too large or too small"));
 }
 
 #[test]

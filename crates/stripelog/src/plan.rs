@@ -25,12 +25,12 @@ pub(crate) struct PlanArguments {
     /// Drive name.
     #[arg(long, help_heading = "Drive")]
     drive_name: Option<String>,
-    /// User capacity of one drive (1TB, 960GB; decimal GB as drives are sold).
-    #[arg(long, value_parser = units::parse_size, help_heading = "Drive")]
-    drive_size: Option<u64>,
+    /// User capacity of one drive: 960 (GB), 960GB, 1TB (= 1 000 GB, as drives are sold).
+    #[arg(long, value_parser = parse_gigabytes, help_heading = "Drive")]
+    drive_size: Option<f64>,
     /// NAND behind one drive, the endurance budget (default: the user capacity).
-    #[arg(long, value_parser = units::parse_size, help_heading = "Drive")]
-    raw_drive_size: Option<u64>,
+    #[arg(long, value_parser = parse_gigabytes, help_heading = "Drive")]
+    raw_drive_size: Option<f64>,
     /// Price of one drive.
     #[arg(long, help_heading = "Drive")]
     price: Option<f64>,
@@ -65,9 +65,9 @@ pub(crate) struct PlanArguments {
     /// Member I/Os a second the controllers pass.
     #[arg(long, help_heading = "Build")]
     controller_iops: Option<f64>,
-    /// Host writes a day (2TB, 500GB).
-    #[arg(long, value_parser = units::parse_size, help_heading = "Build")]
-    daily_writes: Option<u64>,
+    /// Host writes a day: 2048 (GB), 500GB, 2TB.
+    #[arg(long, value_parser = parse_gigabytes, help_heading = "Build")]
+    daily_writes: Option<f64>,
     /// Assumed compression ratio of the data (2 = 2:1).
     #[arg(long, help_heading = "Build")]
     compression: Option<f64>,
@@ -102,8 +102,13 @@ fn numbers<const N: usize>(text: &str, what: &str) -> Result<[f64; N], String> {
 
 const BYTES_PER_GIGABYTE: f64 = 1e9;
 
-fn gigabytes(bytes: u64) -> f64 {
-    bytes as f64 / BYTES_PER_GIGABYTE
+/// A capacity in gigabytes: a bare number is gigabytes; with a unit, decimal or binary as
+/// written (1TB = 1 000 GB, 1TiB = 1 099.5 GB).
+fn parse_gigabytes(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(gigabytes) => Ok(gigabytes),
+        Err(_) => units::parse_size(text).map(|bytes| bytes as f64 / BYTES_PER_GIGABYTE),
+    }
 }
 
 /// The starting point: a preset, a file, or a blank drive in seed 001's chassis.
@@ -144,7 +149,12 @@ fn base(arguments: &PlanArguments) -> Result<PlanInput, String> {
                     linear_write_megabytes_per_second: None,
                     source: String::new(),
                 },
-                build: Build { stripelog_write_amplification: None, ..Build::seed_001_chassis() },
+                // stripelog's own default spare; its write amplification from it.
+                build: Build {
+                    stripelog_spare_fraction: f64::from(stripelog_engine_default_spare_ppm()) / 1e6,
+                    stripelog_write_amplification: None,
+                    ..Build::seed_001_chassis()
+                },
             })
         }
     }
@@ -158,10 +168,10 @@ fn input(arguments: &PlanArguments) -> Result<PlanInput, String> {
         drive.name = name.clone();
     }
     if let Some(size) = arguments.drive_size {
-        drive.size_gigabytes = gigabytes(size);
+        drive.size_gigabytes = size;
     }
     if let Some(size) = arguments.raw_drive_size {
-        drive.raw_size_gigabytes = Some(gigabytes(size));
+        drive.raw_size_gigabytes = Some(size);
     }
     if let Some(price) = arguments.price {
         drive.price = price;
@@ -192,10 +202,6 @@ fn input(arguments: &PlanArguments) -> Result<PlanInput, String> {
         drive.linear_write_megabytes_per_second = Some(linear);
     }
     if let Some(count) = arguments.drives {
-        if count != build.drive_count {
-            // A measurement holds for the drive count it was made on.
-            build.stripelog_measured_iops = None;
-        }
         build.drive_count = count;
     }
     if let Some(cost) = arguments.chassis_cost {
@@ -205,15 +211,18 @@ fn input(arguments: &PlanArguments) -> Result<PlanInput, String> {
         build.controller_iops_limit = Some(limit);
     }
     if let Some(daily) = arguments.daily_writes {
-        build.daily_writes_gigabytes = gigabytes(daily);
+        build.daily_writes_gigabytes = daily;
     }
     if let Some(ratio) = arguments.compression {
         build.compression_ratio = ratio;
     }
     if let Some(spare) = arguments.spare {
-        build.stripelog_spare_fraction = f64::from(spare) / 1e6;
-        // A spare given on the command line sets the coefficient unless one is given too.
-        build.stripelog_write_amplification = None;
+        let spare = f64::from(spare) / 1e6;
+        if (spare - build.stripelog_spare_fraction).abs() > 1e-9 {
+            // A new spare sets the coefficient, unless one is given too.
+            build.stripelog_spare_fraction = spare;
+            build.stripelog_write_amplification = None;
+        }
     }
     if let Some(amplification) = arguments.log_write_amplification {
         build.stripelog_write_amplification = Some(amplification);
@@ -236,6 +245,28 @@ fn input(arguments: &PlanArguments) -> Result<PlanInput, String> {
     Ok(input)
 }
 
+fn stripelog_engine_default_spare_ppm() -> u32 {
+    stripelog_engine::CreateOptions::default().spare_ppm
+}
+
+/// The plan's inputs; a measurement the base carries is dropped when a flag changes what
+/// it measured (the drives, their number, stripelog's spare or the compression), unless a
+/// new one is given.
+fn input_with_measurements(arguments: &PlanArguments) -> Result<PlanInput, String> {
+    let base = base(arguments)?;
+    let mut input = input(arguments)?;
+    if arguments.measured_iops.is_none() && base.build.stripelog_measured_iops.is_some() {
+        let measured_differently = input.drive != base.drive
+            || input.build.drive_count != base.build.drive_count
+            || input.build.stripelog_spare_fraction != base.build.stripelog_spare_fraction
+            || input.build.compression_ratio != base.build.compression_ratio;
+        if measured_differently {
+            input.build.stripelog_measured_iops = None;
+        }
+    }
+    Ok(input)
+}
+
 pub(crate) fn run(arguments: PlanArguments) -> Result<(), String> {
     if arguments.list_presets {
         for name in presets::NAMES {
@@ -244,7 +275,7 @@ pub(crate) fn run(arguments: PlanArguments) -> Result<(), String> {
         }
         return Ok(());
     }
-    let plan = stripelog_planner::plan(&input(&arguments)?)?;
+    let plan = stripelog_planner::plan(&input_with_measurements(&arguments)?)?;
     if arguments.json {
         let text = serde_json::to_string_pretty(&plan).map_err(|error| error.to_string())?;
         println!("{text}");

@@ -181,8 +181,25 @@ fn plan_prints_the_seeds_table_reads_toml_and_refuses_bad_input() {
     assert_eq!(plan["build"]["drive_count"], 12);
     assert_eq!(plan["columns"][7]["random_write_iops_basis"], "Computed");
 
+    // A bare size is gigabytes; a preset's measurement holds only for what it measured.
+    let json = |arguments: &[&str]| -> serde_json::Value {
+        let output = stripelog(arguments);
+        assert!(output.status.success(), "{arguments:?}: {}", text(&output));
+        serde_json::from_slice(&output.stdout).expect("JSON")
+    };
+    let plan = json(&["plan", "--preset", "crucial-m550", "--drive-size", "2048", "--json"]);
+    assert_eq!(plan["columns"][0]["gross_gigabytes"], 24.0 * 2048.0);
+    assert_eq!(plan["columns"][7]["random_write_iops_basis"], "Computed", "other drives, no measurement");
+    let plan = json(&["plan", "--preset", "crucial-m550", "--spare", "5%", "--json"]);
+    assert_eq!(plan["columns"][7]["random_write_iops_basis"], "Measured", "the preset's own spare");
+    assert_eq!(plan["stripelog_write_amplification"], 1.3);
+    let plan = json(&["plan", "--preset", "crucial-m550", "--spare", "20%", "--json"]);
+    assert_eq!(plan["columns"][7]["random_write_iops"], serde_json::Value::Null, "no linear speed to compute from");
+    assert_eq!(plan["stripelog_write_amplification"], 5.0);
+
     for (arguments, expected) in [
         (vec!["plan", "--preset", "nope"], "no preset"),
+        (vec!["plan", "--preset", "crucial-m550", "--measured-iops", "nan,1,1,1"], "measured stripelog RAID-5"),
         (vec!["plan", "--price", "3"], "--drive-size"),
         (vec!["plan", "--preset", "crucial-m550", "--drives", "7"], "even drive count"),
         (vec!["plan", "--preset", "crucial-m550", "--measured-iops", "1,2"], "4 comma-separated"),
