@@ -252,6 +252,11 @@ impl DriveModel {
         units * self.geometry.page_size_bytes as f64 * 1e9 / self.timing.program_page_ns as f64
     }
 
+    /// The linear write bandwidth the host sees: the NAND's, or the host link's if slower.
+    pub fn linear_write_bytes_per_second(&self) -> f64 {
+        self.nand_write_bytes_per_second().min(self.timing.host_link_bytes_per_second as f64)
+    }
+
     /// Check what the simulator relies on; the reason when something is off.
     pub fn validate(&self) -> Result<(), String> {
         let geometry = &self.geometry;

@@ -16,7 +16,7 @@ fn preset(name: &str, size_bytes: u64) -> DriveModel {
 fn a_fresh_drive_writes_sequentially_at_its_nand_bandwidth() {
     for name in stripelog_flashsim::PRESET_NAMES {
         let model = preset(name, 256 * MIB);
-        let expected = model.nand_write_bytes_per_second().min(model.timing.host_link_bytes_per_second as f64);
+        let expected = model.linear_write_bytes_per_second();
         let mut drive = FlashDrive::new(model).unwrap();
         let mut end = 0;
         for offset in (0..128 * MIB).step_by(MIB as usize) {

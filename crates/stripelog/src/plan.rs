@@ -151,7 +151,7 @@ fn base(arguments: &PlanArguments) -> Result<PlanInput, String> {
                 },
                 // stripelog's own default spare; its write amplification from it.
                 build: Build {
-                    stripelog_spare_fraction: f64::from(stripelog_engine_default_spare_ppm()) / 1e6,
+                    stripelog_spare_fraction: f64::from(stripelog_engine::geometry::DEFAULT_SPARE_PPM) / 1e6,
                     stripelog_write_amplification: None,
                     ..Build::seed_001_chassis()
                 },
@@ -160,9 +160,8 @@ fn base(arguments: &PlanArguments) -> Result<PlanInput, String> {
     }
 }
 
-/// The plan's inputs: the base with every flag given laid over it.
-fn input(arguments: &PlanArguments) -> Result<PlanInput, String> {
-    let mut input = base(arguments)?;
+/// `input` with every flag given laid over it.
+fn overlay(arguments: &PlanArguments, mut input: PlanInput) -> Result<PlanInput, String> {
     let (drive, build) = (&mut input.drive, &mut input.build);
     if let Some(name) = &arguments.drive_name {
         drive.name = name.clone();
@@ -245,16 +244,12 @@ fn input(arguments: &PlanArguments) -> Result<PlanInput, String> {
     Ok(input)
 }
 
-fn stripelog_engine_default_spare_ppm() -> u32 {
-    stripelog_engine::CreateOptions::default().spare_ppm
-}
-
-/// The plan's inputs; a measurement the base carries is dropped when a flag changes what
-/// it measured (the drives, their number, stripelog's spare or the compression), unless a
-/// new one is given.
-fn input_with_measurements(arguments: &PlanArguments) -> Result<PlanInput, String> {
+/// The plan's inputs: the base with the flags laid over it. A measurement the base carries
+/// is dropped when a flag changes what it measured (the drives, their number, stripelog's
+/// spare or the compression), unless a new one is given.
+fn input(arguments: &PlanArguments) -> Result<PlanInput, String> {
     let base = base(arguments)?;
-    let mut input = input(arguments)?;
+    let mut input = overlay(arguments, base.clone())?;
     if arguments.measured_iops.is_none() && base.build.stripelog_measured_iops.is_some() {
         let measured_differently = input.drive != base.drive
             || input.build.drive_count != base.build.drive_count
@@ -275,7 +270,7 @@ pub(crate) fn run(arguments: PlanArguments) -> Result<(), String> {
         }
         return Ok(());
     }
-    let plan = stripelog_planner::plan(&input_with_measurements(&arguments)?)?;
+    let plan = stripelog_planner::plan(&input(&arguments)?)?;
     if arguments.json {
         let text = serde_json::to_string_pretty(&plan).map_err(|error| error.to_string())?;
         println!("{text}");

@@ -9,6 +9,7 @@ use crate::target::SynchronousTarget;
 use parking_lot::Mutex;
 use std::sync::Arc;
 use stripelog_blockdev::{AlignedBuffer, BlockDevice};
+use stripelog_engine::parity::xor_into;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArrayLevel {
@@ -208,12 +209,6 @@ impl ConventionalArray {
             position = end;
         }
         Ok(())
-    }
-}
-
-fn xor_into(target: &mut [u8], source: &[u8]) {
-    for (byte, other) in target.iter_mut().zip(source) {
-        *byte ^= other;
     }
 }
 

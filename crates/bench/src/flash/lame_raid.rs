@@ -77,14 +77,20 @@ pub struct Report {
     pub cases: Vec<Case>,
 }
 
-/// Six preconditioned, paced drives; identical for every case.
-fn drives(options: &Options) -> Result<Vec<Arc<FlashDevice>>, String> {
+/// The drive as simulated: the preset with TRIM ignored and the burst chosen.
+fn drive_model(options: &Options) -> Result<DriveModel, String> {
     let mut model = DriveModel::preset(&options.drive, options.drive_size_bytes)
         .ok_or_else(|| format!("no drive preset {:?}", options.drive))?;
     model.ftl.honours_trim = false;
     if let Some(burst) = options.gc_burst_blocks {
         model.ftl.gc_burst_blocks = burst;
     }
+    Ok(model)
+}
+
+/// The preconditioned drives; identical for every case.
+fn drives(options: &Options) -> Result<Vec<Arc<FlashDevice>>, String> {
+    let model = drive_model(options)?;
     (0..options.drives)
         .map(|index| {
             let device = Arc::new(FlashDevice::new(model.clone(), &format!("drive{index}"))?);
@@ -223,10 +229,12 @@ fn alone(options: &Options) -> Result<Case, String> {
                     })
                 })
                 .collect();
-            writers.into_iter().map(|writer| writer.join().unwrap_or(Err("a writer panicked".into()))).collect()
+            writers
+                .into_iter()
+                .map(|writer| writer.join().unwrap_or(Err("a writer panicked".into())))
+                .collect::<Result<Vec<f64>, String>>()
         })
     })?;
-    let per_drive: Vec<f64> = per_drive;
     let mut result = case(
         "each drive alone (sum)",
         &drives,
@@ -310,7 +318,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     if options.drives < 2 || !(0.05..=0.75).contains(&options.written_share) {
         return Err("at least two drives, and a written share between 5 % and 75 % of each".into());
     }
-    let model = drives(&Options { drives: 1, ..options.clone() })?[0].model();
+    let model = drive_model(options)?;
     progress("each drive alone");
     let mut cases = vec![alone(options)?];
     progress("naive in-order stripe writer");

@@ -234,7 +234,7 @@ fn measure(options: &Options, model: &DriveModel, topology: Topology) -> Result<
             1.0,
         )
     };
-    let linear = model.nand_write_bytes_per_second().min(model.timing.host_link_bytes_per_second as f64);
+    let linear = model.linear_write_bytes_per_second();
     Ok(Row {
         drive: model.name.clone(),
         topology: topology.name().into(),
