@@ -91,6 +91,8 @@ pub struct FileDevice {
     ring_abandoned: AtomicBool,
     /// Why io_uring is not in use although it was asked for.
     io_uring_unavailable_reason: Option<String>,
+    /// This process's claim on the member (its lock goes with `file`, dropped first).
+    _claim: crate::exclusive::MemberClaim,
 }
 
 impl FileDevice {
@@ -100,7 +102,31 @@ impl FileDevice {
 
         prepare_path(path, options).map_err(open_error)?;
 
-        let (file, direct_io_in_use) = open_file(path, options).map_err(open_error)?;
+        let exclusive_open = crate::exclusive::wants_exclusive_open(path, !options.read_only);
+        let (file, direct_io_in_use) = open_file(path, options, exclusive_open).map_err(|error| {
+            if exclusive_open && error.raw_os_error() == Some(libc::EBUSY) {
+                DeviceError::InUse { path: path.display().to_string(), holder: crate::exclusive::busy_block_device() }
+            } else {
+                open_error(error)
+            }
+        })?;
+        // Claimed before anything is read or written (docs/data-safety.md).
+        let claim = crate::exclusive::claim(&file, path, !options.read_only).map_err(|error| match error {
+            crate::exclusive::ClaimError::InUse(holder) => {
+                DeviceError::InUse { path: path.display().to_string(), holder }
+            }
+            crate::exclusive::ClaimError::Lock(source) => DeviceError::Open {
+                path: path.display().to_string(),
+                source: io::Error::new(source.kind(), format!("cannot lock it for exclusive use: {source}")),
+            },
+        })?;
+        let metadata = file.metadata().map_err(open_error)?;
+        // A smaller regular file is extended (sparse) only now that it is ours.
+        if let Some(create_size_bytes) = options.create_size_bytes {
+            if metadata.file_type().is_file() && metadata.len() < create_size_bytes && !options.read_only {
+                file.set_len(create_size_bytes).map_err(open_error)?;
+            }
+        }
         let metadata = file.metadata().map_err(open_error)?;
         let file_type = metadata.file_type();
         let (kind, raw_size_bytes) = if file_type.is_file() {
@@ -131,6 +157,7 @@ impl FileDevice {
             ring,
             ring_abandoned: AtomicBool::new(false),
             io_uring_unavailable_reason,
+            _claim: claim,
         })
     }
 
@@ -540,23 +567,22 @@ fn prepare_path(path: &Path, options: &FileDeviceOptions) -> io::Result<()> {
         _ if options.read_only => {
             Err(io::Error::new(io::ErrorKind::PermissionDenied, "read-only open will not create or extend the file"))
         }
-        _ => {
+        Some(_) => Ok(()), // extended by `FileDevice::open` once it holds the member's lock
+        None => {
             // create(true) rather than create_new: if someone else creates it in the
-            // meantime, the length check below still only ever extends.
-            let file = OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
-            // set_len allocates nothing: the new range is a hole (sparse).
-            if file.metadata()?.len() < create_size_bytes {
-                file.set_len(create_size_bytes)?;
-            }
+            // meantime, nothing of theirs is truncated. The size is set once the file is
+            // locked (set_len allocates nothing: the new range is a hole).
+            OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
             Ok(())
         }
     }
 }
 
 /// Open for I/O, with O_DIRECT if asked and allowed. Returns whether O_DIRECT is on.
-fn open_file(path: &Path, options: &FileDeviceOptions) -> io::Result<(File, bool)> {
+fn open_file(path: &Path, options: &FileDeviceOptions, exclusive: bool) -> io::Result<(File, bool)> {
     open_with_fallback(options.direct_io, |direct_io| {
-        let flags = libc::O_CLOEXEC | if direct_io { libc::O_DIRECT } else { 0 };
+        let flags =
+            libc::O_CLOEXEC | if direct_io { libc::O_DIRECT } else { 0 } | if exclusive { libc::O_EXCL } else { 0 };
         OpenOptions::new().read(true).write(!options.read_only).custom_flags(flags).open(path)
     })
 }
@@ -678,6 +704,49 @@ mod tests {
     }
 
     #[test]
+    fn a_member_open_in_this_process_is_refused_by_any_name_until_dropped() {
+        let directory = TemporaryDirectory::new(&std::env::temp_dir());
+        let path = directory.file("member");
+        let device = FileDevice::open(&path, &options(1 << 20, IoEngine::Sync)).unwrap();
+        let link = directory.file("link");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        let hard_link = directory.file("hard-link");
+        std::fs::hard_link(&path, &hard_link).unwrap();
+        let read_only = FileDeviceOptions { read_only: true, ..FileDeviceOptions::default() };
+        for (name, options) in
+            [(&path, FileDeviceOptions::default()), (&link, read_only.clone()), (&hard_link, read_only)]
+        {
+            match FileDevice::open(name, &options) {
+                Err(DeviceError::InUse { holder, .. }) => {
+                    assert!(holder.contains("already open in this process"), "{holder}")
+                }
+                other => panic!("a second open of {} was not refused: {:?}", name.display(), other.map(|_| ())),
+            }
+        }
+        drop(device);
+        FileDevice::open(&link, &FileDeviceOptions::default()).expect("free again once dropped");
+    }
+
+    #[test]
+    fn a_lock_held_by_another_open_file_refuses_the_member() {
+        // Another open file description holding the lock is what another process is to us.
+        let directory = TemporaryDirectory::new(&std::env::temp_dir());
+        let path = directory.file("member");
+        drop(FileDevice::open(&path, &options(1 << 20, IoEngine::Sync)).unwrap());
+        let other = File::open(&path).unwrap();
+        // SAFETY: flock on a descriptor `other` owns for the whole call.
+        assert_eq!(unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) }, 0);
+        match FileDevice::open(&path, &FileDeviceOptions::default()) {
+            Err(DeviceError::InUse { holder, .. }) => assert!(holder.contains("in use by another process"), "{holder}"),
+            other => panic!("a writer was not refused beside a reader: {:?}", other.map(|_| ())),
+        }
+        let read_only = FileDeviceOptions { read_only: true, ..FileDeviceOptions::default() };
+        drop(FileDevice::open(&path, &read_only).expect("readers share the member"));
+        drop(other);
+        FileDevice::open(&path, &FileDeviceOptions::default()).expect("free once the other lock is gone");
+    }
+
+    #[test]
     fn existing_file_is_extended_but_never_shrunk() {
         let directory = TemporaryDirectory::new(&std::env::temp_dir());
         let path = directory.file("member");
@@ -687,6 +756,7 @@ mod tests {
         drop(device);
         let device = FileDevice::open(&path, &options(1 << 20, IoEngine::Sync)).unwrap();
         assert_eq!(device.size_bytes(), 4 << 20);
+        drop(device);
         let without_create = FileDeviceOptions::default();
         assert_eq!(FileDevice::open(&path, &without_create).unwrap().size_bytes(), 4 << 20);
     }
@@ -966,7 +1036,7 @@ mod tests {
     fn direct_io_falls_back_where_refused() {
         let shm = Path::new("/dev/shm");
         if !shm.is_dir() {
-            eprintln!("skipped: /dev/shm does not exist");
+            eprintln!("SKIPPED: /dev/shm does not exist here: the O_DIRECT fallback is not tested");
             return;
         }
         let directory = TemporaryDirectory::new(shm);
@@ -989,6 +1059,7 @@ mod tests {
         device.read_at(&mut back, 0).unwrap();
         assert_eq!(back.as_slice(), written.as_slice());
 
+        drop(device);
         let buffered = FileDeviceOptions { direct_io: false, ..options(1 << 20, IoEngine::Sync) };
         let device = FileDevice::open(&path, &buffered).unwrap();
         assert!(!device.direct_io_in_use());

@@ -16,6 +16,9 @@
 //!   flush (see `docs/crash-consistency.md`); [`SimulatedDevice`] does exactly that.
 //! - **Discard** is advisory: afterwards the range reads as zeros or as its old contents.
 //! - **Errors** are values ([`DeviceError`]); a failing member never brings the process down.
+//! - **One opener.** A [`FileDevice`] is the only opener of its file or device: it holds
+//!   an exclusive lock (shared when read-only) from open to drop, and a second open — in
+//!   this process or another — fails with [`DeviceError::InUse`] naming the holder.
 //!
 //! Implementations: [`FileDevice`] (regular files, created sparse, and block devices;
 //! O_DIRECT where the filesystem allows it; io_uring with a portable fallback),
@@ -35,6 +38,7 @@
 //! ```
 
 mod aligned;
+mod exclusive;
 mod file;
 mod memory;
 mod prng;
@@ -62,6 +66,10 @@ pub enum DeviceError {
     Open { path: String, source: std::io::Error },
     #[error("device is gone (crashed or removed)")]
     Gone,
+    /// Another opener holds the member: this process (another use of it), another
+    /// process, or the kernel (docs/data-safety.md).
+    #[error("{path}: {holder}")]
+    InUse { path: String, holder: String },
 }
 
 pub type Result<T> = std::result::Result<T, DeviceError>;

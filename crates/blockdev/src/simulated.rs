@@ -191,6 +191,15 @@ impl SimulatedDevice {
         self.removed.store(true, Ordering::SeqCst);
     }
 
+    /// A removed device comes back (the drive plugged in again): it holds what was durable
+    /// when it went; its unsynced writes are lost, as a pulled drive loses its cache.
+    pub fn reinsert(&self) {
+        let mut state = self.state.lock();
+        state.unsynced.clear();
+        state.live = state.durable.clone();
+        self.removed.store(false, Ordering::SeqCst);
+    }
+
     fn admit(&self) -> Result<()> {
         if self.removed.load(Ordering::SeqCst) || !self.controller.admit() {
             return Err(DeviceError::Gone);
@@ -207,6 +216,9 @@ impl BlockDevice for SimulatedDevice {
     fn read_at(&self, buffer: &mut [u8], offset_bytes: u64) -> Result<()> {
         check_request(self.size_bytes, offset_bytes, buffer.len(), buffer.as_ptr() as usize)?;
         self.admit()?;
+        if buffer.is_empty() {
+            return Ok(());
+        }
         let state = self.state.lock();
         let first = offset_bytes / FAULT_BLOCK_SIZE_BYTES;
         let last = (offset_bytes + buffer.len() as u64 - 1) / FAULT_BLOCK_SIZE_BYTES;
@@ -224,6 +236,9 @@ impl BlockDevice for SimulatedDevice {
     fn write_at(&self, buffer: &[u8], offset_bytes: u64) -> Result<()> {
         check_request(self.size_bytes, offset_bytes, buffer.len(), buffer.as_ptr() as usize)?;
         self.admit()?;
+        if buffer.is_empty() {
+            return Ok(());
+        }
         let mut state = self.state.lock();
         let start = offset_bytes as usize;
         state.live[start..start + buffer.len()].copy_from_slice(buffer);
@@ -296,6 +311,17 @@ mod tests {
             });
         }
         assert_eq!(outcomes.len(), 3, "each fate happens for some seed: {outcomes:?}");
+    }
+
+    #[test]
+    fn empty_requests_do_nothing_and_never_panic() {
+        let array = SimulatedArray::new(3);
+        let device = array.add_device(1 << 20);
+        device.inject_read_error(8192);
+        let mut empty = AlignedBuffer::zeroed(4096);
+        device.write_at(&empty[..0], 8192).unwrap();
+        device.read_at(&mut empty[..0], 8192).unwrap();
+        assert!(device.read_at(&mut empty, 8192).is_err(), "the latent error is still there");
     }
 
     #[test]
