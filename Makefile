@@ -23,9 +23,13 @@ run: deps build
 	fi
 	$(STRIPELOG) serve --socket $(SOCKET) $(MEMBERS)
 
+# rustfmt and clippy come with the toolchain (scripts/install-deps.sh adds them with rustup
+# when the toolchain's profile left them out); without them lint fails, it never skips.
 lint:
-	@if $(CARGO) fmt --version >/dev/null 2>&1; then $(CARGO) fmt --all -- --check; else echo "rustfmt not installed: format check skipped"; fi
-	@if $(CARGO) clippy --version >/dev/null 2>&1; then $(CARGO) clippy --workspace --all-targets -- -D warnings; else echo "clippy not installed: lint skipped"; fi
+	@$(CARGO) fmt --version >/dev/null 2>&1 || { echo "lint: rustfmt is not installed (rustup component add rustfmt)" >&2; exit 1; }
+	@$(CARGO) clippy --version >/dev/null 2>&1 || { echo "lint: clippy is not installed (rustup component add clippy)" >&2; exit 1; }
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # Every test: unit, property, the deterministic simulation (500 seeds), integration.
 test: deps lint

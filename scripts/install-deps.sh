@@ -15,6 +15,21 @@ packages=(
   fonts-dejavu-core  # a TrueType font for the benchmark's SVG and PNG charts (plotters lays text out with it)
 )
 
+# rustfmt and clippy for `make lint`: rustup components of the toolchain, when its profile
+# left them out.
+for component in rustfmt clippy; do
+  command_name=$([ "$component" = rustfmt ] && echo fmt || echo clippy)
+  if ! cargo "$command_name" --version >/dev/null 2>&1; then
+    if command -v rustup >/dev/null; then
+      echo "install-deps: adding the $component component with rustup"
+      rustup component add "$component"
+    else
+      echo "install-deps: cargo $command_name is missing and rustup is not here to add it" >&2
+      exit 1
+    fi
+  fi
+done
+
 missing=()
 for package in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use stripelog_blockdev::{BlockDevice, FileDevice, FileDeviceOptions, MemoryDevice, Prng};
+use stripelog_blockdev::{BlockDevice, FileDevice, FileDeviceOptions, MemoryDevice, Prng, SimulatedArray};
 use stripelog_engine::{CreateOptions, MemberDevice, OpenOptions, RaidLevel, Volume, BLOCK_SIZE_BYTES};
 
 const CHUNK_SIZE_BYTES: u32 = 64 << 10;
@@ -21,6 +21,15 @@ const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
 
 fn memory_members(count: usize, size_bytes: u64) -> Vec<Arc<dyn BlockDevice>> {
     (0..count).map(|_| Arc::new(MemoryDevice::new(size_bytes)) as Arc<dyn BlockDevice>).collect()
+}
+
+/// Members that forget what was not flushed when `SimulatedArray::crash` is called: what
+/// a test reads back after a reopen was really made durable (memory members, which keep
+/// every write, cannot tell).
+fn crashable_members(count: usize, size_bytes: u64, seed: u64) -> (SimulatedArray, Vec<Arc<dyn BlockDevice>>) {
+    let array = SimulatedArray::new(seed);
+    let devices = (0..count).map(|_| array.add_device(size_bytes) as Arc<dyn BlockDevice>).collect();
+    (array, devices)
 }
 
 /// A directory under the system temporary directory, removed when dropped.
@@ -235,10 +244,13 @@ fn verify_models(volume: &Volume, models: &[RangeModel]) {
     }
 }
 
-/// Writers on `devices`; then close, reopen (through `reopen`) and verify every model.
+/// Writers on `devices`; then close (or, with `crash`, flush and let the process and the
+/// power die: only a flush can have made the writes durable), reopen (through `reopen`)
+/// and verify every model.
 fn disjoint_writers_keep_their_data(
     raid_level: RaidLevel,
     devices: Vec<Arc<dyn BlockDevice>>,
+    crash: Option<SimulatedArray>,
     reopen: impl FnOnce() -> Vec<Arc<dyn BlockDevice>>,
 ) {
     let volume = create(&devices, raid_level);
@@ -248,7 +260,14 @@ fn disjoint_writers_keep_their_data(
     assert!(stats.failure.is_none(), "{:?}", stats.failure);
     assert_eq!(stats.unrecoverable_reads, 0);
     assert_eq!(stats.checksum_mismatches, 0);
-    volume.close().expect("close");
+    match crash {
+        Some(array) => {
+            volume.flush().expect("flush");
+            volume.abandon();
+            array.crash();
+        }
+        None => volume.close().expect("close"),
+    }
     drop(devices);
     let devices = reopen();
     let volume = open(&devices);
@@ -261,16 +280,16 @@ fn disjoint_writers_keep_their_data(
 const DISJOINT_MEMBER_SIZE_BYTES: u64 = 32 << 20;
 
 fn disjoint_writers_on_memory(raid_level: RaidLevel) {
-    let devices = memory_members(member_count(raid_level), DISJOINT_MEMBER_SIZE_BYTES);
+    let (array, devices) = crashable_members(member_count(raid_level), DISJOINT_MEMBER_SIZE_BYTES, 21);
     let same = devices.clone();
-    disjoint_writers_keep_their_data(raid_level, devices, move || same);
+    disjoint_writers_keep_their_data(raid_level, devices, Some(array), move || same);
 }
 
 fn disjoint_writers_on_files(raid_level: RaidLevel) {
     let directory = TemporaryDirectory::new(raid_level.name());
     let count = member_count(raid_level);
     let devices = file_members(&directory.path, count, Some(DISJOINT_MEMBER_SIZE_BYTES));
-    disjoint_writers_keep_their_data(raid_level, devices, || file_members(&directory.path, count, None));
+    disjoint_writers_keep_their_data(raid_level, devices, None, || file_members(&directory.path, count, None));
 }
 
 #[test]
@@ -473,7 +492,7 @@ fn random_data(prng: &mut Prng, length_bytes: u64) -> Vec<u8> {
 
 #[test]
 fn the_flush_timer_makes_unflushed_writes_durable() {
-    let devices = memory_members(4, 8 << 20);
+    let (array, devices) = crashable_members(4, 8 << 20, 11);
     let volume = create(&devices, RaidLevel::Raid5);
     let mut prng = Prng::new(11);
     let data = random_data(&mut prng, 3 * BLOCK_BYTES);
@@ -489,8 +508,9 @@ fn the_flush_timer_makes_unflushed_writes_durable() {
     );
     assert!(stats.short_stripes > 0, "a few blocks make a short stripe");
     assert!(stats.flushes > 0);
-    // Durable means it survives a process that dies now.
+    // Durable means it survives a process that dies now, and the power with it.
     volume.abandon();
+    array.crash();
     let volume = open(&devices);
     let mut back = vec![0u8; data.len()];
     volume.read(5 * BLOCK_BYTES, &mut back).expect("read");
@@ -500,9 +520,10 @@ fn the_flush_timer_makes_unflushed_writes_durable() {
 
 #[test]
 fn a_fua_write_returns_durable() {
-    let devices = memory_members(4, 8 << 20);
+    let (array, devices) = crashable_members(4, 8 << 20, 12);
     let volume = create(&devices, RaidLevel::Raid5);
     let mut prng = Prng::new(12);
+    let mut fua_writes = Vec::new();
     for round in 0..20u64 {
         // Some ordinary writes first, then one FUA write.
         for block in 0..prng.below(20) {
@@ -512,13 +533,25 @@ fn a_fua_write_returns_durable() {
         }
         let before = volume.stats().last_sequence;
         let length = (1 + prng.below(8)) * 512;
-        volume.write((round * 40 + 30) * BLOCK_BYTES, &random_data(&mut prng, length), true).expect("FUA write");
+        let data = random_data(&mut prng, length);
+        let offset = (round * 40 + 30) * BLOCK_BYTES;
+        volume.write(offset, &data, true).expect("FUA write");
         let stats = volume.stats();
         assert!(stats.last_sequence > before, "round {round}: the FUA write sealed a batch");
         assert_eq!(
             stats.durable_through_sequence, stats.last_sequence,
             "round {round}: a FUA write returned before it was durable"
         );
+        fua_writes.push((offset, data));
+    }
+    // The process and the power go now: every FUA write is there after the crash.
+    volume.abandon();
+    array.crash();
+    let volume = open(&devices);
+    for (offset, data) in &fua_writes {
+        let mut back = vec![0u8; data.len()];
+        volume.read(*offset, &mut back).expect("read");
+        assert!(&back == data, "the FUA write at {offset} did not survive a crash");
     }
     volume.close().expect("close");
 }
@@ -570,7 +603,7 @@ fn member_bytes_account_for_data_parity_and_metadata() {
 /// last write before and after a reopen, and the volume checks clean.
 #[test]
 fn the_cleaner_thread_keeps_up_with_writers_on_a_full_volume() {
-    let devices = memory_members(4, 8 << 20);
+    let (array, devices) = crashable_members(4, 8 << 20, 13);
     let create_options = CreateOptions { spare_ppm: 200_000, ..options(RaidLevel::Raid5, CHUNK_SIZE_BYTES) };
     let volume = Volume::create(members(&devices), &create_options, &threaded_options()).expect("create");
     let logical_blocks = volume.logical_size_bytes() / BLOCK_BYTES;
@@ -616,7 +649,11 @@ fn the_cleaner_thread_keeps_up_with_writers_on_a_full_volume() {
         check_range(&volume, model, model.first_block, share, "after the writers")
             .unwrap_or_else(|error| panic!("{error}"));
     }
-    volume.close().expect("close");
+    // A flush, then the process and the power die: the reopened volume holds only what
+    // the flush made durable, cleaned segments included.
+    volume.flush().expect("flush");
+    volume.abandon();
+    array.crash();
     let volume = open(&devices);
     for model in &models {
         check_range(&volume, model, model.first_block, share, "after reopening")
