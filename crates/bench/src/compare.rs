@@ -201,7 +201,10 @@ pub fn run(options: &Options, progress: &(dyn Fn(&str, f64) + Sync)) -> Result<R
         .collect::<Result<_, _>>()?;
     // The peer first of all, so that a wrong URI fails before the long runs.
     let peer = match &options.peer {
-        Some(uri) => Some(target::open(uri, &TargetOptions { writes: true, ..TargetOptions::default() })?),
+        // The run writes to the peer too: it must hold nothing, or --force.
+        Some(uri) => {
+            Some(target::open(uri, &TargetOptions { writes: true, force: options.force, ..Default::default() })?)
+        }
         None => None,
     };
     columns.push(measure(&format!("raw members ({})", raw.len()), &raw, options, progress)?);
@@ -212,6 +215,8 @@ pub fn run(options: &Options, progress: &(dyn Fn(&str, f64) + Sync)) -> Result<R
         chunk_size_bytes: options.chunk_size_bytes,
         spare_ppm: options.spare_ppm,
         volume_uuid: None,
+        // The raw-member run just wrote over them: `--force` was checked for the whole run.
+        force: true,
     };
     let volume = Arc::new(
         Volume::create(open_member_devices(&options.members, None)?, &create, &OpenOptions::default())
@@ -238,8 +243,9 @@ pub fn run(options: &Options, progress: &(dyn Fn(&str, f64) + Sync)) -> Result<R
         let serving = scope.spawn(|| server.run_unix(listener));
         let result = (|| {
             let uri = format!("nbd+unix:///{EXPORT_NAME}?socket={}", socket.display());
-            let nbd: Vec<Box<dyn Target>> =
-                vec![target::open(&uri, &TargetOptions { writes: true, ..Default::default() })?];
+            // The volume this run created and wrote: its own data only.
+            let own_volume = TargetOptions { writes: true, force: true, ..Default::default() };
+            let nbd: Vec<Box<dyn Target>> = vec![target::open(&uri, &own_volume)?];
             measure("stripelog (NBD)", &nbd, options, progress)
         })();
         server.shutdown();

@@ -214,6 +214,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         chunk_size_bytes: options.chunk_size_bytes,
         spare_ppm: (options.spare_fraction * 1e6).round() as u32,
         volume_uuid: Some([7; 16]),
+        force: false,
     };
     let open = OpenOptions {
         flush_interval: None,

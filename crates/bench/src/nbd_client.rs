@@ -1,6 +1,8 @@
 //! The benchmark's NBD client: the fixed newstyle handshake with NBD_OPT_GO (falling back
-//! to NBD_OPT_EXPORT_NAME for old servers), simple replies only (structured replies are
-//! not asked for, so a read's data follows its reply header), and many requests in
+//! to NBD_OPT_EXPORT_NAME for old servers), simple replies only for the workload
+//! (structured replies are not asked for, so a read's data follows its reply header; a
+//! separate short connection asks `base:allocation` whether an export holds data before a
+//! write benchmark), and many requests in
 //! flight per connection: the benchmark thread sends requests, a receiver thread reads
 //! replies and hands completions back. Messages are built and parsed by
 //! `stripelog_nbd::codec`, the same code the server uses.
@@ -22,6 +24,10 @@ pub const DEFAULT_PORT: u16 = 10809;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Requests gathered before they are written to the socket (larger payloads go straight).
 pub const SEND_BUFFER_BYTES: usize = 256 << 10;
+/// The range one block status request asks about (its length field is 32 bits).
+const BLOCK_STATUS_REQUEST_BYTES_MAXIMUM: u64 = 1 << 30;
+/// The largest block status chunk accepted (a server sends a few thousand extents at most).
+const BLOCK_STATUS_REPLY_BYTES_MAXIMUM: u32 = 1 << 20;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NbdAddress {
@@ -155,6 +161,12 @@ pub struct NbdConnection {
 impl NbdConnection {
     /// Connect and negotiate `export`.
     pub fn connect(address: &NbdAddress, export: &str) -> Result<NbdConnection, String> {
+        NbdConnection::connect_with(address, export, false)
+    }
+
+    /// Connect and negotiate `export`; with `allocation`, structured replies and the
+    /// `base:allocation` meta context too (an error when the server offers neither).
+    fn connect_with(address: &NbdAddress, export: &str, allocation: bool) -> Result<NbdConnection, String> {
         let place = match address {
             NbdAddress::Unix(path) => path.display().to_string(),
             NbdAddress::Tcp(address) => address.clone(),
@@ -162,9 +174,92 @@ impl NbdConnection {
         let stream = Stream::connect(address).map_err(|error| format!("{place}: cannot connect: {error}"))?;
         stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(|error| format!("{place}: {error}"))?;
         let mut connection = NbdConnection { stream, size_bytes: 0, transmission_flags: 0 };
-        connection.handshake(export).map_err(|error| format!("{place}: NBD handshake: {error}"))?;
+        connection.handshake(export, allocation).map_err(|error| format!("{place}: NBD handshake: {error}"))?;
         connection.stream.set_read_timeout(None).map_err(|error| format!("{place}: {error}"))?;
         Ok(connection)
+    }
+
+    /// Whether `export` holds data: the offset of its first extent that `base:allocation`
+    /// reports neither as a hole nor as reading zeros, or `None` when there is none. An
+    /// error when the server cannot say (no structured replies or no `base:allocation`).
+    pub fn first_allocated_byte(address: &NbdAddress, export: &str) -> Result<Option<u64>, String> {
+        let mut connection = NbdConnection::connect_with(address, export, true)?;
+        let size = connection.size_bytes;
+        let mut offset = 0u64;
+        let mut cookie = 0u64;
+        let found = loop {
+            if offset >= size {
+                break None;
+            }
+            let length = (size - offset).min(BLOCK_STATUS_REQUEST_BYTES_MAXIMUM);
+            cookie += 1;
+            let request = codec::Request {
+                flags: 0,
+                command: COMMAND_BLOCK_STATUS,
+                cookie,
+                offset_bytes: offset,
+                length_bytes: length as u32,
+            };
+            connection.stream.write_all(&codec::encode_request(&request)).map_err(|error| error.to_string())?;
+            let extents = connection.read_block_status(cookie)?;
+            if extents.is_empty() {
+                return Err("the server answered block status with no extent".into());
+            }
+            let mut position = offset;
+            let data = extents.iter().find_map(|&(length, flags)| {
+                let start = position;
+                position += u64::from(length);
+                (flags & (STATE_HOLE | STATE_ZERO) == 0).then_some(start)
+            });
+            if data.is_some() {
+                break data;
+            }
+            offset = position;
+        };
+        connection.disconnect();
+        Ok(found)
+    }
+
+    /// Read the structured reply chunks of block status request `cookie` up to the one
+    /// marked done: its extents (length, flags) in order.
+    fn read_block_status(&mut self, cookie: u64) -> Result<Vec<(u32, u32)>, String> {
+        let io = |error: io::Error| format!("reading a block status reply: {error}");
+        let mut extents = Vec::new();
+        loop {
+            let header: [u8; 20] = self.read_array().map_err(io)?;
+            let magic = u32::from_be_bytes(header[0..4].try_into().expect("4 bytes"));
+            let flags = u16::from_be_bytes([header[4], header[5]]);
+            let chunk_type = u16::from_be_bytes([header[6], header[7]]);
+            let reply_cookie = u64::from_be_bytes(header[8..16].try_into().expect("8 bytes"));
+            let length = u32::from_be_bytes(header[16..20].try_into().expect("4 bytes"));
+            if magic != STRUCTURED_REPLY_MAGIC || reply_cookie != cookie {
+                return Err(format!("unexpected reply (magic {magic:#x}, cookie {reply_cookie})"));
+            }
+            if length > BLOCK_STATUS_REPLY_BYTES_MAXIMUM {
+                return Err(format!("a block status chunk of {length} bytes"));
+            }
+            let mut payload = vec![0u8; length as usize];
+            self.stream.read_exact(&mut payload).map_err(io)?;
+            match chunk_type {
+                CHUNK_BLOCK_STATUS if payload.len() >= 4 => {
+                    for descriptor in payload[4..].chunks_exact(8) {
+                        extents.push((
+                            u32::from_be_bytes(descriptor[0..4].try_into().expect("4 bytes")),
+                            u32::from_be_bytes(descriptor[4..8].try_into().expect("4 bytes")),
+                        ));
+                    }
+                }
+                CHUNK_NONE => {}
+                other if other & (1 << 15) != 0 => {
+                    let message = payload.get(6..).map(String::from_utf8_lossy).unwrap_or_default();
+                    return Err(format!("the server answered block status with an error: {message}"));
+                }
+                other => return Err(format!("unexpected reply chunk type {other}")),
+            }
+            if flags & REPLY_FLAG_DONE != 0 {
+                return Ok(extents);
+            }
+        }
     }
 
     pub fn size_bytes(&self) -> u64 {
@@ -181,7 +276,53 @@ impl NbdConnection {
         Ok(bytes)
     }
 
-    fn handshake(&mut self, export: &str) -> Result<(), String> {
+    /// One option reply: its header and payload (at most `OPTION_PAYLOAD_MAXIMUM_BYTES`).
+    fn read_option_reply(&mut self) -> Result<(codec::OptionReplyHeader, Vec<u8>), String> {
+        let io = |error: io::Error| error.to_string();
+        let header = codec::parse_option_reply_header(&self.read_array().map_err(io)?).map_err(|e| e.to_string())?;
+        if header.length_bytes > codec::OPTION_PAYLOAD_MAXIMUM_BYTES {
+            return Err(format!("an option reply of {} bytes", header.length_bytes));
+        }
+        let mut reply = vec![0u8; header.length_bytes as usize];
+        self.stream.read_exact(&mut reply).map_err(io)?;
+        Ok((header, reply))
+    }
+
+    /// NBD_OPT_STRUCTURED_REPLY, then NBD_OPT_SET_META_CONTEXT for `base:allocation`.
+    fn negotiate_allocation(&mut self, export: &str) -> Result<(), String> {
+        let io = |error: io::Error| error.to_string();
+        self.stream.write_all(&codec::option_request(OPTION_STRUCTURED_REPLY, &[])).map_err(io)?;
+        let (header, _) = self.read_option_reply()?;
+        if header.reply != REPLY_ACK {
+            return Err("the server has no structured replies, so it cannot report allocation".into());
+        }
+        let context = META_CONTEXT_BASE_ALLOCATION.as_bytes();
+        let mut payload = Vec::with_capacity(12 + export.len() + context.len());
+        payload.extend_from_slice(&(export.len() as u32).to_be_bytes());
+        payload.extend_from_slice(export.as_bytes());
+        payload.extend_from_slice(&1u32.to_be_bytes());
+        payload.extend_from_slice(&(context.len() as u32).to_be_bytes());
+        payload.extend_from_slice(context);
+        self.stream.write_all(&codec::option_request(OPTION_SET_META_CONTEXT, &payload)).map_err(io)?;
+        let mut selected = false;
+        loop {
+            let (header, reply) = self.read_option_reply()?;
+            match header.reply {
+                REPLY_META_CONTEXT if reply.get(4..) == Some(context) => selected = true,
+                REPLY_META_CONTEXT => {}
+                REPLY_ACK if selected => return Ok(()),
+                REPLY_ACK => return Err("the server does not offer base:allocation".into()),
+                error => {
+                    return Err(format!(
+                        "the server refused base:allocation ({error:#x}): {}",
+                        String::from_utf8_lossy(&reply)
+                    ))
+                }
+            }
+        }
+    }
+
+    fn handshake(&mut self, export: &str, allocation: bool) -> Result<(), String> {
         let io = |error: io::Error| error.to_string();
         let greeting: [u8; 18] = self.read_array().map_err(io)?;
         let (magic, option_magic) = (
@@ -198,6 +339,9 @@ impl NbdConnection {
         let no_zeroes = server_flags & FLAG_NO_ZEROES != 0;
         let client_flags = CLIENT_FLAG_FIXED_NEWSTYLE | if no_zeroes { CLIENT_FLAG_NO_ZEROES } else { 0 };
         self.stream.write_all(&client_flags.to_be_bytes()).map_err(io)?;
+        if allocation {
+            self.negotiate_allocation(export)?;
+        }
 
         let mut payload = Vec::with_capacity(6 + export.len());
         payload.extend_from_slice(&(export.len() as u32).to_be_bytes());
@@ -206,10 +350,7 @@ impl NbdConnection {
         self.stream.write_all(&codec::option_request(OPTION_GO, &payload)).map_err(io)?;
         let mut export_info = None;
         loop {
-            let header =
-                codec::parse_option_reply_header(&self.read_array().map_err(io)?).map_err(|e| e.to_string())?;
-            let mut reply = vec![0u8; header.length_bytes as usize];
-            self.stream.read_exact(&mut reply).map_err(io)?;
+            let (header, reply) = self.read_option_reply()?;
             if header.option != OPTION_GO {
                 return Err(format!("a reply to option {} while negotiating GO", header.option));
             }
@@ -226,7 +367,8 @@ impl NbdConnection {
                     (self.size_bytes, self.transmission_flags) = (size, flags);
                     return Ok(());
                 }
-                REPLY_ERROR_UNSUPPORTED => return self.export_name(export, no_zeroes),
+                // Old servers: without NBD_OPT_GO there is no block status either.
+                REPLY_ERROR_UNSUPPORTED if !allocation => return self.export_name(export, no_zeroes),
                 error if error & (1 << 31) != 0 => {
                     return Err(format!(
                         "export {export:?}: the server refused ({error:#x}): {}",

@@ -149,6 +149,8 @@ fn measure_column(
         chunk_size_bytes: options.chunk_size_bytes,
         spare_ppm: options.spare_ppm,
         volume_uuid: None,
+        // Each run creates a fresh volume over the last one: `--force` was checked once.
+        force: true,
     };
     let open = OpenOptions {
         cache_size_bytes: 0,

@@ -252,6 +252,23 @@ impl NbdTarget {
         if options.writes && read_only {
             return Err(format!("{uri}: the export is read-only and this benchmark writes"));
         }
+        if options.writes && !options.force {
+            match NbdConnection::first_allocated_byte(&address, &export) {
+                Ok(None) => {}
+                Ok(Some(offset)) => {
+                    return Err(format!(
+                        "{uri}: the export holds data (allocated at byte {offset}, by base:allocation); a write \
+                         benchmark overwrites it (pass --force to allow that)"
+                    ))
+                }
+                Err(reason) => {
+                    return Err(format!(
+                        "{uri}: cannot tell whether the export holds data ({reason}); a write benchmark overwrites \
+                         it (pass --force to allow that)"
+                    ))
+                }
+            }
+        }
         Ok(NbdTarget { uri: uri.to_string(), address, export, size_bytes, writable: !read_only })
     }
 }
@@ -294,14 +311,27 @@ impl EngineTarget {
         }
         let mut devices = Vec::new();
         for path in &paths {
-            check_overwrite(Path::new(path), options)?;
             let device_options = FileDeviceOptions { read_only: !options.writes, ..FileDeviceOptions::default() };
-            let device =
-                FileDevice::open(Path::new(path), &device_options).map_err(|error| format!("{path}: {error}"))?;
+            let device = FileDevice::open(Path::new(path), &device_options).map_err(|error| error.to_string())?;
             devices.push(MemberDevice { name: path.to_string(), device: Some(Arc::new(device)) });
         }
-        let open_options = VolumeOpenOptions { read_only: !options.writes, ..VolumeOpenOptions::default() };
+        let open_options = VolumeOpenOptions {
+            read_only: !options.writes,
+            holder_program: "stripelog bench".into(),
+            ..VolumeOpenOptions::default()
+        };
         let volume = Volume::open(devices, &open_options).map_err(|error| format!("engine:{members}: {error}"))?;
+        // A write benchmark on a volume that holds data only with --force: its mapped
+        // blocks are what it holds (the member files are never empty).
+        let stats = volume.stats();
+        if options.writes && !options.force && stats.blocks_mapped > 0 {
+            return Err(format!(
+                "engine:{members}: the volume holds data ({} blocks mapped, {} bytes); a write benchmark \
+                 overwrites it (pass --force to allow that)",
+                stats.blocks_mapped,
+                stats.blocks_mapped * stats.block_size_bytes as u64
+            ));
+        }
         Ok(EngineTarget { volume: Arc::new(volume), members: members.to_string(), writable: options.writes })
     }
 }

@@ -91,6 +91,10 @@ fn a_file_target_is_written_and_read_and_not_overwritten_without_force() {
     let report = run::run(reader.as_ref(), &workload(100, 16 * MIB), &|_| {}).expect("reads");
     assert!(report.read.total_ios > 100 && report.write.total_ios == 0);
     assert!(report.read.lat_ns.max >= report.read.lat_ns.min && report.read.lat_ns.mean > 0.0);
+    // One target per file in a process (docs/data-safety.md).
+    let error = target::open(spec, &writes(None, true)).err().expect("the file is open as the reader");
+    assert!(error.contains("already open in this process"), "{error}");
+    drop(reader);
 
     let forced = target::open(spec, &writes(None, true)).expect("--force");
     let report = run::run(forced.as_ref(), &workload(30, 16 * MIB), &|_| {}).expect("mixed run");
@@ -139,6 +143,14 @@ fn an_nbd_export_is_driven_with_many_requests_in_flight() {
     let served = statistics.requests.load(std::sync::atomic::Ordering::Relaxed);
     let written = statistics.bytes_written.load(std::sync::atomic::Ordering::Relaxed);
     drop(export);
+    // The export now holds data (base:allocation says so): a write benchmark needs --force.
+    let error = target::open(&uri, &writes(None, false)).err().expect("the export holds data");
+    assert!(error.contains("holds data") && error.contains("base:allocation") && error.contains("--force"), "{error}");
+    drop(target::open(&uri, &TargetOptions::default()).expect("a read-only benchmark"));
+    drop(target::open(&uri, &writes(None, true)).expect("--force"));
+    // Trimmed whole, it holds nothing again.
+    volume.trim(0, size).expect("trim everything");
+    drop(target::open(&uri, &writes(None, false)).expect("an export that holds nothing"));
 
     let read_only = format!("nbd+unix:///ro?socket={}", socket.display());
     let error = target::open(&read_only, &writes(None, false)).err().expect("read-only export");
@@ -179,9 +191,8 @@ fn the_engine_in_process_needs_force_to_write_and_keeps_what_it_wrote() {
     let options = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..Default::default() };
     Volume::create(open_members(&paths), &options, &OpenOptions::default()).unwrap().close().unwrap();
     let spec = format!("engine:{}", paths.iter().map(|path| path.to_str().unwrap()).collect::<Vec<_>>().join(","));
-    let error = target::open(&spec, &writes(None, false)).err().expect("members hold a volume");
-    assert!(error.contains("--force"), "{error}");
-    let engine = target::open(&spec, &writes(None, true)).expect("open the volume");
+    // An empty volume holds nothing to lose: a write benchmark needs no --force.
+    let engine = target::open(&spec, &writes(None, false)).expect("an empty volume");
     let size = engine.size_bytes();
     let fill = Workload {
         pattern: Pattern::Sequential,
@@ -197,6 +208,11 @@ fn the_engine_in_process_needs_force_to_write_and_keeps_what_it_wrote() {
     let report = run::run(engine.as_ref(), &workload(50, size), &|_| {}).expect("mixed run");
     assert!(report.read.total_ios > 0 && report.write.total_ios > 0);
     drop(engine);
+    // Now it holds data: writing needs --force, naming what it holds; reading does not.
+    let error = target::open(&spec, &writes(None, false)).err().expect("the volume holds data");
+    assert!(error.contains("holds data") && error.contains("blocks mapped") && error.contains("--force"), "{error}");
+    drop(target::open(&spec, &TargetOptions::default()).expect("a read-only benchmark"));
+    drop(target::open(&spec, &writes(None, true)).expect("--force"));
     // The volume reopens with every block written (random data: no zero blocks).
     let volume = Volume::open(open_members(&paths), &OpenOptions::default()).expect("reopen");
     let mut block = vec![0u8; 4096];

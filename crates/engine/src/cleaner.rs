@@ -351,6 +351,17 @@ impl Shared {
         Ok(())
     }
 
+    /// Pin the segments of the records that could not be read or rebuilt.
+    fn pin_unreadable<'a>(&self, records: impl Iterator<Item = &'a Live>) {
+        let per_segment = self.geometry.blocks_per_segment();
+        let mut state = self.state.lock();
+        for record in records.filter(|record| record.unreadable) {
+            if let Some(segment) = record.mapping.segment(per_segment) {
+                state.segments[segment as usize].pinned = true;
+            }
+        }
+    }
+
     /// Run one cleaning round. `Ok(false)`: nothing could be gained (no used segment has
     /// dead space).
     pub(crate) fn clean_round(&self) -> Result<bool> {
@@ -468,16 +479,6 @@ impl Shared {
         });
         let mut contents = vec![0u8; live.len() * BLOCK_SIZE_BYTES];
         self.read_live(&mut live, &mut contents)?;
-        {
-            // A block nothing can rebuild cannot move: its segment stays, out of the
-            // cleaner's way.
-            let mut state = self.state.lock();
-            for record in live.iter().filter(|record| record.unreadable) {
-                if let Some(segment) = record.mapping.segment(per_segment) {
-                    state.segments[segment as usize].pinned = true;
-                }
-            }
-        }
         // Blocks of the next candidate complete the last rows of the relocation batches,
         // which would otherwise be padded: it is cleaned soon, and a block moved early
         // costs no more space than a padding block.
@@ -488,6 +489,11 @@ impl Shared {
         fillers.truncate(RELOCATION_STREAMS.len() * (self.geometry.data_columns() + 1));
         let mut filler_contents = vec![0u8; fillers.len() * BLOCK_SIZE_BYTES];
         self.read_live(&mut fillers, &mut filler_contents)?;
+        // A block nothing can rebuild cannot move — its content is not known, and moving
+        // it would turn an I/O error into data — so it stays where it is (its reads keep
+        // failing) and its segment is pinned, out of the cleaner's way. Victims and fillers
+        // alike.
+        self.pin_unreadable(live.iter().chain(fillers.iter()));
         let mut next_filler = 0usize;
         let mut next = 0usize;
         while next < live.len() {
@@ -507,7 +513,8 @@ impl Shared {
                         _ => true,
                     }
             };
-            while next < live.len() && !still_current(&live[next]) {
+            // A batch starts with a record it will hold (it is never sealed empty).
+            while next < live.len() && (!still_current(&live[next]) || live[next].unreadable) {
                 next += 1;
             }
             if next == live.len() {
@@ -605,7 +612,7 @@ impl Shared {
             while next_filler < fillers.len() && state.open.as_ref().is_some_and(|batch| batch.padding_blocks() > 0) {
                 let record = &fillers[next_filler];
                 next_filler += 1;
-                if !still_current(record) {
+                if !still_current(record) || record.unreadable {
                     continue;
                 }
                 let content = &filler_contents[(next_filler - 1) * BLOCK_SIZE_BYTES..next_filler * BLOCK_SIZE_BYTES];

@@ -15,8 +15,20 @@ pub enum Error {
     Device { member: usize, source: DeviceError },
     #[error("I/O error: logical block {logical_block} cannot be read or rebuilt ({reason})")]
     Unrecoverable { logical_block: u64, reason: String },
-    #[error("the volume is full: no free segment (garbage collection is not available yet)")]
+    #[error(
+        "the volume is full: no free segment, and cleaning cannot make one (every used segment is live; trim or \
+         delete data, or create the volume with a larger spare)"
+    )]
     OutOfSpace,
+    /// `create` or `replace` found data or a volume on a device it would overwrite.
+    #[error("member {member} ({path}) {found}: refusing to overwrite it unless forced")]
+    WouldDestroy { member: usize, path: String, found: String },
+    /// The volume is recorded as open read-write on another host and was not closed there.
+    #[error(
+        "volume {volume} is open on host {host} ({holder}) and was not closed there: it may be in use; if {host} \
+         is down and nothing else uses the members, open it with force"
+    )]
+    HeldByAnotherHost { volume: String, host: String, holder: String },
     #[error("the volume is read-only")]
     ReadOnly,
     #[error("too many members are missing or failed for {level}: {reason}")]

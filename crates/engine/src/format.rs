@@ -3,7 +3,13 @@
 
 use crate::geometry::{Geometry, RaidLevel, BLOCK_SIZE_BYTES};
 
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of the superblock written by this code; version 1 (without the fields from
+/// offset 120) is read too and upgraded by the first read-write open.
+pub const SUPERBLOCK_VERSION: u32 = 2;
+/// The superblock version before member identity and the holder record.
+pub const SUPERBLOCK_VERSION_WITHOUT_IDENTITY: u32 = 1;
+/// Version of batch summary blocks.
+pub const SUMMARY_VERSION: u16 = 1;
 pub const SUPERBLOCK_MAGIC: &[u8; 8] = b"STRIPLOG";
 pub const SUMMARY_MAGIC: &[u8; 8] = b"SLBATCH\0";
 /// Member byte offsets of the two superblock copies (both inside the reserved chunk).
@@ -13,6 +19,17 @@ pub const ENTRIES_PER_SUMMARY: usize = 247;
 const ENTRIES_OFFSET: usize = 128;
 const ENTRY_SIZE_BYTES: usize = 16;
 const CHECKSUM_OFFSET: usize = BLOCK_SIZE_BYTES - 4;
+
+/// Positions the superblock has an expected member UUID for (the largest member count).
+pub const MEMBER_UUID_SLOTS: usize = crate::geometry::MAXIMUM_MEMBER_COUNT as usize;
+/// Retired (replaced) members the superblock remembers; the oldest is forgotten first.
+pub const RETIRED_MEMBERS_MAXIMUM: usize = 32;
+const HOLDER_HOST_BYTES: usize = 64;
+const HOLDER_PROGRAM_BYTES: usize = 24;
+const MEMBER_UUIDS_OFFSET: usize = 256;
+const RETIRED_OFFSET: usize = MEMBER_UUIDS_OFFSET + MEMBER_UUID_SLOTS * 16;
+const RETIRED_RECORD_BYTES: usize = 32;
+const HOLDER_FLAG_OPEN: u32 = 1;
 
 pub fn block_checksum(block: &[u8]) -> u32 {
     crc32c::crc32c(block)
@@ -42,13 +59,55 @@ fn read_u32(block: &[u8], offset: usize) -> u32 {
 fn read_u64(block: &[u8], offset: usize) -> u64 {
     u64::from_le_bytes(block[offset..offset + 8].try_into().expect("8 bytes"))
 }
+fn read_uuid(block: &[u8], offset: usize) -> [u8; 16] {
+    block[offset..offset + 16].try_into().expect("16 bytes")
+}
 fn put(block: &mut [u8], offset: usize, bytes: &[u8]) {
     block[offset..offset + bytes.len()].copy_from_slice(bytes);
+}
+
+/// Text in a zero-padded field: at most `size` bytes, cut at a character boundary.
+fn put_text(block: &mut [u8], offset: usize, size: usize, text: &str) {
+    let mut end = text.len().min(size);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    put(block, offset, &text.as_bytes()[..end]);
+}
+fn read_text(block: &[u8], offset: usize, size: usize) -> String {
+    let field = &block[offset..offset + size];
+    let length = field.iter().position(|&byte| byte == 0).unwrap_or(size);
+    String::from_utf8_lossy(&field[..length]).into_owned()
+}
+
+/// Who opened the volume read-write last, and whether it closed it cleanly
+/// (docs/data-safety.md, "The holder record").
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Holder {
+    /// A read-write open is in progress (or ended in a crash): set by every read-write
+    /// open, cleared by a clean close.
+    pub open: bool,
+    pub process_id: u32,
+    pub opened_unix_seconds: u64,
+    /// The last clean close (0: never).
+    pub closed_unix_seconds: u64,
+    pub host: String,
+    pub program: String,
+}
+
+/// A member that a replacement displaced: its UUID is refused in any position from then on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetiredMember {
+    pub member_uuid: [u8; 16],
+    pub position: u32,
+    pub retired_unix_seconds: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Superblock {
     pub copy: u32,
+    /// The version this superblock was read as (always [`SUPERBLOCK_VERSION`] when written).
+    pub version: u32,
     pub volume_uuid: [u8; 16],
     pub member_index: u32,
     pub member_count: u32,
@@ -71,6 +130,15 @@ pub struct Superblock {
     /// rebuilt; it is written but read only where the rebuild has finished
     /// (docs/resilience.md). Zero in volumes written before the field existed.
     pub rebuilding_members: u64,
+    /// +1 at every superblock update: orders the superblocks of one epoch.
+    pub update_sequence: u64,
+    /// This device's own member UUID (zero: written by version 1).
+    pub member_uuid: [u8; 16],
+    pub holder: Holder,
+    /// The member UUID expected in each position, `member_count` of them (zero: unknown).
+    pub member_uuids: Vec<[u8; 16]>,
+    /// Members replaced so far, oldest first, at most [`RETIRED_MEMBERS_MAXIMUM`].
+    pub retired: Vec<RetiredMember>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -85,7 +153,7 @@ impl Superblock {
     pub fn encode(&self, block: &mut [u8]) {
         block[..BLOCK_SIZE_BYTES].fill(0);
         put(block, 0, SUPERBLOCK_MAGIC);
-        put(block, 8, &FORMAT_VERSION.to_le_bytes());
+        put(block, 8, &SUPERBLOCK_VERSION.to_le_bytes());
         put(block, 12, &self.copy.to_le_bytes());
         put(block, 16, &self.volume_uuid);
         put(block, 32, &self.member_index.to_le_bytes());
@@ -102,6 +170,25 @@ impl Superblock {
         put(block, 96, &self.failed_members.to_le_bytes());
         put(block, 104, &self.durable_through_sequence.to_le_bytes());
         put(block, 112, &self.rebuilding_members.to_le_bytes());
+        put(block, 120, &self.update_sequence.to_le_bytes());
+        put(block, 128, &self.member_uuid);
+        let flags = if self.holder.open { HOLDER_FLAG_OPEN } else { 0 };
+        put(block, 144, &flags.to_le_bytes());
+        put(block, 148, &self.holder.process_id.to_le_bytes());
+        put(block, 152, &self.holder.opened_unix_seconds.to_le_bytes());
+        put(block, 160, &self.holder.closed_unix_seconds.to_le_bytes());
+        put_text(block, 168, HOLDER_HOST_BYTES, &self.holder.host);
+        put_text(block, 232, HOLDER_PROGRAM_BYTES, &self.holder.program);
+        for (position, uuid) in self.member_uuids.iter().take(MEMBER_UUID_SLOTS).enumerate() {
+            put(block, MEMBER_UUIDS_OFFSET + position * 16, uuid);
+        }
+        let retired = &self.retired[self.retired.len().saturating_sub(RETIRED_MEMBERS_MAXIMUM)..];
+        for (index, member) in retired.iter().enumerate() {
+            let offset = RETIRED_OFFSET + index * RETIRED_RECORD_BYTES;
+            put(block, offset, &member.member_uuid);
+            put(block, offset + 16, &member.position.to_le_bytes());
+            put(block, offset + 24, &member.retired_unix_seconds.to_le_bytes());
+        }
         seal(block);
     }
 
@@ -110,7 +197,7 @@ impl Superblock {
             return Err(SuperblockProblem::NotStripelog);
         }
         let version = read_u32(block, 8);
-        if version != FORMAT_VERSION {
+        if version != SUPERBLOCK_VERSION && version != SUPERBLOCK_VERSION_WITHOUT_IDENTITY {
             return Err(SuperblockProblem::UnsupportedVersion(version));
         }
         if !checksum_matches(block) {
@@ -129,11 +216,13 @@ impl Superblock {
         if block_size as usize != BLOCK_SIZE_BYTES {
             return Err(SuperblockProblem::Inconsistent(format!("block size {block_size}")));
         }
-        let superblock = Superblock {
+        let member_count = read_u32(block, 36);
+        let mut superblock = Superblock {
             copy,
-            volume_uuid: block[16..32].try_into().expect("16 bytes"),
+            version,
+            volume_uuid: read_uuid(block, 16),
             member_index: read_u32(block, 32),
-            member_count: read_u32(block, 36),
+            member_count,
             raid_level,
             chunk_size_bytes: read_u32(block, 44),
             spare_ppm: read_u32(block, 52),
@@ -145,6 +234,11 @@ impl Superblock {
             failed_members: read_u64(block, 96),
             durable_through_sequence: read_u64(block, 104),
             rebuilding_members: read_u64(block, 112),
+            update_sequence: 0,
+            member_uuid: [0; 16],
+            holder: Holder::default(),
+            member_uuids: vec![[0; 16]; (member_count as usize).min(MEMBER_UUID_SLOTS)],
+            retired: Vec::new(),
         };
         // The geometry must be one we would have created, and agree with its own sizes.
         let geometry = Geometry::new(
@@ -162,7 +256,54 @@ impl Superblock {
         {
             return Err(SuperblockProblem::Inconsistent("sizes do not match the geometry".into()));
         }
+        if version == SUPERBLOCK_VERSION {
+            superblock.decode_identity(block)?;
+        }
         Ok(superblock)
+    }
+
+    /// The fields of version 2: update sequence, member identity, holder, retired members.
+    fn decode_identity(&mut self, block: &[u8]) -> Result<(), SuperblockProblem> {
+        self.update_sequence = read_u64(block, 120);
+        self.member_uuid = read_uuid(block, 128);
+        let flags = read_u32(block, 144);
+        if flags & !HOLDER_FLAG_OPEN != 0 {
+            return Err(SuperblockProblem::Inconsistent(format!("unknown holder flags {flags:#x}")));
+        }
+        self.holder = Holder {
+            open: flags & HOLDER_FLAG_OPEN != 0,
+            process_id: read_u32(block, 148),
+            opened_unix_seconds: read_u64(block, 152),
+            closed_unix_seconds: read_u64(block, 160),
+            host: read_text(block, 168, HOLDER_HOST_BYTES),
+            program: read_text(block, 232, HOLDER_PROGRAM_BYTES),
+        };
+        for (position, uuid) in self.member_uuids.iter_mut().enumerate() {
+            *uuid = read_uuid(block, MEMBER_UUIDS_OFFSET + position * 16);
+        }
+        let beyond_count = (self.member_count as usize..MEMBER_UUID_SLOTS)
+            .any(|position| read_uuid(block, MEMBER_UUIDS_OFFSET + position * 16) != [0; 16]);
+        if beyond_count {
+            return Err(SuperblockProblem::Inconsistent("member UUIDs beyond the member count".into()));
+        }
+        if self.member_uuid != [0; 16] && self.member_uuids[self.member_index as usize] != self.member_uuid {
+            return Err(SuperblockProblem::Inconsistent(
+                "its member UUID is not the one it lists for its own position".into(),
+            ));
+        }
+        for index in 0..RETIRED_MEMBERS_MAXIMUM {
+            let offset = RETIRED_OFFSET + index * RETIRED_RECORD_BYTES;
+            let member_uuid = read_uuid(block, offset);
+            if member_uuid == [0; 16] {
+                break;
+            }
+            self.retired.push(RetiredMember {
+                member_uuid,
+                position: read_u32(block, offset + 16),
+                retired_unix_seconds: read_u64(block, offset + 24),
+            });
+        }
+        Ok(())
     }
 
     pub fn geometry(&self) -> Geometry {
@@ -172,6 +313,33 @@ impl Superblock {
             chunk_size_bytes: self.chunk_size_bytes,
             spare_ppm: self.spare_ppm,
             member_size_bytes: self.member_size_bytes,
+        }
+    }
+
+    /// Whether this superblock is newer than `other` (of the same volume): a later epoch,
+    /// or a later update within it.
+    pub fn is_newer_than(&self, other: &Superblock) -> bool {
+        (self.epoch, self.update_sequence, self.durable_through_sequence)
+            > (other.epoch, other.update_sequence, other.durable_through_sequence)
+    }
+
+    /// The record of a retired member with `member_uuid`, if it is one.
+    pub fn retired_member(&self, member_uuid: &[u8; 16]) -> Option<&RetiredMember> {
+        self.retired.iter().rev().find(|member| &member.member_uuid == member_uuid)
+    }
+
+    /// Retire the member UUID of `position` (when known) and expect `new_uuid` there.
+    pub fn retire_and_replace(&mut self, position: usize, new_uuid: [u8; 16], now_unix_seconds: u64) {
+        let old = std::mem::replace(&mut self.member_uuids[position], new_uuid);
+        if old != [0; 16] && old != new_uuid {
+            if self.retired.len() == RETIRED_MEMBERS_MAXIMUM {
+                self.retired.remove(0);
+            }
+            self.retired.push(RetiredMember {
+                member_uuid: old,
+                position: position as u32,
+                retired_unix_seconds: now_unix_seconds,
+            });
         }
     }
 }
@@ -184,8 +352,10 @@ pub enum DamagedHead {
     /// A summary of this volume whose zeroing (release) was torn by a crash.
     TornZeroing,
     /// A summary of this volume that fails its checksum: lost metadata, unless its
-    /// sequence number lies after the end of the log (a torn write of a new head).
-    DamagedSummary { sequence: u64 },
+    /// sequence number lies after the end of the log (a torn write of a new head) or its
+    /// epoch and segment open sequence show an earlier use of the segment (stale content
+    /// after the end of a chain).
+    DamagedSummary { sequence: u64, epoch: u64, segment_open_sequence: u64 },
     /// Anything else (a torn new head whose first sector did not land, old data).
     Other,
 }
@@ -268,7 +438,7 @@ impl Summary {
         let header = &self.header;
         block[..BLOCK_SIZE_BYTES].fill(0);
         put(block, 0, SUMMARY_MAGIC);
-        put(block, 8, &(FORMAT_VERSION as u16).to_le_bytes());
+        put(block, 8, &SUMMARY_VERSION.to_le_bytes());
         put(block, 10, &self.summary_index.to_le_bytes());
         put(block, 12, &(self.entries.len() as u16).to_le_bytes());
         put(block, 16, &header.volume_uuid);
@@ -292,7 +462,7 @@ impl Summary {
     /// Decode a summary block; `None` when it is not a valid summary of this volume.
     pub fn decode(block: &[u8], volume_uuid: &[u8; 16]) -> Option<Summary> {
         if &block[0..8] != SUMMARY_MAGIC
-            || read_u16(block, 8) as u32 != FORMAT_VERSION
+            || read_u16(block, 8) != SUMMARY_VERSION
             || !checksum_matches(block)
             || &block[16..32] != volume_uuid
         {
@@ -329,7 +499,10 @@ impl Summary {
         if block.iter().all(|&byte| byte == 0) {
             return DamagedHead::Zero;
         }
-        if &block[0..8] != SUMMARY_MAGIC || &block[16..32] != volume_uuid {
+        // A torn new head whose first sector did not land holds zeros there (released
+        // heads are zeroed), old data holds another volume's bytes; a summary whose magic
+        // rotted still names this volume.
+        if &block[16..32] != volume_uuid {
             return DamagedHead::Other;
         }
         // Sectors a real summary can never have all zero: the header, the entries, the
@@ -348,7 +521,11 @@ impl Summary {
         if torn_zeroing {
             DamagedHead::TornZeroing
         } else {
-            DamagedHead::DamagedSummary { sequence: read_u64(block, 32) }
+            DamagedHead::DamagedSummary {
+                sequence: read_u64(block, 32),
+                epoch: read_u64(block, 80),
+                segment_open_sequence: read_u64(block, 48),
+            }
         }
     }
 
@@ -372,8 +549,10 @@ mod tests {
 
     fn sample_superblock() -> Superblock {
         let geometry = Geometry::new(RaidLevel::Raid6, 6, 1 << 20, 200_000, 1 << 30).unwrap();
+        let member_uuids: Vec<[u8; 16]> = (0..6u8).map(|index| [index + 1; 16]).collect();
         Superblock {
             copy: 1,
+            version: SUPERBLOCK_VERSION,
             volume_uuid: [7; 16],
             member_index: 3,
             member_count: 6,
@@ -388,6 +567,18 @@ mod tests {
             failed_members: 0b100,
             durable_through_sequence: 77,
             rebuilding_members: 0b100,
+            update_sequence: 12,
+            member_uuid: member_uuids[3],
+            holder: Holder {
+                open: true,
+                process_id: 4242,
+                opened_unix_seconds: 1_700_000_100,
+                closed_unix_seconds: 1_700_000_050,
+                host: "db1.example".into(),
+                program: "stripelog serve".into(),
+            },
+            member_uuids,
+            retired: vec![RetiredMember { member_uuid: [9; 16], position: 2, retired_unix_seconds: 1_700_000_060 }],
         }
     }
 
@@ -404,6 +595,71 @@ mod tests {
             assert!(Superblock::decode(&damaged, 1).is_err(), "flip at {byte} undetected");
         }
         assert_eq!(Superblock::decode(&[0u8; BLOCK_SIZE_BYTES], 0), Err(SuperblockProblem::NotStripelog));
+    }
+
+    #[test]
+    fn a_version_1_superblock_is_read_without_identity() {
+        let superblock = sample_superblock();
+        let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+        superblock.encode(&mut block);
+        // Version 1 wrote zeros from offset 120 on.
+        block[8..12].copy_from_slice(&SUPERBLOCK_VERSION_WITHOUT_IDENTITY.to_le_bytes());
+        block[120..CHECKSUM_OFFSET].fill(0);
+        seal(&mut block);
+        let decoded = Superblock::decode(&block, 1).unwrap();
+        assert_eq!(decoded.version, SUPERBLOCK_VERSION_WITHOUT_IDENTITY);
+        assert_eq!(decoded.member_uuid, [0; 16]);
+        assert_eq!(decoded.member_uuids, vec![[0; 16]; 6]);
+        assert_eq!(decoded.holder, Holder::default());
+        assert_eq!((decoded.epoch, decoded.failed_members), (superblock.epoch, superblock.failed_members));
+        block[8..12].copy_from_slice(&3u32.to_le_bytes());
+        seal(&mut block);
+        assert_eq!(Superblock::decode(&block, 1), Err(SuperblockProblem::UnsupportedVersion(3)));
+    }
+
+    #[test]
+    fn retiring_keeps_the_newest_records() {
+        let mut superblock = sample_superblock();
+        superblock.retired.clear();
+        for round in 0..(RETIRED_MEMBERS_MAXIMUM as u64 + 5) {
+            let position = (round % 6) as usize;
+            superblock.retire_and_replace(position, uuid_of(round), 1_700_000_000 + round);
+        }
+        // This copy belongs to position 3: its own UUID is the one expected there now.
+        superblock.member_uuid = superblock.member_uuids[superblock.member_index as usize];
+        assert_eq!(superblock.retired.len(), RETIRED_MEMBERS_MAXIMUM);
+        let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+        superblock.encode(&mut block);
+        let decoded = Superblock::decode(&block, 1).unwrap();
+        assert_eq!(decoded, superblock);
+        // The UUID installed last in a position is expected there; the one before is retired.
+        let last = RETIRED_MEMBERS_MAXIMUM as u64 + 4;
+        assert_eq!(decoded.member_uuids[(last % 6) as usize], uuid_of(last));
+        let retired = decoded.retired_member(&uuid_of(last - 6)).expect("retired");
+        assert_eq!((retired.position, retired.retired_unix_seconds), ((last % 6) as u32, 1_700_000_000 + last));
+        // Rounds 0-5 retired the sample's UUIDs [1; 16] … [6; 16]; the first five are forgotten.
+        assert!(decoded.retired_member(&[1; 16]).is_none(), "the oldest records are forgotten");
+        assert!(decoded.retired_member(&[5; 16]).is_none(), "the oldest records are forgotten");
+        assert_eq!(decoded.retired_member(&[6; 16]).map(|member| member.position), Some(5));
+    }
+
+    fn uuid_of(round: u64) -> [u8; 16] {
+        let mut uuid = [0xA5; 16];
+        uuid[..8].copy_from_slice(&round.to_le_bytes());
+        uuid
+    }
+
+    #[test]
+    fn an_inconsistent_identity_is_refused() {
+        let mut superblock = sample_superblock();
+        superblock.member_uuid = [0xEE; 16];
+        let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+        superblock.encode(&mut block);
+        assert!(matches!(Superblock::decode(&block, 1), Err(SuperblockProblem::Inconsistent(_))));
+        let mut superblock = sample_superblock();
+        superblock.member_uuids.push([1; 16]);
+        superblock.encode(&mut block);
+        assert!(matches!(Superblock::decode(&block, 1), Err(SuperblockProblem::Inconsistent(_))));
     }
 
     proptest! {

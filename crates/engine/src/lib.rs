@@ -20,6 +20,7 @@ pub mod error;
 pub mod format;
 pub mod geometry;
 mod hedge;
+pub mod identity;
 pub mod map;
 mod members;
 pub mod parity;
@@ -34,7 +35,7 @@ pub use error::{Error, Result};
 pub use geometry::{Geometry, RaidLevel, BLOCK_SIZE_BYTES, WORKING_SPARE_SEGMENTS};
 pub use map::Mapping;
 pub use recovery::CheckReport;
-pub use resilience::{MaintenanceOptions, MaintenanceProgress, RebuildReport, ScrubReport};
+pub use resilience::{MaintenanceOptions, MaintenanceProgress, RebuildReport, ReplaceOptions, ScrubReport};
 pub use stats::{RecoveryReport, VolumeStats};
 pub use volume::{
     CreateOptions, IoMode, MemberDevice, OpenOptions, Volume, DEFAULT_FLUSH_INTERVAL, DEFAULT_WRITE_QUEUE_BYTES,

@@ -162,15 +162,11 @@ impl Members {
         }
     }
 
-    /// How many more members the volume survives losing (for RAID-10, losses in
-    /// distinct mirror pairs).
+    /// How many more members the volume survives losing, whichever they are. RAID-10
+    /// survives one more loss while every mirror pair is whole, none once a pair has lost
+    /// a member (losing its other half loses the volume) — whatever the number of pairs.
     pub(crate) fn further_losses_survived(&self) -> usize {
-        let lost = self.lost_bits();
-        if self.raid_level == RaidLevel::Raid10 {
-            (0..self.count() / 2).filter(|pair| lost & (0b11 << (2 * pair)) == 0).count()
-        } else {
-            self.raid_level.failures_tolerated().saturating_sub(lost.count_ones() as usize)
-        }
+        further_losses_survived(self.raid_level, self.count(), self.lost_bits())
     }
 
     pub(crate) fn failures_while_open(&self) -> u64 {
@@ -231,13 +227,20 @@ impl Members {
             let rebuilding = self.rebuilding().iter().fold(0u64, |bits, member| bits | 1 << member);
             superblock.failed_members = self.lost_bits();
             superblock.rebuilding_members = rebuilding;
+            superblock.update_sequence += 1;
+            superblock.version = crate::format::SUPERBLOCK_VERSION;
             for (copy, offset) in SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
                 for member in 0..self.count() {
                     let Some(device) = self.writable(member) else {
                         continue;
                     };
-                    Superblock { copy: copy as u32, member_index: member as u32, ..superblock.clone() }
-                        .encode(&mut block);
+                    Superblock {
+                        copy: copy as u32,
+                        member_index: member as u32,
+                        member_uuid: superblock.member_uuids[member],
+                        ..superblock.clone()
+                    }
+                    .encode(&mut block);
                     let written = device.write_at(&block, *offset).and_then(|()| device.flush());
                     if let Err(error) = written {
                         let reason = format!("writing its superblock: {error}");
@@ -263,6 +266,7 @@ impl Members {
     }
 
     pub(crate) fn statuses(&self) -> Vec<MemberStatus> {
+        let member_uuids = self.superblock().member_uuids;
         (0..self.count())
             .map(|member| {
                 let slot = self.slots[member].read();
@@ -296,6 +300,11 @@ impl Members {
                     read_latency_mean_micros: self.read_latency[member].mean().as_secs_f64() * 1e6,
                     late_read_fraction: self.read_latency[member].late_fraction(),
                     lagging: self.hedged_reads.load(Ordering::Relaxed) && self.read_latency[member].lagging(),
+                    member_uuid: if member_uuids[member] == [0; 16] {
+                        String::new()
+                    } else {
+                        uuid::Uuid::from_bytes(member_uuids[member]).to_string()
+                    },
                 }
             })
             .collect()
@@ -444,8 +453,12 @@ impl Members {
                 Err(reason) => Some(reason),
                 Ok(()) => match read_superblock(member, &self.name(member), device.as_ref()) {
                     Err(error) => Some(error.to_string()),
-                    Ok(found) if found.volume_uuid != expected.volume_uuid || found.member_index as usize != member => {
-                        Some("its superblock no longer names this volume and position".into())
+                    Ok(found)
+                        if found.volume_uuid != expected.volume_uuid
+                            || found.member_index as usize != member
+                            || found.member_uuid != expected.member_uuids[member] =>
+                    {
+                        Some("its superblock no longer names this volume, position and member".into())
                     }
                     Ok(_) => None,
                 },
@@ -471,6 +484,9 @@ impl Members {
         *self.slots[member].write() =
             Slot { name: replacement.name, device: replacement.device, state: MemberState::Rebuilding, failure: None };
         let mut updated = current.clone();
+        // The replacement gets an identity of its own; the one it displaces is retired,
+        // so the old device is refused by name if it is ever offered again.
+        updated.retire_and_replace(member, new_member_uuid(), crate::identity::now_unix_seconds());
         self.write_superblock_everywhere(&mut updated)?;
         *current = updated;
         Ok(())
@@ -706,6 +722,23 @@ enum Fetched {
     Late(usize, PendingRead),
 }
 
+/// [`Members::further_losses_survived`] for `member_count` members of `raid_level` with
+/// the members in `lost` (a bit set) gone.
+fn further_losses_survived(raid_level: RaidLevel, member_count: usize, lost: u64) -> usize {
+    if raid_level == RaidLevel::Raid10 {
+        let pairs = member_count / 2;
+        let whole = |pair: usize| lost & (0b11 << (2 * pair)) == 0;
+        let dead = |pair: usize| lost & (0b11 << (2 * pair)) == 0b11 << (2 * pair);
+        if (0..pairs).any(dead) {
+            0
+        } else {
+            usize::from((0..pairs).all(whole))
+        }
+    } else {
+        raid_level.failures_tolerated().saturating_sub(lost.count_ones() as usize)
+    }
+}
+
 /// Run `work` for each of `members`: all at once, a thread each, when `parallel`
 /// (threaded volumes), else one after the other (inline volumes keep one order of device
 /// operations). One result per member, in order; `None` where a thread panicked.
@@ -730,11 +763,14 @@ pub(crate) enum ReadSource {
     Reconstructed,
 }
 
-fn now_unix_seconds() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_secs())
+/// A new random member UUID.
+fn new_member_uuid() -> [u8; 16] {
+    *uuid::Uuid::new_v4().as_bytes()
 }
 
-/// Write the superblocks of a new volume on every member.
+/// Write the superblocks of a new volume on every member: only after every member was
+/// found present, distinct and — unless `options.force` — holding no data and no volume
+/// (docs/data-safety.md).
 pub(crate) fn create(members: &[MemberDevice], options: &CreateOptions) -> Result<()> {
     let mut smallest = u64::MAX;
     for (index, member) in members.iter().enumerate() {
@@ -743,6 +779,18 @@ pub(crate) fn create(members: &[MemberDevice], options: &CreateOptions) -> Resul
             path: member.name.clone(),
             reason: "is missing: every member must be present to create a volume".into(),
         })?;
+        if let Some(first) = members[..index].iter().position(|other| {
+            other.device.as_ref().is_some_and(|other| std::ptr::addr_eq(Arc::as_ptr(other), Arc::as_ptr(device)))
+        }) {
+            return Err(Error::Member {
+                member: index,
+                path: member.name.clone(),
+                reason: format!(
+                    "is the same device as member {first} ({}): every member must be another device",
+                    members[first].name
+                ),
+            });
+        }
         smallest = smallest.min(device.size_bytes());
     }
     if members.is_empty() {
@@ -750,8 +798,26 @@ pub(crate) fn create(members: &[MemberDevice], options: &CreateOptions) -> Resul
     }
     let geometry =
         Geometry::new(options.raid_level, members.len(), options.chunk_size_bytes, options.spare_ppm, smallest)?;
+    if !options.force {
+        for (index, member) in members.iter().enumerate() {
+            let device = member.device.as_ref().expect("checked above");
+            let content = crate::identity::inspect(device.as_ref()).map_err(|error| Error::Member {
+                member: index,
+                path: member.name.clone(),
+                reason: error.to_string(),
+            })?;
+            if content != crate::identity::DeviceContent::Empty {
+                return Err(Error::WouldDestroy {
+                    member: index,
+                    path: member.name.clone(),
+                    found: content.describe(),
+                });
+            }
+        }
+    }
     let volume_uuid = options.volume_uuid.unwrap_or_else(|| *uuid::Uuid::new_v4().as_bytes());
-    let created_unix_seconds = now_unix_seconds();
+    let member_uuids: Vec<[u8; 16]> = members.iter().map(|_| new_member_uuid()).collect();
+    let created_unix_seconds = crate::identity::now_unix_seconds();
     let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
     for (index, member) in members.iter().enumerate() {
         let device = member.device.as_ref().expect("checked above");
@@ -766,6 +832,7 @@ pub(crate) fn create(members: &[MemberDevice], options: &CreateOptions) -> Resul
         for (copy, offset) in SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
             let superblock = Superblock {
                 copy: copy as u32,
+                version: crate::format::SUPERBLOCK_VERSION,
                 volume_uuid,
                 member_index: index as u32,
                 member_count: members.len() as u32,
@@ -780,6 +847,11 @@ pub(crate) fn create(members: &[MemberDevice], options: &CreateOptions) -> Resul
                 failed_members: 0,
                 durable_through_sequence: 0,
                 rebuilding_members: 0,
+                update_sequence: 0,
+                member_uuid: member_uuids[index],
+                holder: crate::format::Holder::default(),
+                member_uuids: member_uuids.clone(),
+                retired: Vec::new(),
             };
             superblock.encode(&mut block);
             device.write_at(&block, *offset).map_err(member_error)?;
@@ -832,7 +904,10 @@ pub(crate) fn open(members: Vec<MemberDevice>) -> Result<(Members, Superblock)> 
         .iter()
         .flatten()
         .filter(|superblock| superblock.volume_uuid == volume_uuid && Some(superblock.geometry()) == voted_geometry)
-        .max_by_key(|superblock| superblock.epoch)
+        .fold(None::<&Superblock>, |newest, superblock| match newest {
+            Some(newest) if !superblock.is_newer_than(newest) => Some(newest),
+            _ => Some(superblock),
+        })
         .expect("the voted UUID and geometry come from a member")
         .clone();
     // The durable frontier is the highest any member recorded (a crash can interrupt a
@@ -897,6 +972,7 @@ pub(crate) fn open(members: Vec<MemberDevice>) -> Result<(Members, Superblock)> 
                 reference.member_size_bytes
             )));
         }
+        check_identity(&reference, index, superblock).map_err(problem)?;
     }
     // Members the newest superblock records as failed missed writes: keep them out,
     // except a replacement being rebuilt, which is written again and rebuilt from scratch.
@@ -928,6 +1004,35 @@ pub(crate) fn open(members: Vec<MemberDevice>) -> Result<(Members, Superblock)> 
     Ok((opened, reference))
 }
 
+/// A member found in position `index` must carry the member UUID the newest superblock
+/// expects there (docs/data-safety.md, "Member identity"); positions whose UUID is not
+/// known yet (a volume written by version 1) are not checked.
+fn check_identity(reference: &Superblock, index: usize, found: &Superblock) -> std::result::Result<(), String> {
+    let expected = reference.member_uuids.get(index).copied().unwrap_or_default();
+    if expected == [0; 16] || found.member_uuid == expected {
+        return Ok(());
+    }
+    let found_uuid = uuid::Uuid::from_bytes(found.member_uuid);
+    if let Some(retired) = reference.retired_member(&found.member_uuid) {
+        return Err(format!(
+            "member {} was replaced on {}: this is the old device (member UUID {found_uuid}); give its replacement \
+             in its place, or `missing`",
+            retired.position,
+            crate::identity::format_unix_seconds(retired.retired_unix_seconds)
+        ));
+    }
+    let carries = if found.member_uuid == [0; 16] {
+        "carries no member UUID (written before members had one)".to_string()
+    } else {
+        format!("carries member UUID {found_uuid}")
+    };
+    Err(format!(
+        "is not the member this volume expects in position {index}: it {carries}, the volume expects {} \
+         (an old copy of the member, or a device restored from a backup)",
+        uuid::Uuid::from_bytes(expected)
+    ))
+}
+
 fn read_superblock(index: usize, name: &str, device: &dyn BlockDevice) -> Result<Superblock> {
     let mut problems = Vec::new();
     let mut best: Option<Superblock> = None;
@@ -943,11 +1048,7 @@ fn read_superblock(index: usize, name: &str, device: &dyn BlockDevice) -> Result
         }
         match Superblock::decode(&block, copy as u32) {
             Ok(superblock) => {
-                let newer = |current: &Superblock| {
-                    (superblock.epoch, superblock.durable_through_sequence)
-                        > (current.epoch, current.durable_through_sequence)
-                };
-                if best.as_ref().is_none_or(newer) {
+                if best.as_ref().is_none_or(|current| superblock.is_newer_than(current)) {
                     best = Some(superblock);
                 }
             }
@@ -973,10 +1074,28 @@ fn read_superblock(index: usize, name: &str, device: &dyn BlockDevice) -> Result
 /// Record a new open epoch on every written member, with the members now lost in the
 /// failed set and the recovered log's end as durable, before any batch of the new epoch is
 /// written. Returns the new superblock.
-pub(crate) fn advance_epoch(members: &Members, durable_through_sequence: u64) -> Result<Superblock> {
+pub(crate) fn advance_epoch(members: &Members, durable_through_sequence: u64, program: &str) -> Result<Superblock> {
+    let present: Vec<usize> = (0..members.count()).filter(|&member| members.writable(member).is_some()).collect();
     members.update_superblock(|superblock| {
         superblock.epoch += 1;
         superblock.durable_through_sequence = durable_through_sequence.max(superblock.durable_through_sequence);
+        superblock.holder = crate::identity::holder_now(program);
+        // A volume written by version 1: every member present now gets its identity.
+        for &member in &present {
+            if superblock.member_uuids[member] == [0; 16] {
+                superblock.member_uuids[member] = new_member_uuid();
+            }
+        }
     })?;
     Ok(members.superblock())
+}
+
+/// Record a clean close: every batch through `durable_through_sequence` is durable and
+/// the holder has let go (the open flag cleared, the time of the close).
+pub(crate) fn record_clean_close(members: &Members, durable_through_sequence: u64) -> Result<()> {
+    members.update_superblock(|superblock| {
+        superblock.durable_through_sequence = durable_through_sequence.max(superblock.durable_through_sequence);
+        superblock.holder.open = false;
+        superblock.holder.closed_unix_seconds = crate::identity::now_unix_seconds();
+    })
 }

@@ -174,8 +174,20 @@ impl Reader<'_> {
     fn scan_segment(&self, segment: u64) -> SegmentScan {
         let mut batches: Vec<FoundBatch> = Vec::new();
         let mut row = 0;
+        let mut end = None;
         while row < self.geometry.rows_per_chunk() {
-            let Some(batch) = self.read_batch(segment, row) else { break };
+            let Some(batch) = self.read_batch(segment, row) else {
+                // No batch starts here: what does (docs/crash-consistency.md)?
+                if let Some(first) = batches.first() {
+                    end = Some(ChainEnd {
+                        row,
+                        found: self.classify_row(segment, row),
+                        epoch: first.header.epoch,
+                        open_sequence: first.header.segment_open_sequence,
+                    });
+                }
+                break;
+            };
             let header = batch.header;
             let continues = match batches.first() {
                 None => header.sequence == header.segment_open_sequence,
@@ -191,19 +203,37 @@ impl Reader<'_> {
             row = header.first_row + header.row_count;
             batches.push(batch);
         }
-        let head = if batches.is_empty() { self.classify_head(segment) } else { None };
-        SegmentScan { batches, head }
+        let head = if batches.is_empty() { self.classify_row(segment, 0) } else { None };
+        SegmentScan { batches, head, end }
     }
 
-    /// What the head block (row 0, column 0) of a segment without a chain holds, as read
-    /// from the first present copy; `None` when no copy can be read.
-    fn classify_head(&self, segment: u64) -> Option<DamagedHead> {
-        let offset = self.geometry.member_offset_bytes(segment, 0);
-        self.geometry
-            .members_of_column(segment, 0)
-            .into_iter()
-            .find_map(|member| self.members.read_raw(member, offset, &self.counters))
-            .map(|block| Summary::classify_damaged(&block, self.volume_uuid))
+    /// What the block at column 0 of `row` (where a batch would start: the head of a
+    /// segment without a chain, or the row after a chain) holds, as read from the first
+    /// present copy; `None` when it can be neither read nor rebuilt from its row (nothing
+    /// can be said of it). A block rebuilt from the rest of its row proves less than a
+    /// copy: a release whose zeroing a crash tore on another member rebuilds as half a
+    /// summary, half garbage. So a rebuilt block that is not zeros counts as `Other`.
+    fn classify_row(&self, segment: u64, row: u32) -> Option<DamagedHead> {
+        let location = BlockLocation { segment, row, column: 0 };
+        let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+        // Any content will do: what it is, is the question.
+        let accept_any = |_: &[u8]| true;
+        let source = self
+            .members
+            .read_verified(
+                self.geometry,
+                &self.counters,
+                location,
+                &accept_any,
+                &|_| None,
+                ReadPurpose::Verify,
+                &mut block,
+            )
+            .ok()?;
+        Some(match (source, Summary::classify_damaged(&block, self.volume_uuid)) {
+            (ReadSource::Direct, found) | (ReadSource::Reconstructed, found @ DamagedHead::Zero) => found,
+            (ReadSource::Reconstructed, _) => DamagedHead::Other,
+        })
     }
 
     /// Read every row of a batch: every data block against its checksum (rebuilding it
@@ -292,6 +322,19 @@ struct SegmentScan {
     batches: Vec<FoundBatch>,
     /// For a segment without a chain: what its head block holds.
     head: Option<DamagedHead>,
+    /// For a chain that ends before the end of its segment: what the row after it holds.
+    end: Option<ChainEnd>,
+}
+
+/// Where a segment's chain stops before the end of the segment, and what is there.
+#[derive(Clone, Copy, Debug)]
+struct ChainEnd {
+    row: u32,
+    /// `None`: the block cannot be read, nor rebuilt as zeros.
+    found: Option<DamagedHead>,
+    /// The chain's epoch and segment open sequence (a batch that would continue it has both).
+    epoch: u64,
+    open_sequence: u64,
 }
 
 #[derive(Default)]
@@ -312,6 +355,8 @@ struct Log {
     repairs: Vec<(usize, u64, AlignedBuffer)>,
     tail_verified: u64,
     segments_scanned: u64,
+    /// The batch after the end of the log, found but with blocks nothing could read.
+    ended_at_unreadable_batch: Option<u64>,
 }
 
 /// Per segment: the open sequence of its chain, or what its head holds.
@@ -325,8 +370,12 @@ fn read_log(reader: &Reader, verify_tail: bool, superblock_durable_through: u64)
     let geometry = reader.geometry;
     let mut batches: BTreeMap<u64, FoundBatch> = BTreeMap::new();
     let mut heads = Vec::with_capacity(geometry.segment_count() as usize);
+    let mut ends = Vec::new();
     for segment in 0..geometry.segment_count() {
         let scan = reader.scan_segment(segment);
+        if let Some(end) = scan.end {
+            ends.push((segment, end));
+        }
         heads.push(match scan.batches.first() {
             Some(first) => SegmentHead::Chain { open_sequence: first.header.segment_open_sequence },
             None => SegmentHead::Damaged(scan.head),
@@ -360,14 +409,27 @@ fn read_log(reader: &Reader, verify_tail: bool, superblock_durable_through: u64)
             "the log is inconsistent: a sequence number or durable claim ({durable}) beyond any real log"
         )));
     }
+    // The batch at the durable frontier is never released: that takes a later frontier,
+    // recorded first (docs/crash-consistency.md). Missing, its metadata was destroyed
+    // beyond repair, and the blocks it wrote would read stale: refuse.
+    if durable > 0 && !batches.contains_key(&durable) {
+        return Err(Error::Failed(format!(
+            "metadata damaged beyond repair: batch {durable}, recorded as durable, cannot be found (its summary \
+             failed its checksum and redundancy could not rebuild it); the blocks it held would read as stale"
+        )));
+    }
     let mut last_sequence = durable;
     let mut repairs = Vec::new();
     let mut tail_verified = 0;
+    let mut ended_at_unreadable_batch = None;
     while let Some(batch) = batches.get(&(last_sequence + 1)) {
         if verify_tail {
             let verification = reader.verify(batch);
             tail_verified += 1;
             if !verification.blocks_unrecoverable.is_empty() {
+                // A crash tore it — or, if the last flush made it durable and nothing
+                // recorded that yet, damage beyond redundancy struck it: no way to tell.
+                ended_at_unreadable_batch = Some(batch.header.sequence);
                 break;
             }
             repairs.extend(verification.repairs);
@@ -375,7 +437,15 @@ fn read_log(reader: &Reader, verify_tail: bool, superblock_durable_through: u64)
         last_sequence += 1;
     }
     check_predecessors(&batches, &heads, last_sequence)?;
-    Ok(Log { batches, last_sequence, repairs, tail_verified, segments_scanned: geometry.segment_count() })
+    check_chain_ends(&heads, &ends, last_sequence)?;
+    Ok(Log {
+        batches,
+        last_sequence,
+        repairs,
+        tail_verified,
+        segments_scanned: geometry.segment_count(),
+        ended_at_unreadable_batch,
+    })
 }
 
 /// Every accepted batch names the segment of its predecessor. A predecessor that is not
@@ -397,16 +467,60 @@ fn check_predecessors(batches: &BTreeMap<u64, FoundBatch>, heads: &[SegmentHead]
             // A chain that starts after the predecessor: the segment was reused.
             Some(SegmentHead::Chain { open_sequence }) => *open_sequence <= previous,
             Some(SegmentHead::Damaged(head)) => match head {
-                Some(DamagedHead::DamagedSummary { sequence: head_sequence }) => *head_sequence <= last_sequence,
-                _ => false,
+                Some(DamagedHead::DamagedSummary { sequence: head_sequence, .. }) => *head_sequence <= last_sequence,
+                // A head that cannot even be read (nor rebuilt) proves no release.
+                None => true,
+                Some(DamagedHead::Zero | DamagedHead::TornZeroing | DamagedHead::Other) => false,
             },
         };
         if lost {
             return Err(Error::Failed(format!(
                 "metadata damaged beyond repair: batch {previous} in segment {segment} cannot be read \
-                 (a summary block failed its checksum and redundancy could not rebuild it); \
-                 the blocks it held would read as stale or zeros"
+                 (a summary block failed its checksum and redundancy could not rebuild it; the segment's head: \
+                 {:?}); the blocks it held would read as stale or zeros",
+                heads.get(segment as usize)
             )));
+        }
+    }
+    Ok(())
+}
+
+/// Where a batch of the log could be that no other batch names (its successor in the log
+/// was released since): at the head of a segment without a chain, and at the row after a
+/// chain. A released segment's head is zeroed and a chain grows only at the row after
+/// its end, so what is found there must be zeros, a torn or complete batch after the end
+/// of the log, or (after a chain only) stale content of an earlier use of the segment. A
+/// damaged summary of the log there (its sequence within the log; after a chain, also its
+/// epoch and open sequence), or a head that cannot be read at all, is metadata destroyed
+/// beyond repair: refuse rather than serve the blocks it held as stale or zeros.
+fn check_chain_ends(heads: &[SegmentHead], ends: &[(u64, ChainEnd)], last_sequence: u64) -> Result<()> {
+    let lost = |segment: u64, row: u32, reason: &str| {
+        Err(Error::Failed(format!(
+            "metadata damaged beyond repair: segment {segment} row {row} {reason}; the blocks a batch there held \
+             would read as stale or zeros"
+        )))
+    };
+    for (segment, head) in heads.iter().enumerate() {
+        match head {
+            SegmentHead::Damaged(None) => {
+                return lost(segment as u64, 0, "cannot be read (nor rebuilt from its stripe row)");
+            }
+            SegmentHead::Damaged(Some(DamagedHead::DamagedSummary { sequence, .. })) if *sequence <= last_sequence => {
+                return lost(segment as u64, 0, &format!("holds batch {sequence} of the log, damaged"));
+            }
+            _ => {}
+        }
+    }
+    for &(segment, end) in ends {
+        // A block there that cannot be read proves nothing: stale content of an earlier
+        // use of the segment may be what damage made unreadable.
+        match end.found {
+            Some(DamagedHead::DamagedSummary { sequence, epoch, segment_open_sequence })
+                if sequence <= last_sequence && epoch == end.epoch && segment_open_sequence == end.open_sequence =>
+            {
+                return lost(segment, end.row, &format!("holds batch {sequence} of the log, damaged"));
+            }
+            _ => {}
         }
     }
     Ok(())
@@ -488,6 +602,7 @@ pub(crate) fn recover(
         batches_discarded: discarded.len() as u64,
         shards_repaired: log.repairs.len() as u64,
         last_sequence: log.last_sequence,
+        ended_at_unreadable_batch: log.ended_at_unreadable_batch,
         seconds: started.elapsed().as_secs_f64(),
     };
     Ok(Recovered {

@@ -23,6 +23,15 @@ pub struct MaintenanceOptions {
     pub rate_bytes_per_second: Option<u64>,
 }
 
+/// How [`Volume::replace_member`](crate::volume::Volume::replace_member) treats the device
+/// it is given.
+#[derive(Clone, Debug, Default)]
+pub struct ReplaceOptions {
+    /// Overwrite a replacement that holds data, a member of another volume, a retired or
+    /// failed member of this one. Never a member this volume is using.
+    pub force: bool,
+}
+
 /// Where a rebuild or scrub is, for progress bars.
 #[derive(Clone, Copy, Debug)]
 pub struct MaintenanceProgress {
@@ -278,7 +287,12 @@ impl Shared {
 
     /// Attach `replacement` as member `member`, to be rebuilt (docs/resilience.md,
     /// "Replacement and rebuild", steps 1-2). The rebuild itself is [`Shared::rebuild`].
-    pub(crate) fn replace_member(&self, member: usize, replacement: MemberDevice) -> Result<()> {
+    pub(crate) fn replace_member(
+        &self,
+        member: usize,
+        replacement: MemberDevice,
+        options: &ReplaceOptions,
+    ) -> Result<()> {
         if self.read_only {
             return Err(Error::ReadOnly);
         }
@@ -299,6 +313,8 @@ impl Shared {
                 self.geometry.member_size_bytes
             )));
         }
+        // Nothing is written anywhere before the replacement is known to be safe to use.
+        self.check_replacement(member, &replacement.name, device.as_ref(), options)?;
         let _rebuild = self.rebuild_lock.try_lock().ok_or_else(|| {
             Error::InvalidRequest("a rebuild is running: replace the member when it has finished".into())
         })?;
@@ -314,6 +330,51 @@ impl Shared {
         let segments: Vec<u64> = (0..self.geometry.segment_count()).collect();
         self.zero_head_rows(device.as_ref(), &segments).map_err(|error| member_error(error.to_string()))?;
         self.members.attach(member, replacement)
+    }
+
+    /// Refuse a replacement that is a member this volume uses (always), or that holds
+    /// data, another volume or a retired or failed member of this one (unless forced):
+    /// docs/data-safety.md, "Refusing to destroy data".
+    fn check_replacement(
+        &self,
+        member: usize,
+        name: &str,
+        device: &dyn stripelog_blockdev::BlockDevice,
+        options: &ReplaceOptions,
+    ) -> Result<()> {
+        let refuse = |reason: String| Error::Member { member, path: name.to_string(), reason };
+        let content = crate::identity::inspect(device).map_err(|error| refuse(error.to_string()))?;
+        let found = match &content {
+            crate::identity::DeviceContent::Empty => return Ok(()),
+            crate::identity::DeviceContent::Member(found) if found.volume_uuid == self.volume_uuid => found,
+            _ if options.force => return Ok(()),
+            _ => return Err(Error::WouldDestroy { member, path: name.to_string(), found: content.describe() }),
+        };
+        let current = self.members.superblock();
+        let position = current.member_uuids.iter().position(|uuid| *uuid != [0; 16] && *uuid == found.member_uuid);
+        let description = match position {
+            Some(position) if self.members.state(position) != MemberState::Failed => {
+                return Err(refuse(format!(
+                    "is member {position} of this volume ({}), in use: it cannot replace member {member} (that \
+                     would overwrite it)",
+                    self.members.name(position)
+                )));
+            }
+            Some(position) => format!("is member {position} of this volume, failed: its content is stale"),
+            None => match current.retired_member(&found.member_uuid) {
+                Some(retired) => format!(
+                    "is a retired member of this volume (member {}, replaced on {})",
+                    retired.position,
+                    crate::identity::format_unix_seconds(retired.retired_unix_seconds)
+                ),
+                None => format!("holds member {} of this volume from an earlier time", found.member_index),
+            },
+        };
+        if options.force {
+            Ok(())
+        } else {
+            Err(Error::WouldDestroy { member, path: name.to_string(), found: description })
+        }
     }
 
     /// Rebuild every rebuilding member (docs/resilience.md, steps 3-4).
@@ -482,9 +543,9 @@ impl crate::volume::Volume {
     /// Put `replacement` in the place of member `member` (failed, missing, or active: it
     /// is failed first) and start its rebuild: the replacement is written from now on; run
     /// [`Volume::rebuild`](crate::volume::Volume::rebuild) to fill it.
-    pub fn replace_member(&self, member: usize, replacement: MemberDevice) -> Result<()> {
+    pub fn replace_member(&self, member: usize, replacement: MemberDevice, options: &ReplaceOptions) -> Result<()> {
         self.shared().check_open()?;
-        self.shared().replace_member(member, replacement)
+        self.shared().replace_member(member, replacement, options)
     }
 
     /// Members being rebuilt (after [`Volume::replace_member`], or found rebuilding when

@@ -54,6 +54,32 @@ pub struct MemberStatus {
     pub late_read_fraction: f64,
     /// Its reads are hedged (docs/resilience.md, "Slow members").
     pub lagging: bool,
+    /// The member UUID expected in this position (empty: not known yet, a volume written
+    /// by format version 1 that was not opened read-write since).
+    pub member_uuid: String,
+}
+
+/// Who opened the volume read-write last (docs/data-safety.md, "The holder record").
+#[derive(Clone, Debug, Serialize)]
+pub struct HolderStatus {
+    /// A read-write open that has not closed cleanly (still running, or it crashed).
+    pub open: bool,
+    pub process_id: u32,
+    pub host: String,
+    pub program: String,
+    pub opened_unix_seconds: u64,
+    /// The last clean close (0: never).
+    pub closed_unix_seconds: u64,
+    /// One line for people.
+    pub description: String,
+}
+
+/// A member replaced by another: its device is refused if it is ever offered again.
+#[derive(Clone, Debug, Serialize)]
+pub struct RetiredMemberStatus {
+    pub member_uuid: String,
+    pub position: u32,
+    pub retired_unix_seconds: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -68,6 +94,10 @@ pub struct RecoveryReport {
     /// Damaged shards of the tail that recovery rebuilt and rewrote in place.
     pub shards_repaired: u64,
     pub last_sequence: u64,
+    /// The log ended before this batch because blocks of it could be neither read nor
+    /// rebuilt: writes a crash tore (the common case), or — when the last flush made it
+    /// durable and no later record says so yet — damage beyond what the RAID level covers.
+    pub ended_at_unreadable_batch: Option<u64>,
     pub seconds: f64,
 }
 
@@ -97,6 +127,13 @@ pub struct VolumeStats {
     pub failures_still_tolerated: usize,
     pub failure: Option<String>,
     pub members: Vec<MemberStatus>,
+    /// The superblocks' record of the last read-write open (this one, when read-write).
+    pub holder: HolderStatus,
+    /// Members replaced so far (most recent last).
+    pub retired_members: Vec<RetiredMemberStatus>,
+    /// The superblock format version found on the members (2; 1 until a read-write open
+    /// upgrades an older volume).
+    pub superblock_version: u32,
     pub blocks_mapped: u64,
     pub blocks_zero: u64,
     pub segments_total: u64,

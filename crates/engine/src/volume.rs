@@ -45,6 +45,9 @@ pub struct CreateOptions {
     pub spare_ppm: u32,
     /// The volume UUID; a random one when `None` (tests fix it for determinism).
     pub volume_uuid: Option<[u8; 16]>,
+    /// Overwrite members that hold data or another volume. Without it `create` refuses
+    /// them, naming what it found (docs/data-safety.md).
+    pub force: bool,
 }
 
 impl Default for CreateOptions {
@@ -54,6 +57,7 @@ impl Default for CreateOptions {
             chunk_size_bytes: DEFAULT_CHUNK_SIZE_BYTES,
             spare_ppm: DEFAULT_SPARE_PPM,
             volume_uuid: None,
+            force: false,
         }
     }
 }
@@ -88,6 +92,11 @@ pub struct OpenOptions {
     /// Reads of a member that lags far behind the others are served from the rest of the
     /// row once the direct read is late (threaded volumes).
     pub hedged_reads: bool,
+    /// The program recorded in the superblocks as holding the volume (read-write opens).
+    pub holder_program: String,
+    /// Open read-write although the superblocks say another host has the volume open and
+    /// did not close it (it crashed, or still uses it: the caller must know which).
+    pub take_over_from_another_host: bool,
 }
 
 /// Default write queue: 64 MiB of sealed batches and their parity.
@@ -111,6 +120,8 @@ impl Default for OpenOptions {
             separate_streams: true,
             write_queue_bytes: DEFAULT_WRITE_QUEUE_BYTES,
             hedged_reads: true,
+            holder_program: crate::identity::default_program(),
+            take_over_from_another_host: false,
         }
     }
 }
@@ -334,6 +345,19 @@ impl Volume {
     /// Open a volume: check its members, recover the log, rebuild the map.
     pub fn open(members: Vec<MemberDevice>, options: &OpenOptions) -> Result<Volume> {
         let (members, superblock) = members::open(members)?;
+        let holder = &superblock.holder;
+        if !options.read_only
+            && !options.take_over_from_another_host
+            && holder.open
+            && !holder.host.is_empty()
+            && holder.host != crate::identity::host_name()
+        {
+            return Err(Error::HeldByAnotherHost {
+                volume: uuid::Uuid::from_bytes(superblock.volume_uuid).to_string(),
+                host: holder.host.clone(),
+                holder: crate::identity::describe_holder(holder),
+            });
+        }
         let geometry = superblock.geometry();
         let recovered =
             recovery::recover(&geometry, &members, &superblock.volume_uuid, superblock.durable_through_sequence)?;
@@ -341,7 +365,7 @@ impl Volume {
             superblock
         } else {
             recovery::write_back(&geometry, &members, &recovered.discarded, &recovered.repairs)?;
-            let superblock = members::advance_epoch(&members, recovered.last_sequence)?;
+            let superblock = members::advance_epoch(&members, recovered.last_sequence, &options.holder_program)?;
             recovery::release_heads(&geometry, &members, &recovered.release)?;
             superblock
         };
@@ -654,7 +678,10 @@ impl Volume {
         let result = if self.shared.read_only || self.abandoned.load(Ordering::SeqCst) {
             Ok(())
         } else {
-            self.flush().and_then(|()| self.shared.record_durable_frontier())
+            self.flush().and_then(|()| {
+                let durable = self.shared.state.lock().durable_through_sequence;
+                members::record_clean_close(&self.shared.members, durable)
+            })
         };
         self.stop_threads();
         result
@@ -686,6 +713,14 @@ impl Volume {
 
 impl Drop for Volume {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // Unwinding: the state may be half-changed (a batch sealed and never written);
+            // waiting for it would hang. Stop as a crash would: nothing more is written.
+            self.abandoned.store(true, Ordering::SeqCst);
+            self.shared.fail("dropped while unwinding a panic".into());
+            self.stop_threads();
+            return;
+        }
         let _ = self.shutdown();
     }
 }
@@ -800,6 +835,18 @@ impl Shared {
     /// The write loop: accept `blocks` in order into open batches, sealing and
     /// dispatching full ones.
     fn apply(&self, blocks: &[BlockWrite]) -> Result<()> {
+        // A partial block merges with its old content when it is accepted. One whose old
+        // content cannot be read (damage beyond redundancy) fails the request before any
+        // of it is accepted, rather than after its other blocks.
+        if blocks.iter().any(|block| matches!(block, BlockWrite::Patch(..))) {
+            let state = self.state.lock();
+            let mut old = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+            for block in blocks {
+                if let BlockWrite::Patch(logical_block, ..) = block {
+                    self.read_block(*logical_block, &mut old, Some(&state))?;
+                }
+            }
+        }
         let mut next = 0usize;
         let mut cleaned_for_this_segment = false;
         while next < blocks.len() {
@@ -1277,13 +1324,6 @@ impl Shared {
         Ok(())
     }
 
-    /// Record in the superblocks that every batch through the durable frontier is durable
-    /// (at a clean close: the next open then trusts the whole log and verifies no tail).
-    fn record_durable_frontier(&self) -> Result<()> {
-        let durable = self.state.lock().durable_through_sequence;
-        self.record_durable_through(durable)
-    }
-
     /// Record in the superblocks that every batch through `durable` is durable, unless
     /// they already say so.
     fn record_durable_through(&self, durable: u64) -> Result<()> {
@@ -1515,6 +1555,8 @@ impl Shared {
         let (rebuilding, missing): (Vec<usize>, Vec<usize>) =
             lost.iter().partition(|&&member| self.members.state(member) == crate::members::MemberState::Rebuilding);
         let member_statuses: Vec<MemberStatus> = self.members.statuses();
+        let superblock = self.members.superblock();
+        let holder = &superblock.holder;
         let member_bytes_written = member_statuses.iter().map(|member| member.bytes_written).sum();
         let member_bytes_data = Counters::get(&counters.member_bytes_data);
         let member_bytes_relocated = Counters::get(&counters.member_bytes_relocated);
@@ -1545,6 +1587,25 @@ impl Shared {
             rebuilding_members: rebuilding,
             failure: self.members.shutdown.lock().clone(),
             members: member_statuses,
+            holder: crate::stats::HolderStatus {
+                open: holder.open,
+                process_id: holder.process_id,
+                host: holder.host.clone(),
+                program: holder.program.clone(),
+                opened_unix_seconds: holder.opened_unix_seconds,
+                closed_unix_seconds: holder.closed_unix_seconds,
+                description: crate::identity::describe_holder(holder),
+            },
+            retired_members: superblock
+                .retired
+                .iter()
+                .map(|retired| crate::stats::RetiredMemberStatus {
+                    member_uuid: uuid::Uuid::from_bytes(retired.member_uuid).to_string(),
+                    position: retired.position,
+                    retired_unix_seconds: retired.retired_unix_seconds,
+                })
+                .collect(),
+            superblock_version: superblock.version,
             blocks_mapped,
             blocks_zero,
             segments_total: geometry.segment_count(),

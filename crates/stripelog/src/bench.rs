@@ -22,7 +22,9 @@ pub struct TargetArguments {
     /// Create a missing file target of this size (sparse).
     #[arg(long, value_parser = units::parse_size)]
     size: Option<u64>,
-    /// Allow writing to a path that exists and is not empty (its data is overwritten).
+    /// Allow writing to a target that holds data (its data is overwritten): a file or device
+    /// that exists and is not empty, an NBD export with allocated extents (or that cannot say),
+    /// an engine: volume with mapped blocks.
     #[arg(long)]
     force: bool,
     /// Make this percentage of every written block zeros (default: random, incompressible).

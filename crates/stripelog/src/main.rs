@@ -167,6 +167,10 @@ struct CreateArguments {
     /// Print the new volume's info as JSON.
     #[arg(long)]
     json: bool,
+    /// Overwrite members that hold data or belong to a volume (create refuses them
+    /// otherwise, naming what it found).
+    #[arg(long)]
+    force: bool,
     /// Members in order: files, block devices.
     #[arg(required = true)]
     members: Vec<PathBuf>,
@@ -177,9 +181,20 @@ struct InspectArguments {
     /// Print JSON for machines.
     #[arg(long)]
     json: bool,
-    /// Members in order; `missing` (or a path that does not exist) for a lost member.
+    #[command(flatten)]
+    degraded: DegradedArgument,
+    /// Members in order; `missing` for a lost member.
     #[arg(required = true)]
     members: Vec<PathBuf>,
+}
+
+/// `--degraded`: what a member path that does not exist means.
+#[derive(Args, Clone, Copy)]
+pub(crate) struct DegradedArgument {
+    /// Open the volume without members whose paths do not exist (as if `missing` were
+    /// written in their place). Without it a path that does not exist is an error.
+    #[arg(long)]
+    degraded: bool,
 }
 
 #[derive(Args)]
@@ -203,7 +218,13 @@ pub(crate) struct ServeArguments {
     /// when serving on a Unix socket; none on TCP unless given).
     #[arg(long)]
     control: Option<PathBuf>,
-    /// Members of the (first) exported volume, in order.
+    #[command(flatten)]
+    degraded: DegradedArgument,
+    /// Open volumes the superblocks say another host has open and did not close (that
+    /// host must be down: two hosts writing one volume destroy it).
+    #[arg(long)]
+    force: bool,
+    /// Members of the (first) exported volume, in order; `missing` for a lost member.
     members: Vec<PathBuf>,
 }
 
@@ -303,7 +324,9 @@ struct SaturateArguments {
     /// Target: create a missing file of this size (sparse).
     #[arg(long, value_parser = units::parse_size)]
     size: Option<u64>,
-    /// Target: allow writing to a path that exists and is not empty (its data is overwritten).
+    /// Target: allow writing to a target that holds data (its data is overwritten): a file or
+    /// device that is not empty, an NBD export with allocated extents, an engine: volume with
+    /// mapped blocks.
     #[arg(long)]
     force: bool,
     /// No progress bar.
@@ -403,19 +426,29 @@ fn parse_raid(text: &str) -> Result<RaidLevel, String> {
     }
 }
 
-/// Open members by path: `missing` or a path that does not exist is a missing member.
+/// Open members by path: `missing` is a missing member, and so is a path that does not
+/// exist when `degraded` allows it (otherwise that is an error: a mistyped path must not
+/// open the volume degraded and exclude the real member for ever).
 fn open_members(
     paths: &[PathBuf],
     create_size_bytes: Option<u64>,
     read_only: bool,
+    degraded: bool,
 ) -> Result<Vec<MemberDevice>, String> {
     paths
         .iter()
         .map(|path| {
             let name = path.display().to_string();
-            if create_size_bytes.is_none() && (name == "missing" || !path.exists()) {
+            let absent = !path.exists() && std::fs::symlink_metadata(path).is_err();
+            if create_size_bytes.is_none() && (name == "missing" || absent) {
                 if name != "missing" {
-                    eprintln!("stripelog: {name} does not exist: treating it as a missing member");
+                    if !degraded {
+                        return Err(format!(
+                            "{name}: no such file or device; write `missing` in its place to open the volume \
+                             without this member, or pass --degraded"
+                        ));
+                    }
+                    eprintln!("stripelog: {name} does not exist: opening the volume without it (--degraded)");
                 }
                 return Ok(MemberDevice { name, device: None });
             }
@@ -425,10 +458,44 @@ fn open_members(
                 }
             }
             let options = FileDeviceOptions { create_size_bytes, read_only, ..FileDeviceOptions::default() };
-            let device = FileDevice::open(path, &options).map_err(|error| format!("{name}: {error}"))?;
+            let device = FileDevice::open(path, &options).map_err(|error| device_error(&name, error))?;
             Ok(MemberDevice { name, device: Some(Arc::new(device) as Arc<dyn BlockDevice>) })
         })
         .collect()
+}
+
+/// Before `create` extends an existing member file that is smaller than the member size
+/// (a change, however harmless it looks), look at it the way the engine will: one that
+/// holds data or a volume is refused now, untouched (docs/data-safety.md).
+fn refuse_files_holding_data(paths: &[PathBuf], member_size_bytes: u64) -> Result<(), String> {
+    for (index, path) in paths.iter().enumerate() {
+        let Ok(metadata) = std::fs::metadata(path) else { continue };
+        if !metadata.is_file() || metadata.len() == 0 || metadata.len() >= member_size_bytes {
+            continue;
+        }
+        let name = path.display().to_string();
+        let options = FileDeviceOptions { read_only: true, ..FileDeviceOptions::default() };
+        let device = FileDevice::open(path, &options).map_err(|error| device_error(&name, error))?;
+        let content = stripelog_engine::identity::inspect(&device).map_err(|error| device_error(&name, error))?;
+        if content != stripelog_engine::identity::DeviceContent::Empty {
+            return Err(engine_error(stripelog_engine::Error::WouldDestroy {
+                member: index,
+                path: name,
+                found: content.describe(),
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// A member's open error for people: the path once, and who holds it when it is in use.
+pub(crate) fn device_error(name: &str, error: stripelog_blockdev::DeviceError) -> String {
+    match error {
+        stripelog_blockdev::DeviceError::InUse { .. } | stripelog_blockdev::DeviceError::Open { .. } => {
+            error.to_string()
+        }
+        _ => format!("{name}: {error}"),
+    }
 }
 
 fn print_info(stats: &VolumeStats) {
@@ -439,6 +506,7 @@ fn print_info(stats: &VolumeStats) {
     };
     println!("volume {}", stats.volume_uuid);
     println!("  state          {state}: survives {} more member failure(s)", stats.failures_still_tolerated);
+    println!("  holder         {}", stats.holder.description);
     if let Some(failure) = &stats.failure {
         println!("  failure        {failure}");
     }
@@ -496,8 +564,23 @@ fn print_info(stats: &VolumeStats) {
     );
     println!("  members");
     for member in &stats.members {
-        let state = if member.present { "ONLINE " } else { "MISSING" };
+        let state = match member.state.as_str() {
+            "active" => "ONLINE    ",
+            "rebuilding" => "REBUILDING",
+            _ => "MISSING   ",
+        };
         println!("    {:>2}  {state}  {}  {}", member.index, member.name, member.description);
+        if !member.member_uuid.is_empty() {
+            println!("        member UUID {}", member.member_uuid);
+        }
+    }
+    for retired in &stats.retired_members {
+        println!(
+            "    retired: member {} replaced on {}: its old device (member UUID {}) is refused if offered again",
+            retired.position,
+            stripelog_engine::identity::format_unix_seconds(retired.retired_unix_seconds),
+            retired.member_uuid
+        );
     }
 }
 
@@ -547,10 +630,19 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Create(arguments) => {
             let raid_level = parse_raid(&arguments.raid)?;
             let chunk_size_bytes = chunk_size(arguments.chunk)?;
-            let members = open_members(&arguments.members, Some(arguments.member_size.unwrap_or(0)), false)?;
-            let options = CreateOptions { raid_level, chunk_size_bytes, spare_ppm: arguments.spare, volume_uuid: None };
-            let volume =
-                Volume::create(members, &options, &OpenOptions::default()).map_err(|error| error.to_string())?;
+            if !arguments.force {
+                refuse_files_holding_data(&arguments.members, arguments.member_size.unwrap_or(0))?;
+            }
+            let members = open_members(&arguments.members, Some(arguments.member_size.unwrap_or(0)), false, false)?;
+            let options = CreateOptions {
+                raid_level,
+                chunk_size_bytes,
+                spare_ppm: arguments.spare,
+                volume_uuid: None,
+                force: arguments.force,
+            };
+            let open = OpenOptions { holder_program: "stripelog create".into(), ..OpenOptions::default() };
+            let volume = Volume::create(members, &options, &open).map_err(engine_error)?;
             let geometry = volume.geometry();
             if geometry.spare_segments() < stripelog_engine::WORKING_SPARE_SEGMENTS {
                 eprintln!(
@@ -569,12 +661,12 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Info(arguments) => {
-            let volume = open_read_only(&arguments.members)?;
+            let volume = open_read_only(&arguments.members, arguments.degraded)?;
             show_info(&volume.stats(), arguments.json)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Check(arguments) => {
-            let volume = open_read_only(&arguments.members)?;
+            let volume = open_read_only(&arguments.members, arguments.degraded)?;
             let bar = spinner("verifying every live block and parity row");
             let report = volume.check().map_err(|error| error.to_string());
             bar.finish_and_clear();
@@ -669,13 +761,24 @@ fn spinner(message: &str) -> indicatif::ProgressBar {
     bar
 }
 
-fn open_read_only(paths: &[PathBuf]) -> Result<Volume, String> {
-    let members = open_members(paths, None, true)?;
+fn open_read_only(paths: &[PathBuf], degraded: DegradedArgument) -> Result<Volume, String> {
+    let members = open_members(paths, None, true, degraded.degraded)?;
     let options = OpenOptions { read_only: true, flush_interval: None, ..OpenOptions::default() };
     let bar = spinner("reading segment summaries");
-    let volume = Volume::open(members, &options).map_err(|error| error.to_string());
+    let volume = Volume::open(members, &options).map_err(engine_error);
     bar.finish_and_clear();
     volume
+}
+
+/// An engine error as the CLI reports it: with the flag that gets past a refusal.
+pub(crate) fn engine_error(error: stripelog_engine::Error) -> String {
+    match error {
+        stripelog_engine::Error::WouldDestroy { .. } => format!("{error} (pass --force to overwrite it)"),
+        stripelog_engine::Error::HeldByAnotherHost { .. } => {
+            format!("{error} (stripelog serve --force, once you are sure)")
+        }
+        _ => error.to_string(),
+    }
 }
 
 /// A chunk size from the command line as the engine takes it.

@@ -4,7 +4,7 @@
 //! `{"progress": {...}}`, then one `{"report": {...}}` or `{"error": "..."}`.
 
 use crate::units::{self, format_bytes};
-use crate::{open_members, print_json};
+use crate::{device_error, engine_error, open_members, print_json, DegradedArgument};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use stripelog_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
-use stripelog_engine::{MaintenanceOptions, MaintenanceProgress, MemberDevice, OpenOptions, Volume};
+use stripelog_engine::{MaintenanceOptions, MaintenanceProgress, MemberDevice, OpenOptions, ReplaceOptions, Volume};
 
 #[derive(Args)]
 pub(crate) struct ReplaceArguments {
@@ -21,12 +21,17 @@ pub(crate) struct ReplaceArguments {
     #[arg(long)]
     member: String,
     /// The new member: a file (created sparse at the member size when missing) or a block
-    /// device; anything on it is overwritten.
+    /// device. One that holds data or belongs to a volume is refused unless --force; a
+    /// member this volume uses, always.
     #[arg(long = "with")]
     replacement: PathBuf,
     /// At most this much written to the new member per second (e.g. 200MiB).
     #[arg(long, value_parser = units::parse_size)]
     rate: Option<u64>,
+    /// Overwrite a replacement that holds data, another volume's member, or a retired or
+    /// failed member of this volume.
+    #[arg(long)]
+    force: bool,
     #[command(flatten)]
     volume: VolumeArguments,
 }
@@ -52,18 +57,21 @@ struct VolumeArguments {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    degraded: DegradedArgument,
     /// The volume's members in order (offline; `missing` for a lost one).
     members: Vec<PathBuf>,
 }
 
 impl VolumeArguments {
-    /// The volume opened read-write on its members (offline).
-    fn open(&self) -> Result<Volume, String> {
+    /// The volume opened read-write on its members (offline), by `program`.
+    fn open(&self, program: &str) -> Result<Volume, String> {
         if self.members.is_empty() {
             return Err("give the volume's members (offline), or --control SOCKET of a running server".into());
         }
-        let members = open_members(&self.members, None, false)?;
-        Volume::open(members, &OpenOptions::default()).map_err(|error| error.to_string())
+        let members = open_members(&self.members, None, false, self.degraded.degraded)?;
+        let options = OpenOptions { holder_program: program.to_string(), ..OpenOptions::default() };
+        Volume::open(members, &options).map_err(engine_error)
     }
 }
 
@@ -71,9 +79,21 @@ impl VolumeArguments {
 #[derive(Serialize, Deserialize, Debug)]
 #[serde(tag = "command", rename_all = "lowercase")]
 pub(crate) enum ControlRequest {
-    Replace { export: Option<String>, member: String, replacement: PathBuf, rate: Option<u64> },
-    Scrub { export: Option<String>, rate: Option<u64> },
-    Status { export: Option<String> },
+    Replace {
+        export: Option<String>,
+        member: String,
+        replacement: PathBuf,
+        rate: Option<u64>,
+        #[serde(default)]
+        force: bool,
+    },
+    Scrub {
+        export: Option<String>,
+        rate: Option<u64>,
+    },
+    Status {
+        export: Option<String>,
+    },
 }
 
 /// Which member `text` names: a position, or a member's name (its path as given).
@@ -93,7 +113,9 @@ pub(crate) fn member_index(volume: &Volume, text: &str) -> Result<usize, String>
         .ok_or_else(|| format!("no member is named {text}: give its position or its path as given to the volume"))
 }
 
-/// Open the replacement device, created at the volume's member size if it is a missing file.
+/// Open the replacement device, created at the volume's member size if it is a missing
+/// file. A device this process already has open (a member of this or another served
+/// volume) is refused here, before anything is written (docs/data-safety.md).
 pub(crate) fn open_replacement(volume: &Volume, path: &Path) -> Result<MemberDevice, String> {
     let size = volume.geometry().member_size_bytes;
     let options = FileDeviceOptions {
@@ -101,8 +123,24 @@ pub(crate) fn open_replacement(volume: &Volume, path: &Path) -> Result<MemberDev
         read_only: false,
         ..FileDeviceOptions::default()
     };
-    let device = FileDevice::open(path, &options).map_err(|error| format!("{}: {error}", path.display()))?;
-    Ok(MemberDevice { name: path.display().to_string(), device: Some(Arc::new(device) as Arc<dyn BlockDevice>) })
+    let name = path.display().to_string();
+    let device = FileDevice::open(path, &options).map_err(|error| device_error(&name, error))?;
+    Ok(MemberDevice { name, device: Some(Arc::new(device) as Arc<dyn BlockDevice>) })
+}
+
+/// Replace `member` of `volume` by the device at `replacement` (unless a rebuild of that
+/// member is already under way: a crash interrupted it, and the rebuild finishes it).
+pub(crate) fn attach_replacement(
+    volume: &Volume,
+    member: usize,
+    replacement: &Path,
+    force: bool,
+) -> Result<(), String> {
+    if volume.rebuilding_members().contains(&member) {
+        return Ok(());
+    }
+    let device = open_replacement(volume, replacement)?;
+    volume.replace_member(member, device, &ReplaceOptions { force }).map_err(engine_error)
 }
 
 /// A progress bar over segments (hidden off a terminal).
@@ -129,17 +167,15 @@ pub(crate) fn replace(arguments: ReplaceArguments) -> Result<ExitCode, String> {
             member: arguments.member.clone(),
             replacement: std::path::absolute(&arguments.replacement).map_err(|error| error.to_string())?,
             rate: arguments.rate,
+            force: arguments.force,
         };
         let report = call(control, &request, "written")?;
         return print_report(&report, arguments.volume.json, print_rebuild);
     }
-    let volume = arguments.volume.open()?;
+    let volume = arguments.volume.open("stripelog replace")?;
     let member = member_index(&volume, &arguments.member)?;
     // A rebuild a crash interrupted is finished first (the same member, or another).
-    if !volume.rebuilding_members().contains(&member) {
-        let replacement = open_replacement(&volume, &arguments.replacement)?;
-        volume.replace_member(member, replacement).map_err(|error| error.to_string())?;
-    }
+    attach_replacement(&volume, member, &arguments.replacement, arguments.force)?;
     let bar = maintenance_bar("rebuilding");
     let options = MaintenanceOptions { rate_bytes_per_second: arguments.rate };
     let report = volume.rebuild(&options, &|progress| show(&bar, &progress, "written"));
@@ -155,7 +191,7 @@ pub(crate) fn scrub(arguments: ScrubArguments) -> Result<ExitCode, String> {
     let report = if let Some(control) = &arguments.volume.control {
         call(control, &ControlRequest::Scrub { export: arguments.volume.export.clone(), rate: arguments.rate }, "read")?
     } else {
-        let volume = arguments.volume.open()?;
+        let volume = arguments.volume.open("stripelog scrub")?;
         let bar = maintenance_bar("scrubbing");
         let options = MaintenanceOptions { rate_bytes_per_second: arguments.rate };
         let report = volume.scrub(&options, &|progress| show(&bar, &progress, "read"));

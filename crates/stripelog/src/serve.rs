@@ -1,8 +1,8 @@
 //! `stripelog serve`: open volumes, offer them as NBD exports on a Unix socket (or TCP
 //! on request), stop cleanly on SIGINT/SIGTERM.
 
-use crate::maintenance::{member_index, open_replacement, ControlRequest};
-use crate::{open_members, ServeArguments};
+use crate::maintenance::{attach_replacement, member_index, ControlRequest};
+use crate::{engine_error, open_members, ServeArguments};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -150,12 +150,9 @@ fn control_request(
             );
             to_json(serde_json::to_value(report))
         }
-        ControlRequest::Replace { member, replacement, rate, .. } => {
+        ControlRequest::Replace { member, replacement, rate, force, .. } => {
             let member = member_index(&volume, &member)?;
-            if !volume.rebuilding_members().contains(&member) {
-                let device = open_replacement(&volume, &replacement)?;
-                volume.replace_member(member, device).map_err(|error| error.to_string())?;
-            }
+            attach_replacement(&volume, member, &replacement, force)?;
             eprintln!("stripelog: export '{name}': member {member} replaced by {}; rebuilding", replacement.display());
             let report = volume
                 .rebuild(&MaintenanceOptions { rate_bytes_per_second: rate }, &report_progress)
@@ -191,17 +188,101 @@ fn parse_exports(arguments: &ServeArguments) -> Result<Vec<(String, Vec<PathBuf>
     if exports.is_empty() {
         return Err("nothing to serve: give MEMBER... or --export NAME=MEMBER,MEMBER,...".into());
     }
+    for (index, (name, _)) in exports.iter().enumerate() {
+        if exports[..index].iter().any(|(other, _)| other == name) {
+            return Err(format!("export name '{name}' is given twice: every export needs its own name"));
+        }
+    }
     Ok(exports)
 }
 
-fn bind_unix(path: &Path) -> Result<std::os::unix::net::UnixListener, String> {
-    if path.exists() {
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(format!("{} is in use by a running server", path.display()));
-        }
-        std::fs::remove_file(path).map_err(|error| format!("{}: {error}", path.display()))?;
+/// A Unix socket bound at `path`, removed again when dropped (unless `keep` is called).
+struct BoundSocket {
+    path: PathBuf,
+    listener: Option<std::os::unix::net::UnixListener>,
+}
+
+impl Drop for BoundSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
-    std::os::unix::net::UnixListener::bind(path).map_err(|error| format!("{}: {error}", path.display()))
+}
+
+/// Bind a Unix socket at `path`. Something already there is removed only when it is a
+/// socket that refuses connections (left by a server that died); a live socket is in use,
+/// and any other kind of file is never touched (docs/data-safety.md, "Sockets").
+fn bind_unix(path: &Path) -> Result<BoundSocket, String> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(metadata) if metadata.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(format!("{} is in use by a running server", path.display()));
+            }
+            std::fs::remove_file(path).map_err(|error| format!("{}: {error}", path.display()))?;
+        }
+        Ok(metadata) => {
+            let kind = match metadata.file_type() {
+                kind if kind.is_file() => "a regular file",
+                kind if kind.is_dir() => "a directory",
+                kind if kind.is_symlink() => "a symbolic link",
+                _ => "a special file",
+            };
+            return Err(format!(
+                "{} exists and is {kind}, not a socket: it is not removed (choose another --socket path)",
+                path.display()
+            ));
+        }
+        Err(_) => {}
+    }
+    let listener =
+        std::os::unix::net::UnixListener::bind(path).map_err(|error| format!("{}: {error}", path.display()))?;
+    Ok(BoundSocket { path: path.to_path_buf(), listener: Some(listener) })
+}
+
+/// Where the server listens, bound before any volume is opened.
+enum Listener {
+    Unix(BoundSocket),
+    Tcp(std::net::TcpListener, String),
+}
+
+fn bind_listener(arguments: &ServeArguments) -> Result<Listener, String> {
+    match &arguments.listen {
+        Some(address) => {
+            let address = if address.contains(':') { address.clone() } else { format!("127.0.0.1:{address}") };
+            let listener =
+                std::net::TcpListener::bind(&address).map_err(|error| format!("listen on {address}: {error}"))?;
+            Ok(Listener::Tcp(listener, address))
+        }
+        None => Ok(Listener::Unix(bind_unix(&arguments.socket)?)),
+    }
+}
+
+/// Loud, several lines: a degraded volume has less redundancy than the user chose.
+fn degraded_banner(name: &str, volume: &Volume) {
+    let stats = volume.stats();
+    if !stats.degraded {
+        return;
+    }
+    let lost: Vec<String> = stats
+        .members
+        .iter()
+        .filter(|member| member.state != "active")
+        .map(|member| format!("member {} ({}): {}", member.index, member.name, member.description))
+        .collect();
+    eprintln!("stripelog: ************************************************************************");
+    eprintln!(
+        "stripelog: WARNING: export '{name}' runs DEGRADED ({} on {} members)",
+        stats.raid_level, stats.member_count
+    );
+    for line in &lost {
+        eprintln!("stripelog: WARNING:   {line}");
+    }
+    eprintln!(
+        "stripelog: WARNING: it survives {} more member failure(s); replace the member:",
+        stats.failures_still_tolerated
+    );
+    eprintln!("stripelog: WARNING:   stripelog replace --control SOCKET.control --member N --with NEW-DEVICE");
+    eprintln!("stripelog: ************************************************************************");
 }
 
 fn print_commands(socket: &Path, exports: &[Export]) {
@@ -218,19 +299,28 @@ fn print_commands(socket: &Path, exports: &[Export]) {
 }
 
 pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
+    let exports_wanted = parse_exports(&arguments)?;
+    // Sockets first: one that is busy (or not a socket) must not cost a volume an epoch.
+    let mut listener = bind_listener(&arguments)?;
+    let control = arguments.control.clone().or_else(|| {
+        arguments.listen.is_none().then(|| PathBuf::from(format!("{}.control", arguments.socket.display())))
+    });
+    let mut control_socket = control.as_deref().map(bind_unix).transpose()?;
     let mut exports = Vec::new();
-    for (name, members) in parse_exports(&arguments)? {
-        let devices = open_members(&members, None, arguments.read_only)?;
-        let options =
-            OpenOptions { read_only: arguments.read_only, cache_size_bytes: arguments.cache, ..OpenOptions::default() };
-        let volume = Volume::open(devices, &options).map_err(|error| format!("export '{name}': {error}"))?;
+    for (name, members) in exports_wanted {
+        let devices = open_members(&members, None, arguments.read_only, arguments.degraded.degraded)
+            .map_err(|error| format!("export '{name}': {error}"))?;
+        let options = OpenOptions {
+            read_only: arguments.read_only,
+            cache_size_bytes: arguments.cache,
+            holder_program: "stripelog serve".into(),
+            take_over_from_another_host: arguments.force,
+            ..OpenOptions::default()
+        };
+        let volume =
+            Volume::open(devices, &options).map_err(|error| format!("export '{name}': {}", engine_error(error)))?;
+        degraded_banner(&name, &volume);
         let stats = volume.stats();
-        if stats.degraded {
-            eprintln!(
-                "stripelog: export '{name}' is DEGRADED: members {:?} missing; it survives {} more failure(s)",
-                stats.missing_members, stats.failures_still_tolerated
-            );
-        }
         let description = format!("stripelog {} on {} members", stats.raid_level, stats.member_count);
         exports.push(Export { name, description, volume: Arc::new(volume), read_only: arguments.read_only });
     }
@@ -245,16 +335,10 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
         let volumes = volumes.clone();
         std::thread::spawn(move || watch_health(volumes));
     }
-    let control = arguments.control.clone().or_else(|| {
-        arguments.listen.is_none().then(|| PathBuf::from(format!("{}.control", arguments.socket.display())))
-    });
-    if let Some(path) = &control {
-        let listener = bind_unix(path)?;
-        eprintln!(
-            "stripelog: control socket {} (stripelog replace/scrub --control {})",
-            path.display(),
-            path.display()
-        );
+    if let Some(socket) = control_socket.as_mut() {
+        let path = socket.path.display();
+        eprintln!("stripelog: control socket {path} (stripelog replace/scrub --control {path})");
+        let listener = socket.listener.take().expect("bound above");
         let volumes = volumes.clone();
         std::thread::spawn(move || serve_control(listener, volumes));
     }
@@ -280,23 +364,18 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
             }
         });
     }
-    let result = match &arguments.listen {
-        Some(address) => {
-            let address = if address.contains(':') { address.clone() } else { format!("127.0.0.1:{address}") };
-            let listener =
-                std::net::TcpListener::bind(&address).map_err(|error| format!("listen on {address}: {error}"))?;
+    let result = match &mut listener {
+        Listener::Tcp(listener, address) => {
             eprintln!("stripelog: ready: serving on nbd://{address}/{}", server.exports()[0].name);
-            server.run_tcp(listener)
+            server.run_tcp(listener.try_clone().map_err(|error| format!("listen on {address}: {error}"))?)
         }
-        None => {
-            let listener = bind_unix(&arguments.socket)?;
-            eprintln!("stripelog: ready: serving on {}", arguments.socket.display());
-            print_commands(&arguments.socket, server.exports());
-            let result = server.run_unix(listener);
-            let _ = std::fs::remove_file(&arguments.socket);
-            result
+        Listener::Unix(socket) => {
+            eprintln!("stripelog: ready: serving on {}", socket.path.display());
+            print_commands(&socket.path, server.exports());
+            server.run_unix(socket.listener.take().expect("bound above"))
         }
     };
+    drop(listener);
     result.map_err(|error| format!("accepting connections: {error}"))?;
     let statistics = &server.statistics;
     eprintln!(
@@ -307,9 +386,7 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
         statistics.bytes_written.load(Ordering::Relaxed),
         statistics.errors.load(Ordering::Relaxed)
     );
-    if let Some(path) = &control {
-        let _ = std::fs::remove_file(path);
-    }
+    drop(control_socket);
     let server = Arc::into_inner(server).ok_or("connections still hold the server")?;
     for export in server.into_exports() {
         let name = export.name;

@@ -66,11 +66,15 @@ fn create_info_and_check_a_raid6_volume() {
     assert!(check.status.success(), "{}", text(&check));
     assert!(text(&check).contains("clean"));
 
-    // Two members missing: RAID-6 still opens, and says it is degraded.
+    // Two members missing: RAID-6 still opens, and says it is degraded — but only on
+    // purpose: a path that does not exist is an error unless `--degraded` is given.
     let mut degraded = members.clone();
     degraded[1] = "missing".into();
     degraded[4] = directory.0.join("gone").display().to_string();
-    let info = stripelog(&with_members(&["info"], &degraded));
+    let refused = stripelog(&with_members(&["info"], &degraded));
+    assert!(!refused.status.success(), "a mistyped member path opened the volume: {}", text(&refused));
+    assert!(text(&refused).contains("gone: no such file or device; write `missing`"), "{}", text(&refused));
+    let info = stripelog(&with_members(&["info", "--degraded"], &degraded));
     assert!(info.status.success(), "{}", text(&info));
     assert!(text(&info).contains("DEGRADED: survives 0 more member failure(s)"), "{}", text(&info));
 }

@@ -181,6 +181,7 @@ fn measure(options: &Options, model: &DriveModel, topology: Topology) -> Result<
                 chunk_size_bytes: options.stripelog_chunk_size_bytes,
                 spare_ppm: (spare * 1e6) as u32,
                 volume_uuid: None,
+                force: false,
             };
             let open = OpenOptions { cache_size_bytes: 0, ..OpenOptions::default() };
             let created = Arc::new(

@@ -1,0 +1,204 @@
+//! Who a device is before anything is written to it, and who holds a volume
+//! (docs/data-safety.md): the look `create` and `replace` take at a device, the holder
+//! record of a read-write open, and the dates they are reported with.
+
+use crate::format::{Holder, Superblock, SUPERBLOCK_OFFSETS_BYTES};
+use crate::geometry::BLOCK_SIZE_BYTES;
+use stripelog_blockdev::{AlignedBuffer, BlockDevice, DeviceError};
+
+/// How much of each end of a device is read to tell whether it holds data: partition
+/// tables, file system and RAID superblocks all live in the first or the last MiB.
+pub const INSPECTED_BYTES: u64 = 1 << 20;
+
+/// What a device holds, as far as `create` and `replace` need to know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceContent {
+    /// Zeros in the first and last [`INSPECTED_BYTES`], and no stripelog superblock.
+    Empty,
+    /// A valid stripelog superblock (the newer of its two copies).
+    Member(Box<Superblock>),
+    /// A non-zero byte at `offset_bytes` (within the first or last MiB).
+    Data { offset_bytes: u64 },
+}
+
+impl DeviceContent {
+    /// "holds member 2 of stripelog volume … (RAID-5 on 5 members, created …)" or "holds
+    /// data (a non-zero byte at offset 512)".
+    pub fn describe(&self) -> String {
+        match self {
+            DeviceContent::Empty => "is empty".to_string(),
+            DeviceContent::Member(superblock) => format!(
+                "holds member {} of stripelog volume {} ({} on {} members, created {})",
+                superblock.member_index,
+                uuid::Uuid::from_bytes(superblock.volume_uuid),
+                superblock.raid_level,
+                superblock.member_count,
+                format_unix_seconds(superblock.created_unix_seconds)
+            ),
+            DeviceContent::Data { offset_bytes } => {
+                format!("holds data (a non-zero byte at offset {offset_bytes})")
+            }
+        }
+    }
+}
+
+/// Read both superblock copies and both ends of `device`; writes nothing.
+pub fn inspect(device: &dyn BlockDevice) -> Result<DeviceContent, DeviceError> {
+    let size_bytes = device.size_bytes();
+    let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+    let mut newest: Option<Superblock> = None;
+    for (copy, &offset) in SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
+        if offset + BLOCK_SIZE_BYTES as u64 > size_bytes {
+            continue;
+        }
+        device.read_at(&mut block, offset)?;
+        if let Ok(superblock) = Superblock::decode(&block, copy as u32) {
+            if newest.as_ref().is_none_or(|current| superblock.is_newer_than(current)) {
+                newest = Some(superblock);
+            }
+        }
+    }
+    if let Some(superblock) = newest {
+        return Ok(DeviceContent::Member(Box::new(superblock)));
+    }
+    let head_bytes = INSPECTED_BYTES.min(size_bytes);
+    let tail_start = size_bytes.saturating_sub(INSPECTED_BYTES).max(head_bytes);
+    for (start, end) in [(0, head_bytes), (tail_start, size_bytes)] {
+        if end <= start {
+            continue;
+        }
+        let mut buffer = AlignedBuffer::zeroed((end - start) as usize);
+        device.read_at(&mut buffer, start)?;
+        if let Some(index) = buffer.iter().position(|&byte| byte != 0) {
+            return Ok(DeviceContent::Data { offset_bytes: start + index as u64 });
+        }
+    }
+    Ok(DeviceContent::Empty)
+}
+
+/// The holder record of a read-write open starting now in this process.
+pub(crate) fn holder_now(program: &str) -> Holder {
+    Holder {
+        open: true,
+        process_id: std::process::id(),
+        opened_unix_seconds: now_unix_seconds(),
+        closed_unix_seconds: 0,
+        host: host_name(),
+        program: program.to_string(),
+    }
+}
+
+/// The name of this host (empty when it cannot be read).
+pub fn host_name() -> String {
+    const HOST_NAME_MAXIMUM_BYTES: usize = 256;
+    let mut buffer = [0u8; HOST_NAME_MAXIMUM_BYTES];
+    // SAFETY: gethostname writes at most `buffer.len()` bytes into `buffer`, which is
+    // alive and exclusively borrowed for the call.
+    let status = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) };
+    if status != 0 {
+        return String::new();
+    }
+    let length = buffer.iter().position(|&byte| byte == 0).unwrap_or(buffer.len());
+    String::from_utf8_lossy(&buffer[..length]).into_owned()
+}
+
+/// The program name recorded as the holder when the caller gives none: this
+/// executable's file name.
+pub fn default_program() -> String {
+    std::env::args()
+        .next()
+        .and_then(|path| std::path::Path::new(&path).file_name().map(|name| name.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "stripelog".to_string())
+}
+
+pub(crate) fn now_unix_seconds() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_secs())
+}
+
+/// A Unix time as `2026-11-23 19:40:02 UTC` (0: "never").
+pub fn format_unix_seconds(seconds: u64) -> String {
+    if seconds == 0 {
+        return "never".to_string();
+    }
+    let days = (seconds / 86_400) as i64;
+    let second_of_day = seconds % 86_400;
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let shifted = days + 719_468;
+    let era = shifted.div_euclid(146_097);
+    let day_of_era = shifted.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        second_of_day / 3600,
+        second_of_day / 60 % 60,
+        second_of_day % 60
+    )
+}
+
+/// One line on a holder record: "OPEN: stripelog serve, pid 4242 on host db1 since …"
+/// or "closed cleanly at … (last opened by …)".
+pub fn describe_holder(holder: &Holder) -> String {
+    if holder.process_id == 0 && holder.opened_unix_seconds == 0 {
+        return "never opened read-write by a version that records its holder".to_string();
+    }
+    let who = format!(
+        "{}, pid {} on host {}",
+        if holder.program.is_empty() { "unknown program" } else { &holder.program },
+        holder.process_id,
+        if holder.host.is_empty() { "(unknown)" } else { &holder.host }
+    );
+    if holder.open {
+        format!(
+            "OPEN: {who} since {} (still in use, or it stopped without closing the volume)",
+            format_unix_seconds(holder.opened_unix_seconds)
+        )
+    } else {
+        format!(
+            "closed cleanly at {} (last opened by {who} at {})",
+            format_unix_seconds(holder.closed_unix_seconds),
+            format_unix_seconds(holder.opened_unix_seconds)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stripelog_blockdev::MemoryDevice;
+
+    #[test]
+    fn dates_are_civil_utc() {
+        assert_eq!(format_unix_seconds(1), "1970-01-01 00:00:01 UTC");
+        assert_eq!(format_unix_seconds(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(format_unix_seconds(1_795_462_802), "2026-11-23 19:40:02 UTC");
+        assert_eq!(format_unix_seconds(0), "never");
+    }
+
+    #[test]
+    fn inspection_finds_data_at_either_end_and_nothing_in_between() {
+        let device = MemoryDevice::new(8 << 20);
+        assert_eq!(inspect(&device).unwrap(), DeviceContent::Empty);
+        let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+        // The middle is not looked at.
+        block[7] = 1;
+        device.write_at(&block, 4 << 20).unwrap();
+        assert_eq!(inspect(&device).unwrap(), DeviceContent::Empty);
+        device.write_at(&block, (8 << 20) - 4096).unwrap();
+        assert_eq!(inspect(&device).unwrap(), DeviceContent::Data { offset_bytes: (8 << 20) - 4096 + 7 });
+        block[7] = 0;
+        block[100] = 0xFF;
+        device.write_at(&block, 512 << 10).unwrap();
+        let found = inspect(&device).unwrap();
+        assert_eq!(found, DeviceContent::Data { offset_bytes: (512 << 10) + 100 });
+        assert!(found.describe().contains("non-zero byte at offset 524388"), "{}", found.describe());
+        // A device smaller than the inspected ends is read once, whole.
+        let small = MemoryDevice::new(64 << 10);
+        small.write_at(&block, 60 << 10).unwrap();
+        assert_eq!(inspect(&small).unwrap(), DeviceContent::Data { offset_bytes: (60 << 10) + 100 });
+    }
+}

@@ -1,0 +1,400 @@
+//! The engine's side of docs/data-safety.md: `create` and `replace` refuse what would
+//! destroy data, members are known by their UUID (a replaced one is refused by name), the
+//! holder record, RAID-10's survivability, and metadata destroyed beyond redundancy refused
+//! rather than served as stale blocks. Every refusal writes nothing: the members compare
+//! byte for byte with what they held before.
+
+use std::sync::Arc;
+use stripelog_blockdev::{AlignedBuffer, BlockDevice, MemoryDevice, Prng};
+use stripelog_engine::format::{Superblock, SUPERBLOCK_OFFSETS_BYTES};
+use stripelog_engine::{
+    CreateOptions, Error, IoMode, MaintenanceOptions, Mapping, MemberDevice, OpenOptions, RaidLevel, ReplaceOptions,
+    Volume, BLOCK_SIZE_BYTES,
+};
+
+const MEMBER_SIZE_BYTES: u64 = 8 << 20;
+const CHUNK_SIZE_BYTES: u32 = 64 << 10;
+const BLOCK_BYTES: u64 = BLOCK_SIZE_BYTES as u64;
+
+fn memory_members(count: usize) -> Vec<Arc<dyn BlockDevice>> {
+    (0..count).map(|_| Arc::new(MemoryDevice::new(MEMBER_SIZE_BYTES)) as Arc<dyn BlockDevice>).collect()
+}
+
+fn members(devices: &[Arc<dyn BlockDevice>]) -> Vec<MemberDevice> {
+    devices
+        .iter()
+        .enumerate()
+        .map(|(index, device)| MemberDevice { name: format!("m{index}"), device: Some(device.clone()) })
+        .collect()
+}
+
+fn options(raid_level: RaidLevel) -> CreateOptions {
+    CreateOptions { raid_level, chunk_size_bytes: CHUNK_SIZE_BYTES, ..CreateOptions::default() }
+}
+
+fn open_options() -> OpenOptions {
+    OpenOptions {
+        flush_interval: None,
+        io_mode: IoMode::Inline,
+        cache_size_bytes: 0,
+        holder_program: "data-safety test".into(),
+        ..OpenOptions::default()
+    }
+}
+
+fn read_only() -> OpenOptions {
+    OpenOptions { read_only: true, ..open_options() }
+}
+
+/// Every byte of every device.
+fn snapshot(devices: &[Arc<dyn BlockDevice>]) -> Vec<Vec<u8>> {
+    devices
+        .iter()
+        .map(|device| {
+            let mut buffer = AlignedBuffer::zeroed(device.size_bytes() as usize);
+            device.read_at(&mut buffer, 0).expect("read a whole device");
+            buffer.to_vec()
+        })
+        .collect()
+}
+
+fn assert_unchanged(devices: &[Arc<dyn BlockDevice>], before: &[Vec<u8>], what: &str) {
+    for (index, (now, then)) in snapshot(devices).iter().zip(before).enumerate() {
+        assert!(now == then, "{what}: device {index} was written");
+    }
+}
+
+/// A volume holding `blocks` random blocks from logical block 0; closed. The content.
+fn volume_with_data(devices: &[Arc<dyn BlockDevice>], raid_level: RaidLevel, blocks: u64) -> Vec<u8> {
+    let volume = Volume::create(members(devices), &options(raid_level), &open_options()).expect("create");
+    let mut data = vec![0u8; (blocks * BLOCK_BYTES) as usize];
+    Prng::new(blocks).fill(&mut data);
+    volume.write(0, &data, false).expect("write");
+    volume.close().expect("close");
+    data
+}
+
+fn assert_reads(volume: &Volume, data: &[u8]) {
+    let mut back = vec![0u8; data.len()];
+    volume.read(0, &mut back).expect("read back");
+    assert!(back == data, "the data does not read back");
+}
+
+fn expect_error<T>(result: Result<T, Error>, what: &str) -> Error {
+    match result {
+        Ok(_) => panic!("{what}: succeeded where it must be refused"),
+        Err(error) => error,
+    }
+}
+
+/// Rewrite both superblock copies of `device` through `change`.
+fn rewrite_superblocks(device: &dyn BlockDevice, change: impl Fn(&mut Superblock)) {
+    let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+    for (copy, &offset) in SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
+        device.read_at(&mut block, offset).expect("read a superblock");
+        let mut superblock = Superblock::decode(&block, copy as u32).expect("a valid superblock");
+        change(&mut superblock);
+        superblock.encode(&mut block);
+        device.write_at(&block, offset).expect("write a superblock");
+    }
+}
+
+#[test]
+fn create_refuses_a_member_of_a_volume_or_one_holding_data_unless_forced() {
+    let devices = memory_members(4);
+    let data = volume_with_data(&devices, RaidLevel::Raid5, 64);
+    let before = snapshot(&devices);
+    let error = expect_error(Volume::create(members(&devices), &options(RaidLevel::Raid5), &open_options()), "create");
+    assert!(matches!(error, Error::WouldDestroy { member: 0, .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.contains("holds member 0 of stripelog volume") && message.contains("raid5 on 4 members"),
+        "{message}"
+    );
+    assert_unchanged(&devices, &before, "a refused create");
+    assert_reads(&Volume::open(members(&devices), &read_only()).expect("still the old volume"), &data);
+
+    // Data in the first or the last MiB of a device that holds no volume.
+    for offset in [4096, MEMBER_SIZE_BYTES - 4096] {
+        let fresh = memory_members(3);
+        let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+        block[9] = 0x5A;
+        fresh[2].write_at(&block, offset).unwrap();
+        let before = snapshot(&fresh);
+        let error = expect_error(Volume::create(members(&fresh), &options(RaidLevel::Raid5), &open_options()), "data");
+        let message = error.to_string();
+        assert!(message.contains(&format!("holds data (a non-zero byte at offset {})", offset + 9)), "{message}");
+        assert!(message.contains("member 2 (m2)"), "{message}");
+        assert_unchanged(&fresh, &before, "a refused create on data");
+    }
+
+    let forced = CreateOptions { force: true, ..options(RaidLevel::Raid5) };
+    let volume = Volume::create(members(&devices), &forced, &open_options()).expect("--force");
+    assert_eq!(volume.stats().blocks_mapped, 0, "a new, empty volume");
+    volume.close().unwrap();
+}
+
+#[test]
+fn create_refuses_the_same_device_twice() {
+    let devices = memory_members(3);
+    let twice = vec![devices[0].clone(), devices[1].clone(), devices[0].clone()];
+    let error = expect_error(Volume::create(members(&twice), &options(RaidLevel::Raid5), &open_options()), "twice");
+    assert!(error.to_string().contains("is the same device as member 0"), "{error}");
+    let forced = CreateOptions { force: true, ..options(RaidLevel::Raid5) };
+    let error = expect_error(Volume::create(members(&twice), &forced, &open_options()), "twice, forced");
+    assert!(error.to_string().contains("is the same device as member 0"), "{error}");
+    assert_unchanged(&devices, &snapshot(&memory_members(3)), "a refused create of one device twice");
+}
+
+#[test]
+fn replace_refuses_live_members_other_volumes_and_data_and_writes_nothing() {
+    let devices = memory_members(5);
+    let data = volume_with_data(&devices, RaidLevel::Raid5, 100);
+    let other = memory_members(3);
+    volume_with_data(&other, RaidLevel::Raid5, 10);
+    let holds_data: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(MEMBER_SIZE_BYTES));
+    let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+    block[0] = 1;
+    holds_data.write_at(&block, 0).unwrap();
+
+    let volume = Volume::open(members(&devices), &open_options()).expect("open");
+    let everything: Vec<Arc<dyn BlockDevice>> =
+        devices.iter().chain(other.iter()).chain(std::iter::once(&holds_data)).cloned().collect();
+    let before = snapshot(&everything);
+    let replace = |device: &Arc<dyn BlockDevice>, force: bool| {
+        volume.replace_member(
+            3,
+            MemberDevice { name: "replacement".into(), device: Some(device.clone()) },
+            &ReplaceOptions { force },
+        )
+    };
+    // A member the volume uses: never, not even forced.
+    for force in [false, true] {
+        let error = expect_error(replace(&devices[0], force), "a live member");
+        assert!(error.to_string().contains("is member 0 of this volume (m0), in use"), "{error}");
+    }
+    let error = expect_error(replace(&other[1], false), "another volume's member");
+    assert!(error.to_string().contains("holds member 1 of stripelog volume"), "{error}");
+    let error = expect_error(replace(&holds_data, false), "a device holding data");
+    assert!(error.to_string().contains("holds data (a non-zero byte at offset 0)"), "{error}");
+    assert_unchanged(&everything, &before, "refused replacements");
+    assert!(!volume.stats().degraded, "no member was failed by a refused replacement");
+    assert_reads(&volume, &data);
+    // Forced, another volume's member may be overwritten.
+    replace(&other[1], true).expect("forced over another volume's member");
+    volume.rebuild(&MaintenanceOptions::default(), &|_| {}).expect("rebuild");
+    assert_reads(&volume, &data);
+    assert!(volume.check().expect("check").is_clean());
+    volume.close().unwrap();
+}
+
+#[test]
+fn a_replaced_member_offered_again_is_refused_by_name() {
+    let devices = memory_members(5);
+    let data = volume_with_data(&devices, RaidLevel::Raid5, 100);
+    let volume = Volume::open(members(&devices), &open_options()).expect("open");
+    let new: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(MEMBER_SIZE_BYTES));
+    volume
+        .replace_member(2, MemberDevice { name: "new2".into(), device: Some(new.clone()) }, &ReplaceOptions::default())
+        .expect("replace");
+    volume.rebuild(&MaintenanceOptions::default(), &|_| {}).expect("rebuild");
+    let stats = volume.stats();
+    assert_eq!(stats.retired_members.len(), 1);
+    assert_eq!(stats.retired_members[0].position, 2);
+    volume.close().unwrap();
+
+    let mut current = devices.clone();
+    current[2] = new.clone();
+    let before = snapshot(&current);
+    // The old device in its old place: refused by name, whatever else.
+    let error = expect_error(Volume::open(members(&devices), &open_options()), "the old member");
+    let message = error.to_string();
+    assert!(
+        message.contains("member 2 (m2)")
+            && message.contains("member 2 was replaced on")
+            && message.contains("this is the old device"),
+        "{message}"
+    );
+    assert_unchanged(&current, &before, "a refused open");
+    // As a replacement for another member: retired, so only forced.
+    let volume = Volume::open(members(&current), &open_options()).expect("the right members");
+    assert_reads(&volume, &data);
+    let error = expect_error(
+        volume.replace_member(
+            4,
+            MemberDevice { name: "old2".into(), device: Some(devices[2].clone()) },
+            &ReplaceOptions::default(),
+        ),
+        "a retired member as a replacement",
+    );
+    assert!(error.to_string().contains("is a retired member of this volume (member 2, replaced on"), "{error}");
+    assert!(volume.check().expect("check").is_clean());
+    volume.close().unwrap();
+}
+
+#[test]
+fn a_device_that_is_not_the_member_of_its_position_is_refused() {
+    let devices = memory_members(4);
+    volume_with_data(&devices, RaidLevel::Raid5, 10);
+    // An old copy of member 1 (a restored backup) whose member UUID the volume never knew.
+    let copy: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(MEMBER_SIZE_BYTES));
+    let content = snapshot(&devices[1..2]).remove(0);
+    let mut buffer = AlignedBuffer::zeroed(content.len());
+    buffer.copy_from_slice(&content);
+    copy.write_at(&buffer, 0).unwrap();
+    rewrite_superblocks(copy.as_ref(), |superblock| {
+        superblock.member_uuid = [0xEE; 16];
+        superblock.member_uuids[1] = [0xEE; 16];
+    });
+    let mut wrong = devices.clone();
+    wrong[1] = copy;
+    let error = expect_error(Volume::open(members(&wrong), &open_options()), "an unknown member");
+    assert!(error.to_string().contains("is not the member this volume expects in position 1"), "{error}");
+    Volume::open(members(&devices), &open_options()).expect("the right members").close().unwrap();
+}
+
+#[test]
+fn a_version_1_volume_opens_and_gets_member_identities_at_its_first_read_write_open() {
+    let devices = memory_members(4);
+    let data = volume_with_data(&devices, RaidLevel::Raid5, 50);
+    // What version 1 wrote: the same fields up to offset 120, zeros after.
+    let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+    for device in &devices {
+        for &offset in &SUPERBLOCK_OFFSETS_BYTES {
+            device.read_at(&mut block, offset).unwrap();
+            block[8..12].copy_from_slice(&1u32.to_le_bytes());
+            block[120..BLOCK_SIZE_BYTES - 4].fill(0);
+            let checksum = crc32c::crc32c(&block[..BLOCK_SIZE_BYTES - 4]);
+            block[BLOCK_SIZE_BYTES - 4..].copy_from_slice(&checksum.to_le_bytes());
+            device.write_at(&block, offset).unwrap();
+        }
+    }
+    let volume = Volume::open(members(&devices), &read_only()).expect("a version-1 volume, read-only");
+    let stats = volume.stats();
+    assert_eq!(stats.superblock_version, 1);
+    assert!(stats.members.iter().all(|member| member.member_uuid.is_empty()));
+    assert_reads(&volume, &data);
+    drop(volume);
+    let volume = Volume::open(members(&devices), &open_options()).expect("read-write: upgraded");
+    let stats = volume.stats();
+    assert_eq!(stats.superblock_version, 2);
+    assert!(stats.members.iter().all(|member| !member.member_uuid.is_empty()));
+    assert_reads(&volume, &data);
+    volume.close().unwrap();
+    let volume = Volume::open(members(&devices), &read_only()).expect("version 2 now");
+    assert_eq!(volume.stats().superblock_version, 2);
+}
+
+#[test]
+fn the_holder_record_says_who_opened_the_volume_and_whether_it_closed_cleanly() {
+    let devices = memory_members(3);
+    volume_with_data(&devices, RaidLevel::Raid5, 5);
+    let holder = Volume::open(members(&devices), &read_only()).unwrap().stats().holder;
+    assert!(!holder.open, "{holder:?}");
+    assert!(holder.closed_unix_seconds >= holder.opened_unix_seconds && holder.opened_unix_seconds > 0);
+    assert_eq!((holder.process_id, holder.program.as_str()), (std::process::id(), "data-safety test"));
+    assert_eq!(holder.host, stripelog_engine::identity::host_name());
+    assert!(holder.description.starts_with("closed cleanly at"), "{}", holder.description);
+    // A process that dies leaves the volume marked open.
+    Volume::open(members(&devices), &open_options()).unwrap().abandon();
+    let holder = Volume::open(members(&devices), &read_only()).unwrap().stats().holder;
+    assert!(holder.open && holder.description.starts_with("OPEN: data-safety test, pid"), "{}", holder.description);
+    // Marked open by another host: a read-write open is refused unless told to take over.
+    for device in &devices {
+        rewrite_superblocks(device.as_ref(), |superblock| superblock.holder.host = "db9.example".into());
+    }
+    let before = snapshot(&devices);
+    let error = expect_error(Volume::open(members(&devices), &open_options()), "another host's volume");
+    assert!(matches!(error, Error::HeldByAnotherHost { .. }), "{error:?}");
+    assert!(error.to_string().contains("is open on host db9.example"), "{error}");
+    assert_unchanged(&devices, &before, "a refused open");
+    Volume::open(members(&devices), &read_only()).expect("read-only is harmless");
+    let take_over = OpenOptions { take_over_from_another_host: true, ..open_options() };
+    let volume = Volume::open(members(&devices), &take_over).expect("taken over");
+    assert_eq!(volume.stats().holder.host, stripelog_engine::identity::host_name());
+    volume.close().unwrap();
+}
+
+#[test]
+fn raid10_survives_one_more_loss_while_every_mirror_pair_is_whole() {
+    for count in [2, 4, 6] {
+        let devices = memory_members(count);
+        volume_with_data(&devices, RaidLevel::Raid10, 5);
+        let stats = Volume::open(members(&devices), &read_only()).unwrap().stats();
+        assert_eq!(stats.failures_still_tolerated, 1, "a whole RAID-10 of {count}");
+        let mut without_one = members(&devices);
+        without_one[count - 1].device = None;
+        let stats = Volume::open(without_one, &read_only()).unwrap().stats();
+        assert_eq!(stats.failures_still_tolerated, 0, "RAID-10 of {count} less one member");
+        if count >= 4 {
+            let mut two_pairs = members(&devices);
+            two_pairs[0].device = None;
+            two_pairs[3].device = None;
+            assert_eq!(Volume::open(two_pairs, &read_only()).unwrap().stats().failures_still_tolerated, 0);
+            let mut one_pair = members(&devices);
+            one_pair[0].device = None;
+            one_pair[1].device = None;
+            expect_error(Volume::open(one_pair, &read_only()), "both halves of a pair");
+        }
+    }
+}
+
+/// Flip one byte of the summary of the batch whose first data block is `logical_block`
+/// (RAID-0 on one member: the summary is the block in front of it).
+fn damage_summary_of(volume: &Volume, device: &dyn BlockDevice, logical_block: u64) {
+    let Ok(Mapping::Data { position }) = volume.mapping(logical_block) else {
+        panic!("block {logical_block} is mapped")
+    };
+    let summary = volume.geometry().locate(position - 1);
+    let offset = volume.geometry().member_offset_bytes(summary.segment, summary.row);
+    let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+    device.read_at(&mut block, offset).unwrap();
+    block[200] ^= 0x40;
+    device.write_at(&block, offset).unwrap();
+}
+
+/// RAID-0 (no redundancy): a batch's summary rots after the batch that followed it in the
+/// log was cleaned away, so no surviving batch names its segment. Recovery must refuse,
+/// not serve its blocks as never written (zeros).
+#[test]
+fn a_rotten_summary_that_no_later_batch_names_is_refused_not_read_as_zeros() {
+    let devices = memory_members(1);
+    let volume = Volume::create(members(&devices), &options(RaidLevel::Raid0), &open_options()).unwrap();
+    let mut prng = Prng::new(5);
+    let mut data = vec![0u8; (15 * BLOCK_BYTES) as usize];
+    // Batch 1 fills a segment with blocks 0-14 (a summary and 15 blocks: one chunk).
+    prng.fill(&mut data);
+    volume.write(0, &data, false).unwrap();
+    volume.flush().unwrap();
+    // Batch 2 fills the next with blocks 100-114; batch 3 overwrites them, killing batch 2,
+    // whose segment is then released.
+    for _ in 0..2 {
+        prng.fill(&mut data);
+        volume.write(100 * BLOCK_BYTES, &data, false).unwrap();
+        volume.flush().unwrap();
+    }
+    volume.flush().unwrap();
+    assert_eq!(volume.stats().segments_waiting_for_flush, 0, "batch 2's segment is released");
+    damage_summary_of(&volume, devices[0].as_ref(), 0);
+    volume.close().unwrap();
+    let error = expect_error(Volume::open(members(&devices), &open_options()), "batch 1 lost");
+    assert!(error.to_string().contains("metadata damaged beyond repair"), "{error}");
+}
+
+/// The batch at the recorded durable frontier (the superblock of a clean close records it)
+/// loses its summary: refused, not a log that silently ends before it.
+#[test]
+fn a_lost_batch_at_the_recorded_durable_frontier_is_refused() {
+    let devices = memory_members(1);
+    let volume = Volume::create(members(&devices), &options(RaidLevel::Raid0), &open_options()).unwrap();
+    let mut data = vec![0u8; (4 * BLOCK_BYTES) as usize];
+    Prng::new(6).fill(&mut data);
+    volume.write(0, &data, false).unwrap();
+    volume.flush().unwrap();
+    volume.write(200 * BLOCK_BYTES, &data, false).unwrap();
+    volume.flush().unwrap();
+    damage_summary_of(&volume, devices[0].as_ref(), 200);
+    volume.close().unwrap();
+    let error = expect_error(Volume::open(members(&devices), &open_options()), "the last batch lost");
+    assert!(error.to_string().contains("metadata damaged beyond repair"), "{error}");
+}
