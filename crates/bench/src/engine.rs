@@ -36,6 +36,8 @@ pub struct Options {
     pub write_thread_counts: Vec<usize>,
     pub read_thread_counts: Vec<usize>,
     pub keep_files: bool,
+    /// Allow member files that already exist in `directory` (they are overwritten).
+    pub force: bool,
     /// The engine's block cache (0: none).
     pub cache_size_bytes: u64,
 }
@@ -79,16 +81,28 @@ pub struct Report {
 }
 
 /// Run `body` on `count` member files `PREFIX-N` in `directory` (created), then remove
-/// them unless `keep`.
+/// them unless `keep`. The run writes over the files and removes them: one that already
+/// exists and is not empty (a kept run's volume, or anything else of that name) is
+/// refused unless `force`.
 pub(crate) fn with_member_files<T>(
     directory: &std::path::Path,
     prefix: &str,
     count: usize,
     keep: bool,
+    force: bool,
     body: impl FnOnce(&[PathBuf]) -> Result<T, String>,
 ) -> Result<T, String> {
     std::fs::create_dir_all(directory).map_err(|error| format!("{}: {error}", directory.display()))?;
     let paths: Vec<PathBuf> = (0..count).map(|index| directory.join(format!("{prefix}-{index}"))).collect();
+    if !force {
+        if let Some(path) = paths.iter().find(|path| std::fs::metadata(path).is_ok_and(|metadata| metadata.len() > 0)) {
+            return Err(format!(
+                "{} exists and is not empty; the benchmark writes over its member files and removes them (pass \
+                 --force to allow that, or choose another --dir)",
+                path.display()
+            ));
+        }
+    }
     let result = body(&paths);
     if !keep {
         for path in &paths {
@@ -183,6 +197,8 @@ fn create_volume(devices: &[Arc<FileDevice>], options: &Options) -> Result<Volum
     let create = CreateOptions {
         raid_level: options.raid_level,
         chunk_size_bytes: options.chunk_size_bytes,
+        // The run's own member files: measured (written) just before, or the last phase's volume.
+        force: true,
         ..CreateOptions::default()
     };
     let open = OpenOptions { cache_size_bytes: options.cache_size_bytes, ..OpenOptions::default() };
@@ -268,9 +284,14 @@ pub(crate) fn fill_region(volume: &Volume, data: &RandomData, region_bytes: u64)
 
 /// Run the whole benchmark; `progress` receives a line per step.
 pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String> {
-    with_member_files(&options.directory, "bench-member", options.member_count, options.keep_files, |paths| {
-        run_in(options, paths, progress)
-    })
+    with_member_files(
+        &options.directory,
+        "bench-member",
+        options.member_count,
+        options.keep_files,
+        options.force,
+        |paths| run_in(options, paths, progress),
+    )
 }
 
 fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Result<Report, String> {

@@ -180,8 +180,9 @@ impl NbdConnection {
     }
 
     /// Whether `export` holds data: the offset of its first extent that `base:allocation`
-    /// reports neither as a hole nor as reading zeros, or `None` when there is none. An
-    /// error when the server cannot say (no structured replies or no `base:allocation`).
+    /// does not report as reading zeros (a hole without the zero flag may hold anything,
+    /// the protocol says), or `None` when there is none. An error when the server cannot
+    /// say (no structured replies or no `base:allocation`).
     pub fn first_allocated_byte(address: &NbdAddress, export: &str) -> Result<Option<u64>, String> {
         let mut connection = NbdConnection::connect_with(address, export, true)?;
         let size = connection.size_bytes;
@@ -209,10 +210,13 @@ impl NbdConnection {
             let data = extents.iter().find_map(|&(length, flags)| {
                 let start = position;
                 position += u64::from(length);
-                (flags & (STATE_HOLE | STATE_ZERO) == 0).then_some(start)
+                (flags & STATE_ZERO == 0).then_some(start)
             });
             if data.is_some() {
                 break data;
+            }
+            if position == offset {
+                return Err("the server answered block status with extents of no length".into());
             }
             offset = position;
         };

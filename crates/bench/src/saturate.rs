@@ -44,6 +44,8 @@ pub struct Options {
     pub interval: Duration,
     pub cache_size_bytes: u64,
     pub keep_files: bool,
+    /// Allow member files that already exist in `directory` (they are overwritten).
+    pub force: bool,
     pub seed: u64,
 }
 
@@ -169,9 +171,14 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
     if options.threads == 0 || options.interval.is_zero() {
         return Err("threads and the interval must be above zero".into());
     }
-    with_member_files(&options.directory, "saturate-member", options.member_count, options.keep_files, |paths| {
-        run_in(options, paths, progress)
-    })
+    with_member_files(
+        &options.directory,
+        "saturate-member",
+        options.member_count,
+        options.keep_files,
+        options.force,
+        |paths| run_in(options, paths, progress),
+    )
 }
 
 fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Result<Report, String> {
@@ -184,6 +191,8 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         raid_level: options.raid_level,
         chunk_size_bytes: options.chunk_size_bytes,
         spare_ppm: options.spare_ppm,
+        // The run's own member files, written just before to measure them.
+        force: true,
         ..CreateOptions::default()
     };
     let open = OpenOptions {

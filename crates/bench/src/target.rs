@@ -309,29 +309,35 @@ impl EngineTarget {
         if paths.is_empty() {
             return Err("engine: name the volume's members: engine:MEMBER,MEMBER,...".into());
         }
-        let mut devices = Vec::new();
-        for path in &paths {
-            let device_options = FileDeviceOptions { read_only: !options.writes, ..FileDeviceOptions::default() };
-            let device = FileDevice::open(Path::new(path), &device_options).map_err(|error| error.to_string())?;
-            devices.push(MemberDevice { name: path.to_string(), device: Some(Arc::new(device)) });
-        }
-        let open_options = VolumeOpenOptions {
-            read_only: !options.writes,
-            holder_program: "stripelog bench".into(),
-            ..VolumeOpenOptions::default()
+        let open = |read_only: bool| -> Result<Volume, String> {
+            let mut devices = Vec::new();
+            for path in &paths {
+                let device_options = FileDeviceOptions { read_only, ..FileDeviceOptions::default() };
+                let device = FileDevice::open(Path::new(path), &device_options).map_err(|error| error.to_string())?;
+                devices.push(MemberDevice { name: path.to_string(), device: Some(Arc::new(device)) });
+            }
+            let open_options = VolumeOpenOptions {
+                read_only,
+                holder_program: "stripelog bench".into(),
+                ..VolumeOpenOptions::default()
+            };
+            Volume::open(devices, &open_options).map_err(|error| format!("engine:{members}: {error}"))
         };
-        let volume = Volume::open(devices, &open_options).map_err(|error| format!("engine:{members}: {error}"))?;
-        // A write benchmark on a volume that holds data only with --force: its mapped
-        // blocks are what it holds (the member files are never empty).
-        let stats = volume.stats();
-        if options.writes && !options.force && stats.blocks_mapped > 0 {
-            return Err(format!(
-                "engine:{members}: the volume holds data ({} blocks mapped, {} bytes); a write benchmark \
-                 overwrites it (pass --force to allow that)",
-                stats.blocks_mapped,
-                stats.blocks_mapped * stats.block_size_bytes as u64
-            ));
+        // A write benchmark on a volume that holds data only with --force: its mapped blocks
+        // are what it holds (the member files are never empty). Decided read-only, before
+        // anything is written (a read-write open records an epoch).
+        if options.writes && !options.force {
+            let stats = open(true)?.stats();
+            if stats.blocks_mapped > 0 {
+                return Err(format!(
+                    "engine:{members}: the volume holds data ({} blocks mapped, {} bytes); a write benchmark \
+                     overwrites it (pass --force to allow that)",
+                    stats.blocks_mapped,
+                    stats.blocks_mapped * stats.block_size_bytes as u64
+                ));
+            }
         }
+        let volume = open(!options.writes)?;
         Ok(EngineTarget { volume: Arc::new(volume), members: members.to_string(), writable: options.writes })
     }
 }

@@ -24,6 +24,9 @@ const CHECKSUM_OFFSET: usize = BLOCK_SIZE_BYTES - 4;
 pub const MEMBER_UUID_SLOTS: usize = crate::geometry::MAXIMUM_MEMBER_COUNT as usize;
 /// Retired (replaced) members the superblock remembers; the oldest is forgotten first.
 pub const RETIRED_MEMBERS_MAXIMUM: usize = 32;
+/// The member UUID recorded for a retired member that had none (written by version 1):
+/// the old device of that position is still refused by name.
+pub const RETIRED_WITHOUT_IDENTITY: [u8; 16] = [0xFF; 16];
 const HOLDER_HOST_BYTES: usize = 64;
 const HOLDER_PROGRAM_BYTES: usize = 24;
 const MEMBER_UUIDS_OFFSET: usize = 256;
@@ -328,10 +331,20 @@ impl Superblock {
         self.retired.iter().rev().find(|member| &member.member_uuid == member_uuid)
     }
 
-    /// Retire the member UUID of `position` (when known) and expect `new_uuid` there.
+    /// A retirement of the version-1 device (no member UUID) of `position`.
+    pub fn retired_without_identity(&self, position: usize) -> Option<&RetiredMember> {
+        self.retired
+            .iter()
+            .rev()
+            .find(|member| member.member_uuid == RETIRED_WITHOUT_IDENTITY && member.position as usize == position)
+    }
+
+    /// Retire the member UUID of `position` (unknown: [`RETIRED_WITHOUT_IDENTITY`]) and
+    /// expect `new_uuid` there.
     pub fn retire_and_replace(&mut self, position: usize, new_uuid: [u8; 16], now_unix_seconds: u64) {
         let old = std::mem::replace(&mut self.member_uuids[position], new_uuid);
-        if old != [0; 16] && old != new_uuid {
+        let old = if old == [0; 16] { RETIRED_WITHOUT_IDENTITY } else { old };
+        if old != new_uuid {
             if self.retired.len() == RETIRED_MEMBERS_MAXIMUM {
                 self.retired.remove(0);
             }

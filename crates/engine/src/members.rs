@@ -449,15 +449,18 @@ impl Members {
             let Some(device) = self.writable(member) else {
                 continue;
             };
+            let names_us = |found: &Superblock, expected: &Superblock| {
+                found.volume_uuid == expected.volume_uuid
+                    && found.member_index as usize == member
+                    && found.member_uuid == expected.member_uuids[member]
+            };
             let problem = match device.health() {
                 Err(reason) => Some(reason),
                 Ok(()) => match read_superblock(member, &self.name(member), device.as_ref()) {
                     Err(error) => Some(error.to_string()),
-                    Ok(found)
-                        if found.volume_uuid != expected.volume_uuid
-                            || found.member_index as usize != member
-                            || found.member_uuid != expected.member_uuids[member] =>
-                    {
+                    // A superblock update (a replacement attached) may have overtaken the
+                    // copy taken before the read: compare with the current one again.
+                    Ok(found) if !names_us(&found, &expected) && !names_us(&found, &self.superblock()) => {
                         Some("its superblock no longer names this volume, position and member".into())
                     }
                     Ok(_) => None,
@@ -880,6 +883,11 @@ pub(crate) fn open(members: Vec<MemberDevice>) -> Result<(Members, Superblock)> 
             }
         }
     }
+    // No member has a superblock this code can read (another format version, not a
+    // member at all): say why for the first one, rather than "no member is present".
+    if found.iter().all(Option::is_none) && !unreadable.is_empty() {
+        return Err(unreadable.swap_remove(0).1);
+    }
     // The volume is the UUID most members carry.
     let mut votes: BTreeMap<[u8; 16], usize> = BTreeMap::new();
     for superblock in found.iter().flatten() {
@@ -974,6 +982,8 @@ pub(crate) fn open(members: Vec<MemberDevice>) -> Result<(Members, Superblock)> 
         }
         check_identity(&reference, index, superblock).map_err(problem)?;
     }
+    let names: Vec<String> = members.iter().map(|member| member.name.clone()).collect();
+    check_not_retired_by_another(&found, &names)?;
     // Members the newest superblock records as failed missed writes: keep them out,
     // except a replacement being rebuilt, which is written again and rebuilt from scratch.
     for (index, superblock) in found.iter_mut().enumerate() {
@@ -1012,6 +1022,18 @@ fn check_identity(reference: &Superblock, index: usize, found: &Superblock) -> s
     if expected == [0; 16] || found.member_uuid == expected {
         return Ok(());
     }
+    if found.member_uuid == [0; 16] {
+        // Written by version 1: the old device of a position replaced since is refused; any
+        // other is a member an interrupted upgrade did not reach yet (this open finishes it).
+        return match reference.retired_without_identity(index) {
+            Some(retired) => Err(format!(
+                "member {index} was replaced on {}: this is the old device (written before members had an identity); \
+                 give its replacement in its place, or `missing`",
+                crate::identity::format_unix_seconds(retired.retired_unix_seconds)
+            )),
+            None => Ok(()),
+        };
+    }
     let found_uuid = uuid::Uuid::from_bytes(found.member_uuid);
     if let Some(retired) = reference.retired_member(&found.member_uuid) {
         return Err(format!(
@@ -1021,16 +1043,38 @@ fn check_identity(reference: &Superblock, index: usize, found: &Superblock) -> s
             crate::identity::format_unix_seconds(retired.retired_unix_seconds)
         ));
     }
-    let carries = if found.member_uuid == [0; 16] {
-        "carries no member UUID (written before members had one)".to_string()
-    } else {
-        format!("carries member UUID {found_uuid}")
-    };
     Err(format!(
-        "is not the member this volume expects in position {index}: it {carries}, the volume expects {} \
-         (an old copy of the member, or a device restored from a backup)",
+        "is not the member this volume expects in position {index}: it carries member UUID {found_uuid}, the \
+         volume expects {} (an old copy of the member, or a device restored from a backup)",
         uuid::Uuid::from_bytes(expected)
     ))
+}
+
+/// No present member may be one that another present member records as retired, whatever
+/// the newest superblock says: a replaced device opened on its own with `missing` for the
+/// others moves on to epochs the real volume never had, and would otherwise be taken for
+/// the newest copy (two copies of the volume that went separate ways).
+fn check_not_retired_by_another(found: &[Option<Superblock>], names: &[String]) -> Result<()> {
+    for (index, member) in found.iter().enumerate() {
+        let Some(member) = member.as_ref().filter(|member| member.member_uuid != [0; 16]) else { continue };
+        for (other_index, other) in found.iter().enumerate() {
+            let Some(retired) = other.as_ref().and_then(|other| other.retired_member(&member.member_uuid)) else {
+                continue;
+            };
+            return Err(Error::Member {
+                member: index,
+                path: names[index].clone(),
+                reason: format!(
+                    "was replaced as member {} on {}, says member {other_index} ({}): this is the old device, and the \
+                     two come from copies of the volume that went separate ways; give the replacement in its place",
+                    retired.position,
+                    crate::identity::format_unix_seconds(retired.retired_unix_seconds),
+                    names[other_index]
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn read_superblock(index: usize, name: &str, device: &dyn BlockDevice) -> Result<Superblock> {

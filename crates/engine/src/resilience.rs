@@ -318,6 +318,20 @@ impl Shared {
         let _rebuild = self.rebuild_lock.try_lock().ok_or_else(|| {
             Error::InvalidRequest("a rebuild is running: replace the member when it has finished".into())
         })?;
+        // The replacement's old superblocks go first (a device forced over another volume's
+        // member, or an old member of this one): a crash before the attachment then leaves
+        // a device with none, which the open takes as the replacement it is.
+        let zeros = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+        let mut wipes: Vec<IoRequest> = format::SUPERBLOCK_OFFSETS_BYTES
+            .iter()
+            .map(|&offset_bytes| IoRequest::Write { buffer: &zeros, offset_bytes })
+            .collect();
+        device
+            .submit_batch(&mut wipes)
+            .into_iter()
+            .chain(std::iter::once(device.flush()))
+            .collect::<stripelog_blockdev::Result<Vec<()>>>()
+            .map_err(|error| member_error(error.to_string()))?;
         if self.members.state(member) != MemberState::Failed {
             self.members.fail(member, &format!("replaced by {}", replacement.name))?;
         }

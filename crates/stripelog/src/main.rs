@@ -324,9 +324,9 @@ struct SaturateArguments {
     /// Target: create a missing file of this size (sparse).
     #[arg(long, value_parser = units::parse_size)]
     size: Option<u64>,
-    /// Target: allow writing to a target that holds data (its data is overwritten): a file or
-    /// device that is not empty, an NBD export with allocated extents, an engine: volume with
-    /// mapped blocks.
+    /// Allow writing to a target that holds data (its data is overwritten): a file or device
+    /// that is not empty, an NBD export with allocated extents, an engine: volume with mapped
+    /// blocks; without TARGET, member files that already exist in --dir.
     #[arg(long)]
     force: bool,
     /// No progress bar.
@@ -408,6 +408,9 @@ struct EngineBenchArguments {
     /// Keep the member files.
     #[arg(long)]
     keep: bool,
+    /// Allow member files that already exist in --dir (they are overwritten and removed).
+    #[arg(long)]
+    force: bool,
     /// The engine's block cache (as `serve --cache`); 0 for none.
     #[arg(long, default_value = "256MiB", value_parser = units::parse_size)]
     cache: u64,
@@ -823,6 +826,7 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
         interval: arguments.interval,
         cache_size_bytes: arguments.cache,
         keep_files: arguments.keep,
+        force: arguments.force,
         seed: arguments.seed,
     };
     let bar = spinner("starting");
@@ -907,6 +911,7 @@ fn bench_engine(arguments: EngineBenchArguments) -> Result<ExitCode, String> {
         write_thread_counts: arguments.threads,
         read_thread_counts: arguments.read_threads,
         keep_files: arguments.keep,
+        force: arguments.force,
         cache_size_bytes: arguments.cache,
     };
     let bar = spinner("starting");

@@ -66,13 +66,58 @@ struct VolumeArguments {
 impl VolumeArguments {
     /// The volume opened read-write on its members (offline), by `program`.
     fn open(&self, program: &str) -> Result<Volume, String> {
+        let members = self.member_devices()?;
+        self.open_volume(members, program)
+    }
+
+    /// The members, opened (and claimed) but not yet read.
+    fn member_devices(&self) -> Result<Vec<MemberDevice>, String> {
         if self.members.is_empty() {
             return Err("give the volume's members (offline), or --control SOCKET of a running server".into());
         }
-        let members = open_members(&self.members, None, false, self.degraded.degraded)?;
+        open_members(&self.members, None, false, self.degraded.degraded)
+    }
+
+    fn open_volume(&self, members: Vec<MemberDevice>, program: &str) -> Result<Volume, String> {
         let options = OpenOptions { holder_program: program.to_string(), ..OpenOptions::default() };
         Volume::open(members, &options).map_err(engine_error)
     }
+}
+
+/// Offline, before the volume is opened read-write (which records an epoch): open the
+/// replacement at `path` if it exists — a member of this volume is already claimed, so that
+/// fails here — and refuse one holding data or another volume's member unless `force`
+/// (docs/data-safety.md). A member of this volume (retired, failed) is left to the engine,
+/// which names what it is. `None` when nothing is at `path` yet.
+fn check_replacement_offline(
+    members: &[MemberDevice],
+    path: &Path,
+    force: bool,
+) -> Result<Option<MemberDevice>, String> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let name = path.display().to_string();
+    let device = FileDevice::open(path, &FileDeviceOptions::default()).map_err(|error| device_error(&name, error))?;
+    let content = stripelog_engine::identity::inspect(&device).map_err(|error| device_error(&name, error))?;
+    let volume_uuid = members.iter().filter_map(|member| member.device.as_ref()).find_map(|member| {
+        match stripelog_engine::identity::inspect(member.as_ref()) {
+            Ok(stripelog_engine::identity::DeviceContent::Member(superblock)) => Some(superblock.volume_uuid),
+            _ => None,
+        }
+    });
+    let refused = match &content {
+        stripelog_engine::identity::DeviceContent::Empty => false,
+        stripelog_engine::identity::DeviceContent::Member(found) => Some(found.volume_uuid) != volume_uuid,
+        stripelog_engine::identity::DeviceContent::Data { .. } => true,
+    };
+    if refused && !force {
+        return Err(format!(
+            "{name} {}: refusing to overwrite it unless forced (pass --force to overwrite it)",
+            content.describe()
+        ));
+    }
+    Ok(Some(MemberDevice { name, device: Some(Arc::new(device) as Arc<dyn BlockDevice>) }))
 }
 
 /// One request on the control socket.
@@ -172,10 +217,17 @@ pub(crate) fn replace(arguments: ReplaceArguments) -> Result<ExitCode, String> {
         let report = call(control, &request, "written")?;
         return print_report(&report, arguments.volume.json, print_rebuild);
     }
-    let volume = arguments.volume.open("stripelog replace")?;
+    let members = arguments.volume.member_devices()?;
+    let replacement = check_replacement_offline(&members, &arguments.replacement, arguments.force)?;
+    let volume = arguments.volume.open_volume(members, "stripelog replace")?;
     let member = member_index(&volume, &arguments.member)?;
     // A rebuild a crash interrupted is finished first (the same member, or another).
-    attach_replacement(&volume, member, &arguments.replacement, arguments.force)?;
+    match replacement {
+        Some(device) if !volume.rebuilding_members().contains(&member) => {
+            volume.replace_member(member, device, &ReplaceOptions { force: arguments.force }).map_err(engine_error)?
+        }
+        _ => attach_replacement(&volume, member, &arguments.replacement, arguments.force)?,
+    }
     let bar = maintenance_bar("rebuilding");
     let options = MaintenanceOptions { rate_bytes_per_second: arguments.rate };
     let report = volume.rebuild(&options, &|progress| show(&bar, &progress, "written"));

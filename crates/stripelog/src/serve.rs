@@ -30,17 +30,21 @@ fn health_line(name: &str, volume: &Volume) -> String {
     if !stats.degraded {
         return format!("export '{name}' is ONLINE: every member holds its part");
     }
-    let members: Vec<String> = stats
+    format!(
+        "export '{name}' is DEGRADED: {}; it survives {} more member failure(s)",
+        members_not_active(&stats).join("; "),
+        stats.failures_still_tolerated
+    )
+}
+
+/// "member 4 (d/m4): failed: missing" for each member that is not active.
+fn members_not_active(stats: &stripelog_engine::VolumeStats) -> Vec<String> {
+    stats
         .members
         .iter()
         .filter(|member| member.state != "active")
-        .map(|member| format!("member {} ({}) {}", member.index, member.name, member.description))
-        .collect();
-    format!(
-        "export '{name}' is DEGRADED: {}; it survives {} more member failure(s)",
-        members.join("; "),
-        stats.failures_still_tolerated
-    )
+        .map(|member| format!("member {} ({}): {}", member.index, member.name, member.description))
+        .collect()
 }
 
 /// Log every change of a volume's health (a member failing, a rebuild ending).
@@ -214,12 +218,17 @@ impl Drop for BoundSocket {
 fn bind_unix(path: &Path) -> Result<BoundSocket, String> {
     use std::os::unix::fs::FileTypeExt;
     match std::fs::symlink_metadata(path) {
-        Ok(metadata) if metadata.file_type().is_socket() => {
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                return Err(format!("{} is in use by a running server", path.display()));
+        Ok(metadata) if metadata.file_type().is_socket() => match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => return Err(format!("{} is in use by a running server", path.display())),
+            // Refused: nothing listens on it any more (its server died).
+            Err(error) if error.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                std::fs::remove_file(path).map_err(|error| format!("{}: {error}", path.display()))?;
             }
-            std::fs::remove_file(path).map_err(|error| format!("{}: {error}", path.display()))?;
-        }
+            // Anything else (no permission: another user's socket) proves nothing stale.
+            Err(error) => {
+                return Err(format!("{}: a socket that cannot be checked ({error}): it is not removed", path.display()))
+            }
+        },
         Ok(metadata) => {
             let kind = match metadata.file_type() {
                 kind if kind.is_file() => "a regular file",
@@ -263,12 +272,7 @@ fn degraded_banner(name: &str, volume: &Volume) {
     if !stats.degraded {
         return;
     }
-    let lost: Vec<String> = stats
-        .members
-        .iter()
-        .filter(|member| member.state != "active")
-        .map(|member| format!("member {} ({}): {}", member.index, member.name, member.description))
-        .collect();
+    let lost = members_not_active(&stats);
     eprintln!("stripelog: ************************************************************************");
     eprintln!(
         "stripelog: WARNING: export '{name}' runs DEGRADED ({} on {} members)",

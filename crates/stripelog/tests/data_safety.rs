@@ -223,7 +223,12 @@ fn replace_refuses_live_members_other_volumes_and_data() {
     server.stop_cleanly(libc::SIGTERM);
     assert!(!text(&run_on(&["info"], &members)).contains("DEGRADED"), "a refused replacement failed a member");
 
-    // Offline.
+    // Offline: refused before the volume is opened read-write (its epoch does not move).
+    let epoch = |members: &[PathBuf]| -> u64 {
+        let info = run_on(&["info", "--json"], members);
+        serde_json::from_slice::<serde_json::Value>(&info.stdout).unwrap()["epoch"].as_u64().unwrap()
+    };
+    let epoch_before = epoch(&members);
     let live = run_on(&["replace", "--member", "3", "--with", path_text(&members[0])], &members);
     assert_refused(&live, &["already open in this process"], "offline: replace with a live member");
     let live_forced = run_on(&["replace", "--force", "--member", "3", "--with", path_text(&members[0])], &members);
@@ -233,6 +238,7 @@ fn replace_refuses_live_members_other_volumes_and_data() {
     let data = run_on(&["replace", "--member", "3", "--with", path_text(&data_file)], &members);
     assert_refused(&data, &["holds data"], "offline: a file holding data");
     assert!(std::fs::read(&data_file).unwrap() == bytes, "the data file was written");
+    assert_eq!(epoch(&members), epoch_before, "a refused offline replace opened the volume read-write");
     let other_info = run_on(&["info"], &other);
     assert!(other_info.status.success() && text(&other_info).contains("ONLINE"), "{}", text(&other_info));
     assert_check_clean(&members);

@@ -12,7 +12,6 @@ mod common;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// The type (bit 0: hole, bit 1: reads as zero) of the `nbdinfo --map --json` extent holding `offset`.
@@ -597,13 +596,7 @@ fn raid6_two_members_deleted_and_truncated_under_ext4_are_replaced_online() {
 #[test]
 fn tcp_on_loopback_serves_several_exports() {
     let Some(nbdinfo) = tool("nbdinfo") else { return };
-    let directory = std::env::temp_dir().join(format!(
-        "stripelog-nbd-tcp-{}-{}",
-        std::process::id(),
-        NEXT_DIRECTORY.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&directory);
-    std::fs::create_dir_all(&directory).expect("create a temporary directory");
+    let directory = fresh_directory("nbd-tcp");
     let alpha: Vec<PathBuf> = (0..3).map(|index| directory.join(format!("a{index}"))).collect();
     let beta: Vec<PathBuf> = (0..2).map(|index| directory.join(format!("b{index}"))).collect();
     for (raid, members) in [("5", &alpha), ("10", &beta)] {

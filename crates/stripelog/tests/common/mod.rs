@@ -172,6 +172,18 @@ pub fn json(output: &Output) -> serde_json::Value {
         .unwrap_or_else(|error| panic!("output is not JSON ({error}): {}", String::from_utf8_lossy(&output.stdout)))
 }
 
+/// A new, empty directory under the system temporary directory, unique in this process.
+pub fn fresh_directory(label: &str) -> PathBuf {
+    let directory = std::env::temp_dir().join(format!(
+        "stripelog-{label}-{}-{}",
+        std::process::id(),
+        NEXT_DIRECTORY.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&directory);
+    std::fs::create_dir_all(&directory).expect("create a temporary directory");
+    directory
+}
+
 /// A RAID-5 volume (5 members, 64 KiB chunks, 64 MiB members) in a fresh temporary directory, served
 /// by `stripelog serve` on a Unix socket there. Dropping it stops the server (SIGTERM, then SIGKILL
 /// after 10 s) and removes the directory.
@@ -191,13 +203,7 @@ impl Server {
     }
 
     pub fn start_raid(raid: &str) -> Server {
-        let directory = std::env::temp_dir().join(format!(
-            "stripelog-nbd-{}-{}",
-            std::process::id(),
-            NEXT_DIRECTORY.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&directory);
-        std::fs::create_dir_all(&directory).expect("create a temporary directory");
+        let directory = fresh_directory("nbd");
         let members: Vec<PathBuf> = (0..MEMBER_COUNT).map(|index| directory.join(format!("m{index}"))).collect();
         let socket = directory.join("stripelog.sock");
         // sockaddr_un holds 108 bytes, the terminating NUL included.
