@@ -729,14 +729,8 @@ enum Fetched {
 /// the members in `lost` (a bit set) gone.
 fn further_losses_survived(raid_level: RaidLevel, member_count: usize, lost: u64) -> usize {
     if raid_level == RaidLevel::Raid10 {
-        let pairs = member_count / 2;
         let whole = |pair: usize| lost & (0b11 << (2 * pair)) == 0;
-        let dead = |pair: usize| lost & (0b11 << (2 * pair)) == 0b11 << (2 * pair);
-        if (0..pairs).any(dead) {
-            0
-        } else {
-            usize::from((0..pairs).all(whole))
-        }
+        usize::from((0..member_count / 2).all(whole))
     } else {
         raid_level.failures_tolerated().saturating_sub(lost.count_ones() as usize)
     }
