@@ -2,7 +2,7 @@
 //! (docs/data-safety.md): the look `create` and `replace` take at a device, the holder
 //! record of a read-write open, and the dates they are reported with.
 
-use crate::format::{Holder, Superblock, SUPERBLOCK_OFFSETS_BYTES};
+use crate::format::{Holder, Superblock, SuperblockProblem, SUPERBLOCK_OFFSETS_BYTES};
 use crate::geometry::BLOCK_SIZE_BYTES;
 use stripelog_blockdev::{AlignedBuffer, BlockDevice, DeviceError};
 
@@ -42,23 +42,47 @@ impl DeviceContent {
     }
 }
 
-/// Read both superblock copies and both ends of `device`; writes nothing.
-pub fn inspect(device: &dyn BlockDevice) -> Result<DeviceContent, DeviceError> {
-    let size_bytes = device.size_bytes();
-    let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+/// Both superblock copies of `device`: the newer of the valid ones (by epoch and update
+/// sequence), and what is wrong with each copy that is not valid. The only reader of them.
+pub(crate) fn read_newest_superblock(device: &dyn BlockDevice) -> (Option<Superblock>, Vec<String>) {
+    let mut problems = Vec::new();
     let mut newest: Option<Superblock> = None;
+    let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
     for (copy, &offset) in SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
-        if offset + BLOCK_SIZE_BYTES as u64 > size_bytes {
+        if device.size_bytes() < offset + BLOCK_SIZE_BYTES as u64 {
+            problems.push(format!("copy {copy}: the member is too small to hold it"));
             continue;
         }
-        device.read_at(&mut block, offset)?;
-        if let Ok(superblock) = Superblock::decode(&block, copy as u32) {
-            if newest.as_ref().is_none_or(|current| superblock.is_newer_than(current)) {
-                newest = Some(superblock);
+        if let Err(error) = device.read_at(&mut block, offset) {
+            problems.push(format!("copy {copy}: {error}"));
+            continue;
+        }
+        match Superblock::decode(&block, copy as u32) {
+            Ok(superblock) => {
+                if newest.as_ref().is_none_or(|current| superblock.is_newer_than(current)) {
+                    newest = Some(superblock);
+                }
             }
+            Err(problem) => problems.push(format!(
+                "copy {copy}: {}",
+                match problem {
+                    SuperblockProblem::NotStripelog => "not a stripelog superblock".to_string(),
+                    SuperblockProblem::UnsupportedVersion(version) =>
+                        format!("format version {version} is not supported"),
+                    SuperblockProblem::BadChecksum => "checksum mismatch (damaged)".to_string(),
+                    SuperblockProblem::Inconsistent(reason) => format!("inconsistent ({reason})"),
+                }
+            )),
         }
     }
-    if let Some(superblock) = newest {
+    (newest, problems)
+}
+
+/// Read both superblock copies and both ends of `device`; writes nothing. A copy that
+/// cannot be read lies in the first MiB, whose read then reports the error.
+pub fn inspect(device: &dyn BlockDevice) -> Result<DeviceContent, DeviceError> {
+    let size_bytes = device.size_bytes();
+    if let (Some(superblock), _) = read_newest_superblock(device) {
         return Ok(DeviceContent::Member(Box::new(superblock)));
     }
     let head_bytes = INSPECTED_BYTES.min(size_bytes);

@@ -2,7 +2,7 @@
 //! reading one block with verification and reconstruction from redundancy.
 
 use crate::error::{Error, Result};
-use crate::format::{Superblock, SuperblockProblem, SUPERBLOCK_OFFSETS_BYTES};
+use crate::format::{Superblock, SUPERBLOCK_OFFSETS_BYTES};
 use crate::geometry::{BlockLocation, Geometry, RaidLevel, Role, BLOCK_SIZE_BYTES};
 use crate::hedge::{PendingRead, ReadHelpers, ReadLatency};
 use crate::parity;
@@ -1072,37 +1072,8 @@ fn check_not_retired_by_another(found: &[Option<Superblock>], names: &[String]) 
 }
 
 fn read_superblock(index: usize, name: &str, device: &dyn BlockDevice) -> Result<Superblock> {
-    let mut problems = Vec::new();
-    let mut best: Option<Superblock> = None;
-    let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-    for (copy, offset) in SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
-        if device.size_bytes() < offset + BLOCK_SIZE_BYTES as u64 {
-            problems.push(format!("copy {copy}: the member is too small to hold it"));
-            continue;
-        }
-        if let Err(error) = device.read_at(&mut block, *offset) {
-            problems.push(format!("copy {copy}: {error}"));
-            continue;
-        }
-        match Superblock::decode(&block, copy as u32) {
-            Ok(superblock) => {
-                if best.as_ref().is_none_or(|current| superblock.is_newer_than(current)) {
-                    best = Some(superblock);
-                }
-            }
-            Err(problem) => problems.push(format!(
-                "copy {copy}: {}",
-                match problem {
-                    SuperblockProblem::NotStripelog => "not a stripelog superblock".to_string(),
-                    SuperblockProblem::UnsupportedVersion(version) =>
-                        format!("format version {version} is not supported"),
-                    SuperblockProblem::BadChecksum => "checksum mismatch (damaged)".to_string(),
-                    SuperblockProblem::Inconsistent(reason) => format!("inconsistent ({reason})"),
-                }
-            )),
-        }
-    }
-    best.ok_or_else(|| Error::Member {
+    let (newest, problems) = crate::identity::read_newest_superblock(device);
+    newest.ok_or_else(|| Error::Member {
         member: index,
         path: name.to_string(),
         reason: format!("has no valid stripelog superblock: {}", problems.join("; ")),

@@ -468,17 +468,15 @@ fn check_predecessors(batches: &BTreeMap<u64, FoundBatch>, heads: &[SegmentHead]
             Some(SegmentHead::Chain { open_sequence }) => *open_sequence <= previous,
             Some(SegmentHead::Damaged(head)) => match head {
                 Some(DamagedHead::DamagedSummary { sequence: head_sequence, .. }) => *head_sequence <= last_sequence,
-                // A head that cannot even be read (nor rebuilt) proves no release.
-                None => true,
-                Some(DamagedHead::Zero | DamagedHead::TornZeroing | DamagedHead::Other) => false,
+                // A head that cannot be read at all is refused by `check_chain_ends`.
+                _ => false,
             },
         };
         if lost {
             return Err(Error::Failed(format!(
                 "metadata damaged beyond repair: batch {previous} in segment {segment} cannot be read \
-                 (a summary block failed its checksum and redundancy could not rebuild it; the segment's head: \
-                 {:?}); the blocks it held would read as stale or zeros",
-                heads.get(segment as usize)
+                 (a summary block failed its checksum and redundancy could not rebuild it); \
+                 the blocks it held would read as stale or zeros"
             )));
         }
     }
