@@ -280,7 +280,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         }
     }
     let start = baseline.unwrap_or_else(|| end.clone());
-    let reserve = stripelog_engine::cleaner::CLEANING_RESERVE_SEGMENTS as u64;
+    let reserve = stripelog_engine::CLEANING_RESERVE_SEGMENTS as u64;
     let positions_for_data = geometry.segment_count().saturating_sub(reserve)
         * (geometry.blocks_per_segment() - geometry.summary_blocks_per_segment());
     let spare_fraction_for_data = 1.0 - logical_blocks as f64 / positions_for_data as f64;

@@ -17,24 +17,17 @@
 //!    are durable, so the old copy stays valid until the new one is.
 
 use crate::error::{Error, Result};
-use crate::format;
-use crate::geometry::BLOCK_SIZE_BYTES;
-use crate::map::Mapping;
+use crate::index::map::Mapping;
+use crate::io::{Core, WriteState, WRITE_CLOCK_AT_OPEN};
+use crate::layout::format;
+use crate::layout::geometry::BLOCK_SIZE_BYTES;
+use crate::log::{HOST_STREAM, RELOCATION_STREAMS};
+use crate::space::{watermarks, SegmentStatus, MINIMUM_WON_SEGMENTS, ROUND_SEGMENTS};
 use crate::stats::Counters;
-use crate::volume::{SegmentStatus, Shared, WriteState, HOST_STREAM, RELOCATION_STREAMS, WRITE_CLOCK_AT_OPEN};
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 use stripelog_blockdev::AlignedBuffer;
-
-/// A round relocates at most this many segments' worth of blocks. Each round ends its
-/// relocation batches (one or more per stream, each with a summary and a partly padded
-/// last row), so larger rounds waste less space; and each frees its victims only at its
-/// end, so larger rounds need a larger reserve.
-const ROUND_SEGMENTS: u64 = 2;
-
-/// Free segments only the cleaner may take: it always has room to relocate into. A round
-/// fills at most `ROUND_SEGMENTS` segments' worth of blocks into the relocation streams,
-/// which opens fewer than `ROUND_SEGMENTS + RELOCATION_STREAMS.len()` new segments.
-pub const CLEANING_RESERVE_SEGMENTS: usize = RELOCATION_STREAMS.len() + ROUND_SEGMENTS as usize;
 
 /// How many cleaned client segments the lifetime yardstick averages over.
 const LIFESPAN_SAMPLES: usize = 16;
@@ -79,7 +72,7 @@ fn relocation_stream(state: &WriteState, logical_block: u64, yardstick: Option<u
     // The previous life was in [2^(c−1), 2^c) units: take 3/4 of 2^c as its length.
     let previous = state.previous_lifetimes[logical_block as usize];
     let short_lived = previous < 40
-        && (1u64 << previous) * 3 / 4 * crate::volume::WRITE_CLOCK_UNIT_BLOCKS <= SHORT_LIFE_YARDSTICKS * yardstick;
+        && (1u64 << previous) * 3 / 4 * crate::io::WRITE_CLOCK_UNIT_BLOCKS <= SHORT_LIFE_YARDSTICKS * yardstick;
     if short_lived {
         short
     } else {
@@ -124,17 +117,6 @@ impl std::fmt::Display for CleaningPolicy {
     }
 }
 
-/// (low, high) free-segment watermarks: below low, client writes clean one round per new
-/// segment they open; below high, the idle volume cleans in the background.
-///
-/// Under a steady write load the free count settles at the low watermark, so every free
-/// segment it holds above the reserve is spare space the cleaner cannot use: it stays a
-/// small constant. The high watermark (reached only when idle) scales with the volume.
-pub fn watermarks(segment_count: u64) -> (usize, usize) {
-    let segments = segment_count as usize;
-    (CLEANING_RESERVE_SEGMENTS + LOW_WATERMARK_ABOVE_RESERVE, CLEANING_RESERVE_SEGMENTS + (segments / 64).max(4))
-}
-
 /// How long the background cleaner sleeps when there is nothing to do; a tick without a
 /// client write also counts as idle.
 const BACKGROUND_TICK: std::time::Duration = std::time::Duration::from_millis(20);
@@ -144,7 +126,8 @@ const BACKGROUND_TICK: std::time::Duration = std::time::Duration::from_millis(20
 /// and while the volume is idle (no client write for a tick) up to the high watermark.
 /// Client writes wait for it only at the reserve, where `make_space` also cleans itself
 /// if this thread cannot keep up, and reports `OutOfSpace` when nothing can be gained.
-pub(crate) fn background_cleaner(shared: std::sync::Arc<Shared>) {
+pub(crate) fn background_cleaner(cleaner: std::sync::Arc<Cleaner>) {
+    let shared = &cleaner.core;
     let (low_watermark, high_watermark) = watermarks(shared.geometry.segment_count());
     let mut nothing_to_gain = false;
     let net_segments = || shared.cleaning_net_segments.load(std::sync::atomic::Ordering::SeqCst);
@@ -171,7 +154,7 @@ pub(crate) fn background_cleaner(shared: std::sync::Arc<Shared>) {
                 shared.cleaner_wakeup.wait_for(&mut state, BACKGROUND_TICK);
             }
         }
-        let gained = match shared.clean_round() {
+        let gained = match cleaner.clean_round() {
             Ok(gained) => gained,
             // No free segment to relocate into: as good as nothing to gain; writers at the
             // reserve then look for space themselves and report it.
@@ -193,15 +176,12 @@ pub(crate) fn background_cleaner(shared: std::sync::Arc<Shared>) {
 
 /// Rounds over which cleaning must win at least `MINIMUM_WON_SEGMENTS` segments net: the
 /// segments its rounds emptied less the free segments they took to relocate into
-/// (`Shared::cleaning_net_segments`, which client writes do not move). A round that
+/// (`Core::cleaning_net_segments`, which client writes do not move). A round that
 /// relocates live blocks always "runs", but with a spare of only a few segments its
 /// relocations and the padding that ends them take as much room as its victims give: rounds
 /// would go on for ever while writers wait for room. Over this many rounds (up to twice as
 /// many segments relocated) a cleaner with any real margin wins several segments.
 const PROGRESS_WINDOW_ROUNDS: u32 = 64;
-/// Net segments a window of rounds must win (the streams' open segments can hide a few).
-pub(crate) const MINIMUM_WON_SEGMENTS: usize = 2;
-
 /// Whether cleaning rounds are winning room, judged over windows of rounds.
 pub(crate) struct ProgressWindow {
     net_at_start: i64,
@@ -230,10 +210,6 @@ impl ProgressWindow {
     }
 }
 
-/// Free segments above the reserve at which client writes start cleaning (one round per
-/// new segment), so that they rarely reach the reserve and wait for a whole round.
-const LOW_WATERMARK_ABOVE_RESERVE: usize = 2;
-
 /// A live data block of a victim to read: its record in the round's list, and where it is.
 #[derive(Clone)]
 struct BlockToRead {
@@ -258,23 +234,110 @@ struct Live {
     unreadable: bool,
 }
 
-impl Shared {
+/// The cleaner of one volume: its policy, and the state of its rounds.
+pub(crate) struct Cleaner {
+    pub(crate) core: std::sync::Arc<Core>,
+    policy: CleaningPolicy,
+    /// Relocated blocks go to their own streams by predicted lifetime; off: into the
+    /// clients' stream (the baseline the cleaning measurements compare against).
+    separate_streams: bool,
+    /// One round at a time; it holds the lifetime yardstick the rounds measure.
+    round: parking_lot::Mutex<Lifespans>,
+}
+
+impl Cleaner {
+    pub(crate) fn new(core: std::sync::Arc<Core>, policy: CleaningPolicy, separate_streams: bool) -> Cleaner {
+        Cleaner { core, policy, separate_streams, round: parking_lot::Mutex::new(Lifespans::default()) }
+    }
+
+    pub(crate) fn policy(&self) -> CleaningPolicy {
+        self.policy
+    }
+}
+
+impl Cleaner {
+    /// Flush so that dead segments can be released, release them, and wait for releases
+    /// another thread has under way; `OutOfSpace` only when nothing more can come free.
+    pub(crate) fn make_space(&self) -> Result<()> {
+        if self.core.background_cleaning {
+            // The cleaner thread frees segments (its rounds also release the segments
+            // whose death became durable); wait for it while it gains something.
+            let mut state = self.core.state.lock();
+            loop {
+                if state.has_room_for_clients() {
+                    return Ok(());
+                }
+                if let Some(reason) = self.core.members.shutdown.lock().clone() {
+                    return Err(Error::Failed(reason));
+                }
+                if self.core.cleaner_gains_nothing.load(Ordering::SeqCst)
+                    || self.core.cleaner_stop.load(Ordering::SeqCst)
+                {
+                    break;
+                }
+                self.core.cleaner_wakeup.notify_one();
+                self.core.progress.wait_for(&mut state, Duration::from_millis(10));
+            }
+        }
+        self.core.flush()?;
+        let mut progress = ProgressWindow::new(self.core.cleaning_net_segments.load(Ordering::SeqCst));
+        loop {
+            self.core.reclaim().inspect_err(|error| self.core.fail(error.to_string()))?;
+            let state = self.core.state.lock();
+            if state.has_room_for_clients() {
+                return Ok(());
+            }
+            // A round can only gain a free segment if the used segments hold at least a
+            // segment's worth of dead blocks between them; less than that is a full volume.
+            let per_segment = self.core.geometry.blocks_per_segment();
+            let dead: u64 = state
+                .segments
+                .iter()
+                .filter(|usage| usage.status == SegmentStatus::Used)
+                .map(|usage| per_segment.saturating_sub(usage.live_blocks))
+                .sum();
+            drop(state);
+            // Clean until there is room; nothing left to clean means the volume is full, and
+            // so do rounds that win no room (a spare too small for the cleaner's overheads).
+            if dead >= 2 * per_segment
+                && self.clean_round()?
+                && progress.after_round(self.core.cleaning_net_segments.load(Ordering::SeqCst))
+            {
+                continue;
+            }
+            let mut state = self.core.state.lock();
+            let durable = state.durable_through_sequence;
+            let coming_free = state.segments.iter().any(|segment| match segment.status {
+                SegmentStatus::Releasing => true,
+                SegmentStatus::WaitingForFlush(tag) => tag <= durable,
+                _ => false,
+            });
+            if !coming_free {
+                return Err(Error::OutOfSpace);
+            }
+            if let Some(reason) = self.core.members.shutdown.lock().clone() {
+                return Err(Error::Failed(reason));
+            }
+            self.core.progress.wait_for(&mut state, Duration::from_millis(10));
+        }
+    }
+
     /// Read the live data blocks of the victims into `contents` (one block per record):
     /// one read per segment and data column, over the rows from its first to its last live
     /// block, rather than one read per block. A block whose checksum does not match (bit
     /// rot, a read error, or rows still only in memory) is read again by `read_position`,
     /// which serves it from memory or rebuilds it from the rest of its row.
     fn read_live(&self, live: &mut [Live], contents: &mut [u8]) -> Result<()> {
-        let _fence = self.reuse_fence.read();
+        let _fence = self.core.reuse_fence.read();
         // (segment, column) → its live data blocks.
         let mut runs: std::collections::BTreeMap<(u64, usize), Vec<BlockToRead>> = Default::default();
         for (index, record) in live.iter_mut().enumerate() {
             if let Mapping::Data { position } = record.mapping {
-                if self.map.get(record.logical_block) != record.mapping {
+                if self.core.map.get(record.logical_block) != record.mapping {
                     continue; // overwritten meanwhile: skipped when appending
                 }
-                let location = self.geometry.locate(position);
-                record.generation = self.generation(location.segment);
+                let location = self.core.geometry.locate(position);
+                record.generation = self.core.generation(location.segment);
                 runs.entry((location.segment, location.column)).or_default().push(BlockToRead {
                     record: index,
                     row: location.row,
@@ -285,13 +348,14 @@ impl Shared {
         // One reader per member, in parallel on threaded volumes: each reads its runs
         // in turn into one buffer of at most a chunk and keeps the blocks that match
         // their checksums.
-        let mut by_member: Vec<Vec<(u64, Vec<BlockToRead>)>> = vec![Vec::new(); self.geometry.member_count];
+        let mut by_member: Vec<Vec<(u64, Vec<BlockToRead>)>> = vec![Vec::new(); self.core.geometry.member_count];
         for ((segment, column), blocks) in runs {
             let member = self
+                .core
                 .geometry
                 .members_of_column(segment, column)
                 .into_iter()
-                .find(|&member| self.members.readable(member, segment).is_some());
+                .find(|&member| self.core.members.readable(member, segment).is_some());
             // A column with no member present is rebuilt from parity below.
             if let Some(member) = member {
                 by_member[member].push((segment, blocks));
@@ -299,21 +363,22 @@ impl Shared {
         }
         let read_member = |member: usize, runs: &[(u64, Vec<BlockToRead>)]| {
             let mut verified: Vec<VerifiedBlock> = Vec::new();
-            let mut buffer = AlignedBuffer::zeroed(self.geometry.chunk_size_bytes as usize);
+            let mut buffer = AlignedBuffer::zeroed(self.core.geometry.chunk_size_bytes as usize);
             for (segment, blocks) in runs {
-                let Some(device) = self.members.readable(member, *segment) else {
+                let Some(device) = self.core.members.readable(member, *segment) else {
                     continue;
                 };
                 let first_row = blocks.iter().map(|block| block.row).min().unwrap_or(0);
                 let last_row = blocks.iter().map(|block| block.row).max().unwrap_or(0);
                 let run = &mut buffer[..(last_row - first_row + 1) as usize * BLOCK_SIZE_BYTES];
-                let result = device.read_at(run, self.geometry.member_offset_bytes(*segment, first_row));
-                self.members.read_done(member, result.as_ref().err(), &self.counters);
+                let result = device.read_at(run, self.core.geometry.member_offset_bytes(*segment, first_row));
+                self.core.members.read_done(member, result.as_ref().err(), &self.core.counters);
                 let read = result.is_ok();
                 for block in blocks {
                     let start = (block.row - first_row) as usize * BLOCK_SIZE_BYTES;
                     let content = &run[start..start + BLOCK_SIZE_BYTES];
-                    let expected = self.checksums[block.position as usize].load(std::sync::atomic::Ordering::Acquire);
+                    let expected =
+                        self.core.checksums[block.position as usize].load(std::sync::atomic::Ordering::Acquire);
                     let good = read && format::block_checksum(content) == expected;
                     verified.push((block.record, good.then(|| content.into())));
                 }
@@ -321,12 +386,13 @@ impl Shared {
             verified
         };
         let readers: Vec<usize> = (0..by_member.len()).filter(|&member| !by_member[member].is_empty()).collect();
-        let parallel = self.io_mode == crate::volume::IoMode::Threaded;
-        let results: Vec<Vec<VerifiedBlock>> =
-            crate::members::for_each_member(&readers, parallel, |member| read_member(member, &by_member[member]))
-                .into_iter()
-                .map(Option::unwrap_or_default)
-                .collect();
+        let parallel = self.core.io_mode == crate::log::IoMode::Threaded;
+        let results: Vec<Vec<VerifiedBlock>> = crate::array::members::for_each_member(&readers, parallel, |member| {
+            read_member(member, &by_member[member])
+        })
+        .into_iter()
+        .map(Option::unwrap_or_default)
+        .collect();
         // Blocks that did not verify (bit rot, a read error, rows still only in memory, a
         // reader that panicked) are read again by position.
         let mut done = vec![false; live.len()];
@@ -338,9 +404,9 @@ impl Shared {
         }
         for (index, record) in live.iter_mut().enumerate() {
             if let (Mapping::Data { position }, false) = (record.mapping, done[index]) {
-                if self.map.get(record.logical_block) == record.mapping {
+                if self.core.map.get(record.logical_block) == record.mapping {
                     let content = &mut contents[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES];
-                    match self.read_position(position, record.logical_block, content, None) {
+                    match self.core.read_position(position, record.logical_block, content, None) {
                         Ok(()) => {}
                         Err(Error::Unrecoverable { .. }) => record.unreadable = true,
                         Err(error) => return Err(error),
@@ -353,8 +419,8 @@ impl Shared {
 
     /// Pin the segments of the records that could not be read or rebuilt.
     fn pin_unreadable<'a>(&self, records: impl Iterator<Item = &'a Live>) {
-        let per_segment = self.geometry.blocks_per_segment();
-        let mut state = self.state.lock();
+        let per_segment = self.core.geometry.blocks_per_segment();
+        let mut state = self.core.state.lock();
         for record in records.filter(|record| record.unreadable) {
             if let Some(segment) = record.mapping.segment(per_segment) {
                 state.segments[segment as usize].pinned = true;
@@ -365,13 +431,13 @@ impl Shared {
     /// Run one cleaning round. `Ok(false)`: nothing could be gained (no used segment has
     /// dead space).
     pub(crate) fn clean_round(&self) -> Result<bool> {
-        let _cleaner = self.cleaner.lock();
-        let per_segment = self.geometry.blocks_per_segment();
+        let mut lifespans = self.round.lock();
+        let per_segment = self.core.geometry.blocks_per_segment();
         // Room for data in one relocation segment (a summary block per few hundred entries).
         let capacity = per_segment - per_segment.div_ceil(format::ENTRIES_PER_SUMMARY as u64) - 1;
         let capacity = capacity * ROUND_SEGMENTS;
         let (victims, filler, yardstick) = {
-            let mut guard = self.state.lock();
+            let mut guard = self.core.state.lock();
             let state = &mut *guard;
             let now = state.write_clock;
             let mut candidates: Vec<(f64, u64)> = state
@@ -383,7 +449,7 @@ impl Shared {
                 })
                 .map(|(segment, usage)| {
                     let utilisation = usage.live_blocks as f64 / per_segment as f64;
-                    let score = match self.cleaning_policy {
+                    let score = match self.policy {
                         CleaningPolicy::Greedy => -utilisation,
                         CleaningPolicy::CostBenefit => {
                             let age = now.saturating_sub(usage.age_clock) as f64 + 1.0;
@@ -409,11 +475,11 @@ impl Shared {
                 // Client segments opened since the volume was opened measure the yardstick.
                 if usage.stream as usize == HOST_STREAM && usage.opened_clock >= WRITE_CLOCK_AT_OPEN {
                     let lifespan = now - usage.opened_clock;
-                    state.lifespans.record(lifespan);
+                    lifespans.record(lifespan);
                 }
                 victims.push(segment);
             }
-            (victims, filler, state.lifespans.average())
+            (victims, filler, lifespans.average())
         };
         if victims.is_empty() {
             return Ok(false);
@@ -425,24 +491,24 @@ impl Shared {
     /// Move every live block of `segment` elsewhere now (a scrub's repair), whatever the
     /// cleaning policy thinks of it. Returns the data blocks moved.
     pub(crate) fn relocate_segment(&self, segment: u64) -> Result<u64> {
-        let _cleaner = self.cleaner.lock();
-        let yardstick = self.state.lock().lifespans.average();
+        let lifespans = self.round.lock();
+        let yardstick = lifespans.average();
         self.relocate(&[segment], None, yardstick)
     }
 
     /// Relocate the live records of `victims` (completing the last rows with `filler`'s
     /// blocks) and make the result durable. Returns the data blocks moved.
     fn relocate(&self, victims: &[u64], filler: Option<u64>, yardstick: Option<u64>) -> Result<u64> {
-        let per_segment = self.geometry.blocks_per_segment();
+        let per_segment = self.core.geometry.blocks_per_segment();
         let mut blocks_moved = 0u64;
-        let mut is_victim = vec![false; self.geometry.segment_count() as usize];
+        let mut is_victim = vec![false; self.core.geometry.segment_count() as usize];
         for &segment in victims {
             is_victim[segment as usize] = true;
         }
         // Live records of the victims, and the data blocks of the filler.
         let mut live: Vec<Live> = Vec::new();
         let mut fillers: Vec<Live> = Vec::new();
-        for (logical_block, mapping) in self.map.iter().enumerate() {
+        for (logical_block, mapping) in self.core.map.iter().enumerate() {
             let Some(segment) = mapping.segment(per_segment) else {
                 continue;
             };
@@ -460,7 +526,7 @@ impl Shared {
             }
         }
         {
-            let state = self.state.lock();
+            let state = self.core.state.lock();
             for record in live.iter_mut() {
                 record.stream = if self.separate_streams {
                     relocation_stream(&state, record.logical_block, yardstick)
@@ -486,7 +552,7 @@ impl Shared {
             Mapping::Data { position } => position,
             _ => u64::MAX,
         });
-        fillers.truncate(RELOCATION_STREAMS.len() * (self.geometry.data_columns() + 1));
+        fillers.truncate(RELOCATION_STREAMS.len() * (self.core.geometry.data_columns() + 1));
         let mut filler_contents = vec![0u8; fillers.len() * BLOCK_SIZE_BYTES];
         self.read_live(&mut fillers, &mut filler_contents)?;
         // A block nothing can rebuild cannot move — its content is not known, and moving
@@ -497,18 +563,18 @@ impl Shared {
         let mut next_filler = 0usize;
         let mut next = 0usize;
         while next < live.len() {
-            let buffers = self.data_pool.take();
-            let mut guard = self.state.lock();
-            let state: &mut crate::volume::WriteState = &mut guard;
-            if let Some(reason) = self.members.shutdown.lock().clone() {
+            let buffers = self.core.data_pool.take();
+            let mut guard = self.core.state.lock();
+            let state: &mut crate::io::WriteState = &mut guard;
+            if let Some(reason) = self.core.members.shutdown.lock().clone() {
                 return Err(Error::Failed(reason));
             }
             // Skip what the clients overwrote since it was read.
             let still_current = |record: &Live| {
-                self.map.get(record.logical_block) == record.mapping
+                self.core.map.get(record.logical_block) == record.mapping
                     && match record.mapping {
                         Mapping::Data { position } => {
-                            self.generation(self.geometry.locate(position).segment) == record.generation
+                            self.core.generation(self.core.geometry.locate(position).segment) == record.generation
                         }
                         _ => true,
                     }
@@ -524,8 +590,8 @@ impl Shared {
             // empty) so that the relocation batch takes the next rows of their segment.
             let mut client_sealed = None;
             if !self.separate_streams {
-                match state.open.as_ref().map(crate::batch::OpenBatch::is_empty) {
-                    Some(false) => client_sealed = Some(self.seal(state)),
+                match state.open.as_ref().map(crate::log::batch::OpenBatch::is_empty) {
+                    Some(false) => client_sealed = Some(self.core.seal(state)),
                     Some(true) => {
                         state.open = None;
                         state.next_sequence -= 1;
@@ -535,20 +601,20 @@ impl Shared {
             }
             // A segment with room for less than one record (a summary and a block) is given up.
             let stream = live[next].stream;
-            let rows_per_chunk = self.geometry.rows_per_chunk();
-            let data_columns = self.geometry.data_columns() as u32;
+            let rows_per_chunk = self.core.geometry.rows_per_chunk();
+            let data_columns = self.core.geometry.data_columns() as u32;
             if state.current_segments[stream]
                 .as_ref()
                 .is_some_and(|current| (rows_per_chunk - current.next_row) * data_columns < 2)
             {
-                self.retire_stream_segment(state, stream);
+                self.core.retire_stream_segment(state, stream);
             }
             if state.current_segments[stream].is_none() {
                 let Some(segment) = state.free_segments.pop_front() else {
                     return Err(Error::OutOfSpace);
                 };
-                self.cleaning_net_segments.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-                self.start_stream_segment(state, stream, segment, u64::MAX);
+                self.core.cleaning_net_segments.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                self.core.start_stream_segment(state, stream, segment, u64::MAX);
             }
             // The relocation batch takes the clients' open batch's place in the log order;
             // the clients' batch (which holds nothing written after these records were
@@ -580,7 +646,7 @@ impl Shared {
             if current.open_sequence == u64::MAX {
                 current.open_sequence = sequence;
             }
-            let mut batch = self.batch_in(current, sequence, buffers, stream);
+            let mut batch = self.core.batch_in(current, sequence, buffers, stream);
             batch.relocation = true;
             let client = state.open.replace(batch);
             let mut relocated = 0u64;
@@ -594,10 +660,10 @@ impl Shared {
                     Mapping::Data { .. } => {
                         let content = &contents[next * BLOCK_SIZE_BYTES..(next + 1) * BLOCK_SIZE_BYTES];
                         let checksum = format::block_checksum(content);
-                        self.accept_data(state, record.logical_block, content, checksum)
+                        self.core.accept_data(state, record.logical_block, content, checksum)
                     }
-                    Mapping::Zero { .. } => self.record_range(state, record.logical_block, false),
-                    Mapping::Trimmed { .. } => self.record_range(state, record.logical_block, true),
+                    Mapping::Zero { .. } => self.core.record_range(state, record.logical_block, false),
+                    Mapping::Trimmed { .. } => self.core.record_range(state, record.logical_block, true),
                     Mapping::Unmapped => true,
                 };
                 if !accepted {
@@ -616,26 +682,26 @@ impl Shared {
                     continue;
                 }
                 let content = &filler_contents[(next_filler - 1) * BLOCK_SIZE_BYTES..next_filler * BLOCK_SIZE_BYTES];
-                if !self.accept_data(state, record.logical_block, content, format::block_checksum(content)) {
+                if !self.core.accept_data(state, record.logical_block, content, format::block_checksum(content)) {
                     break;
                 }
                 relocated += 1;
             }
             // Never empty: the segment had room for a record and the first one was current.
-            let sealed = self.seal(state);
+            let sealed = self.core.seal(state);
             state.open = client;
             drop(guard);
-            Counters::add(&self.counters.blocks_relocated, relocated);
+            Counters::add(&self.core.counters.blocks_relocated, relocated);
             blocks_moved += relocated;
             if let Some(client_batch) = client_sealed {
-                self.dispatch(client_batch)?;
+                self.core.dispatch(client_batch)?;
             }
-            self.dispatch(sealed)?;
+            self.core.dispatch(sealed)?;
         }
-        Counters::add(&self.counters.cleaning_rounds, 1);
-        Counters::add(&self.counters.segments_cleaned, victims.len() as u64);
-        self.cleaning_net_segments.fetch_add(victims.len() as i64, std::sync::atomic::Ordering::SeqCst);
-        self.make_sealed_durable()?;
+        Counters::add(&self.core.counters.cleaning_rounds, 1);
+        Counters::add(&self.core.counters.segments_cleaned, victims.len() as u64);
+        self.core.cleaning_net_segments.fetch_add(victims.len() as i64, std::sync::atomic::Ordering::SeqCst);
+        self.core.make_sealed_durable()?;
         Ok(blocks_moved)
     }
 }

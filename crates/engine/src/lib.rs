@@ -6,6 +6,10 @@
 //! logical address and CRC32C of every block) from which [`Volume::open`] rebuilds the
 //! map, keeping exactly an ordered prefix of the accepted writes (docs/crash-consistency.md).
 //!
+//! The engine is built in layers, each depending only on the ones before it
+//! (ARCHITECTURE.md, "The engine's layers"): [`layout`] → [`array`] → `log` → [`index`]
+//! → `space` → `io` → [`cleaner`] → `mount` → [`maintenance`] → [`Volume`].
+//!
 //! Main types: [`Volume`] (create, open, read, write, flush, trim, write-zeroes, stats,
 //! check, close), [`Geometry`] and [`RaidLevel`] (layout), [`VolumeStats`] and
 //! [`CheckReport`] (reports). The engine knows nothing about sockets, NBD or the CLI; it
@@ -13,31 +17,35 @@
 //!
 //! See [`Volume`] for a runnable example.
 
-mod batch;
-mod cache;
-pub mod cleaner;
 pub mod error;
-pub mod format;
-pub mod geometry;
-mod hedge;
-pub mod identity;
-pub mod map;
-mod members;
-pub mod parity;
-mod pipeline;
-mod recovery;
-pub mod resilience;
 pub mod stats;
+
+pub mod array;
+pub mod cleaner;
+pub mod index;
+mod io;
+pub mod layout;
+mod log;
+pub mod maintenance;
+mod mount;
+mod space;
 mod volume;
 
+pub use array::{identity, parity};
+pub use index::map;
+pub use layout::{format, geometry};
+
+pub use array::members::{CreateOptions, MemberDevice};
 pub use cleaner::CleaningPolicy;
 pub use error::{Error, Result};
-pub use geometry::{Geometry, RaidLevel, BLOCK_SIZE_BYTES, WORKING_SPARE_SEGMENTS};
+pub use geometry::{Geometry, RaidLevel, BLOCK_SIZE_BYTES};
+pub use log::IoMode;
+pub use maintenance::{MaintenanceOptions, MaintenanceProgress, RebuildReport, ReplaceOptions, ScrubReport};
 pub use map::Mapping;
-pub use recovery::CheckReport;
-pub use resilience::{MaintenanceOptions, MaintenanceProgress, RebuildReport, ReplaceOptions, ScrubReport};
+pub use mount::CheckReport;
+pub use space::{watermarks, CLEANING_RESERVE_SEGMENTS, WORKING_SPARE_SEGMENTS};
 pub use stats::{RecoveryReport, VolumeStats};
 pub use volume::{
-    CreateOptions, IoMode, MemberDevice, OpenOptions, Volume, DEFAULT_FLUSH_INTERVAL, DEFAULT_WRITE_QUEUE_BYTES,
-    SECTOR_SIZE_BYTES, WRITE_QUEUE_BATCHES_MAXIMUM,
+    OpenOptions, Volume, DEFAULT_FLUSH_INTERVAL, DEFAULT_WRITE_QUEUE_BYTES, SECTOR_SIZE_BYTES,
+    WRITE_QUEUE_BATCHES_MAXIMUM,
 };

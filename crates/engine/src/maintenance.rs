@@ -1,12 +1,15 @@
 //! Member replacement with an online rebuild, and scrubbing with repair by evacuation
 //! (docs/resilience.md).
 
+use crate::array::members::MemberDevice;
+use crate::array::members::{MemberState, ReadPurpose};
+use crate::cleaner::Cleaner;
 use crate::error::{Error, Result};
-use crate::format;
-use crate::geometry::{BlockLocation, Role, BLOCK_SIZE_BYTES};
-use crate::map::Mapping;
-use crate::members::{MemberState, ReadPurpose};
-use crate::volume::{MemberDevice, SegmentStatus, Shared};
+use crate::index::map::Mapping;
+use crate::io::Core;
+use crate::layout::format;
+use crate::layout::geometry::{BlockLocation, Role, BLOCK_SIZE_BYTES};
+use crate::space::SegmentStatus;
 use serde::Serialize;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -23,7 +26,7 @@ pub struct MaintenanceOptions {
     pub rate_bytes_per_second: Option<u64>,
 }
 
-/// How [`Volume::replace_member`](crate::volume::Volume::replace_member) treats the device
+/// How `Volume::replace_member` treats the device
 /// it is given.
 #[derive(Clone, Debug, Default)]
 pub struct ReplaceOptions {
@@ -139,32 +142,45 @@ struct VerifiedRow {
     damaged_members: Vec<usize>,
 }
 
-impl Shared {
+/// Maintenance of one volume: replacement, rebuild and scrub, over its `Core` and, for
+/// the scrub's repairs, its cleaner.
+pub(crate) struct Maintenance<'a> {
+    core: &'a Core,
+    cleaner: &'a Cleaner,
+}
+
+impl<'a> Maintenance<'a> {
+    pub(crate) fn new(cleaner: &'a Cleaner) -> Maintenance<'a> {
+        Maintenance { core: &cleaner.core, cleaner }
+    }
+
     /// A segment's status and the rows of it on the members (callers hold the reuse fence,
     /// so that a release cannot change either meanwhile).
     fn segment_status_and_rows(&self, segment: u64) -> (SegmentStatus, u32) {
-        let state = self.state.lock();
-        (state.segments[segment as usize].status, self.rows_on_media[segment as usize].load(Ordering::Acquire))
+        let state = self.core.state.lock();
+        (state.segments[segment as usize].status, self.core.rows_on_media[segment as usize].load(Ordering::Acquire))
     }
 
     /// Read rows `[0, rows)` of `segment` from every member readable there, one read each.
     fn read_segment_rows(&self, segment: u64, rows: u32, skip: &[usize]) -> SegmentRows {
         let length = rows as usize * BLOCK_SIZE_BYTES;
-        let offset = self.geometry.member_offset_bytes(segment, 0);
+        let offset = self.core.geometry.member_offset_bytes(segment, 0);
         let read_member = |member: usize| {
             if skip.contains(&member) {
                 return None;
             }
-            let device = self.members.readable(member, segment)?;
+            let device = self.core.members.readable(member, segment)?;
             let mut chunk = AlignedBuffer::zeroed(length);
             let result = device.read_at(&mut chunk, offset);
-            self.members.read_done(member, result.as_ref().err(), &self.counters);
+            self.core.members.read_done(member, result.as_ref().err(), &self.core.counters);
             result.ok().map(|()| chunk)
         };
-        let members: Vec<usize> = (0..self.geometry.member_count).collect();
-        let parallel = self.io_mode == crate::volume::IoMode::Threaded;
-        let chunks =
-            crate::members::for_each_member(&members, parallel, read_member).into_iter().map(Option::flatten).collect();
+        let members: Vec<usize> = (0..self.core.geometry.member_count).collect();
+        let parallel = self.core.io_mode == crate::log::IoMode::Threaded;
+        let chunks = crate::array::members::for_each_member(&members, parallel, read_member)
+            .into_iter()
+            .map(Option::flatten)
+            .collect();
         SegmentRows { segment, chunks }
     }
 
@@ -173,11 +189,11 @@ impl Shared {
     /// `read_verified` (every combination of shards the level allows). Parity and mirror
     /// copies are compared with the verified data.
     fn verify_row(&self, read: &SegmentRows, row: u32) -> VerifiedRow {
-        let geometry = &self.geometry;
+        let geometry = &self.core.geometry;
         let segment = read.segment;
         let data_columns = geometry.data_columns();
         let expected: Vec<u32> = (0..data_columns)
-            .map(|column| self.checksums[geometry.position(segment, row, column) as usize].load(Ordering::Acquire))
+            .map(|column| self.core.checksums[geometry.position(segment, row, column) as usize].load(Ordering::Acquire))
             .collect();
         let mut damaged_members = Vec::new();
         let mut data: Vec<Option<Vec<u8>>> = vec![None; data_columns];
@@ -188,7 +204,7 @@ impl Shared {
                         slot.get_or_insert_with(|| block.to_vec());
                     }
                     Some(_) => damaged_members.push(member),
-                    None if read.chunks[member].is_none() && self.members.readable(member, segment).is_some() => {
+                    None if read.chunks[member].is_none() && self.core.members.readable(member, segment).is_some() => {
                         damaged_members.push(member)
                     }
                     None => {}
@@ -201,16 +217,17 @@ impl Shared {
         let missing: Vec<usize> = (0..data_columns).filter(|&column| data[column].is_none()).collect();
         for &column in &missing {
             let view: Vec<Option<&[u8]>> = data.iter().map(|block| block.as_deref()).collect();
-            let rebuilt = crate::parity::reconstruct(geometry.raid_level, &view, &parity, column)
+            let rebuilt = crate::array::parity::reconstruct(geometry.raid_level, &view, &parity, column)
                 .filter(|block| format::block_checksum(block) == expected[column]);
             data[column] = rebuilt.or_else(|| {
                 let mut out = vec![0u8; BLOCK_SIZE_BYTES];
                 let location = BlockLocation { segment, row, column };
                 let checksum_of = |other: usize| Some(expected[other]);
-                self.members
+                self.core
+                    .members
                     .read_verified(
                         geometry,
-                        &self.counters,
+                        &self.core.counters,
                         location,
                         &|block| format::block_checksum(block) == expected[column],
                         &checksum_of,
@@ -231,7 +248,7 @@ impl Shared {
                 let member = geometry.member_of_role(segment, Role::Parity { shard });
                 match parity[shard] {
                     Some(held) if held != block.as_slice() => damaged_members.push(member),
-                    None if self.members.readable(member, segment).is_some() => damaged_members.push(member),
+                    None if self.core.members.readable(member, segment).is_some() => damaged_members.push(member),
                     _ => {}
                 }
             }
@@ -240,10 +257,10 @@ impl Shared {
     }
 
     fn row_parity(&self, data: &[Vec<u8>]) -> Vec<Vec<u8>> {
-        let mut parity = vec![vec![0u8; BLOCK_SIZE_BYTES]; self.geometry.parity_shards()];
+        let mut parity = vec![vec![0u8; BLOCK_SIZE_BYTES]; self.core.geometry.parity_shards()];
         let views: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
         let mut targets: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
-        crate::parity::compute(self.geometry.raid_level, &views, &mut targets);
+        crate::array::parity::compute(self.core.geometry.raid_level, &views, &mut targets);
         parity
     }
 
@@ -252,16 +269,17 @@ impl Shared {
     /// again before anything is written, as when it was attached.
     pub(crate) fn prepare_rebuilding_members(&self) -> Result<()> {
         let free: Vec<u64> = {
-            let state = self.state.lock();
-            (0..self.geometry.segment_count())
+            let state = self.core.state.lock();
+            (0..self.core.geometry.segment_count())
                 .filter(|&segment| state.segments[segment as usize].status == SegmentStatus::Free)
                 .collect()
         };
-        for member in self.members.rebuilding() {
-            let Some(device) = self.members.writable(member) else {
+        for member in self.core.members.rebuilding() {
+            let Some(device) = self.core.members.writable(member) else {
                 continue;
             };
-            self.zero_head_rows(device.as_ref(), &free).or_else(|error| self.members.write_failed(member, error))?;
+            self.zero_head_rows(device.as_ref(), &free)
+                .or_else(|error| self.core.members.write_failed(member, error))?;
         }
         Ok(())
     }
@@ -277,7 +295,7 @@ impl Shared {
                 .iter()
                 .map(|&segment| IoRequest::Write {
                     buffer: &zeros,
-                    offset_bytes: self.geometry.member_offset_bytes(segment, 0),
+                    offset_bytes: self.core.geometry.member_offset_bytes(segment, 0),
                 })
                 .collect();
             device.submit_batch(&mut requests).into_iter().collect::<stripelog_blockdev::Result<Vec<()>>>()?;
@@ -286,36 +304,36 @@ impl Shared {
     }
 
     /// Attach `replacement` as member `member`, to be rebuilt (docs/resilience.md,
-    /// "Replacement and rebuild", steps 1-2). The rebuild itself is [`Shared::rebuild`].
+    /// "Replacement and rebuild", steps 1-2). The rebuild itself is [`Core::rebuild`].
     pub(crate) fn replace_member(
         &self,
         member: usize,
         replacement: MemberDevice,
         options: &ReplaceOptions,
     ) -> Result<()> {
-        if self.read_only {
+        if self.core.read_only {
             return Err(Error::ReadOnly);
         }
-        if member >= self.geometry.member_count {
+        if member >= self.core.geometry.member_count {
             return Err(Error::InvalidRequest(format!(
                 "member {member} does not exist (the volume has {})",
-                self.geometry.member_count
+                self.core.geometry.member_count
             )));
         }
         let Some(device) = replacement.device.clone() else {
             return Err(Error::InvalidRequest(format!("{}: the replacement is missing", replacement.name)));
         };
         let member_error = |reason: String| Error::Member { member, path: replacement.name.clone(), reason };
-        if device.size_bytes() < self.geometry.member_size_bytes {
+        if device.size_bytes() < self.core.geometry.member_size_bytes {
             return Err(member_error(format!(
                 "is too small: {} bytes, every member needs {}",
                 device.size_bytes(),
-                self.geometry.member_size_bytes
+                self.core.geometry.member_size_bytes
             )));
         }
         // Nothing is written anywhere before the replacement is known to be safe to use.
         self.check_replacement(member, &replacement.name, device.as_ref(), options)?;
-        let _rebuild = self.rebuild_lock.try_lock().ok_or_else(|| {
+        let _rebuild = self.core.rebuild_lock.try_lock().ok_or_else(|| {
             Error::InvalidRequest("a rebuild is running: replace the member when it has finished".into())
         })?;
         // The replacement's old superblocks go first (a device forced over another volume's
@@ -332,18 +350,18 @@ impl Shared {
             .chain(std::iter::once(device.flush()))
             .collect::<stripelog_blockdev::Result<Vec<()>>>()
             .map_err(|error| member_error(error.to_string()))?;
-        if self.members.state(member) != MemberState::Failed {
-            self.members.fail(member, &format!("replaced by {}", replacement.name))?;
+        if self.core.members.state(member) != MemberState::Failed {
+            self.core.members.fail(member, &format!("replaced by {}", replacement.name))?;
         }
         // Nothing old on the replacement may look like a batch: its data area is discarded
         // and the head row of every segment zeroed before anything else is written to it.
-        let chunk = self.geometry.chunk_size_bytes as u64;
+        let chunk = self.core.geometry.chunk_size_bytes as u64;
         device
-            .discard(chunk, self.geometry.member_size_bytes - chunk)
+            .discard(chunk, self.core.geometry.member_size_bytes - chunk)
             .map_err(|error| member_error(error.to_string()))?;
-        let segments: Vec<u64> = (0..self.geometry.segment_count()).collect();
+        let segments: Vec<u64> = (0..self.core.geometry.segment_count()).collect();
         self.zero_head_rows(device.as_ref(), &segments).map_err(|error| member_error(error.to_string()))?;
-        self.members.attach(member, replacement)
+        self.core.members.attach(member, replacement)
     }
 
     /// Refuse a replacement that is a member this volume uses (always), or that holds
@@ -357,21 +375,21 @@ impl Shared {
         options: &ReplaceOptions,
     ) -> Result<()> {
         let refuse = |reason: String| Error::Member { member, path: name.to_string(), reason };
-        let content = crate::identity::inspect(device).map_err(|error| refuse(error.to_string()))?;
+        let content = crate::array::identity::inspect(device).map_err(|error| refuse(error.to_string()))?;
         let found = match &content {
-            crate::identity::DeviceContent::Empty => return Ok(()),
-            crate::identity::DeviceContent::Member(found) if found.volume_uuid == self.volume_uuid => found,
+            crate::array::identity::DeviceContent::Empty => return Ok(()),
+            crate::array::identity::DeviceContent::Member(found) if found.volume_uuid == self.core.volume_uuid => found,
             _ if options.force => return Ok(()),
             _ => return Err(Error::WouldDestroy { member, path: name.to_string(), found: content.describe() }),
         };
-        let current = self.members.superblock();
+        let current = self.core.members.superblock();
         let position = current.member_uuids.iter().position(|uuid| *uuid != [0; 16] && *uuid == found.member_uuid);
         let description = match position {
-            Some(position) if self.members.state(position) != MemberState::Failed => {
+            Some(position) if self.core.members.state(position) != MemberState::Failed => {
                 return Err(refuse(format!(
                     "is member {position} of this volume ({}), in use: it cannot replace member {member} (that \
                      would overwrite it)",
-                    self.members.name(position)
+                    self.core.members.name(position)
                 )));
             }
             Some(position) => format!("is member {position} of this volume, failed: its content is stale"),
@@ -379,7 +397,7 @@ impl Shared {
                 Some(retired) => format!(
                     "is a retired member of this volume (member {}, replaced on {})",
                     retired.position,
-                    crate::identity::format_unix_seconds(retired.retired_unix_seconds)
+                    crate::array::identity::format_unix_seconds(retired.retired_unix_seconds)
                 ),
                 None => format!("holds member {} of this volume from an earlier time", found.member_index),
             },
@@ -397,30 +415,33 @@ impl Shared {
         options: &MaintenanceOptions,
         progress: &dyn Fn(MaintenanceProgress),
     ) -> Result<RebuildReport> {
-        let _rebuild = self.rebuild_lock.lock();
+        let _rebuild = self.core.rebuild_lock.lock();
         let started = Instant::now();
-        let targets = self.members.rebuilding();
+        let targets = self.core.members.rebuilding();
         let mut report = RebuildReport { members: targets.clone(), ..RebuildReport::default() };
         if targets.is_empty() {
             return Ok(report);
         }
         // Batches sealed before the replacement was attached may have skipped it: they
         // must be on the members (below `rows_on_media`) before the walk reads them.
-        self.flush()?;
-        let segment_count = self.geometry.segment_count();
+        self.core.flush()?;
+        let segment_count = self.core.geometry.segment_count();
         let walk = SegmentWalk::new(options, segment_count, progress);
         for segment in 0..segment_count {
             walk.at(segment, report.bytes_written);
-            let targets: Vec<usize> =
-                targets.iter().copied().filter(|&member| self.members.readable(member, segment).is_none()).collect();
+            let targets: Vec<usize> = targets
+                .iter()
+                .copied()
+                .filter(|&member| self.core.members.readable(member, segment).is_none())
+                .collect();
             if targets.is_empty() {
                 continue;
             }
-            if let Some(reason) = self.members.shutdown.lock().clone() {
+            if let Some(reason) = self.core.members.shutdown.lock().clone() {
                 return Err(Error::Failed(reason));
             }
             // No release (and reuse) of the segment while it is rebuilt.
-            let _fence = self.reuse_fence.read();
+            let _fence = self.core.reuse_fence.read();
             let (status, rows) = self.segment_status_and_rows(segment);
             if matches!(status, SegmentStatus::Free | SegmentStatus::Releasing) {
                 continue;
@@ -433,7 +454,7 @@ impl Shared {
                     let verified = self.verify_row(&read, row);
                     report.blocks_unrecoverable += verified.unrecoverable.len() as u64;
                     for (index, &target) in targets.iter().enumerate() {
-                        let block = match self.geometry.role_of_member(segment, target) {
+                        let block = match self.core.geometry.role_of_member(segment, target) {
                             Role::Data { column, .. } => &verified.data[column],
                             Role::Parity { shard } => &verified.parity[shard],
                         };
@@ -441,30 +462,30 @@ impl Shared {
                         outputs[index][start..start + BLOCK_SIZE_BYTES].copy_from_slice(block);
                     }
                 }
-                let offset = self.geometry.member_offset_bytes(segment, 0);
+                let offset = self.core.geometry.member_offset_bytes(segment, 0);
                 for (index, &target) in targets.iter().enumerate() {
-                    let Some(device) = self.members.writable(target) else {
+                    let Some(device) = self.core.members.writable(target) else {
                         return Err(Error::Failed(format!("member {target} failed during its rebuild")));
                     };
                     device
                         .write_at(&outputs[index], offset)
-                        .or_else(|error| self.members.write_failed(target, error))?;
+                        .or_else(|error| self.core.members.write_failed(target, error))?;
                     report.bytes_written += length as u64;
                 }
                 report.segments_rebuilt += 1;
             }
             for &target in &targets {
-                self.members.mark_readable(target, segment);
+                self.core.members.mark_readable(target, segment);
             }
         }
         // Durable on the new members before the superblocks say they are whole.
-        self.members.flush_all(self.io_mode == crate::volume::IoMode::Threaded)?;
+        self.core.members.flush_all(self.core.io_mode == crate::log::IoMode::Threaded)?;
         for &target in &targets {
-            if self.members.state(target) != MemberState::Rebuilding {
+            if self.core.members.state(target) != MemberState::Rebuilding {
                 return Err(Error::Failed(format!("member {target} failed during its rebuild")));
             }
         }
-        self.members.finish_rebuild(&targets)?;
+        self.core.members.finish_rebuild(&targets)?;
         walk.finish(report.bytes_written);
         report.seconds = started.elapsed().as_secs_f64();
         Ok(report)
@@ -479,16 +500,16 @@ impl Shared {
     ) -> Result<ScrubReport> {
         let started = Instant::now();
         let mut report = ScrubReport::default();
-        if !self.read_only {
-            self.flush()?;
+        if !self.core.read_only {
+            self.core.flush()?;
         }
-        let segment_count = self.geometry.segment_count();
+        let segment_count = self.core.geometry.segment_count();
         let walk = SegmentWalk::new(options, segment_count, progress);
         let mut damaged_segments = Vec::new();
         let mut unrecoverable_positions = Vec::new();
         for segment in 0..segment_count {
             walk.at(segment, report.bytes_read);
-            let _fence = self.reuse_fence.read();
+            let _fence = self.core.reuse_fence.read();
             let (status, rows) = self.segment_status_and_rows(segment);
             if rows == 0 || !matches!(status, SegmentStatus::Used | SegmentStatus::Current) {
                 continue;
@@ -499,12 +520,12 @@ impl Shared {
             let mut damaged = false;
             for row in 0..rows {
                 let verified = self.verify_row(&read, row);
-                report.blocks_checked += self.geometry.member_count as u64;
-                report.parity_rows_checked += (self.geometry.parity_shards() > 0) as u64;
+                report.blocks_checked += self.core.geometry.member_count as u64;
+                report.parity_rows_checked += (self.core.geometry.parity_shards() > 0) as u64;
                 report.blocks_damaged += verified.damaged_members.len() as u64;
                 damaged |= !verified.damaged_members.is_empty() || !verified.unrecoverable.is_empty();
                 for column in verified.unrecoverable {
-                    unrecoverable_positions.push(self.geometry.position(segment, row, column));
+                    unrecoverable_positions.push(self.core.geometry.position(segment, row, column));
                 }
             }
             if damaged {
@@ -516,22 +537,22 @@ impl Shared {
         let mut pinned = Vec::new();
         if !unrecoverable_positions.is_empty() {
             unrecoverable_positions.sort_unstable();
-            for (logical_block, mapping) in self.map.iter().enumerate() {
+            for (logical_block, mapping) in self.core.map.iter().enumerate() {
                 if let Mapping::Data { position } = mapping {
                     if unrecoverable_positions.binary_search(&position).is_ok() {
                         report.logical_blocks_unrecoverable.push(logical_block as u64);
-                        pinned.push(self.geometry.locate(position).segment);
+                        pinned.push(self.core.geometry.locate(position).segment);
                     }
                 }
             }
         }
-        if !self.read_only {
+        if !self.core.read_only {
             for segment in damaged_segments {
                 let moved = self.evacuate(segment, &pinned)?;
                 report.blocks_repaired += moved;
                 report.segments_repaired += 1;
             }
-            self.make_sealed_durable()?;
+            self.core.make_sealed_durable()?;
         }
         report.seconds = started.elapsed().as_secs_f64();
         walk.finish(report.bytes_read);
@@ -543,56 +564,12 @@ impl Shared {
     /// the cleaner from then on. Returns the blocks moved.
     fn evacuate(&self, segment: u64, pinned: &[u64]) -> Result<u64> {
         {
-            let mut state = self.state.lock();
-            self.retire_if_current(&mut state, segment);
+            let mut state = self.core.state.lock();
+            self.core.retire_if_current(&mut state, segment);
             if pinned.contains(&segment) {
                 state.segments[segment as usize].pinned = true;
             }
         }
-        self.relocate_segment(segment)
-    }
-}
-
-impl crate::volume::Volume {
-    /// Put `replacement` in the place of member `member` (failed, missing, or active: it
-    /// is failed first) and start its rebuild: the replacement is written from now on; run
-    /// [`Volume::rebuild`](crate::volume::Volume::rebuild) to fill it.
-    pub fn replace_member(&self, member: usize, replacement: MemberDevice, options: &ReplaceOptions) -> Result<()> {
-        self.shared().check_open()?;
-        self.shared().replace_member(member, replacement, options)
-    }
-
-    /// Members being rebuilt (after [`Volume::replace_member`], or found rebuilding when
-    /// the volume was opened after a crash).
-    pub fn rebuilding_members(&self) -> Vec<usize> {
-        self.shared().members.rebuilding()
-    }
-
-    /// Reconstruct every rebuilding member's data from the others while the volume
-    /// serves; at the end the superblocks record them as whole.
-    pub fn rebuild(
-        &self,
-        options: &MaintenanceOptions,
-        progress: &dyn Fn(MaintenanceProgress),
-    ) -> Result<RebuildReport> {
-        self.shared().check_open()?;
-        if self.shared().read_only {
-            return Err(Error::ReadOnly);
-        }
-        self.shared().rebuild(options, progress)
-    }
-
-    /// Verify every live row on every member and repair what redundancy allows by moving
-    /// the live blocks of damaged segments (read-only volumes: verify and report only).
-    pub fn scrub(&self, options: &MaintenanceOptions, progress: &dyn Fn(MaintenanceProgress)) -> Result<ScrubReport> {
-        self.shared().check_open()?;
-        self.shared().scrub(options, progress)
-    }
-
-    /// Check every member's health now (the flush timer of a threaded volume does it every
-    /// second): a deleted, truncated or overwritten member is failed.
-    pub fn check_member_health(&self) -> Result<()> {
-        self.shared().check_open()?;
-        self.shared().members.check_health()
+        self.cleaner.relocate_segment(segment)
     }
 }

@@ -12,7 +12,7 @@
 //! has a fixed cost of about a millisecond per decode (it evaluates its error locator over
 //! all 65 536 field elements), a thousand times the cost of the P+Q algebra for one row.
 
-use crate::geometry::RaidLevel;
+use crate::layout::geometry::RaidLevel;
 
 /// XOR `source` into `target` (same length), a machine word at a time.
 pub fn xor_into(target: &mut [u8], source: &[u8]) {

@@ -1,13 +1,12 @@
 //! The members of a volume: creating and checking their superblocks, flushing them, and
 //! reading one block with verification and reconstruction from redundancy.
 
+use crate::array::hedge::{PendingRead, ReadHelpers, ReadLatency};
+use crate::array::parity;
 use crate::error::{Error, Result};
-use crate::format::{Superblock, SUPERBLOCK_OFFSETS_BYTES};
-use crate::geometry::{BlockLocation, Geometry, RaidLevel, Role, BLOCK_SIZE_BYTES};
-use crate::hedge::{PendingRead, ReadHelpers, ReadLatency};
-use crate::parity;
+use crate::layout::format::{Superblock, SUPERBLOCK_OFFSETS_BYTES};
+use crate::layout::geometry::{BlockLocation, Geometry, RaidLevel, Role, BLOCK_SIZE_BYTES};
 use crate::stats::{Counters, MemberStatus};
-use crate::volume::{CreateOptions, MemberDevice};
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -228,7 +227,7 @@ impl Members {
             superblock.failed_members = self.lost_bits();
             superblock.rebuilding_members = rebuilding;
             superblock.update_sequence += 1;
-            superblock.version = crate::format::SUPERBLOCK_VERSION;
+            superblock.version = crate::layout::format::SUPERBLOCK_VERSION;
             for (copy, offset) in SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
                 for member in 0..self.count() {
                     let Some(device) = self.writable(member) else {
@@ -380,7 +379,7 @@ impl Members {
 
     /// How long a direct read may take before it is late (docs/resilience.md).
     fn hedge_deadline(&self) -> Duration {
-        crate::hedge::deadline(self.read_latency.iter().map(|latency| latency.as_ref()))
+        crate::array::hedge::deadline(self.read_latency.iter().map(|latency| latency.as_ref()))
     }
 
     /// A client's read of one member block: directly, or — when the member lags — in a
@@ -413,7 +412,7 @@ impl Members {
     fn helper_read_done(
         &self,
         member: usize,
-        result: crate::hedge::HelperResult,
+        result: crate::array::hedge::HelperResult,
         counters: &Counters,
     ) -> Option<AlignedBuffer> {
         self.read_done(member, result.as_ref().err(), counters);
@@ -489,7 +488,7 @@ impl Members {
         let mut updated = current.clone();
         // The replacement gets an identity of its own; the one it displaces is retired,
         // so the old device is refused by name if it is ever offered again.
-        updated.retire_and_replace(member, new_member_uuid(), crate::identity::now_unix_seconds());
+        updated.retire_and_replace(member, new_member_uuid(), crate::array::identity::now_unix_seconds());
         self.write_superblock_everywhere(&mut updated)?;
         *current = updated;
         Ok(())
@@ -557,7 +556,7 @@ impl Members {
                 out.copy_from_slice(&block);
                 return true;
             }
-            *every_copy_unwritten &= crate::volume::is_all_zero(&block);
+            *every_copy_unwritten &= crate::layout::format::is_all_zero(&block);
             if !(zero_means_unwritten && *every_copy_unwritten) {
                 Counters::add(&counters.checksum_mismatches, 1);
             }
@@ -636,7 +635,7 @@ impl Members {
             .map(|(column, block)| {
                 let block = block?;
                 match checksum_of(column) {
-                    Some(expected) if crate::format::block_checksum(&block) != expected => {
+                    Some(expected) if crate::layout::format::block_checksum(&block) != expected => {
                         Counters::add(&counters.checksum_mismatches, 1);
                         None
                     }
@@ -798,12 +797,12 @@ pub(crate) fn create(members: &[MemberDevice], options: &CreateOptions) -> Resul
     if !options.force {
         for (index, member) in members.iter().enumerate() {
             let device = member.device.as_ref().expect("checked above");
-            let content = crate::identity::inspect(device.as_ref()).map_err(|error| Error::Member {
+            let content = crate::array::identity::inspect(device.as_ref()).map_err(|error| Error::Member {
                 member: index,
                 path: member.name.clone(),
                 reason: error.to_string(),
             })?;
-            if content != crate::identity::DeviceContent::Empty {
+            if content != crate::array::identity::DeviceContent::Empty {
                 return Err(Error::WouldDestroy {
                     member: index,
                     path: member.name.clone(),
@@ -814,7 +813,7 @@ pub(crate) fn create(members: &[MemberDevice], options: &CreateOptions) -> Resul
     }
     let volume_uuid = options.volume_uuid.unwrap_or_else(|| *uuid::Uuid::new_v4().as_bytes());
     let member_uuids: Vec<[u8; 16]> = members.iter().map(|_| new_member_uuid()).collect();
-    let created_unix_seconds = crate::identity::now_unix_seconds();
+    let created_unix_seconds = crate::array::identity::now_unix_seconds();
     let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
     for (index, member) in members.iter().enumerate() {
         let device = member.device.as_ref().expect("checked above");
@@ -829,7 +828,7 @@ pub(crate) fn create(members: &[MemberDevice], options: &CreateOptions) -> Resul
         for (copy, offset) in SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
             let superblock = Superblock {
                 copy: copy as u32,
-                version: crate::format::SUPERBLOCK_VERSION,
+                version: crate::layout::format::SUPERBLOCK_VERSION,
                 volume_uuid,
                 member_index: index as u32,
                 member_count: members.len() as u32,
@@ -846,7 +845,7 @@ pub(crate) fn create(members: &[MemberDevice], options: &CreateOptions) -> Resul
                 rebuilding_members: 0,
                 update_sequence: 0,
                 member_uuid: member_uuids[index],
-                holder: crate::format::Holder::default(),
+                holder: crate::layout::format::Holder::default(),
                 member_uuids: member_uuids.clone(),
                 retired: Vec::new(),
             };
@@ -894,7 +893,7 @@ pub(crate) fn open(members: Vec<MemberDevice>) -> Result<(Members, Superblock)> 
         .ok_or_else(|| Error::TooManyFailures { level: "any level".into(), reason: "no member is present".into() })?;
     // The geometry is the one most of those members describe (so that an odd member is
     // the one blamed), and its newest superblock is the reference.
-    let mut geometry_votes: Vec<(crate::geometry::Geometry, usize)> = Vec::new();
+    let mut geometry_votes: Vec<(crate::layout::geometry::Geometry, usize)> = Vec::new();
     for superblock in found.iter().flatten().filter(|superblock| superblock.volume_uuid == volume_uuid) {
         match geometry_votes.iter_mut().find(|(geometry, _)| *geometry == superblock.geometry()) {
             Some((_, count)) => *count += 1,
@@ -1023,7 +1022,7 @@ fn check_identity(reference: &Superblock, index: usize, found: &Superblock) -> s
             Some(retired) => Err(format!(
                 "member {index} was replaced on {}: this is the old device (written before members had an identity); \
                  give its replacement in its place, or `missing`",
-                crate::identity::format_unix_seconds(retired.retired_unix_seconds)
+                crate::array::identity::format_unix_seconds(retired.retired_unix_seconds)
             )),
             None => Ok(()),
         };
@@ -1034,7 +1033,7 @@ fn check_identity(reference: &Superblock, index: usize, found: &Superblock) -> s
             "member {} was replaced on {}: this is the old device (member UUID {found_uuid}); give its replacement \
              in its place, or `missing`",
             retired.position,
-            crate::identity::format_unix_seconds(retired.retired_unix_seconds)
+            crate::array::identity::format_unix_seconds(retired.retired_unix_seconds)
         ));
     }
     Err(format!(
@@ -1062,7 +1061,7 @@ fn check_not_retired_by_another(found: &[Option<Superblock>], names: &[String]) 
                     "was replaced as member {} on {}, says member {other_index} ({}): this is the old device, and the \
                      two come from copies of the volume that went separate ways; give the replacement in its place",
                     retired.position,
-                    crate::identity::format_unix_seconds(retired.retired_unix_seconds),
+                    crate::array::identity::format_unix_seconds(retired.retired_unix_seconds),
                     names[other_index]
                 ),
             });
@@ -1072,7 +1071,7 @@ fn check_not_retired_by_another(found: &[Option<Superblock>], names: &[String]) 
 }
 
 fn read_superblock(index: usize, name: &str, device: &dyn BlockDevice) -> Result<Superblock> {
-    let (newest, problems) = crate::identity::read_newest_superblock(device);
+    let (newest, problems) = crate::array::identity::read_newest_superblock(device);
     newest.ok_or_else(|| Error::Member {
         member: index,
         path: name.to_string(),
@@ -1088,7 +1087,7 @@ pub(crate) fn advance_epoch(members: &Members, durable_through_sequence: u64, pr
     members.update_superblock(|superblock| {
         superblock.epoch += 1;
         superblock.durable_through_sequence = durable_through_sequence.max(superblock.durable_through_sequence);
-        superblock.holder = crate::identity::holder_now(program);
+        superblock.holder = crate::array::identity::holder_now(program);
         // A volume written by version 1: every member present now gets its identity.
         for &member in &present {
             if superblock.member_uuids[member] == [0; 16] {
@@ -1105,6 +1104,39 @@ pub(crate) fn record_clean_close(members: &Members, durable_through_sequence: u6
     members.update_superblock(|superblock| {
         superblock.durable_through_sequence = durable_through_sequence.max(superblock.durable_through_sequence);
         superblock.holder.open = false;
-        superblock.holder.closed_unix_seconds = crate::identity::now_unix_seconds();
+        superblock.holder.closed_unix_seconds = crate::array::identity::now_unix_seconds();
     })
+}
+
+/// How a new volume is laid out.
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    pub raid_level: RaidLevel,
+    pub chunk_size_bytes: u32,
+    /// Spare fraction in parts per million (200 000 = 20 %).
+    pub spare_ppm: u32,
+    /// The volume UUID; a random one when `None` (tests fix it for determinism).
+    pub volume_uuid: Option<[u8; 16]>,
+    /// Overwrite members that hold data or another volume. Without it `create` refuses
+    /// them, naming what it found (docs/data-safety.md).
+    pub force: bool,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            raid_level: RaidLevel::Raid5,
+            chunk_size_bytes: crate::layout::geometry::DEFAULT_CHUNK_SIZE_BYTES,
+            spare_ppm: crate::layout::geometry::DEFAULT_SPARE_PPM,
+            volume_uuid: None,
+            force: false,
+        }
+    }
+}
+
+/// A member as given to `create`/`open`: a name for messages and the device, or `None`
+/// when it is missing.
+pub struct MemberDevice {
+    pub name: String,
+    pub device: Option<Arc<dyn BlockDevice>>,
 }

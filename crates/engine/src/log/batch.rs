@@ -3,8 +3,8 @@
 //! columns, groups of a summary block followed by its data blocks); sealing it builds
 //! the summaries and hands a [`SealedBatch`] to the stripe writer.
 
-use crate::format::{self, BatchHeader, Entry, Summary, ENTRIES_PER_SUMMARY};
-use crate::geometry::{Geometry, BLOCK_SIZE_BYTES};
+use crate::layout::format::{self, BatchHeader, Entry, Summary, ENTRIES_PER_SUMMARY};
+use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
 use std::time::Instant;
@@ -139,7 +139,7 @@ impl OpenBatch {
             buffers,
             opened_at: Instant::now(),
             killed_positions: Vec::new(),
-            stream: crate::volume::HOST_STREAM,
+            stream: crate::log::HOST_STREAM,
             relocation: false,
         }
     }
@@ -286,6 +286,17 @@ pub struct SealedBatch {
 }
 
 impl SealedBatch {
+    /// The slice of this batch (or of its `parity`) that `member` stores, and where.
+    pub fn member_part<'a>(&'a self, geometry: &Geometry, parity: &'a PooledBuffers, member: usize) -> (&'a [u8], u64) {
+        let header = &self.header;
+        let length = header.row_count as usize * BLOCK_SIZE_BYTES;
+        let buffer = match geometry.role_of_member(header.segment, member) {
+            crate::layout::geometry::Role::Data { column, .. } => self.data_column(column),
+            crate::layout::geometry::Role::Parity { shard } => &parity.buffers()[shard][..length],
+        };
+        (buffer, geometry.member_offset_bytes(header.segment, header.first_row))
+    }
+
     pub fn data_column(&self, column: usize) -> &[u8] {
         &self.data_columns.buffers()[column][..self.header.row_count as usize * BLOCK_SIZE_BYTES]
     }
@@ -295,7 +306,7 @@ impl SealedBatch {
         let length = self.header.row_count as usize * BLOCK_SIZE_BYTES;
         let data: Vec<&[u8]> = (0..geometry.data_columns()).map(|column| self.data_column(column)).collect();
         let mut shards: Vec<&mut [u8]> = parity.buffers_mut().iter_mut().map(|shard| &mut shard[..length]).collect();
-        crate::parity::compute(geometry.raid_level, &data, &mut shards);
+        crate::array::parity::compute(geometry.raid_level, &data, &mut shards);
     }
 
     pub fn block(&self, segment_row: u32, column: usize) -> Option<&[u8]> {

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 
 /// Shards: independent locks so that concurrent readers rarely contend.
 const SHARD_COUNT: usize = 16;
-const BLOCK_BYTES: usize = crate::geometry::BLOCK_SIZE_BYTES;
+const BLOCK_BYTES: usize = crate::layout::geometry::BLOCK_SIZE_BYTES;
 
 struct Shard {
     entries: FxHashMap<u64, (u32, Box<[u8]>)>,

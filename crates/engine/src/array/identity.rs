@@ -2,8 +2,8 @@
 //! (docs/data-safety.md): the look `create` and `replace` take at a device, the holder
 //! record of a read-write open, and the dates they are reported with.
 
-use crate::format::{Holder, Superblock, SuperblockProblem, SUPERBLOCK_OFFSETS_BYTES};
-use crate::geometry::BLOCK_SIZE_BYTES;
+use crate::layout::format::{Holder, Superblock, SuperblockProblem, SUPERBLOCK_OFFSETS_BYTES};
+use crate::layout::geometry::BLOCK_SIZE_BYTES;
 use stripelog_blockdev::{AlignedBuffer, BlockDevice, DeviceError};
 
 /// How much of each end of a device is read to tell whether it holds data: partition

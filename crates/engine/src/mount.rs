@@ -1,13 +1,13 @@
 //! Mount-time recovery and the full check. The procedure and why it is safe are in
 //! docs/crash-consistency.md ("Recovery"); step numbers below refer to it.
 
+use crate::array::members::{Members, ReadPurpose, ReadSource};
 use crate::error::{Error, Result};
-use crate::format::{self, BatchHeader, DamagedHead, Entry, Summary, NO_SEGMENT};
-use crate::geometry::{BlockLocation, Geometry, RaidLevel, Role, BLOCK_SIZE_BYTES};
-use crate::map::{BlockMap, Mapping};
-use crate::members::{Members, ReadPurpose, ReadSource};
+use crate::index::map::{BlockMap, Mapping};
+use crate::layout::format::{self, BatchHeader, DamagedHead, Entry, Summary, NO_SEGMENT};
+use crate::layout::geometry::{BlockLocation, Geometry, RaidLevel, Role, BLOCK_SIZE_BYTES};
+use crate::space::{SegmentStatus, SegmentUse};
 use crate::stats::{Counters, RecoveryReport};
-use crate::volume::{SegmentStatus, SegmentUse};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -290,7 +290,7 @@ impl Reader<'_> {
         {
             let data: Vec<&[u8]> = row_data.iter().map(Vec::as_slice).collect();
             let mut targets: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
-            crate::parity::compute(geometry.raid_level, &data, &mut targets);
+            crate::array::parity::compute(geometry.raid_level, &data, &mut targets);
         }
         let mut redundancy_bad = false;
         for member in 0..geometry.member_count {
@@ -684,7 +684,9 @@ pub(crate) fn release_heads(geometry: &Geometry, members: &Members, release: &[(
         let offset = geometry.member_offset_bytes(segment, row);
         let holds_something = (0..geometry.member_count).any(|member| {
             members.writable(member).is_some()
-                && members.read_raw(member, offset, &counters).is_none_or(|block| !crate::volume::is_all_zero(&block))
+                && members
+                    .read_raw(member, offset, &counters)
+                    .is_none_or(|block| !crate::layout::format::is_all_zero(&block))
         });
         if holds_something {
             members.write_everywhere(&zeros, &[offset], false)?;

@@ -1,7 +1,7 @@
 //! Encoding and decoding of everything stored on members: superblocks and batch summary
 //! blocks. Byte layouts are in docs/on-disk-format.md; this file is their only encoder.
 
-use crate::geometry::{Geometry, RaidLevel, BLOCK_SIZE_BYTES};
+use crate::layout::geometry::{Geometry, RaidLevel, BLOCK_SIZE_BYTES};
 
 /// Version of the superblock written by this code; version 1 (without the fields from
 /// offset 120) is read too and upgraded by the first read-write open.
@@ -21,7 +21,7 @@ const ENTRY_SIZE_BYTES: usize = 16;
 const CHECKSUM_OFFSET: usize = BLOCK_SIZE_BYTES - 4;
 
 /// Positions the superblock has an expected member UUID for (the largest member count).
-pub const MEMBER_UUID_SLOTS: usize = crate::geometry::MAXIMUM_MEMBER_COUNT as usize;
+pub const MEMBER_UUID_SLOTS: usize = crate::layout::geometry::MAXIMUM_MEMBER_COUNT as usize;
 /// Retired (replaced) members the superblock remembers; the oldest is forgotten first.
 pub const RETIRED_MEMBERS_MAXIMUM: usize = 32;
 /// The member UUID recorded for a retired member that had none (written by version 1):
@@ -545,6 +545,16 @@ impl Summary {
     pub fn data_block_count(&self) -> usize {
         self.entries.iter().filter(|entry| entry.is_data()).count()
     }
+}
+
+/// Whether every byte is zero.
+pub fn is_all_zero(bytes: &[u8]) -> bool {
+    let (prefix, words, suffix) = {
+        // SAFETY: u64 has no invalid bit patterns; align_to only reinterprets whole,
+        // aligned u64s inside the slice and returns the unaligned ends as bytes.
+        unsafe { bytes.align_to::<u64>() }
+    };
+    prefix.iter().all(|&b| b == 0) && words.iter().all(|&w| w == 0) && suffix.iter().all(|&b| b == 0)
 }
 
 #[cfg(test)]

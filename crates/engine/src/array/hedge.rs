@@ -141,7 +141,7 @@ impl ReadHelpers {
         let (reply_sender, reply) = crossbeam_channel::bounded(1);
         let job: Job = Box::new(move || {
             let started = std::time::Instant::now();
-            let mut block = AlignedBuffer::zeroed(crate::geometry::BLOCK_SIZE_BYTES);
+            let mut block = AlignedBuffer::zeroed(crate::layout::geometry::BLOCK_SIZE_BYTES);
             let result = device.read_at(&mut block, offset_bytes).map(|()| block);
             latency.record(started.elapsed(), || deadline);
             // The client may have stopped waiting: then nobody wants the block.

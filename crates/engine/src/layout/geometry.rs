@@ -11,14 +11,6 @@ pub const MAXIMUM_CHUNK_SIZE_BYTES: u32 = 16 << 20;
 pub const DEFAULT_CHUNK_SIZE_BYTES: u32 = 1 << 20;
 /// Default spare fraction: 20 % of the data capacity is held back from the logical size.
 pub const DEFAULT_SPARE_PPM: u32 = 200_000;
-/// Spare segments below which a full volume cannot clean: the cleaner's reserve, one open
-/// segment per write stream, and the net room a window of rounds must win. A volume with
-/// fewer works until its logical space has been written, then reports ENOSPC; `stripelog
-/// create` warns about it (docs/garbage-collection.md).
-pub const WORKING_SPARE_SEGMENTS: u64 = (crate::cleaner::CLEANING_RESERVE_SEGMENTS
-    + crate::volume::RELOCATION_STREAMS.len()
-    + 1
-    + crate::cleaner::MINIMUM_WON_SEGMENTS) as u64;
 /// Member counts above this are refused (a bound for every per-member table).
 pub const MAXIMUM_MEMBER_COUNT: u32 = 64;
 
@@ -180,7 +172,7 @@ impl Geometry {
     /// Summary blocks in a segment written as one batch: one in front of every
     /// `ENTRIES_PER_SUMMARY` data blocks (docs/on-disk-format.md).
     pub fn summary_blocks_per_segment(&self) -> u64 {
-        self.blocks_per_segment().div_ceil(crate::format::ENTRIES_PER_SUMMARY as u64 + 1)
+        self.blocks_per_segment().div_ceil(crate::layout::format::ENTRIES_PER_SUMMARY as u64 + 1)
     }
 
     /// Positions of all segments that can hold client data: the data space less the

@@ -1,0 +1,5 @@
+//! Layer 4: the index: which data-space position holds each logical block, and the
+//! checksum that proves each position (docs/on-disk-format.md, "What the engine keeps in
+//! RAM").
+
+pub mod map;

@@ -1,0 +1,846 @@
+//! Layer 6: `Core`, everything the threads of one open volume share, with the read path
+//! (memory, the block cache, the members) and the write path that ties the lower layers
+//! together: accept a record into the log's open batch, point the index at it, count it
+//! in the segment table, seal, dispatch, make durable, release dead segments.
+//!
+//! Threads and locks (see ARCHITECTURE.md):
+//! - Client threads accept writes into the open batch under `state` (the order writes
+//!   are accepted in is the order of the log).
+//! - Sealed batches go to the log's pipeline (a stripe writer and one worker per member),
+//!   which reports each written batch back through [`BatchSink`]. In `IoMode::Inline`
+//!   (the deterministic simulation) the calling thread writes them itself.
+//! - Lock order: `reuse_fence` before `state`. Readers hold `reuse_fence` for reading
+//!   while they look up and read blocks; a segment is only made reusable under
+//!   `reuse_fence` for writing, so no reader can be reading a segment being reused.
+
+pub(crate) mod cache;
+
+use crate::array::members::{Members, ReadPurpose};
+use crate::error::{Error, Result};
+use crate::index::map::{BlockMap, Mapping};
+use crate::layout::format::{self, Entry};
+use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
+use crate::log::batch::{BufferPool, OpenBatch, PooledBuffers, SealedBatch, Slot};
+use crate::log::{IoMode, HOST_STREAM, STREAM_COUNT};
+use crate::space::{SegmentStatus, SegmentUse};
+use crate::stats::{Counters, RecoveryReport};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use stripelog_blockdev::AlignedBuffer;
+
+/// Requests are accepted at 512-byte granularity (sub-block writes merge in memory).
+pub const SECTOR_SIZE_BYTES: u64 = 512;
+
+pub(crate) struct CurrentSegment {
+    pub(crate) segment: u64,
+    pub(crate) next_row: u32,
+    pub(crate) open_sequence: u64,
+}
+
+pub(crate) struct InFlight {
+    pub(crate) batch: Arc<SealedBatch>,
+    pub(crate) written: bool,
+}
+
+pub(crate) struct WriteState {
+    /// The clients' open batch; it always holds sequence `next_sequence - 1`. The cleaner
+    /// swaps its own batch in while it fills it.
+    pub(crate) open: Option<OpenBatch>,
+    pub(crate) current_segments: [Option<CurrentSegment>; STREAM_COUNT],
+    pub(crate) next_sequence: u64,
+    pub(crate) last_sealed_sequence: u64,
+    /// The segment of the last sealed batch (each summary names its predecessor's).
+    pub(crate) last_sealed_segment: u64,
+    pub(crate) written_through_sequence: u64,
+    pub(crate) durable_through_sequence: u64,
+    pub(crate) in_flight: VecDeque<InFlight>,
+    pub(crate) segments: Vec<SegmentUse>,
+    pub(crate) free_segments: VecDeque<u64>,
+    /// Client records accepted so far (the clock lifetimes and ages are measured in). It
+    /// starts far from zero at every open, so that blocks written before count as old.
+    pub(crate) write_clock: u64,
+    /// Per logical block: the write clock of its last client write, in units of
+    /// `WRITE_CLOCK_UNIT_BLOCKS`, wrapping (in memory only; 4 bytes per block).
+    pub(crate) write_times: Vec<u32>,
+    /// Per logical block: how long its previous version lived before the client
+    /// overwrote it, as `u32::BITS - leading_zeros(units)` (`u8::MAX`: never overwritten).
+    /// A short previous life predicts a short next one (SepBIT).
+    pub(crate) previous_lifetimes: Vec<u8>,
+}
+
+/// Memory per logical block for `WriteState::write_times` and `previous_lifetimes`.
+pub(crate) const LIFETIME_BYTES_PER_BLOCK: u64 = (std::mem::size_of::<u32>() + std::mem::size_of::<u8>()) as u64;
+
+/// Granularity of `WriteState::write_times`: a `u32` of these wraps after 256 TiB written.
+pub(crate) const WRITE_CLOCK_UNIT_BLOCKS: u64 = 16;
+/// The write clock at open: blocks written before the open look 2^31 units old.
+pub(crate) const WRITE_CLOCK_AT_OPEN: u64 = (1 << 31) * WRITE_CLOCK_UNIT_BLOCKS;
+
+impl WriteState {
+    /// Client writes can go on: their segment is open, or a free one lies above the
+    /// cleaner's reserve.
+    pub(crate) fn has_room_for_clients(&self) -> bool {
+        self.free_segments.len() > crate::space::CLEANING_RESERVE_SEGMENTS
+            || self.current_segments[HOST_STREAM].is_some()
+    }
+
+    /// Blocks written by clients since `logical_block`'s last client write.
+    pub(crate) fn block_age(&self, logical_block: u64) -> u64 {
+        let now = (self.write_clock / WRITE_CLOCK_UNIT_BLOCKS) as u32;
+        now.wrapping_sub(self.write_times[logical_block as usize]) as u64 * WRITE_CLOCK_UNIT_BLOCKS
+    }
+}
+
+/// Everything the threads of one volume share.
+pub(crate) struct Core {
+    pub(crate) geometry: Geometry,
+    pub(crate) volume_uuid: [u8; 16],
+    pub(crate) epoch: u64,
+    pub(crate) read_only: bool,
+    pub(crate) members: Members,
+    pub(crate) map: BlockMap,
+    /// CRC32C of every data-space position of every written batch.
+    pub(crate) checksums: Vec<AtomicU32>,
+    /// Per segment: rows whose batches are on the members (reads below go to members).
+    pub(crate) rows_on_media: Vec<AtomicU32>,
+    /// Per segment: bumped each time it is released (cache entries of older generations
+    /// never match).
+    pub(crate) generations: Vec<AtomicU32>,
+    pub(crate) cache: Option<crate::io::cache::BlockCache>,
+    pub(crate) reuse_fence: RwLock<()>,
+    pub(crate) state: Mutex<WriteState>,
+    pub(crate) progress: Condvar,
+    pub(crate) data_pool: Arc<BufferPool>,
+    /// One rebuild (or replacement) at a time.
+    pub(crate) rebuild_lock: Mutex<()>,
+    /// Threaded volumes clean in a thread of their own (`cleaner::background_cleaner`):
+    /// client writes wake it below the low watermark instead of cleaning themselves.
+    pub(crate) background_cleaning: bool,
+    pub(crate) cleaner_wakeup: Condvar,
+    pub(crate) cleaner_stop: AtomicBool,
+    /// The cleaner thread's last round found nothing to gain: writers at the reserve
+    /// stop waiting for it and look for space themselves (or report `OutOfSpace`).
+    pub(crate) cleaner_gains_nothing: AtomicBool,
+    /// Segments cleaning rounds have emptied less the free segments they took to relocate
+    /// into, since the volume opened: the cleaner's own net gain, which client writes do
+    /// not move (`cleaner::ProgressWindow`).
+    pub(crate) cleaning_net_segments: AtomicI64,
+    pub(crate) parity_pool: Arc<BufferPool>,
+    /// Sealed batches the write pipeline may hold (the parity pool's sets; each member's
+    /// queue bound): how far a slow member may lag.
+    pub(crate) write_queue_batches: usize,
+    pub(crate) stripe_queue: Mutex<Option<crossbeam_channel::Sender<Arc<SealedBatch>>>>,
+    pub(crate) io_mode: IoMode,
+    pub(crate) flush_interval: Option<Duration>,
+    pub(crate) counters: Counters,
+    pub(crate) closed: AtomicBool,
+    pub(crate) recovery_report: RecoveryReport,
+}
+
+/// One unit of work for the write loop, per logical block.
+pub(crate) enum BlockWrite<'a> {
+    /// A whole block and its CRC32C (computed before the state lock is taken).
+    Data(u64, &'a [u8], u32),
+    /// A partial block: bytes `data` at `offset_bytes` inside logical block.
+    Patch(u64, usize, &'a [u8]),
+    Zero(u64),
+    Trim(u64),
+}
+
+/// Why a client batch cannot be opened now.
+pub(crate) enum OpenProblem {
+    /// Every write buffer set is in use: wait for one.
+    Buffers,
+    /// Free segments are at the cleaner's reserve: clean (or fail) before going on.
+    Space,
+    /// Free segments are below the low watermark: clean one round, then go on.
+    Cleaning,
+}
+
+/// Split the byte range `offset_bytes .. + length_bytes` into per-block pieces:
+/// (logical block, offset inside it, range of the caller's buffer).
+pub(crate) fn block_pieces(
+    offset_bytes: u64,
+    length_bytes: usize,
+) -> impl Iterator<Item = (u64, usize, std::ops::Range<usize>)> {
+    let block = BLOCK_SIZE_BYTES as u64;
+    let mut done = 0usize;
+    std::iter::from_fn(move || {
+        if done >= length_bytes {
+            return None;
+        }
+        let position = offset_bytes + done as u64;
+        let within = (position % block) as usize;
+        let count = (BLOCK_SIZE_BYTES - within).min(length_bytes - done);
+        let piece = (position / block, within, done..done + count);
+        done += count;
+        Some(piece)
+    })
+}
+
+impl Core {
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        self.check_open()?;
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        if let Some(reason) = self.members.shutdown.lock().clone() {
+            return Err(Error::Failed(reason));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn check_range(&self, offset_bytes: u64, length_bytes: u64) -> Result<()> {
+        if !offset_bytes.is_multiple_of(SECTOR_SIZE_BYTES) || !length_bytes.is_multiple_of(SECTOR_SIZE_BYTES) {
+            return Err(Error::InvalidRequest(format!(
+                "offset {offset_bytes} and length {length_bytes} must be multiples of {SECTOR_SIZE_BYTES}"
+            )));
+        }
+        let size = self.map.block_count() * BLOCK_SIZE_BYTES as u64;
+        match offset_bytes.checked_add(length_bytes) {
+            Some(end) if end <= size => Ok(()),
+            _ => Err(Error::InvalidRequest(format!(
+                "range {offset_bytes}+{length_bytes} is beyond the end of the volume ({size} bytes)"
+            ))),
+        }
+    }
+
+    pub(crate) fn fail(&self, reason: String) {
+        let mut failure = self.members.shutdown.lock();
+        if failure.is_none() {
+            *failure = Some(reason);
+        }
+        drop(failure);
+        // Wake flushers waiting for batches that will never complete.
+        let _state = self.state.lock();
+        self.progress.notify_all();
+    }
+
+    /// Open the clients' batch; `Ok(true)` when it starts a new segment.
+    pub(crate) fn open_batch(&self, state: &mut WriteState, cleaned: bool) -> std::result::Result<bool, OpenProblem> {
+        let sequence = state.next_sequence;
+        if state.current_segments[HOST_STREAM].is_none() {
+            let (low_watermark, _) = crate::space::watermarks(self.geometry.segment_count());
+            let free = state.free_segments.len();
+            if free <= crate::space::CLEANING_RESERVE_SEGMENTS {
+                return Err(OpenProblem::Space);
+            }
+            if free < low_watermark && self.background_cleaning {
+                self.cleaner_wakeup.notify_one();
+            } else if free < low_watermark && !cleaned {
+                return Err(OpenProblem::Cleaning);
+            }
+        }
+        let buffers: PooledBuffers = self.data_pool.try_take().ok_or(OpenProblem::Buffers)?;
+        let new_segment = state.current_segments[HOST_STREAM].is_none();
+        if new_segment {
+            let segment = state.free_segments.pop_front().expect("checked above");
+            self.start_stream_segment(state, HOST_STREAM, segment, sequence);
+        }
+        let current = state.current_segments[HOST_STREAM].as_ref().expect("set above");
+        state.open = Some(self.batch_in(current, sequence, buffers, HOST_STREAM));
+        state.next_sequence += 1;
+        Ok(new_segment)
+    }
+
+    /// Make free `segment` the current segment of `stream`.
+    pub(crate) fn start_stream_segment(&self, state: &mut WriteState, stream: usize, segment: u64, sequence: u64) {
+        let usage = &mut state.segments[segment as usize];
+        usage.status = SegmentStatus::Current;
+        usage.opened_clock = state.write_clock;
+        usage.age_clock = 0;
+        usage.stream = stream as u8;
+        usage.pinned = false;
+        state.current_segments[stream] = Some(CurrentSegment { segment, next_row: 0, open_sequence: sequence });
+        self.members.segment_started(segment);
+    }
+
+    /// A new batch at the next free row of a stream's current segment.
+    pub(crate) fn batch_in(
+        &self,
+        current: &CurrentSegment,
+        sequence: u64,
+        buffers: PooledBuffers,
+        stream: usize,
+    ) -> OpenBatch {
+        let mut batch =
+            OpenBatch::new(&self.geometry, sequence, current.segment, current.open_sequence, current.next_row, buffers);
+        batch.stream = stream;
+        batch
+    }
+
+    /// The generation of `segment` (bumped each time it is released).
+    pub(crate) fn generation(&self, segment: u64) -> u32 {
+        self.generations[segment as usize].load(Ordering::Acquire)
+    }
+
+    /// Accept one block into the open batch. `Ok(false)`: the batch is full.
+    pub(crate) fn accept(&self, state: &mut WriteState, block: &BlockWrite) -> Result<bool> {
+        match *block {
+            BlockWrite::Data(logical_block, data, checksum) => {
+                Ok(self.accept_data(state, logical_block, data, checksum))
+            }
+            BlockWrite::Zero(logical_block) => Ok(self.accept_range(state, logical_block, false)),
+            BlockWrite::Trim(logical_block) => Ok(self.accept_range(state, logical_block, true)),
+            BlockWrite::Patch(logical_block, within, data) => {
+                let mut merged = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+                self.read_block(logical_block, &mut merged, Some(state))?;
+                merged[within..within + data.len()].copy_from_slice(data);
+                if format::is_all_zero(&merged) {
+                    Ok(self.accept_range(state, logical_block, false))
+                } else {
+                    let checksum = format::block_checksum(&merged);
+                    Ok(self.accept_data(state, logical_block, &merged, checksum))
+                }
+            }
+        }
+    }
+
+    pub(crate) fn accept_data(&self, state: &mut WriteState, logical_block: u64, data: &[u8], checksum: u32) -> bool {
+        debug_assert_eq!(checksum, format::block_checksum(data));
+        let open = state.open.as_mut().expect("an open batch");
+        let Some(Slot::Block(index)) = open.reserve(true) else {
+            return false;
+        };
+        open.block_mut(index).copy_from_slice(data);
+        let (row, column) = open.place(index);
+        let position = self.geometry.position(open.segment, open.first_row + row, column);
+        open.push_entry(Entry::Data { logical_block, checksum });
+        self.checksums[position as usize].store(checksum, Ordering::Release);
+        self.remap(state, logical_block, Mapping::Data { position });
+        true
+    }
+
+    pub(crate) fn accept_range(&self, state: &mut WriteState, logical_block: u64, trim: bool) -> bool {
+        let current = self.map.get(logical_block);
+        let redundant = match current {
+            Mapping::Unmapped => true,
+            Mapping::Trimmed { .. } => true,
+            Mapping::Zero { .. } => !trim,
+            Mapping::Data { .. } => false,
+        };
+        if redundant {
+            return true;
+        }
+        self.record_range(state, logical_block, trim)
+    }
+
+    /// Add a zero or trim record for `logical_block` to the open batch (`false`: full).
+    pub(crate) fn record_range(&self, state: &mut WriteState, logical_block: u64, trim: bool) -> bool {
+        let open = state.open.as_mut().expect("an open batch");
+        let segment = open.segment;
+        if !open.extend_last_range(!trim, logical_block) {
+            if open.reserve(false).is_none() {
+                return false;
+            }
+            open.push_entry(if trim {
+                Entry::Trim { logical_block, block_count: 1 }
+            } else {
+                Entry::Zero { logical_block, block_count: 1 }
+            });
+        }
+        let mapping = if trim { Mapping::Trimmed { segment } } else { Mapping::Zero { segment } };
+        self.remap(state, logical_block, mapping);
+        true
+    }
+
+    /// Point `logical_block` at `mapping`, keeping segment live counts.
+    pub(crate) fn remap(&self, state: &mut WriteState, logical_block: u64, mapping: Mapping) {
+        let per_segment = self.geometry.blocks_per_segment();
+        let old = self.map.set(logical_block, mapping);
+        if state.open.as_ref().is_none_or(|open| open.stream == HOST_STREAM) {
+            let now = (state.write_clock / WRITE_CLOCK_UNIT_BLOCKS) as u32;
+            let index = logical_block as usize;
+            state.previous_lifetimes[index] = if old == Mapping::Unmapped {
+                u8::MAX
+            } else {
+                (u32::BITS - now.wrapping_sub(state.write_times[index]).leading_zeros()) as u8
+            };
+            state.write_times[index] = now;
+            state.write_clock += 1;
+        }
+        if let Some(segment) = mapping.segment(per_segment) {
+            state.segments[segment as usize].live_blocks += 1;
+        }
+        if let (Some(cache), Mapping::Data { position }) = (&self.cache, old) {
+            // Its cache entry goes when the batch is written (member workers), or now when
+            // the batch already names too many.
+            match state.open.as_mut() {
+                Some(open) if open.killed_positions.len() < crate::log::batch::KILLED_POSITIONS_MAXIMUM => {
+                    open.killed_positions.push(position)
+                }
+                _ => cache.forget(position),
+            }
+        }
+        if let Some(segment) = old.segment(per_segment) {
+            let killer = state.open.as_ref().map_or(state.next_sequence, |open| open.sequence);
+            let usage = &mut state.segments[segment as usize];
+            usage.live_blocks -= 1;
+            if usage.live_blocks == 0 && usage.status == SegmentStatus::Used {
+                usage.status = SegmentStatus::WaitingForFlush(killer);
+            }
+        }
+    }
+
+    /// Give up the rest of the current segment (and the empty open batch in it).
+    pub(crate) fn retire_current_segment(&self, state: &mut WriteState) {
+        state.open = None;
+        state.next_sequence -= 1;
+        self.retire_stream_segment(state, HOST_STREAM);
+    }
+
+    /// If `segment` is some stream's current segment, give up the rest of it (the clients'
+    /// open batch is sealed first when it is there) so that it can be cleaned.
+    pub(crate) fn retire_if_current(&self, state: &mut WriteState, segment: u64) {
+        for stream in 0..STREAM_COUNT {
+            if state.current_segments[stream].as_ref().is_some_and(|current| current.segment == segment) {
+                if state.open.as_ref().is_some_and(|open| open.stream == stream) {
+                    if state.open.as_ref().is_some_and(|open| !open.is_empty()) {
+                        let batch = self.seal(state);
+                        // The batch is in flight; dispatch cannot fail here but a
+                        // shut-down volume, which the caller sees on its next step.
+                        let _ = self.dispatch(batch);
+                    } else {
+                        state.open = None;
+                        state.next_sequence -= 1;
+                    }
+                }
+                self.retire_stream_segment(state, stream);
+            }
+        }
+    }
+
+    /// Give up the rest of a stream's current segment.
+    pub(crate) fn retire_stream_segment(&self, state: &mut WriteState, stream: usize) {
+        if let Some(current) = state.current_segments[stream].take() {
+            let usage = &mut state.segments[current.segment as usize];
+            usage.status = if usage.live_blocks == 0 {
+                SegmentStatus::WaitingForFlush(state.last_sealed_sequence)
+            } else {
+                SegmentStatus::Used
+            };
+        }
+    }
+
+    /// Seal the open batch (it must hold entries) and queue it for writing.
+    pub(crate) fn seal(&self, state: &mut WriteState) -> Arc<SealedBatch> {
+        let open = state.open.take().expect("an open batch");
+        let stream = open.stream;
+        let (sealed, metadata) =
+            open.seal(self.volume_uuid, self.epoch, state.durable_through_sequence, state.last_sealed_segment);
+        let header = sealed.header;
+        for (index, checksum) in metadata {
+            let data_columns = self.geometry.data_columns() as u32;
+            let position = self.geometry.position(
+                header.segment,
+                header.first_row + index / data_columns,
+                (index % data_columns) as usize,
+            );
+            self.checksums[position as usize].store(checksum, Ordering::Release);
+        }
+        let current = state.current_segments[stream].as_mut().expect("a current segment");
+        current.next_row = header.first_row + header.row_count;
+        let segment_full = current.next_row == self.geometry.rows_per_chunk();
+        let usage = &mut state.segments[header.segment as usize];
+        usage.age_clock = state.write_clock;
+        if segment_full {
+            state.current_segments[stream] = None;
+            usage.status = if usage.live_blocks == 0 {
+                SegmentStatus::WaitingForFlush(header.sequence)
+            } else {
+                SegmentStatus::Used
+            };
+        }
+        state.last_sealed_sequence = header.sequence;
+        state.last_sealed_segment = header.segment;
+        let batch = Arc::new(sealed);
+        state.in_flight.push_back(InFlight { batch: batch.clone(), written: false });
+        batch
+    }
+
+    pub(crate) fn dispatch(&self, batch: Arc<SealedBatch>) -> Result<()> {
+        match self.io_mode {
+            IoMode::Inline => {
+                let mut parity = self.parity_pool.take();
+                batch.compute_parity(&self.geometry, &mut parity);
+                let mut error = None;
+                for member in 0..self.geometry.member_count {
+                    if let Err(failure) = self.write_member_part(&batch, &parity, member) {
+                        error.get_or_insert(failure);
+                    }
+                }
+                self.batch_written(&batch, error);
+            }
+            IoMode::Threaded => {
+                let sender = self.stripe_queue.lock().clone().ok_or(Error::Closed)?;
+                // Never blocks: the queue holds as many batches as the data pool has sets.
+                sender.send(batch).map_err(|_| Error::Closed)?;
+            }
+        }
+        self.members.shutdown.lock().clone().map_or(Ok(()), |reason| Err(Error::Failed(reason)))
+    }
+
+    pub(crate) fn write_member_part(
+        &self,
+        batch: &SealedBatch,
+        parity: &PooledBuffers,
+        member: usize,
+    ) -> std::result::Result<(), String> {
+        let Some(device) = self.members.writable(member) else {
+            return Ok(());
+        };
+        let (buffer, offset) = batch.member_part(&self.geometry, parity, member);
+        // A member that fails is failed (durably) and the batch counts as written on the
+        // others; only a loss the volume cannot survive is an error.
+        device
+            .write_at(buffer, offset)
+            .or_else(|error| self.members.write_failed(member, error))
+            .map_err(|error| error.to_string())
+    }
+
+    /// Account a batch whose member writes finished (with the first error, if any), and
+    /// retire written batches in sequence order.
+    pub(crate) fn batch_written(&self, batch: &SealedBatch, error: Option<String>) {
+        if let Some(reason) = error {
+            self.fail(format!("writing batch {}: {reason}", batch.header.sequence));
+        } else {
+            // Before the batch counts as written: until then no flush covers it, so its
+            // segment cannot be released (and its generation bumped) meanwhile.
+            self.cache_batch(batch);
+        }
+        self.count_batch(batch);
+        let mut state = self.state.lock();
+        if let Some(entry) =
+            state.in_flight.iter_mut().find(|entry| entry.batch.header.sequence == batch.header.sequence)
+        {
+            entry.written = true;
+        }
+        while state.in_flight.front().is_some_and(|entry| entry.written) {
+            let entry = state.in_flight.pop_front().expect("front exists");
+            let header = &entry.batch.header;
+            self.rows_on_media[header.segment as usize].store(header.first_row + header.row_count, Ordering::Release);
+            state.written_through_sequence = header.sequence;
+        }
+        self.progress.notify_all();
+    }
+
+    /// Put every block of a just-written batch in the cache (recent writes are hot).
+    pub(crate) fn cache_batch(&self, batch: &SealedBatch) {
+        let Some(cache) = &self.cache else { return };
+        let header = &batch.header;
+        for &position in &batch.killed_positions {
+            cache.forget(position);
+        }
+        // Relocated blocks are the ones nobody wrote for a while: they would only push
+        // recently written blocks out (reads cache them again when they are wanted).
+        if batch.relocation {
+            return;
+        }
+        let generation = self.generation(header.segment);
+        for row in header.first_row..header.first_row + header.row_count {
+            for column in 0..self.geometry.data_columns() {
+                if let Some(block) = batch.block(row, column) {
+                    cache.insert(self.geometry.position(header.segment, row, column), generation, block);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn count_batch(&self, batch: &SealedBatch) {
+        let header = &batch.header;
+        let block = BLOCK_SIZE_BYTES as u64;
+        let data_columns = self.geometry.data_columns() as u64;
+        let slots = header.row_count as u64 * data_columns;
+        let data_blocks = (header.block_count - header.summary_count) as u64;
+        let padding = slots - header.block_count as u64;
+        let redundancy = (self.geometry.member_count as u64 - data_columns) * header.row_count as u64;
+        let counters = &self.counters;
+        Counters::add(&counters.batches_written, 1);
+        if header.first_row == 0 && header.row_count == self.geometry.rows_per_chunk() {
+            Counters::add(&counters.full_stripes, 1);
+        } else {
+            Counters::add(&counters.short_stripes, 1);
+        }
+        if batch.relocation {
+            Counters::add(&counters.member_bytes_relocated, data_blocks * block);
+        } else {
+            Counters::add(&counters.member_bytes_data, data_blocks * block);
+        }
+        Counters::add(&counters.member_bytes_metadata, header.summary_count as u64 * block);
+        Counters::add(&counters.member_bytes_padding, padding * block);
+        Counters::add(&counters.member_bytes_redundancy, redundancy * block);
+        self.members.count_written(header.row_count as u64 * block);
+    }
+
+    pub(crate) fn flush(&self) -> Result<()> {
+        self.check_open()?;
+        if self.read_only {
+            return Ok(());
+        }
+        let (target, sealed) = {
+            let mut state = self.state.lock();
+            let sealed = match &state.open {
+                Some(open) if !open.is_empty() => Some(self.seal(&mut state)),
+                _ => None,
+            };
+            (state.last_sealed_sequence, sealed)
+        };
+        if let Some(batch) = sealed {
+            self.dispatch(batch)?;
+        }
+        self.make_durable(target)
+    }
+
+    /// Make every sealed batch durable (the clients' open batch stays open), then
+    /// release what that frees (the cleaner's last step).
+    pub(crate) fn make_sealed_durable(&self) -> Result<()> {
+        let target = self.state.lock().last_sealed_sequence;
+        self.make_durable(target)
+    }
+
+    /// Wait until every batch up to `target` is written, flush the members, record the
+    /// new durable point and release the segments it frees.
+    pub(crate) fn make_durable(&self, target: u64) -> Result<()> {
+        {
+            let mut state = self.state.lock();
+            loop {
+                if let Some(reason) = self.members.shutdown.lock().clone() {
+                    return Err(Error::Failed(reason));
+                }
+                if state.durable_through_sequence >= target {
+                    return Ok(());
+                }
+                if state.written_through_sequence >= target {
+                    break;
+                }
+                self.progress.wait(&mut state);
+            }
+        }
+        self.members.flush_all(self.io_mode == IoMode::Threaded).inspect_err(|error| self.fail(error.to_string()))?;
+        Counters::add(&self.counters.flushes, 1);
+        {
+            let mut state = self.state.lock();
+            state.durable_through_sequence = state.durable_through_sequence.max(target);
+        }
+        self.reclaim().inspect_err(|error| self.fail(error.to_string()))?;
+        Ok(())
+    }
+
+    /// Record in the superblocks that every batch through `durable` is durable, unless
+    /// they already say so.
+    pub(crate) fn record_durable_through(&self, durable: u64) -> Result<()> {
+        if self.members.superblock().durable_through_sequence >= durable {
+            return Ok(());
+        }
+        self.members.update_superblock(|superblock| {
+            superblock.durable_through_sequence = superblock.durable_through_sequence.max(durable)
+        })
+    }
+
+    /// Make segments whose death is durable free again. Their head row is zeroed and
+    /// flushed first, on every member, so that recovery can always tell a released
+    /// segment from one whose metadata was lost (docs/crash-consistency.md).
+    pub(crate) fn reclaim(&self) -> Result<()> {
+        let (releasing, durable): (Vec<u64>, u64) = {
+            let mut guard = self.state.lock();
+            let state = &mut *guard;
+            let durable = state.durable_through_sequence;
+            let mut releasing = Vec::new();
+            for (index, segment) in state.segments.iter_mut().enumerate() {
+                if matches!(segment.status, SegmentStatus::WaitingForFlush(tag) if tag <= durable) {
+                    segment.status = SegmentStatus::Releasing;
+                    releasing.push(index as u64);
+                }
+            }
+            (releasing, durable)
+        };
+        if releasing.is_empty() {
+            return Ok(());
+        }
+        // The batches in these segments leave the log: record durably that everything
+        // up to `durable` was durable, so that recovery does not take their absence for
+        // the end of the log.
+        self.record_durable_through(durable)?;
+        // Barrier: wait for readers that may still hold a position in these segments;
+        // then their cached blocks are retired with a new generation.
+        {
+            let _fence = self.reuse_fence.write();
+            for &segment in &releasing {
+                self.generations[segment as usize].fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        let zeros = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+        let heads: Vec<u64> = releasing.iter().map(|&segment| self.geometry.member_offset_bytes(segment, 0)).collect();
+        self.members.write_everywhere(&zeros, &heads, self.io_mode == IoMode::Threaded)?;
+        self.members.flush_all(self.io_mode == IoMode::Threaded)?;
+        let mut state = self.state.lock();
+        for segment in releasing {
+            state.segments[segment as usize].status = SegmentStatus::Free;
+            self.rows_on_media[segment as usize].store(0, Ordering::Release);
+            state.free_segments.push_back(segment);
+        }
+        self.progress.notify_all();
+        Ok(())
+    }
+
+    /// Read logical block `logical_block` into `out` (4096 bytes). Callers hold the reuse
+    /// fence, or pass the state they hold (which also keeps segments from being reused).
+    pub(crate) fn read_block(&self, logical_block: u64, out: &mut [u8], held: Option<&WriteState>) -> Result<()> {
+        match self.map.get(logical_block) {
+            Mapping::Data { position } => self.read_position(position, logical_block, out, held),
+            _ => {
+                out.fill(0);
+                Ok(())
+            }
+        }
+    }
+
+    /// Read the block at data-space `position` (which holds `logical_block`) into `out`:
+    /// from memory when it is there, else from the members, verified. Same locking rules
+    /// as [`Core::read_block`].
+    pub(crate) fn read_position(
+        &self,
+        position: u64,
+        logical_block: u64,
+        out: &mut [u8],
+        held: Option<&WriteState>,
+    ) -> Result<()> {
+        if let Lookup::Served = self.position_from_memory(position, out, held) {
+            return Ok(());
+        }
+        let location = self.geometry.locate(position);
+        let generation = self.generation(location.segment);
+        let expected = self.checksums[position as usize].load(Ordering::Acquire);
+        let checksum_of = |column: usize| {
+            let other = self.geometry.position(location.segment, location.row, column);
+            Some(self.checksums[other as usize].load(Ordering::Acquire))
+        };
+        self.read_verified(location, &|block| format::block_checksum(block) == expected, &checksum_of, out).map_err(
+            |reason| {
+                Counters::add(&self.counters.unrecoverable_reads, 1);
+                Error::Unrecoverable { logical_block, reason }
+            },
+        )?;
+        if let Some(cache) = &self.cache {
+            cache.insert(position, generation, out);
+        }
+        Ok(())
+    }
+
+    /// Serve a block from memory when it is there: unmapped or zero, in a batch not yet
+    /// on the members, or in the cache. Same locking rules as [`Core::read_block`].
+    pub(crate) fn read_block_from_memory(
+        &self,
+        logical_block: u64,
+        out: &mut [u8],
+        held: Option<&WriteState>,
+    ) -> Lookup {
+        match self.map.get(logical_block) {
+            Mapping::Data { position } => self.position_from_memory(position, out, held),
+            _ => {
+                out.fill(0);
+                Lookup::Served
+            }
+        }
+    }
+
+    pub(crate) fn position_from_memory(&self, position: u64, out: &mut [u8], held: Option<&WriteState>) -> Lookup {
+        let location = self.geometry.locate(position);
+        if location.row >= self.rows_on_media[location.segment as usize].load(Ordering::Acquire) {
+            let found = match held {
+                Some(state) => copy_from_memory(state, location, out),
+                None => copy_from_memory(&self.state.lock(), location, out),
+            };
+            if found {
+                return Lookup::Served;
+            }
+        }
+        let generation = self.generation(location.segment);
+        if let Some(cache) = &self.cache {
+            if cache.get(position, generation, out) {
+                return Lookup::Served;
+            }
+        }
+        Lookup::OnMembers
+    }
+
+    pub(crate) fn read_verified(
+        &self,
+        location: crate::layout::geometry::BlockLocation,
+        valid: &dyn Fn(&[u8]) -> bool,
+        checksum_of: &dyn Fn(usize) -> Option<u32>,
+        out: &mut [u8],
+    ) -> std::result::Result<(), String> {
+        self.members
+            .read_verified(&self.geometry, &self.counters, location, valid, checksum_of, ReadPurpose::Client, out)
+            .map(|_| ())
+    }
+}
+
+/// Where a block read was served from.
+pub(crate) enum Lookup {
+    Served,
+    /// Not in memory: it must be read from the members at this data-space position.
+    OnMembers,
+}
+
+/// Copy a block that is still only in memory (open or in-flight batch).
+pub(crate) fn copy_from_memory(
+    state: &WriteState,
+    location: crate::layout::geometry::BlockLocation,
+    out: &mut [u8],
+) -> bool {
+    if let Some(open) = &state.open {
+        if open.segment == location.segment {
+            if let Some(index) = open.index_of(location.row, location.column) {
+                out.copy_from_slice(open.block(index));
+                return true;
+            }
+        }
+    }
+    for entry in &state.in_flight {
+        if entry.batch.header.segment == location.segment {
+            if let Some(block) = entry.batch.block(location.row, location.column) {
+                out.copy_from_slice(block);
+                return true;
+            }
+        }
+    }
+    false
+}
+
+impl crate::log::pipeline::BatchSink for Core {
+    fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    fn members(&self) -> &Members {
+        &self.members
+    }
+
+    fn parity_pool(&self) -> &Arc<BufferPool> {
+        &self.parity_pool
+    }
+
+    fn write_queue_batches(&self) -> usize {
+        self.write_queue_batches
+    }
+
+    fn batch_written(&self, batch: &SealedBatch, error: Option<String>) {
+        Core::batch_written(self, batch, error)
+    }
+
+    fn fail(&self, reason: String) {
+        Core::fail(self, reason)
+    }
+}

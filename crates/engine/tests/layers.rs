@@ -1,0 +1,111 @@
+//! The engine's layers depend only downward (ARCHITECTURE.md, "The engine's layers"):
+//! every `crate::` path in a layer's sources names its own layer, a layer before it, or a
+//! leaf module (`error`, `stats`). A path pointing down the list fails this test with the
+//! file, the line and the two layers.
+
+use std::path::{Path, PathBuf};
+
+/// The layers in order; a layer may use itself and those before it.
+const LAYERS: [&str; 10] =
+    ["layout", "array", "log", "index", "space", "io", "cleaner", "mount", "maintenance", "volume"];
+/// Modules every layer may use, and which use no layer themselves.
+const LEAVES: [&str; 2] = ["error", "stats"];
+
+fn rank(module: &str) -> Option<usize> {
+    if LEAVES.contains(&module) {
+        return Some(0);
+    }
+    LAYERS.iter().position(|layer| *layer == module).map(|index| index + 1)
+}
+
+fn sources(directory: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(directory).expect("read the engine's sources") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            sources(&path, found);
+        } else if path.extension().is_some_and(|extension| extension == "rs") {
+            found.push(path);
+        }
+    }
+}
+
+/// The module a source file belongs to: its first path component below `src`.
+fn owner(source_root: &Path, file: &Path) -> String {
+    let relative = file.strip_prefix(source_root).expect("inside src");
+    let first = relative.components().next().expect("a component").as_os_str().to_string_lossy().to_string();
+    first.trim_end_matches(".rs").to_string()
+}
+
+/// Every `crate::name` in `text` (comments included: a doc link down the list is a
+/// dependency a reader follows too).
+fn crate_paths(text: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let mut rest = line;
+        while let Some(start) = rest.find("crate::") {
+            let after = &rest[start + "crate::".len()..];
+            let name: String = after.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            // `crate::{a, b}` groups: every name inside the braces.
+            if name.is_empty() && after.starts_with('{') {
+                let inside: String = after[1..].chars().take_while(|c| *c != '}').collect();
+                for part in inside.split(',') {
+                    let module: String =
+                        part.trim().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                    if !module.is_empty() {
+                        found.push((number + 1, module));
+                    }
+                }
+            } else if !name.is_empty() {
+                found.push((number + 1, name));
+            }
+            rest = after;
+        }
+    }
+    found
+}
+
+#[test]
+fn every_layer_depends_only_on_the_layers_before_it() {
+    let source_root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&source_root, &mut files);
+    files.sort();
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let module = owner(&source_root, file);
+        if module == "lib" {
+            continue; // the crate root declares and re-exports every layer
+        }
+        let Some(own) = rank(&module) else {
+            problems.push(format!(
+                "{}: module `{module}` is in no layer (add it to ARCHITECTURE.md and here)",
+                file.display()
+            ));
+            continue;
+        };
+        let text = std::fs::read_to_string(file).expect("read a source file");
+        for (line, used) in crate_paths(&text) {
+            checked += 1;
+            let Some(used_rank) = rank(&used) else {
+                problems.push(format!("{}:{line}: `crate::{used}` is in no layer", file.display()));
+                continue;
+            };
+            let leaf_uses_layer = LEAVES.contains(&module.as_str()) && !LEAVES.contains(&used.as_str());
+            if used_rank > own || leaf_uses_layer {
+                problems.push(format!("{}:{line}: `{module}` uses `crate::{used}`, a later layer", file.display()));
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} crate paths found: the scan is broken");
+    assert!(problems.is_empty(), "layering violations:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn the_scan_sees_paths_and_groups() {
+    let paths = crate_paths("use crate::io::Core;\nuse crate::{layout, space::X};\n// see crate::volume::Volume");
+    let names: Vec<&str> = paths.iter().map(|(_, name)| name.as_str()).collect();
+    assert_eq!(names, ["io", "layout", "space", "volume"]);
+    assert!(rank("volume") > rank("io"));
+    assert_eq!(rank("stats"), Some(0));
+}
