@@ -17,8 +17,9 @@
 //!    are durable, so the old copy stays valid until the new one is.
 
 use crate::error::{Error, Result};
+use crate::index::lifetimes::WRITE_CLOCK_AT_OPEN;
 use crate::index::map::Mapping;
-use crate::io::{Core, WriteState, WRITE_CLOCK_AT_OPEN};
+use crate::io::{Core, WriteState};
 use crate::layout::format;
 use crate::layout::geometry::BLOCK_SIZE_BYTES;
 use crate::log::{HOST_STREAM, RELOCATION_STREAMS};
@@ -66,13 +67,14 @@ fn relocation_stream(state: &WriteState, logical_block: u64, yardstick: Option<u
     let Some(yardstick) = yardstick else {
         return middle;
     };
-    if state.block_age(logical_block) >= OLD_AGE_YARDSTICKS * yardstick {
+    if state.lifetimes.block_age(logical_block) >= OLD_AGE_YARDSTICKS * yardstick {
         return old;
     }
     // The previous life was in [2^(c−1), 2^c) units: take 3/4 of 2^c as its length.
-    let previous = state.previous_lifetimes[logical_block as usize];
+    let previous = state.lifetimes.previous_lifetimes[logical_block as usize];
     let short_lived = previous < 40
-        && (1u64 << previous) * 3 / 4 * crate::io::WRITE_CLOCK_UNIT_BLOCKS <= SHORT_LIFE_YARDSTICKS * yardstick;
+        && (1u64 << previous) * 3 / 4 * crate::index::lifetimes::WRITE_CLOCK_UNIT_BLOCKS
+            <= SHORT_LIFE_YARDSTICKS * yardstick;
     if short_lived {
         short
     } else {
@@ -142,9 +144,9 @@ pub(crate) fn background_cleaner(cleaner: std::sync::Arc<Cleaner>) {
                 {
                     return;
                 }
-                let free = state.free_segments.len();
-                let idle = state.write_clock == clock_seen;
-                clock_seen = state.write_clock;
+                let free = state.space.free_segments.len();
+                let idle = state.lifetimes.write_clock == clock_seen;
+                clock_seen = state.lifetimes.write_clock;
                 if !nothing_to_gain && (free < low_watermark || (idle && free < high_watermark)) {
                     break;
                 }
@@ -160,7 +162,7 @@ pub(crate) fn background_cleaner(cleaner: std::sync::Arc<Cleaner>) {
             // reserve then look for space themselves and report it.
             Err(Error::OutOfSpace) => false,
             Err(error) => {
-                shared.fail(error.to_string());
+                shared.fail(crate::error::Shutdown::Cleaner(std::sync::Arc::new(error)));
                 return;
             }
         };
@@ -267,9 +269,7 @@ impl Cleaner {
                 if state.has_room_for_clients() {
                     return Ok(());
                 }
-                if let Some(reason) = self.core.members.shutdown.lock().clone() {
-                    return Err(Error::Failed(reason));
-                }
+                self.core.members.check_running()?;
                 if self.core.cleaner_gains_nothing.load(Ordering::SeqCst)
                     || self.core.cleaner_stop.load(Ordering::SeqCst)
                 {
@@ -282,7 +282,7 @@ impl Cleaner {
         self.core.flush()?;
         let mut progress = ProgressWindow::new(self.core.cleaning_net_segments.load(Ordering::SeqCst));
         loop {
-            self.core.reclaim().inspect_err(|error| self.core.fail(error.to_string()))?;
+            self.core.stop_on_error(self.core.reclaim())?;
             let state = self.core.state.lock();
             if state.has_room_for_clients() {
                 return Ok(());
@@ -291,6 +291,7 @@ impl Cleaner {
             // segment's worth of dead blocks between them; less than that is a full volume.
             let per_segment = self.core.geometry.blocks_per_segment();
             let dead: u64 = state
+                .space
                 .segments
                 .iter()
                 .filter(|usage| usage.status == SegmentStatus::Used)
@@ -306,8 +307,8 @@ impl Cleaner {
                 continue;
             }
             let mut state = self.core.state.lock();
-            let durable = state.durable_through_sequence;
-            let coming_free = state.segments.iter().any(|segment| match segment.status {
+            let durable = state.log.durable_through_sequence;
+            let coming_free = state.space.segments.iter().any(|segment| match segment.status {
                 SegmentStatus::Releasing => true,
                 SegmentStatus::WaitingForFlush(tag) => tag <= durable,
                 _ => false,
@@ -315,9 +316,7 @@ impl Cleaner {
             if !coming_free {
                 return Err(Error::OutOfSpace);
             }
-            if let Some(reason) = self.core.members.shutdown.lock().clone() {
-                return Err(Error::Failed(reason));
-            }
+            self.core.members.check_running()?;
             self.core.progress.wait_for(&mut state, Duration::from_millis(10));
         }
     }
@@ -423,7 +422,7 @@ impl Cleaner {
         let mut state = self.core.state.lock();
         for record in records.filter(|record| record.unreadable) {
             if let Some(segment) = record.mapping.segment(per_segment) {
-                state.segments[segment as usize].pinned = true;
+                state.space.segments[segment as usize].pinned = true;
             }
         }
     }
@@ -439,8 +438,9 @@ impl Cleaner {
         let (victims, filler, yardstick) = {
             let mut guard = self.core.state.lock();
             let state = &mut *guard;
-            let now = state.write_clock;
+            let now = state.lifetimes.write_clock;
             let mut candidates: Vec<(f64, u64)> = state
+                .space
                 .segments
                 .iter()
                 .enumerate()
@@ -466,7 +466,7 @@ impl Cleaner {
             let mut filler = None;
             let mut live = 0u64;
             for (_, segment) in candidates {
-                let usage = &state.segments[segment as usize];
+                let usage = &state.space.segments[segment as usize];
                 if !victims.is_empty() && live + usage.live_blocks > capacity {
                     filler = Some(segment);
                     break;
@@ -566,9 +566,7 @@ impl Cleaner {
             let buffers = self.core.data_pool.take();
             let mut guard = self.core.state.lock();
             let state: &mut crate::io::WriteState = &mut guard;
-            if let Some(reason) = self.core.members.shutdown.lock().clone() {
-                return Err(Error::Failed(reason));
-            }
+            self.core.members.check_running()?;
             // Skip what the clients overwrote since it was read.
             let still_current = |record: &Live| {
                 self.core.map.get(record.logical_block) == record.mapping
@@ -590,11 +588,11 @@ impl Cleaner {
             // empty) so that the relocation batch takes the next rows of their segment.
             let mut client_sealed = None;
             if !self.separate_streams {
-                match state.open.as_ref().map(crate::log::batch::OpenBatch::is_empty) {
+                match state.log.open.as_ref().map(crate::log::batch::OpenBatch::is_empty) {
                     Some(false) => client_sealed = Some(self.core.seal(state)),
                     Some(true) => {
-                        state.open = None;
-                        state.next_sequence -= 1;
+                        state.log.open = None;
+                        state.log.next_sequence -= 1;
                     }
                     None => {}
                 }
@@ -603,14 +601,14 @@ impl Cleaner {
             let stream = live[next].stream;
             let rows_per_chunk = self.core.geometry.rows_per_chunk();
             let data_columns = self.core.geometry.data_columns() as u32;
-            if state.current_segments[stream]
+            if state.log.current_segments[stream]
                 .as_ref()
                 .is_some_and(|current| (rows_per_chunk - current.next_row) * data_columns < 2)
             {
                 self.core.retire_stream_segment(state, stream);
             }
-            if state.current_segments[stream].is_none() {
-                let Some(segment) = state.free_segments.pop_front() else {
+            if state.log.current_segments[stream].is_none() {
+                let Some(segment) = state.space.free_segments.pop_front() else {
                     return Err(Error::OutOfSpace);
                 };
                 self.core.cleaning_net_segments.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
@@ -619,36 +617,36 @@ impl Cleaner {
             // The relocation batch takes the clients' open batch's place in the log order;
             // the clients' batch (which holds nothing written after these records were
             // chosen that they depend on) moves one sequence number up.
-            let moved = state.next_sequence;
-            let sequence = match state.open.as_mut() {
+            let moved = state.log.next_sequence;
+            let sequence = match state.log.open.as_mut() {
                 Some(client) => {
                     let taken = client.sequence;
                     client.sequence = moved;
                     if client.segment_open_sequence == taken {
                         client.segment_open_sequence = moved;
                     }
-                    if let Some(current) = state.current_segments[HOST_STREAM].as_mut() {
+                    if let Some(current) = state.log.current_segments[HOST_STREAM].as_mut() {
                         if current.open_sequence == taken {
                             current.open_sequence = moved;
                         }
                     }
-                    for usage in state.segments.iter_mut() {
+                    for usage in state.space.segments.iter_mut() {
                         if usage.status == SegmentStatus::WaitingForFlush(taken) {
                             usage.status = SegmentStatus::WaitingForFlush(moved);
                         }
                     }
                     taken
                 }
-                None => state.next_sequence,
+                None => state.log.next_sequence,
             };
-            state.next_sequence += 1;
-            let current = state.current_segments[stream].as_mut().expect("set above");
+            state.log.next_sequence += 1;
+            let current = state.log.current_segments[stream].as_mut().expect("set above");
             if current.open_sequence == u64::MAX {
                 current.open_sequence = sequence;
             }
             let mut batch = self.core.batch_in(current, sequence, buffers, stream);
             batch.relocation = true;
-            let client = state.open.replace(batch);
+            let client = state.log.open.replace(batch);
             let mut relocated = 0u64;
             while next < live.len() && live[next].stream == stream {
                 let record = &live[next];
@@ -675,7 +673,8 @@ impl Cleaner {
                 next += 1;
             }
             // The filler's blocks complete the last row instead of padding.
-            while next_filler < fillers.len() && state.open.as_ref().is_some_and(|batch| batch.padding_blocks() > 0) {
+            while next_filler < fillers.len() && state.log.open.as_ref().is_some_and(|batch| batch.padding_blocks() > 0)
+            {
                 let record = &fillers[next_filler];
                 next_filler += 1;
                 if !still_current(record) || record.unreadable {
@@ -689,7 +688,7 @@ impl Cleaner {
             }
             // Never empty: the segment had room for a record and the first one was current.
             let sealed = self.core.seal(state);
-            state.open = client;
+            state.log.open = client;
             drop(guard);
             Counters::add(&self.core.counters.blocks_relocated, relocated);
             blocks_moved += relocated;

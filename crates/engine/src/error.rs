@@ -1,6 +1,7 @@
 //! The engine's error type. Lower-level errors are wrapped as variants; every variant
 //! says what failed and, where it applies, which member.
 
+use std::sync::Arc;
 use stripelog_blockdev::DeviceError;
 
 #[derive(Debug, thiserror::Error)]
@@ -14,7 +15,14 @@ pub enum Error {
     #[error("member {member}: {source}")]
     Device { member: usize, source: DeviceError },
     #[error("I/O error: logical block {logical_block} cannot be read or rebuilt ({reason})")]
-    Unrecoverable { logical_block: u64, reason: String },
+    Unrecoverable { logical_block: u64, reason: ReadFailure },
+    /// Mount found metadata destroyed beyond what redundancy rebuilds: serving the volume
+    /// would return stale or zero blocks for data that was written.
+    #[error("metadata damaged beyond repair: {0}")]
+    MetadataLost(LostMetadata),
+    /// Mount found a log no run of the engine writes.
+    #[error("the log is inconsistent: {0}")]
+    InconsistentLog(LogInconsistency),
     #[error(
         "the volume is full: no free segment, and cleaning cannot make one (every used segment is live; trim or \
          delete data, or create the volume with a larger spare)"
@@ -33,8 +41,16 @@ pub enum Error {
     ReadOnly,
     #[error("too many members are missing or failed for {level}: {reason}")]
     TooManyFailures { level: String, reason: String },
-    #[error("the volume was shut down after a failed member write: {0}")]
-    Failed(String),
+    /// The volume stopped writing (a member write the RAID level cannot survive, a crash
+    /// simulated, a pipeline thread lost); reads may go on, writes are refused.
+    #[error("the volume was shut down: {0}")]
+    ShutDown(Shutdown),
+    /// A replacement member failed while it was being rebuilt.
+    #[error("member {member} failed during its rebuild")]
+    RebuildInterrupted { member: usize },
+    /// A bug: an engine thread panicked.
+    #[error("internal error: {0}")]
+    Internal(&'static str),
     #[error("the volume is closed")]
     Closed,
 }
@@ -52,4 +68,72 @@ impl Error {
             _ => 5,                                                     // EIO
         }
     }
+}
+
+/// Why a block could not be read from the array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReadFailure {
+    /// Every copy reads as zeros where a summary was looked for: nothing was written there.
+    #[error("never written")]
+    NeverWritten,
+    #[error("no copy of the block is readable and correct, and the RAID level has no parity")]
+    NoGoodCopy,
+    #[error("the block is damaged and the rest of its stripe row cannot rebuild it")]
+    BeyondRedundancy,
+}
+
+/// Which metadata mount found destroyed (docs/crash-consistency.md, "Lost metadata").
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LostMetadata {
+    #[error(
+        "batch {batch}, recorded as durable, cannot be found (its summary failed its checksum and redundancy \
+         could not rebuild it); the blocks it held would read as stale"
+    )]
+    DurableBatchMissing { batch: u64 },
+    #[error(
+        "batch {batch} in segment {segment} cannot be read (a summary block failed its checksum and redundancy \
+         could not rebuild it); the blocks it held would read as stale or zeros"
+    )]
+    PredecessorMissing { batch: u64, segment: u64 },
+    #[error(
+        "segment {segment} row {row} cannot be read (nor rebuilt from its stripe row); the blocks a batch there \
+         held would read as stale or zeros"
+    )]
+    UnreadableRow { segment: u64, row: u32 },
+    #[error(
+        "segment {segment} row {row} holds batch {batch} of the log, damaged; the blocks it held would read as \
+         stale or zeros"
+    )]
+    DamagedSummary { segment: u64, row: u32, batch: u64 },
+}
+
+/// What makes a log one the engine cannot have written.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LogInconsistency {
+    #[error("two batches with sequence {sequence} in segments {first_segment} and {second_segment}")]
+    DuplicateSequence { sequence: u64, first_segment: u64, second_segment: u64 },
+    #[error("a sequence number or durable claim ({sequence}) beyond any real log")]
+    SequenceBeyondLimit { sequence: u64 },
+    #[error(
+        "batch {sequence}: entry for blocks {first_block}+{block_count} is beyond the volume ({logical_blocks} blocks)"
+    )]
+    EntryBeyondVolume { sequence: u64, first_block: u64, block_count: u64, logical_blocks: u64 },
+}
+
+/// Why a volume stopped writing. Kept by the volume and returned to every later write.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum Shutdown {
+    #[error("writing batch {sequence}: {error}")]
+    BatchWrite { sequence: u64, error: Arc<Error> },
+    /// Flushing, releasing segments or a health check failed beyond the RAID level.
+    #[error("{0}")]
+    Members(Arc<Error>),
+    #[error("the cleaner failed: {0}")]
+    Cleaner(Arc<Error>),
+    #[error("abandoned (simulated crash)")]
+    Abandoned,
+    #[error("dropped while unwinding a panic")]
+    Unwinding,
+    #[error("internal error: a write pipeline thread panicked")]
+    PipelinePanicked,
 }

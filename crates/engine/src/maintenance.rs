@@ -158,7 +158,10 @@ impl<'a> Maintenance<'a> {
     /// so that a release cannot change either meanwhile).
     fn segment_status_and_rows(&self, segment: u64) -> (SegmentStatus, u32) {
         let state = self.core.state.lock();
-        (state.segments[segment as usize].status, self.core.rows_on_media[segment as usize].load(Ordering::Acquire))
+        (
+            state.space.segments[segment as usize].status,
+            self.core.rows_on_media[segment as usize].load(Ordering::Acquire),
+        )
     }
 
     /// Read rows `[0, rows)` of `segment` from every member readable there, one read each.
@@ -271,7 +274,7 @@ impl<'a> Maintenance<'a> {
         let free: Vec<u64> = {
             let state = self.core.state.lock();
             (0..self.core.geometry.segment_count())
-                .filter(|&segment| state.segments[segment as usize].status == SegmentStatus::Free)
+                .filter(|&segment| state.space.segments[segment as usize].status == SegmentStatus::Free)
                 .collect()
         };
         for member in self.core.members.rebuilding() {
@@ -437,9 +440,7 @@ impl<'a> Maintenance<'a> {
             if targets.is_empty() {
                 continue;
             }
-            if let Some(reason) = self.core.members.shutdown.lock().clone() {
-                return Err(Error::Failed(reason));
-            }
+            self.core.members.check_running()?;
             // No release (and reuse) of the segment while it is rebuilt.
             let _fence = self.core.reuse_fence.read();
             let (status, rows) = self.segment_status_and_rows(segment);
@@ -465,7 +466,7 @@ impl<'a> Maintenance<'a> {
                 let offset = self.core.geometry.member_offset_bytes(segment, 0);
                 for (index, &target) in targets.iter().enumerate() {
                     let Some(device) = self.core.members.writable(target) else {
-                        return Err(Error::Failed(format!("member {target} failed during its rebuild")));
+                        return Err(Error::RebuildInterrupted { member: target });
                     };
                     device
                         .write_at(&outputs[index], offset)
@@ -482,7 +483,7 @@ impl<'a> Maintenance<'a> {
         self.core.members.flush_all(self.core.io_mode == crate::log::IoMode::Threaded)?;
         for &target in &targets {
             if self.core.members.state(target) != MemberState::Rebuilding {
-                return Err(Error::Failed(format!("member {target} failed during its rebuild")));
+                return Err(Error::RebuildInterrupted { member: target });
             }
         }
         self.core.members.finish_rebuild(&targets)?;
@@ -567,7 +568,7 @@ impl<'a> Maintenance<'a> {
             let mut state = self.core.state.lock();
             self.core.retire_if_current(&mut state, segment);
             if pinned.contains(&segment) {
-                state.segments[segment as usize].pinned = true;
+                state.space.segments[segment as usize].pinned = true;
             }
         }
         self.cleaner.relocate_segment(segment)

@@ -2,7 +2,7 @@
 //! docs/crash-consistency.md ("Recovery"); step numbers below refer to it.
 
 use crate::array::members::{Members, ReadPurpose, ReadSource};
-use crate::error::{Error, Result};
+use crate::error::{Error, LogInconsistency, LostMetadata, Result};
 use crate::index::map::{BlockMap, Mapping};
 use crate::layout::format::{self, BatchHeader, DamagedHead, Entry, Summary, NO_SEGMENT};
 use crate::layout::geometry::{BlockLocation, Geometry, RaidLevel, Role, BLOCK_SIZE_BYTES};
@@ -384,10 +384,11 @@ fn read_log(reader: &Reader, verify_tail: bool, superblock_durable_through: u64)
             let sequence = batch.header.sequence;
             match batches.get(&sequence) {
                 Some(other) if other.header.epoch == batch.header.epoch => {
-                    return Err(Error::Failed(format!(
-                        "the log is inconsistent: two batches with sequence {sequence} in segments {} and {}",
-                        other.header.segment, batch.header.segment
-                    )));
+                    return Err(Error::InconsistentLog(LogInconsistency::DuplicateSequence {
+                        sequence,
+                        first_segment: other.header.segment,
+                        second_segment: batch.header.segment,
+                    }));
                 }
                 Some(other) if other.header.epoch > batch.header.epoch => {}
                 _ => {
@@ -405,18 +406,14 @@ fn read_log(reader: &Reader, verify_tail: bool, superblock_durable_through: u64)
     // Sequence numbers grow by one per batch: no real log comes near the top of u64.
     const SEQUENCE_LIMIT: u64 = u64::MAX / 4;
     if durable >= SEQUENCE_LIMIT || batches.keys().next_back().is_some_and(|&last| last >= SEQUENCE_LIMIT) {
-        return Err(Error::Failed(format!(
-            "the log is inconsistent: a sequence number or durable claim ({durable}) beyond any real log"
-        )));
+        let sequence = durable.max(batches.keys().next_back().copied().unwrap_or(0));
+        return Err(Error::InconsistentLog(LogInconsistency::SequenceBeyondLimit { sequence }));
     }
     // The batch at the durable frontier is never released: that takes a later frontier,
     // recorded first (docs/crash-consistency.md). Missing, its metadata was destroyed
     // beyond repair, and the blocks it wrote would read stale: refuse.
     if durable > 0 && !batches.contains_key(&durable) {
-        return Err(Error::Failed(format!(
-            "metadata damaged beyond repair: batch {durable}, recorded as durable, cannot be found (its summary \
-             failed its checksum and redundancy could not rebuild it); the blocks it held would read as stale"
-        )));
+        return Err(Error::MetadataLost(LostMetadata::DurableBatchMissing { batch: durable }));
     }
     let mut last_sequence = durable;
     let mut repairs = Vec::new();
@@ -473,11 +470,7 @@ fn check_predecessors(batches: &BTreeMap<u64, FoundBatch>, heads: &[SegmentHead]
             },
         };
         if lost {
-            return Err(Error::Failed(format!(
-                "metadata damaged beyond repair: batch {previous} in segment {segment} cannot be read \
-                 (a summary block failed its checksum and redundancy could not rebuild it); \
-                 the blocks it held would read as stale or zeros"
-            )));
+            return Err(Error::MetadataLost(LostMetadata::PredecessorMissing { batch: previous, segment }));
         }
     }
     Ok(())
@@ -492,19 +485,17 @@ fn check_predecessors(batches: &BTreeMap<u64, FoundBatch>, heads: &[SegmentHead]
 /// epoch and open sequence), or a head that cannot be read at all, is metadata destroyed
 /// beyond repair: refuse rather than serve the blocks it held as stale or zeros.
 fn check_chain_ends(heads: &[SegmentHead], ends: &[(u64, ChainEnd)], last_sequence: u64) -> Result<()> {
-    let lost = |segment: u64, row: u32, reason: &str| {
-        Err(Error::Failed(format!(
-            "metadata damaged beyond repair: segment {segment} row {row} {reason}; the blocks a batch there held \
-             would read as stale or zeros"
-        )))
-    };
     for (segment, head) in heads.iter().enumerate() {
         match head {
             SegmentHead::Damaged(None) => {
-                return lost(segment as u64, 0, "cannot be read (nor rebuilt from its stripe row)");
+                return Err(Error::MetadataLost(LostMetadata::UnreadableRow { segment: segment as u64, row: 0 }));
             }
             SegmentHead::Damaged(Some(DamagedHead::DamagedSummary { sequence, .. })) if *sequence <= last_sequence => {
-                return lost(segment as u64, 0, &format!("holds batch {sequence} of the log, damaged"));
+                return Err(Error::MetadataLost(LostMetadata::DamagedSummary {
+                    segment: segment as u64,
+                    row: 0,
+                    batch: *sequence,
+                }));
             }
             _ => {}
         }
@@ -516,7 +507,11 @@ fn check_chain_ends(heads: &[SegmentHead], ends: &[(u64, ChainEnd)], last_sequen
             Some(DamagedHead::DamagedSummary { sequence, epoch, segment_open_sequence })
                 if sequence <= last_sequence && epoch == end.epoch && segment_open_sequence == end.open_sequence =>
             {
-                return lost(segment, end.row, &format!("holds batch {sequence} of the log, damaged"));
+                return Err(Error::MetadataLost(LostMetadata::DamagedSummary {
+                    segment,
+                    row: end.row,
+                    batch: sequence,
+                }));
             }
             _ => {}
         }
@@ -539,9 +534,8 @@ pub(crate) fn recover(
     let checksums: Vec<AtomicU32> = (0..geometry.physical_data_blocks()).map(|_| AtomicU32::new(0)).collect();
     let rows_on_media: Vec<AtomicU32> = (0..geometry.segment_count()).map(|_| AtomicU32::new(0)).collect();
     let mut replayed = 0;
-    for (&sequence, batch) in log.batches.range(..=log.last_sequence) {
-        replay(geometry, batch, &map, &checksums, logical_blocks)
-            .map_err(|reason| Error::Failed(format!("batch {sequence}: {reason}")))?;
+    for (_, batch) in log.batches.range(..=log.last_sequence) {
+        replay(geometry, batch, &map, &checksums, logical_blocks).map_err(Error::InconsistentLog)?;
         let end = batch.header.first_row + batch.header.row_count;
         rows_on_media[batch.header.segment as usize].fetch_max(end, Ordering::Relaxed);
         replayed += 1;
@@ -624,7 +618,7 @@ fn replay(
     map: &BlockMap,
     checksums: &[AtomicU32],
     logical_blocks: u64,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), LogInconsistency> {
     for (index, checksum) in batch.expected_checksums(geometry.data_columns()).into_iter().enumerate() {
         checksums[batch.position(geometry, index as u32) as usize].store(checksum, Ordering::Relaxed);
     }
@@ -642,7 +636,12 @@ fn replay(
             }
         };
         if first.checked_add(count).is_none_or(|end| end > logical_blocks) {
-            return Err(format!("entry for blocks {first}+{count} is beyond the volume ({logical_blocks} blocks)"));
+            return Err(LogInconsistency::EntryBeyondVolume {
+                sequence: batch.header.sequence,
+                first_block: first,
+                block_count: count,
+                logical_blocks,
+            });
         }
         for logical_block in first..first + count {
             map.set(logical_block, mapping);

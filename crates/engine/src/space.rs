@@ -65,3 +65,19 @@ const LOW_WATERMARK_ABOVE_RESERVE: usize = 2;
 /// create` warns about it (docs/garbage-collection.md).
 pub const WORKING_SPARE_SEGMENTS: u64 =
     (CLEANING_RESERVE_SEGMENTS + RELOCATION_STREAMS.len() + 1 + MINIMUM_WON_SEGMENTS) as u64;
+
+/// Every segment's use, and the free ones in the order they will be taken.
+pub(crate) struct SegmentTable {
+    pub(crate) segments: Vec<SegmentUse>,
+    pub(crate) free_segments: std::collections::VecDeque<u64>,
+}
+
+impl SegmentTable {
+    /// The table as recovered: the free list is every segment whose status is free.
+    pub(crate) fn new(segments: Vec<SegmentUse>) -> SegmentTable {
+        let free_segments = (0..segments.len() as u64)
+            .filter(|&segment| segments[segment as usize].status == SegmentStatus::Free)
+            .collect();
+        SegmentTable { segments, free_segments }
+    }
+}

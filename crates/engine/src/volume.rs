@@ -4,23 +4,23 @@
 
 use crate::array::members::{self, CreateOptions, MemberDevice};
 use crate::cleaner::Cleaner;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Shutdown};
+use crate::index::lifetimes::{Lifetimes, LIFETIME_BYTES_PER_BLOCK};
 use crate::index::map::Mapping;
-use crate::io::{
-    block_pieces, BlockWrite, Core, Lookup, OpenProblem, WriteState, LIFETIME_BYTES_PER_BLOCK, WRITE_CLOCK_AT_OPEN,
-};
+use crate::io::{block_pieces, BlockWrite, Core, Lookup, OpenProblem, WriteState};
 use crate::layout::format;
 use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
 use crate::log::batch::{BufferPool, OpenBatch};
 use crate::log::IoMode;
+use crate::log::LogState;
 use crate::maintenance::{
     Maintenance, MaintenanceOptions, MaintenanceProgress, RebuildReport, ReplaceOptions, ScrubReport,
 };
 use crate::mount;
 use crate::space::SegmentStatus;
+use crate::space::SegmentTable;
 use crate::stats::{Counters, MemberStatus, VolumeStats};
 use parking_lot::{Condvar, Mutex, RwLock};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -186,21 +186,9 @@ impl Volume {
             cache: crate::io::cache::BlockCache::new(options.cache_size_bytes),
             reuse_fence: RwLock::new(()),
             state: Mutex::new(WriteState {
-                open: None,
-                current_segments: [None, None, None, None],
-                next_sequence: recovered.last_sequence + 1,
-                last_sealed_sequence: recovered.last_sequence,
-                last_sealed_segment: recovered.last_segment,
-                written_through_sequence: recovered.last_sequence,
-                durable_through_sequence: recovered.last_sequence,
-                in_flight: VecDeque::new(),
-                free_segments: (0..segment_count)
-                    .filter(|&segment| recovered.segments[segment as usize].status == SegmentStatus::Free)
-                    .collect(),
-                segments: recovered.segments,
-                write_clock: WRITE_CLOCK_AT_OPEN,
-                write_times: vec![0; geometry.logical_block_count() as usize],
-                previous_lifetimes: vec![u8::MAX; geometry.logical_block_count() as usize],
+                log: LogState::recovered(recovered.last_sequence, recovered.last_segment),
+                space: SegmentTable::new(recovered.segments),
+                lifetimes: Lifetimes::new(geometry.logical_block_count()),
             }),
             progress: Condvar::new(),
             data_pool,
@@ -450,7 +438,7 @@ impl Volume {
     /// Drop the volume as if the process died: nothing more is written (simulation).
     pub fn abandon(self) {
         self.abandoned.store(true, Ordering::SeqCst);
-        self.shared.fail("abandoned (simulated crash)".into());
+        self.shared.fail(Shutdown::Abandoned);
         self.stop_threads();
     }
 
@@ -463,7 +451,7 @@ impl Volume {
             Ok(())
         } else {
             self.flush().and_then(|()| {
-                let durable = self.shared.state.lock().durable_through_sequence;
+                let durable = self.shared.state.lock().log.durable_through_sequence;
                 members::record_clean_close(&self.shared.members, durable)
             })
         };
@@ -501,7 +489,7 @@ impl Drop for Volume {
             // Unwinding: the state may be half-changed (a batch sealed and never written);
             // waiting for it would hang. Stop as a crash would: nothing more is written.
             self.abandoned.store(true, Ordering::SeqCst);
-            self.shared.fail("dropped while unwinding a panic".into());
+            self.shared.fail(Shutdown::Unwinding);
             self.stop_threads();
             return;
         }
@@ -518,12 +506,12 @@ fn flush_timer(cleaner: Arc<Cleaner>, interval: Duration) {
         if health_checked.elapsed() >= MEMBER_HEALTH_INTERVAL {
             health_checked = Instant::now();
             if let Err(error) = shared.members.check_health() {
-                shared.fail(error.to_string());
+                shared.fail(Shutdown::Members(Arc::new(error)));
             }
         }
         let due = {
             let state = shared.state.lock();
-            state.open.as_ref().is_some_and(|open| !open.is_empty() && open.opened_at.elapsed() >= interval)
+            state.log.open.as_ref().is_some_and(|open| !open.is_empty() && open.opened_at.elapsed() >= interval)
         };
         if due {
             // A failure is recorded in `failure` and reported to the next client call.
@@ -534,12 +522,12 @@ fn flush_timer(cleaner: Arc<Cleaner>, interval: Duration) {
         let idle = {
             let state = shared.state.lock();
             let (_, high_watermark) = crate::space::watermarks(shared.geometry.segment_count());
-            state.open.as_ref().is_none_or(|open| open.opened_at.elapsed() >= tick && open.is_empty())
-                && state.free_segments.len() < high_watermark
+            state.log.open.as_ref().is_none_or(|open| open.opened_at.elapsed() >= tick && open.is_empty())
+                && state.space.free_segments.len() < high_watermark
         };
         if idle && !shared.background_cleaning && shared.members.shutdown.lock().is_none() {
             if let Err(error) = cleaner.clean_round() {
-                shared.fail(error.to_string());
+                shared.fail(Shutdown::Cleaner(Arc::new(error)));
             }
         }
     }
@@ -565,10 +553,8 @@ fn apply(cleaner: &Cleaner, blocks: &[BlockWrite]) -> Result<()> {
     let mut cleaned_for_this_segment = false;
     while next < blocks.len() {
         let mut state = core.state.lock();
-        if let Some(reason) = core.members.shutdown.lock().clone() {
-            return Err(Error::Failed(reason));
-        }
-        if state.open.is_none() {
+        core.members.check_running()?;
+        if state.log.open.is_none() {
             match core.open_batch(&mut state, cleaned_for_this_segment) {
                 // A new segment: it may clean once more (one round per new segment).
                 Ok(new_segment) => cleaned_for_this_segment &= !new_segment,
@@ -595,7 +581,7 @@ fn apply(cleaner: &Cleaner, blocks: &[BlockWrite]) -> Result<()> {
         while next < blocks.len() {
             if core.accept(&mut state, &blocks[next])? {
                 next += 1;
-            } else if state.open.as_ref().is_some_and(OpenBatch::is_empty) {
+            } else if state.log.open.as_ref().is_some_and(OpenBatch::is_empty) {
                 // Too few rows left in the segment for even one entry: retire them.
                 core.retire_current_segment(&mut state);
                 break;
@@ -625,7 +611,7 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
     }
     let state = core.state.lock();
     let count_status = |wanted: fn(&SegmentStatus) -> bool| {
-        state.segments.iter().filter(|segment| wanted(&segment.status)).count() as u64
+        state.space.segments.iter().filter(|segment| wanted(&segment.status)).count() as u64
     };
     let segments_free = count_status(|status| *status == SegmentStatus::Free);
     let segments_waiting =
@@ -665,7 +651,7 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         failures_still_tolerated: core.members.further_losses_survived(),
         missing_members: missing,
         rebuilding_members: rebuilding,
-        failure: core.members.shutdown.lock().clone(),
+        failure: core.members.shutdown.lock().as_ref().map(ToString::to_string),
         members: member_statuses,
         holder: crate::stats::HolderStatus {
             open: holder.open,
@@ -728,8 +714,8 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
             + core.write_queue_batches * geometry.parity_shards()) as u64
             * geometry.chunk_size_bytes as u64,
         cache_memory_bytes: core.cache.as_ref().map_or(0, |cache| cache.capacity_bytes()),
-        last_sequence: state.last_sealed_sequence,
-        durable_through_sequence: state.durable_through_sequence,
+        last_sequence: state.log.last_sealed_sequence,
+        durable_through_sequence: state.log.durable_through_sequence,
         recovery: core.recovery_report.clone(),
     }
 }

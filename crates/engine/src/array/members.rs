@@ -3,7 +3,7 @@
 
 use crate::array::hedge::{PendingRead, ReadHelpers, ReadLatency};
 use crate::array::parity;
-use crate::error::{Error, Result};
+use crate::error::{Error, ReadFailure, Result};
 use crate::layout::format::{Superblock, SUPERBLOCK_OFFSETS_BYTES};
 use crate::layout::geometry::{BlockLocation, Geometry, RaidLevel, Role, BLOCK_SIZE_BYTES};
 use crate::stats::{Counters, MemberStatus};
@@ -54,7 +54,7 @@ pub(crate) struct Members {
     superblock: Mutex<Superblock>,
     /// Set when the volume is shut down (a failure beyond what the RAID level survives, or
     /// an internal error): every later request gets this reason as an error.
-    pub(crate) shutdown: Mutex<Option<String>>,
+    pub(crate) shutdown: Mutex<Option<crate::error::Shutdown>>,
     failures_while_open: AtomicU64,
 }
 
@@ -97,6 +97,14 @@ impl Members {
     }
 
     /// The device to write member `member`'s part to: active and rebuilding members.
+    /// `Err(ShutDown)` once the volume has stopped writing.
+    pub(crate) fn check_running(&self) -> Result<()> {
+        match &*self.shutdown.lock() {
+            Some(reason) => Err(Error::ShutDown(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
     pub(crate) fn writable(&self, member: usize) -> Option<Arc<dyn BlockDevice>> {
         let slot = self.slots[member].read();
         match slot.state {
@@ -333,7 +341,7 @@ impl Members {
             let handles: Vec<_> = (0..self.count()).map(|member| scope.spawn(move || flush_one(member))).collect();
             handles
                 .into_iter()
-                .try_for_each(|handle| handle.join().unwrap_or(Err(Error::Failed("flush thread panicked".into()))))
+                .try_for_each(|handle| handle.join().unwrap_or(Err(Error::Internal("a flush thread panicked"))))
         })
     }
 
@@ -353,9 +361,7 @@ impl Members {
                 None => Ok(()),
             }
         });
-        results.into_iter().try_for_each(|result| {
-            result.unwrap_or_else(|| Err(Error::Failed("internal error: a member writer panicked".into())))
-        })
+        results.into_iter().try_for_each(|result| result.unwrap_or(Err(Error::Internal("a member writer panicked"))))
     }
 
     /// Read one member block raw; `None` when the member is not readable there or the
@@ -540,7 +546,7 @@ impl Members {
         checksum_of: &dyn Fn(usize) -> Option<u32>,
         purpose: ReadPurpose,
         out: &mut [u8],
-    ) -> std::result::Result<ReadSource, String> {
+    ) -> std::result::Result<ReadSource, ReadFailure> {
         let offset = geometry.member_offset_bytes(location.segment, location.row);
         let zero_means_unwritten = purpose == ReadPurpose::Scan;
         let mut every_copy_unwritten = true;
@@ -577,7 +583,7 @@ impl Members {
             }
         }
         if late.is_none() && zero_means_unwritten && every_copy_unwritten {
-            return Err("never written".into());
+            return Err(ReadFailure::NeverWritten);
         }
         // Hedging: the rest of the row is read all at once, so the reconstruction takes
         // one read's time rather than one per member.
@@ -595,9 +601,9 @@ impl Members {
             }
         }
         if geometry.parity_shards() == 0 {
-            return Err("no copy of the block is readable and correct, and the RAID level has no parity".into());
+            return Err(ReadFailure::NoGoodCopy);
         }
-        Err("the block is damaged and the rest of its stripe row cannot rebuild it".into())
+        Err(ReadFailure::BeyondRedundancy)
     }
 
     /// Rebuild the block at `location` from the rest of its row into `out`; true when

@@ -3,3 +3,5 @@
 //! RAM").
 
 pub mod map;
+
+pub(crate) mod lifetimes;

@@ -16,16 +16,17 @@
 pub(crate) mod cache;
 
 use crate::array::members::{Members, ReadPurpose};
-use crate::error::{Error, Result};
+use crate::error::{Error, ReadFailure, Result, Shutdown};
+use crate::index::lifetimes::Lifetimes;
+use crate::index::lifetimes::WRITE_CLOCK_UNIT_BLOCKS;
 use crate::index::map::{BlockMap, Mapping};
 use crate::layout::format::{self, Entry};
 use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
 use crate::log::batch::{BufferPool, OpenBatch, PooledBuffers, SealedBatch, Slot};
-use crate::log::{IoMode, HOST_STREAM, STREAM_COUNT};
-use crate::space::{SegmentStatus, SegmentUse};
+use crate::log::{CurrentSegment, InFlight, IoMode, LogState, HOST_STREAM, STREAM_COUNT};
+use crate::space::{SegmentStatus, SegmentTable};
 use crate::stats::{Counters, RecoveryReport};
 use parking_lot::{Condvar, Mutex, RwLock};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,63 +35,19 @@ use stripelog_blockdev::AlignedBuffer;
 /// Requests are accepted at 512-byte granularity (sub-block writes merge in memory).
 pub const SECTOR_SIZE_BYTES: u64 = 512;
 
-pub(crate) struct CurrentSegment {
-    pub(crate) segment: u64,
-    pub(crate) next_row: u32,
-    pub(crate) open_sequence: u64,
-}
-
-pub(crate) struct InFlight {
-    pub(crate) batch: Arc<SealedBatch>,
-    pub(crate) written: bool,
-}
-
+/// The state every writer changes under `Core::state`, one part per layer.
 pub(crate) struct WriteState {
-    /// The clients' open batch; it always holds sequence `next_sequence - 1`. The cleaner
-    /// swaps its own batch in while it fills it.
-    pub(crate) open: Option<OpenBatch>,
-    pub(crate) current_segments: [Option<CurrentSegment>; STREAM_COUNT],
-    pub(crate) next_sequence: u64,
-    pub(crate) last_sealed_sequence: u64,
-    /// The segment of the last sealed batch (each summary names its predecessor's).
-    pub(crate) last_sealed_segment: u64,
-    pub(crate) written_through_sequence: u64,
-    pub(crate) durable_through_sequence: u64,
-    pub(crate) in_flight: VecDeque<InFlight>,
-    pub(crate) segments: Vec<SegmentUse>,
-    pub(crate) free_segments: VecDeque<u64>,
-    /// Client records accepted so far (the clock lifetimes and ages are measured in). It
-    /// starts far from zero at every open, so that blocks written before count as old.
-    pub(crate) write_clock: u64,
-    /// Per logical block: the write clock of its last client write, in units of
-    /// `WRITE_CLOCK_UNIT_BLOCKS`, wrapping (in memory only; 4 bytes per block).
-    pub(crate) write_times: Vec<u32>,
-    /// Per logical block: how long its previous version lived before the client
-    /// overwrote it, as `u32::BITS - leading_zeros(units)` (`u8::MAX`: never overwritten).
-    /// A short previous life predicts a short next one (SepBIT).
-    pub(crate) previous_lifetimes: Vec<u8>,
+    pub(crate) log: LogState,
+    pub(crate) space: SegmentTable,
+    pub(crate) lifetimes: Lifetimes,
 }
-
-/// Memory per logical block for `WriteState::write_times` and `previous_lifetimes`.
-pub(crate) const LIFETIME_BYTES_PER_BLOCK: u64 = (std::mem::size_of::<u32>() + std::mem::size_of::<u8>()) as u64;
-
-/// Granularity of `WriteState::write_times`: a `u32` of these wraps after 256 TiB written.
-pub(crate) const WRITE_CLOCK_UNIT_BLOCKS: u64 = 16;
-/// The write clock at open: blocks written before the open look 2^31 units old.
-pub(crate) const WRITE_CLOCK_AT_OPEN: u64 = (1 << 31) * WRITE_CLOCK_UNIT_BLOCKS;
 
 impl WriteState {
     /// Client writes can go on: their segment is open, or a free one lies above the
     /// cleaner's reserve.
     pub(crate) fn has_room_for_clients(&self) -> bool {
-        self.free_segments.len() > crate::space::CLEANING_RESERVE_SEGMENTS
-            || self.current_segments[HOST_STREAM].is_some()
-    }
-
-    /// Blocks written by clients since `logical_block`'s last client write.
-    pub(crate) fn block_age(&self, logical_block: u64) -> u64 {
-        let now = (self.write_clock / WRITE_CLOCK_UNIT_BLOCKS) as u32;
-        now.wrapping_sub(self.write_times[logical_block as usize]) as u64 * WRITE_CLOCK_UNIT_BLOCKS
+        self.space.free_segments.len() > crate::space::CLEANING_RESERVE_SEGMENTS
+            || self.log.current_segments[HOST_STREAM].is_some()
     }
 }
 
@@ -194,9 +151,7 @@ impl Core {
         if self.read_only {
             return Err(Error::ReadOnly);
         }
-        if let Some(reason) = self.members.shutdown.lock().clone() {
-            return Err(Error::Failed(reason));
-        }
+        self.members.check_running()?;
         Ok(())
     }
 
@@ -215,7 +170,17 @@ impl Core {
         }
     }
 
-    pub(crate) fn fail(&self, reason: String) {
+    /// An error of flushing or releasing the members stops the volume: recorded as its
+    /// shutdown reason and returned as `ShutDown`.
+    pub(crate) fn stop_on_error<T>(&self, result: Result<T>) -> Result<T> {
+        result.map_err(|error| {
+            let reason = Shutdown::Members(Arc::new(error));
+            self.fail(reason.clone());
+            Error::ShutDown(reason)
+        })
+    }
+
+    pub(crate) fn fail(&self, reason: Shutdown) {
         let mut failure = self.members.shutdown.lock();
         if failure.is_none() {
             *failure = Some(reason);
@@ -228,10 +193,10 @@ impl Core {
 
     /// Open the clients' batch; `Ok(true)` when it starts a new segment.
     pub(crate) fn open_batch(&self, state: &mut WriteState, cleaned: bool) -> std::result::Result<bool, OpenProblem> {
-        let sequence = state.next_sequence;
-        if state.current_segments[HOST_STREAM].is_none() {
+        let sequence = state.log.next_sequence;
+        if state.log.current_segments[HOST_STREAM].is_none() {
             let (low_watermark, _) = crate::space::watermarks(self.geometry.segment_count());
-            let free = state.free_segments.len();
+            let free = state.space.free_segments.len();
             if free <= crate::space::CLEANING_RESERVE_SEGMENTS {
                 return Err(OpenProblem::Space);
             }
@@ -242,26 +207,26 @@ impl Core {
             }
         }
         let buffers: PooledBuffers = self.data_pool.try_take().ok_or(OpenProblem::Buffers)?;
-        let new_segment = state.current_segments[HOST_STREAM].is_none();
+        let new_segment = state.log.current_segments[HOST_STREAM].is_none();
         if new_segment {
-            let segment = state.free_segments.pop_front().expect("checked above");
+            let segment = state.space.free_segments.pop_front().expect("checked above");
             self.start_stream_segment(state, HOST_STREAM, segment, sequence);
         }
-        let current = state.current_segments[HOST_STREAM].as_ref().expect("set above");
-        state.open = Some(self.batch_in(current, sequence, buffers, HOST_STREAM));
-        state.next_sequence += 1;
+        let current = state.log.current_segments[HOST_STREAM].as_ref().expect("set above");
+        state.log.open = Some(self.batch_in(current, sequence, buffers, HOST_STREAM));
+        state.log.next_sequence += 1;
         Ok(new_segment)
     }
 
     /// Make free `segment` the current segment of `stream`.
     pub(crate) fn start_stream_segment(&self, state: &mut WriteState, stream: usize, segment: u64, sequence: u64) {
-        let usage = &mut state.segments[segment as usize];
+        let usage = &mut state.space.segments[segment as usize];
         usage.status = SegmentStatus::Current;
-        usage.opened_clock = state.write_clock;
+        usage.opened_clock = state.lifetimes.write_clock;
         usage.age_clock = 0;
         usage.stream = stream as u8;
         usage.pinned = false;
-        state.current_segments[stream] = Some(CurrentSegment { segment, next_row: 0, open_sequence: sequence });
+        state.log.current_segments[stream] = Some(CurrentSegment { segment, next_row: 0, open_sequence: sequence });
         self.members.segment_started(segment);
     }
 
@@ -308,7 +273,7 @@ impl Core {
 
     pub(crate) fn accept_data(&self, state: &mut WriteState, logical_block: u64, data: &[u8], checksum: u32) -> bool {
         debug_assert_eq!(checksum, format::block_checksum(data));
-        let open = state.open.as_mut().expect("an open batch");
+        let open = state.log.open.as_mut().expect("an open batch");
         let Some(Slot::Block(index)) = open.reserve(true) else {
             return false;
         };
@@ -337,7 +302,7 @@ impl Core {
 
     /// Add a zero or trim record for `logical_block` to the open batch (`false`: full).
     pub(crate) fn record_range(&self, state: &mut WriteState, logical_block: u64, trim: bool) -> bool {
-        let open = state.open.as_mut().expect("an open batch");
+        let open = state.log.open.as_mut().expect("an open batch");
         let segment = open.segment;
         if !open.extend_last_range(!trim, logical_block) {
             if open.reserve(false).is_none() {
@@ -358,24 +323,24 @@ impl Core {
     pub(crate) fn remap(&self, state: &mut WriteState, logical_block: u64, mapping: Mapping) {
         let per_segment = self.geometry.blocks_per_segment();
         let old = self.map.set(logical_block, mapping);
-        if state.open.as_ref().is_none_or(|open| open.stream == HOST_STREAM) {
-            let now = (state.write_clock / WRITE_CLOCK_UNIT_BLOCKS) as u32;
+        if state.log.open.as_ref().is_none_or(|open| open.stream == HOST_STREAM) {
+            let now = (state.lifetimes.write_clock / WRITE_CLOCK_UNIT_BLOCKS) as u32;
             let index = logical_block as usize;
-            state.previous_lifetimes[index] = if old == Mapping::Unmapped {
+            state.lifetimes.previous_lifetimes[index] = if old == Mapping::Unmapped {
                 u8::MAX
             } else {
-                (u32::BITS - now.wrapping_sub(state.write_times[index]).leading_zeros()) as u8
+                (u32::BITS - now.wrapping_sub(state.lifetimes.write_times[index]).leading_zeros()) as u8
             };
-            state.write_times[index] = now;
-            state.write_clock += 1;
+            state.lifetimes.write_times[index] = now;
+            state.lifetimes.write_clock += 1;
         }
         if let Some(segment) = mapping.segment(per_segment) {
-            state.segments[segment as usize].live_blocks += 1;
+            state.space.segments[segment as usize].live_blocks += 1;
         }
         if let (Some(cache), Mapping::Data { position }) = (&self.cache, old) {
             // Its cache entry goes when the batch is written (member workers), or now when
             // the batch already names too many.
-            match state.open.as_mut() {
+            match state.log.open.as_mut() {
                 Some(open) if open.killed_positions.len() < crate::log::batch::KILLED_POSITIONS_MAXIMUM => {
                     open.killed_positions.push(position)
                 }
@@ -383,8 +348,8 @@ impl Core {
             }
         }
         if let Some(segment) = old.segment(per_segment) {
-            let killer = state.open.as_ref().map_or(state.next_sequence, |open| open.sequence);
-            let usage = &mut state.segments[segment as usize];
+            let killer = state.log.open.as_ref().map_or(state.log.next_sequence, |open| open.sequence);
+            let usage = &mut state.space.segments[segment as usize];
             usage.live_blocks -= 1;
             if usage.live_blocks == 0 && usage.status == SegmentStatus::Used {
                 usage.status = SegmentStatus::WaitingForFlush(killer);
@@ -394,8 +359,8 @@ impl Core {
 
     /// Give up the rest of the current segment (and the empty open batch in it).
     pub(crate) fn retire_current_segment(&self, state: &mut WriteState) {
-        state.open = None;
-        state.next_sequence -= 1;
+        state.log.open = None;
+        state.log.next_sequence -= 1;
         self.retire_stream_segment(state, HOST_STREAM);
     }
 
@@ -403,16 +368,16 @@ impl Core {
     /// open batch is sealed first when it is there) so that it can be cleaned.
     pub(crate) fn retire_if_current(&self, state: &mut WriteState, segment: u64) {
         for stream in 0..STREAM_COUNT {
-            if state.current_segments[stream].as_ref().is_some_and(|current| current.segment == segment) {
-                if state.open.as_ref().is_some_and(|open| open.stream == stream) {
-                    if state.open.as_ref().is_some_and(|open| !open.is_empty()) {
+            if state.log.current_segments[stream].as_ref().is_some_and(|current| current.segment == segment) {
+                if state.log.open.as_ref().is_some_and(|open| open.stream == stream) {
+                    if state.log.open.as_ref().is_some_and(|open| !open.is_empty()) {
                         let batch = self.seal(state);
                         // The batch is in flight; dispatch cannot fail here but a
                         // shut-down volume, which the caller sees on its next step.
                         let _ = self.dispatch(batch);
                     } else {
-                        state.open = None;
-                        state.next_sequence -= 1;
+                        state.log.open = None;
+                        state.log.next_sequence -= 1;
                     }
                 }
                 self.retire_stream_segment(state, stream);
@@ -422,10 +387,10 @@ impl Core {
 
     /// Give up the rest of a stream's current segment.
     pub(crate) fn retire_stream_segment(&self, state: &mut WriteState, stream: usize) {
-        if let Some(current) = state.current_segments[stream].take() {
-            let usage = &mut state.segments[current.segment as usize];
+        if let Some(current) = state.log.current_segments[stream].take() {
+            let usage = &mut state.space.segments[current.segment as usize];
             usage.status = if usage.live_blocks == 0 {
-                SegmentStatus::WaitingForFlush(state.last_sealed_sequence)
+                SegmentStatus::WaitingForFlush(state.log.last_sealed_sequence)
             } else {
                 SegmentStatus::Used
             };
@@ -434,10 +399,10 @@ impl Core {
 
     /// Seal the open batch (it must hold entries) and queue it for writing.
     pub(crate) fn seal(&self, state: &mut WriteState) -> Arc<SealedBatch> {
-        let open = state.open.take().expect("an open batch");
+        let open = state.log.open.take().expect("an open batch");
         let stream = open.stream;
         let (sealed, metadata) =
-            open.seal(self.volume_uuid, self.epoch, state.durable_through_sequence, state.last_sealed_segment);
+            open.seal(self.volume_uuid, self.epoch, state.log.durable_through_sequence, state.log.last_sealed_segment);
         let header = sealed.header;
         for (index, checksum) in metadata {
             let data_columns = self.geometry.data_columns() as u32;
@@ -448,23 +413,23 @@ impl Core {
             );
             self.checksums[position as usize].store(checksum, Ordering::Release);
         }
-        let current = state.current_segments[stream].as_mut().expect("a current segment");
+        let current = state.log.current_segments[stream].as_mut().expect("a current segment");
         current.next_row = header.first_row + header.row_count;
         let segment_full = current.next_row == self.geometry.rows_per_chunk();
-        let usage = &mut state.segments[header.segment as usize];
-        usage.age_clock = state.write_clock;
+        let usage = &mut state.space.segments[header.segment as usize];
+        usage.age_clock = state.lifetimes.write_clock;
         if segment_full {
-            state.current_segments[stream] = None;
+            state.log.current_segments[stream] = None;
             usage.status = if usage.live_blocks == 0 {
                 SegmentStatus::WaitingForFlush(header.sequence)
             } else {
                 SegmentStatus::Used
             };
         }
-        state.last_sealed_sequence = header.sequence;
-        state.last_sealed_segment = header.segment;
+        state.log.last_sealed_sequence = header.sequence;
+        state.log.last_sealed_segment = header.segment;
         let batch = Arc::new(sealed);
-        state.in_flight.push_back(InFlight { batch: batch.clone(), written: false });
+        state.log.in_flight.push_back(InFlight { batch: batch.clone(), written: false });
         batch
     }
 
@@ -487,32 +452,24 @@ impl Core {
                 sender.send(batch).map_err(|_| Error::Closed)?;
             }
         }
-        self.members.shutdown.lock().clone().map_or(Ok(()), |reason| Err(Error::Failed(reason)))
+        self.members.check_running()
     }
 
-    pub(crate) fn write_member_part(
-        &self,
-        batch: &SealedBatch,
-        parity: &PooledBuffers,
-        member: usize,
-    ) -> std::result::Result<(), String> {
+    pub(crate) fn write_member_part(&self, batch: &SealedBatch, parity: &PooledBuffers, member: usize) -> Result<()> {
         let Some(device) = self.members.writable(member) else {
             return Ok(());
         };
         let (buffer, offset) = batch.member_part(&self.geometry, parity, member);
         // A member that fails is failed (durably) and the batch counts as written on the
         // others; only a loss the volume cannot survive is an error.
-        device
-            .write_at(buffer, offset)
-            .or_else(|error| self.members.write_failed(member, error))
-            .map_err(|error| error.to_string())
+        device.write_at(buffer, offset).or_else(|error| self.members.write_failed(member, error))
     }
 
     /// Account a batch whose member writes finished (with the first error, if any), and
     /// retire written batches in sequence order.
-    pub(crate) fn batch_written(&self, batch: &SealedBatch, error: Option<String>) {
-        if let Some(reason) = error {
-            self.fail(format!("writing batch {}: {reason}", batch.header.sequence));
+    pub(crate) fn batch_written(&self, batch: &SealedBatch, error: Option<Error>) {
+        if let Some(error) = error {
+            self.fail(Shutdown::BatchWrite { sequence: batch.header.sequence, error: Arc::new(error) });
         } else {
             // Before the batch counts as written: until then no flush covers it, so its
             // segment cannot be released (and its generation bumped) meanwhile.
@@ -521,15 +478,15 @@ impl Core {
         self.count_batch(batch);
         let mut state = self.state.lock();
         if let Some(entry) =
-            state.in_flight.iter_mut().find(|entry| entry.batch.header.sequence == batch.header.sequence)
+            state.log.in_flight.iter_mut().find(|entry| entry.batch.header.sequence == batch.header.sequence)
         {
             entry.written = true;
         }
-        while state.in_flight.front().is_some_and(|entry| entry.written) {
-            let entry = state.in_flight.pop_front().expect("front exists");
+        while state.log.in_flight.front().is_some_and(|entry| entry.written) {
+            let entry = state.log.in_flight.pop_front().expect("front exists");
             let header = &entry.batch.header;
             self.rows_on_media[header.segment as usize].store(header.first_row + header.row_count, Ordering::Release);
-            state.written_through_sequence = header.sequence;
+            state.log.written_through_sequence = header.sequence;
         }
         self.progress.notify_all();
     }
@@ -589,11 +546,11 @@ impl Core {
         }
         let (target, sealed) = {
             let mut state = self.state.lock();
-            let sealed = match &state.open {
+            let sealed = match &state.log.open {
                 Some(open) if !open.is_empty() => Some(self.seal(&mut state)),
                 _ => None,
             };
-            (state.last_sealed_sequence, sealed)
+            (state.log.last_sealed_sequence, sealed)
         };
         if let Some(batch) = sealed {
             self.dispatch(batch)?;
@@ -604,7 +561,7 @@ impl Core {
     /// Make every sealed batch durable (the clients' open batch stays open), then
     /// release what that frees (the cleaner's last step).
     pub(crate) fn make_sealed_durable(&self) -> Result<()> {
-        let target = self.state.lock().last_sealed_sequence;
+        let target = self.state.lock().log.last_sealed_sequence;
         self.make_durable(target)
     }
 
@@ -614,25 +571,23 @@ impl Core {
         {
             let mut state = self.state.lock();
             loop {
-                if let Some(reason) = self.members.shutdown.lock().clone() {
-                    return Err(Error::Failed(reason));
-                }
-                if state.durable_through_sequence >= target {
+                self.members.check_running()?;
+                if state.log.durable_through_sequence >= target {
                     return Ok(());
                 }
-                if state.written_through_sequence >= target {
+                if state.log.written_through_sequence >= target {
                     break;
                 }
                 self.progress.wait(&mut state);
             }
         }
-        self.members.flush_all(self.io_mode == IoMode::Threaded).inspect_err(|error| self.fail(error.to_string()))?;
+        self.stop_on_error(self.members.flush_all(self.io_mode == IoMode::Threaded))?;
         Counters::add(&self.counters.flushes, 1);
         {
             let mut state = self.state.lock();
-            state.durable_through_sequence = state.durable_through_sequence.max(target);
+            state.log.durable_through_sequence = state.log.durable_through_sequence.max(target);
         }
-        self.reclaim().inspect_err(|error| self.fail(error.to_string()))?;
+        self.stop_on_error(self.reclaim())?;
         Ok(())
     }
 
@@ -654,9 +609,9 @@ impl Core {
         let (releasing, durable): (Vec<u64>, u64) = {
             let mut guard = self.state.lock();
             let state = &mut *guard;
-            let durable = state.durable_through_sequence;
+            let durable = state.log.durable_through_sequence;
             let mut releasing = Vec::new();
-            for (index, segment) in state.segments.iter_mut().enumerate() {
+            for (index, segment) in state.space.segments.iter_mut().enumerate() {
                 if matches!(segment.status, SegmentStatus::WaitingForFlush(tag) if tag <= durable) {
                     segment.status = SegmentStatus::Releasing;
                     releasing.push(index as u64);
@@ -685,9 +640,9 @@ impl Core {
         self.members.flush_all(self.io_mode == IoMode::Threaded)?;
         let mut state = self.state.lock();
         for segment in releasing {
-            state.segments[segment as usize].status = SegmentStatus::Free;
+            state.space.segments[segment as usize].status = SegmentStatus::Free;
             self.rows_on_media[segment as usize].store(0, Ordering::Release);
-            state.free_segments.push_back(segment);
+            state.space.free_segments.push_back(segment);
         }
         self.progress.notify_all();
         Ok(())
@@ -780,7 +735,7 @@ impl Core {
         valid: &dyn Fn(&[u8]) -> bool,
         checksum_of: &dyn Fn(usize) -> Option<u32>,
         out: &mut [u8],
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), ReadFailure> {
         self.members
             .read_verified(&self.geometry, &self.counters, location, valid, checksum_of, ReadPurpose::Client, out)
             .map(|_| ())
@@ -800,7 +755,7 @@ pub(crate) fn copy_from_memory(
     location: crate::layout::geometry::BlockLocation,
     out: &mut [u8],
 ) -> bool {
-    if let Some(open) = &state.open {
+    if let Some(open) = &state.log.open {
         if open.segment == location.segment {
             if let Some(index) = open.index_of(location.row, location.column) {
                 out.copy_from_slice(open.block(index));
@@ -808,7 +763,7 @@ pub(crate) fn copy_from_memory(
             }
         }
     }
-    for entry in &state.in_flight {
+    for entry in &state.log.in_flight {
         if entry.batch.header.segment == location.segment {
             if let Some(block) = entry.batch.block(location.row, location.column) {
                 out.copy_from_slice(block);
@@ -836,11 +791,11 @@ impl crate::log::pipeline::BatchSink for Core {
         self.write_queue_batches
     }
 
-    fn batch_written(&self, batch: &SealedBatch, error: Option<String>) {
+    fn batch_written(&self, batch: &SealedBatch, error: Option<Error>) {
         Core::batch_written(self, batch, error)
     }
 
-    fn fail(&self, reason: String) {
+    fn fail(&self, reason: Shutdown) {
         Core::fail(self, reason)
     }
 }

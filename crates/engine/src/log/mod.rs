@@ -21,3 +21,48 @@ pub enum IoMode {
 pub(crate) const HOST_STREAM: usize = 0;
 pub(crate) const RELOCATION_STREAMS: [usize; 3] = [1, 2, 3];
 pub(crate) const STREAM_COUNT: usize = 4;
+
+/// A stream's segment receiving batches.
+pub(crate) struct CurrentSegment {
+    pub(crate) segment: u64,
+    pub(crate) next_row: u32,
+    pub(crate) open_sequence: u64,
+}
+
+/// A sealed batch on its way to the members.
+pub(crate) struct InFlight {
+    pub(crate) batch: std::sync::Arc<batch::SealedBatch>,
+    pub(crate) written: bool,
+}
+
+/// The log's position: batches open, sealed, written and durable.
+pub(crate) struct LogState {
+    /// The clients' open batch; it always holds sequence `next_sequence - 1`. The cleaner
+    /// swaps its own batch in while it fills it.
+    pub(crate) open: Option<batch::OpenBatch>,
+    pub(crate) current_segments: [Option<CurrentSegment>; STREAM_COUNT],
+    pub(crate) next_sequence: u64,
+    pub(crate) last_sealed_sequence: u64,
+    /// The segment of the last sealed batch (each summary names its predecessor's).
+    pub(crate) last_sealed_segment: u64,
+    pub(crate) written_through_sequence: u64,
+    pub(crate) durable_through_sequence: u64,
+    pub(crate) in_flight: std::collections::VecDeque<InFlight>,
+}
+
+impl LogState {
+    /// The log as recovered: batch `last_sequence` (in `last_segment`) is the last one,
+    /// and durable.
+    pub(crate) fn recovered(last_sequence: u64, last_segment: u64) -> LogState {
+        LogState {
+            open: None,
+            current_segments: [None, None, None, None],
+            next_sequence: last_sequence + 1,
+            last_sealed_sequence: last_sequence,
+            last_sealed_segment: last_segment,
+            written_through_sequence: last_sequence,
+            durable_through_sequence: last_sequence,
+            in_flight: std::collections::VecDeque::new(),
+        }
+    }
+}

@@ -18,7 +18,7 @@ pub(crate) struct StripeJob {
     batch: Arc<SealedBatch>,
     parity: PooledBuffers,
     members_remaining: AtomicUsize,
-    first_error: Mutex<Option<String>>,
+    first_error: Mutex<Option<crate::error::Error>>,
 }
 
 type MemberQueue = Sender<Arc<StripeJob>>;
@@ -33,9 +33,9 @@ pub(crate) trait BatchSink: Send + Sync + 'static {
     /// Batches each member's queue holds (how far a slow member may lag).
     fn write_queue_batches(&self) -> usize;
     /// Every member finished its part of `batch`; `error`: the first failure.
-    fn batch_written(&self, batch: &SealedBatch, error: Option<String>);
+    fn batch_written(&self, batch: &SealedBatch, error: Option<crate::error::Error>);
     /// Stop the volume: a pipeline thread cannot go on.
-    fn fail(&self, reason: String);
+    fn fail(&self, reason: crate::error::Shutdown);
 }
 
 /// Start one worker per member. A member's queue holds as many jobs as the write queue
@@ -68,7 +68,7 @@ pub(crate) fn start_member_workers<S: BatchSink>(shared: &Arc<S>) -> (Vec<Member
 /// fails the volume instead of leaving flushes waiting for batches that never complete.
 pub(crate) fn fail_on_panic<S: BatchSink + ?Sized>(shared: &S, body: impl FnOnce()) {
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).is_err() {
-        shared.fail("internal error: a write pipeline thread panicked".into());
+        shared.fail(crate::error::Shutdown::PipelinePanicked);
     }
 }
 
@@ -88,7 +88,7 @@ pub(crate) fn stripe_writer<S: BatchSink>(
         });
         for queue in &members {
             if queue.send(job.clone()).is_err() {
-                finish_one(&*shared, &job, Some("member worker stopped".into()));
+                finish_one(&*shared, &job, Some(crate::error::Error::Internal("a member worker stopped")));
             }
         }
     }
@@ -121,15 +121,13 @@ fn member_worker<S: BatchSink>(shared: Arc<S>, member: usize, jobs: Receiver<Arc
         for (job, result) in taken.iter().zip(results) {
             // A failed write fails the member (recorded durably before the batch counts as
             // written on the others); only a loss beyond the RAID level is the batch's error.
-            let error = result
-                .err()
-                .and_then(|error| shared.members().write_failed(member, error).err().map(|error| error.to_string()));
+            let error = result.err().and_then(|error| shared.members().write_failed(member, error).err());
             finish_one(&*shared, job, error);
         }
     }
 }
 
-fn finish_one<S: BatchSink + ?Sized>(shared: &S, job: &StripeJob, error: Option<String>) {
+fn finish_one<S: BatchSink + ?Sized>(shared: &S, job: &StripeJob, error: Option<crate::error::Error>) {
     if let Some(error) = error {
         job.first_error.lock().get_or_insert(error);
     }
