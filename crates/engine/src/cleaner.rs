@@ -3,9 +3,10 @@
 //! A round (docs/garbage-collection.md):
 //! 1. choose victims among the used segments by the policy, as many as two segments can
 //!    absorb;
-//! 2. find their live records with one pass over the map (data blocks, and the zero and
-//!    trim records that must outlive the older copies they cancel), and give each a
-//!    relocation stream by predicted lifetime;
+//! 2. find their live records from their own summaries — what each position holds — and
+//!    the index (data blocks it still maps there, and the zero and trim records that must
+//!    outlive the older copies they cancel), so a round costs in proportion to its victims;
+//!    give each record a relocation stream by predicted lifetime;
 //! 3. read the live blocks, one read per segment column, each verified against its
 //!    checksum (rebuilt when it fails), under the reuse fence;
 //! 4. under the state lock, append the records still current to relocation batches in
@@ -19,8 +20,9 @@
 use crate::error::{Error, Result};
 use crate::index::lifetimes::WRITE_CLOCK_AT_OPEN;
 use crate::index::map::Mapping;
-use crate::io::{Core, WriteState};
+use crate::io::{Core, SegmentEntry, WriteState};
 use crate::layout::format;
+use crate::layout::format::Entry;
 use crate::layout::geometry::BLOCK_SIZE_BYTES;
 use crate::log::{HOST_STREAM, RELOCATION_STREAMS};
 use crate::space::{watermarks, SegmentStatus, MINIMUM_WON_SEGMENTS, ROUND_SEGMENTS};
@@ -427,6 +429,62 @@ impl Cleaner {
         }
     }
 
+    /// The records of `segment` that are still current, found from its summaries (the
+    /// segment's reverse information) and checked against the index: data blocks the
+    /// index still maps to their position there, and zero or trim records the index still
+    /// refers to (`data_only`: data blocks alone). A segment whose summaries can be
+    /// neither read nor rebuilt is pinned (its blocks cannot be found to move them) and
+    /// yields nothing.
+    fn live_records(&self, segment: u64, data_only: bool) -> Vec<Live> {
+        let core = &self.core;
+        let entries = {
+            let _fence = core.reuse_fence.read();
+            core.segment_entries(segment)
+        };
+        let Ok(entries) = entries else {
+            core.state.lock().space.segments[segment as usize].pinned = true;
+            return Vec::new();
+        };
+        let record = |logical_block: u64, mapping: Mapping| Live {
+            logical_block,
+            mapping,
+            generation: 0,
+            stream: RELOCATION_STREAMS[0],
+            unreadable: false,
+        };
+        let logical_blocks = core.map.block_count();
+        let mut records = Vec::new();
+        // A block zeroed or trimmed twice in the segment is one record.
+        let mut ranged = rustc_hash::FxHashSet::default();
+        for SegmentEntry { entry, position } in entries {
+            match (entry, position) {
+                (Entry::Data { logical_block, .. }, Some(position)) => {
+                    let mapping = Mapping::Data { position };
+                    if logical_block < logical_blocks && core.map.get(logical_block) == mapping {
+                        records.push(record(logical_block, mapping));
+                    }
+                }
+                (Entry::Zero { logical_block, block_count } | Entry::Trim { logical_block, block_count }, _)
+                    if !data_only =>
+                {
+                    let mapping = if matches!(entry, Entry::Zero { .. }) {
+                        Mapping::Zero { segment }
+                    } else {
+                        Mapping::Trimmed { segment }
+                    };
+                    let end = logical_block.saturating_add(block_count as u64).min(logical_blocks);
+                    for block in logical_block..end {
+                        if core.map.get(block) == mapping && ranged.insert(block) {
+                            records.push(record(block, mapping));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        records
+    }
+
     /// Run one cleaning round. `Ok(false)`: nothing could be gained (no used segment has
     /// dead space).
     pub(crate) fn clean_round(&self) -> Result<bool> {
@@ -499,32 +557,14 @@ impl Cleaner {
     /// Relocate the live records of `victims` (completing the last rows with `filler`'s
     /// blocks) and make the result durable. Returns the data blocks moved.
     fn relocate(&self, victims: &[u64], filler: Option<u64>, yardstick: Option<u64>) -> Result<u64> {
-        let per_segment = self.core.geometry.blocks_per_segment();
         let mut blocks_moved = 0u64;
-        let mut is_victim = vec![false; self.core.geometry.segment_count() as usize];
-        for &segment in victims {
-            is_victim[segment as usize] = true;
-        }
-        // Live records of the victims, and the data blocks of the filler.
+        // Live records of the victims, and the data blocks of the filler: what their
+        // summaries say each position holds, where the index still points there.
         let mut live: Vec<Live> = Vec::new();
-        let mut fillers: Vec<Live> = Vec::new();
-        for (logical_block, mapping) in self.core.map.iter().enumerate() {
-            let Some(segment) = mapping.segment(per_segment) else {
-                continue;
-            };
-            let record = Live {
-                logical_block: logical_block as u64,
-                mapping,
-                generation: 0,
-                stream: RELOCATION_STREAMS[0],
-                unreadable: false,
-            };
-            if is_victim[segment as usize] {
-                live.push(record);
-            } else if Some(segment) == filler && matches!(mapping, Mapping::Data { .. }) {
-                fillers.push(record);
-            }
+        for &segment in victims {
+            live.extend(self.live_records(segment, false));
         }
+        let mut fillers: Vec<Live> = filler.map(|segment| self.live_records(segment, true)).unwrap_or_default();
         {
             let state = self.core.state.lock();
             for record in live.iter_mut() {
@@ -541,7 +581,7 @@ impl Cleaner {
                 Mapping::Data { position } => position,
                 _ => u64::MAX,
             };
-            (record.stream, position)
+            (record.stream, position, record.logical_block)
         });
         let mut contents = vec![0u8; live.len() * BLOCK_SIZE_BYTES];
         self.read_live(&mut live, &mut contents)?;
@@ -697,9 +737,16 @@ impl Cleaner {
             }
             self.core.dispatch(sealed)?;
         }
+        // Only victims left without a live block count as won: one whose blocks could not
+        // all be found or moved stays, and a window of rounds that win nothing ends in
+        // `OutOfSpace` rather than rounds for ever.
+        let emptied = {
+            let state = self.core.state.lock();
+            victims.iter().filter(|&&segment| state.space.segments[segment as usize].live_blocks == 0).count()
+        };
         Counters::add(&self.core.counters.cleaning_rounds, 1);
-        Counters::add(&self.core.counters.segments_cleaned, victims.len() as u64);
-        self.core.cleaning_net_segments.fetch_add(victims.len() as i64, std::sync::atomic::Ordering::SeqCst);
+        Counters::add(&self.core.counters.segments_cleaned, emptied as u64);
+        self.core.cleaning_net_segments.fetch_add(emptied as i64, std::sync::atomic::Ordering::SeqCst);
         self.core.make_sealed_durable()?;
         Ok(blocks_moved)
     }

@@ -39,25 +39,13 @@ impl FoundBatch {
         checksums
     }
 
-    /// Every entry in order, with the batch index of its block (ranges: the index of the
-    /// summary that holds them; unused by callers).
-    fn entries(&self) -> impl Iterator<Item = (u32, Entry)> + '_ {
-        self.summaries.iter().zip(&self.summary_indices).flat_map(|(summary, &summary_index)| {
-            let mut next_block = summary_index + 1;
-            summary.entries.iter().map(move |entry| {
-                let index = if entry.is_data() {
-                    next_block += 1;
-                    next_block - 1
-                } else {
-                    summary_index
-                };
-                (index, *entry)
-            })
-        })
+    /// Every entry in order, with the batch index of its data block (`None`: a range).
+    fn entries(&self) -> impl Iterator<Item = (Option<u32>, Entry)> + '_ {
+        format::batch_entries(self.summaries.iter().zip(self.summary_indices.iter().copied()))
     }
 
     fn data_blocks(&self) -> impl Iterator<Item = (u32, Entry)> + '_ {
-        self.entries().filter(|(_, entry)| entry.is_data())
+        self.entries().filter_map(|(index, entry)| Some((index?, entry)))
     }
 
     fn location(&self, geometry: &Geometry, index: u32) -> BlockLocation {
@@ -145,7 +133,7 @@ impl Reader<'_> {
         };
         loop {
             let last = found.summaries.last().expect("at least one");
-            let next_index = found.summary_indices.last().expect("at least one") + 1 + last.data_block_count() as u32;
+            let next_index = format::next_summary_index(*found.summary_indices.last().expect("at least one"), last);
             let summary_number = found.summaries.len() as u32;
             if summary_number == header.summary_count {
                 return (next_index == header.block_count).then_some(found);
@@ -549,6 +537,7 @@ pub(crate) fn recover(
             opened_clock: 0,
             stream: 0,
             pinned: false,
+            sealed_rows: 0,
         };
         geometry.segment_count() as usize
     ];
@@ -560,6 +549,7 @@ pub(crate) fn recover(
     for (index, segment) in segments.iter_mut().enumerate() {
         if segment.live_blocks > 0 {
             segment.status = SegmentStatus::Used;
+            segment.sealed_rows = rows_on_media[index].load(Ordering::Relaxed);
         } else {
             rows_on_media[index].store(0, Ordering::Relaxed);
         }
@@ -626,6 +616,7 @@ fn replay(
     for (index, entry) in batch.entries() {
         let (first, count, mapping) = match entry {
             Entry::Data { logical_block, .. } => {
+                let index = index.expect("a data entry describes a block");
                 (logical_block, 1, Mapping::Data { position: batch.position(geometry, index) })
             }
             Entry::Zero { logical_block, block_count } => {

@@ -26,9 +26,12 @@ pub(crate) struct SegmentUse {
     pub opened_clock: u64,
     /// The stream it was (or is) filled by.
     pub stream: u8,
-    /// Holds a live block redundancy cannot rebuild (found by a scrub): never a cleaning
-    /// victim, since that block cannot be moved.
+    /// Holds a live block redundancy cannot rebuild (found by a scrub), or summaries that
+    /// cannot be read: never a cleaning victim, since its blocks cannot be moved.
     pub pinned: bool,
+    /// Rows its sealed batches occupy (its summaries say what each position holds: the
+    /// cleaner reads them up to here).
+    pub sealed_rows: u32,
 }
 /// A round relocates at most this many segments' worth of blocks. Each round ends its
 /// relocation batches (one or more per stream, each with a summary and a partly padded

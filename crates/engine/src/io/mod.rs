@@ -226,6 +226,7 @@ impl Core {
         usage.age_clock = 0;
         usage.stream = stream as u8;
         usage.pinned = false;
+        usage.sealed_rows = 0;
         state.log.current_segments[stream] = Some(CurrentSegment { segment, next_row: 0, open_sequence: sequence });
         self.members.segment_started(segment);
     }
@@ -418,6 +419,7 @@ impl Core {
         let segment_full = current.next_row == self.geometry.rows_per_chunk();
         let usage = &mut state.space.segments[header.segment as usize];
         usage.age_clock = state.lifetimes.write_clock;
+        usage.sealed_rows = header.first_row + header.row_count;
         if segment_full {
             state.log.current_segments[stream] = None;
             usage.status = if usage.live_blocks == 0 {
@@ -641,6 +643,7 @@ impl Core {
         let mut state = self.state.lock();
         for segment in releasing {
             state.space.segments[segment as usize].status = SegmentStatus::Free;
+            state.space.segments[segment as usize].sealed_rows = 0;
             self.rows_on_media[segment as usize].store(0, Ordering::Release);
             state.space.free_segments.push_back(segment);
         }
@@ -739,6 +742,76 @@ impl Core {
         self.members
             .read_verified(&self.geometry, &self.counters, location, valid, checksum_of, ReadPurpose::Client, out)
             .map(|_| ())
+    }
+}
+
+/// One entry of a segment's summaries, and the data-space position of the block it
+/// describes (`None` for range entries).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SegmentEntry {
+    pub(crate) entry: Entry,
+    pub(crate) position: Option<u64>,
+}
+
+impl Core {
+    /// Every entry of the batches sealed into `segment`, in log order: what each of its
+    /// positions holds (the per-segment reverse information, read from its summaries).
+    /// Callers hold the reuse fence, so that the segment is not released meanwhile.
+    /// `Err`: a summary can be neither read nor rebuilt.
+    pub(crate) fn segment_entries(&self, segment: u64) -> std::result::Result<Vec<SegmentEntry>, ReadFailure> {
+        let sealed_rows = self.state.lock().space.segments[segment as usize].sealed_rows;
+        let data_columns = self.geometry.data_columns() as u32;
+        let mut entries = Vec::new();
+        let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+        let mut row = 0;
+        while row < sealed_rows {
+            let position_of = |index: u32| {
+                self.geometry.position(segment, row + index / data_columns, (index % data_columns) as usize)
+            };
+            let mut summaries: Vec<(format::Summary, u32)> = Vec::new();
+            let mut index = 0u32;
+            loop {
+                self.read_metadata_block(position_of(index), &mut block)?;
+                // The block matched the checksum its batch recorded: it is the summary
+                // written there. A mismatch with its position is a bug; never loop on it.
+                let summary = format::Summary::decode(&block, &self.volume_uuid)
+                    .filter(|summary| {
+                        summary.header.segment == segment
+                            && summary.header.first_row == row
+                            && summary.header.row_count >= 1
+                            && summary.summary_index as usize == summaries.len()
+                    })
+                    .ok_or(ReadFailure::BeyondRedundancy)?;
+                let next = format::next_summary_index(index, &summary);
+                let header = summary.header;
+                summaries.push((summary, index));
+                if summaries.len() as u32 >= header.summary_count || next >= header.block_count {
+                    break;
+                }
+                index = next;
+            }
+            let header = summaries[0].0.header;
+            for (index, entry) in format::batch_entries(summaries.iter().map(|(summary, index)| (summary, *index))) {
+                entries.push(SegmentEntry { entry, position: index.map(position_of) });
+            }
+            row = header.first_row + header.row_count;
+        }
+        Ok(entries)
+    }
+
+    /// Read a metadata block (a summary) at `position` into `out`, from memory or the
+    /// members, verified against the checksum its batch recorded.
+    fn read_metadata_block(&self, position: u64, out: &mut [u8]) -> std::result::Result<(), ReadFailure> {
+        if let Lookup::Served = self.position_from_memory(position, out, None) {
+            return Ok(());
+        }
+        let location = self.geometry.locate(position);
+        let expected = self.checksums[position as usize].load(Ordering::Acquire);
+        let checksum_of = |column: usize| {
+            let other = self.geometry.position(location.segment, location.row, column);
+            Some(self.checksums[other as usize].load(Ordering::Acquire))
+        };
+        self.read_verified(location, &|block| format::block_checksum(block) == expected, &checksum_of, out)
     }
 }
 

@@ -547,6 +547,31 @@ impl Summary {
     }
 }
 
+/// The batch index of the summary that follows `summary` (at batch index `index`): right
+/// after the data blocks `summary` describes.
+pub fn next_summary_index(index: u32, summary: &Summary) -> u32 {
+    index + 1 + summary.data_block_count() as u32
+}
+
+/// Every entry of a batch, in order, with the batch index of the data block it describes
+/// (`None` for range entries, which describe no block), given the batch's summaries with
+/// their batch indices. Each data entry consumes the next block of its group.
+pub fn batch_entries<'a>(
+    summaries: impl IntoIterator<Item = (&'a Summary, u32)> + 'a,
+) -> impl Iterator<Item = (Option<u32>, Entry)> + 'a {
+    summaries.into_iter().flat_map(|(summary, summary_index)| {
+        let mut next_block = summary_index + 1;
+        summary.entries.iter().map(move |entry| {
+            if entry.is_data() {
+                next_block += 1;
+                (Some(next_block - 1), *entry)
+            } else {
+                (None, *entry)
+            }
+        })
+    })
+}
+
 /// Whether every byte is zero.
 pub fn is_all_zero(bytes: &[u8]) -> bool {
     let (prefix, words, suffix) = {
