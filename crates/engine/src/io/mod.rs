@@ -811,7 +811,18 @@ impl Core {
             let other = self.geometry.position(location.segment, location.row, column);
             Some(self.checksums[other as usize].load(Ordering::Acquire))
         };
-        self.read_verified(location, &|block| format::block_checksum(block) == expected, &checksum_of, out)
+        // Not a client's read: no hedging, and its latency is not the clients'.
+        self.members
+            .read_verified(
+                &self.geometry,
+                &self.counters,
+                location,
+                &|block| format::block_checksum(block) == expected,
+                &checksum_of,
+                ReadPurpose::Verify,
+                out,
+            )
+            .map(|_| ())
     }
 }
 
