@@ -518,7 +518,7 @@ pub(crate) fn recover(
     let reader = Reader { geometry, members, volume_uuid, counters: Counters::default() };
     let log = read_log(&reader, true, superblock_durable_through)?;
     let logical_blocks = geometry.logical_block_count();
-    let map = BlockMap::new(logical_blocks);
+    let map = BlockMap::for_geometry(geometry);
     let checksums: Vec<AtomicU32> = (0..geometry.physical_data_blocks()).map(|_| AtomicU32::new(0)).collect();
     let rows_on_media: Vec<AtomicU32> = (0..geometry.segment_count()).map(|_| AtomicU32::new(0)).collect();
     let mut replayed = 0;

@@ -177,8 +177,13 @@ pub struct VolumeStats {
     pub write_queue_batches: usize,
     /// Members failed while the volume was open (I/O errors, health checks).
     pub member_failures: u64,
+    /// RAM the index holds now (the pages written so far) and the cleaner's per-block
+    /// lifetime data.
     pub map_memory_bytes: u64,
+    /// The same per logical block with every index page resident.
     pub map_bytes_per_logical_block: f64,
+    /// Bits of one index entry (as narrow as the volume's positions and segments allow).
+    pub index_entry_bits: u32,
     pub checksum_memory_bytes: u64,
     pub write_buffer_memory_bytes: u64,
     /// RAM given to the block cache (0: no cache).

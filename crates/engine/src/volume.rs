@@ -707,8 +707,9 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         member_failures: core.members.failures_while_open(),
         // The map, and the cleaner's per-block write times and previous lifetimes.
         map_memory_bytes: core.map.size_bytes() + core.map.block_count() * LIFETIME_BYTES_PER_BLOCK,
-        map_bytes_per_logical_block: core.map.size_bytes() as f64 / core.map.block_count().max(1) as f64
+        map_bytes_per_logical_block: core.map.resident_size_bytes() as f64 / core.map.block_count().max(1) as f64
             + LIFETIME_BYTES_PER_BLOCK as f64,
+        index_entry_bits: core.map.codec().width_bits,
         checksum_memory_bytes: core.checksums.len() as u64 * 4,
         write_buffer_memory_bytes: ((core.write_queue_batches + 1) * geometry.data_columns()
             + core.write_queue_batches * geometry.parity_shards()) as u64

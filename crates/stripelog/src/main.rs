@@ -549,8 +549,10 @@ fn print_info(stats: &VolumeStats) {
         format_bytes(stats.member_bytes_padding)
     );
     println!(
-        "  memory         map {} ({:.0} bytes per logical block), checksums {}, write buffers {}",
+        "  memory         map {} ({}-bit entries; {:.1} bytes per logical block with every page resident), \
+         checksums {}, write buffers {}",
         format_bytes(stats.map_memory_bytes),
+        stats.index_entry_bits,
         stats.map_bytes_per_logical_block,
         format_bytes(stats.checksum_memory_bytes),
         format_bytes(stats.write_buffer_memory_bytes)
@@ -964,7 +966,7 @@ fn bench_engine(arguments: EngineBenchArguments) -> Result<ExitCode, String> {
     }
     println!("ratio = write IOPS × 4 KiB ÷ (sequential bandwidth × data fraction); bar 0.6, goal 0.9");
     println!(
-        "engine memory: {:.2} MiB per logical GiB (map {:.0} bytes per 4 KiB block, checksums, write buffers, {} cache){}",
+        "engine memory: {:.2} MiB per logical GiB (map {:.1} bytes per 4 KiB block resident, checksums, write buffers, {} cache){}",
         report.engine_memory_bytes_per_logical_gib / (1 << 20) as f64,
         report.map_bytes_per_logical_block,
         format_bytes(report.cache_size_bytes),

@@ -1,13 +1,14 @@
-//! The logical-to-physical map: one 8-byte word per logical 4 KiB block, read without
-//! locks, written under the engine's state lock.
+//! The logical-to-physical map: one entry per logical 4 KiB block, bit-packed as narrow
+//! as the volume allows, in pages allocated on first write (docs/index-and-checkpoints.md,
+//! "Decisions" 1). Readers take no lock: each page has a sequence counter (a seqlock) that
+//! its writer makes odd while it changes the page; a reader that saw it change reads
+//! again. Writers are the engine's state-lock holders, one at a time per page.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::layout::geometry::Geometry;
+use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-const KIND_SHIFT: u32 = 61;
-const PAYLOAD_MASK: u64 = (1 << KIND_SHIFT) - 1;
-const KIND_DATA: u64 = 1;
-const KIND_ZERO: u64 = 2;
-const KIND_TRIMMED: u64 = 3;
+/// Bytes of entries in an index page (a 4 KiB block less its 64-byte header and CRC).
+pub const PAGE_ENTRY_BYTES: usize = 4028;
 
 /// What a logical block currently is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,25 +24,6 @@ pub enum Mapping {
 }
 
 impl Mapping {
-    pub fn encode(self) -> u64 {
-        match self {
-            Mapping::Unmapped => 0,
-            Mapping::Data { position } => (KIND_DATA << KIND_SHIFT) | (position & PAYLOAD_MASK),
-            Mapping::Zero { segment } => (KIND_ZERO << KIND_SHIFT) | (segment & PAYLOAD_MASK),
-            Mapping::Trimmed { segment } => (KIND_TRIMMED << KIND_SHIFT) | (segment & PAYLOAD_MASK),
-        }
-    }
-
-    pub fn decode(word: u64) -> Mapping {
-        let payload = word & PAYLOAD_MASK;
-        match word >> KIND_SHIFT {
-            KIND_DATA => Mapping::Data { position: payload },
-            KIND_ZERO => Mapping::Zero { segment: payload },
-            KIND_TRIMMED => Mapping::Trimmed { segment: payload },
-            _ => Mapping::Unmapped,
-        }
-    }
-
     /// The segment whose record this mapping depends on (kept live while it does).
     pub fn segment(self, blocks_per_segment: u64) -> Option<u64> {
         match self {
@@ -52,34 +34,259 @@ impl Mapping {
     }
 }
 
+/// How mappings become entries for one volume: `0` unmapped, `1 + p` data at position
+/// `p`, `1 + P + s` zeros recorded in segment `s`, `1 + P + S + s` trimmed there, for `P`
+/// positions and `S` segments; `width_bits` is what the largest value needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryCodec {
+    positions: u64,
+    segments: u64,
+    pub width_bits: u32,
+}
+
+impl EntryCodec {
+    pub fn new(positions: u64, segments: u64) -> EntryCodec {
+        let largest = positions + 2 * segments;
+        EntryCodec { positions, segments, width_bits: (u64::BITS - largest.leading_zeros()).max(1) }
+    }
+
+    pub fn for_geometry(geometry: &Geometry) -> EntryCodec {
+        EntryCodec::new(geometry.physical_data_blocks(), geometry.segment_count())
+    }
+
+    /// The entry of `mapping`; positions and segments beyond the volume are a caller's bug.
+    pub fn encode(&self, mapping: Mapping) -> u64 {
+        let value = match mapping {
+            Mapping::Unmapped => 0,
+            Mapping::Data { position } => 1 + position,
+            Mapping::Zero { segment } => 1 + self.positions + segment,
+            Mapping::Trimmed { segment } => 1 + self.positions + self.segments + segment,
+        };
+        assert!(value >> self.width_bits == 0, "{mapping:?} is beyond the volume");
+        value
+    }
+
+    pub fn decode(&self, value: u64) -> Mapping {
+        let (positions, segments) = (self.positions, self.segments);
+        match value {
+            0 => Mapping::Unmapped,
+            value if value <= positions => Mapping::Data { position: value - 1 },
+            value if value <= positions + segments => Mapping::Zero { segment: value - 1 - positions },
+            value => Mapping::Trimmed { segment: value - 1 - positions - segments },
+        }
+    }
+
+    /// Entries in one index page.
+    pub fn entries_per_page(&self) -> u64 {
+        (PAGE_ENTRY_BYTES as u64 * 8) / self.width_bits as u64
+    }
+}
+
+/// One page of entries in RAM.
+struct Page {
+    /// Even: stable; odd: its writer is changing it.
+    sequence: AtomicU32,
+    words: Box<[AtomicU64]>,
+}
+
+impl Page {
+    fn new(word_count: usize) -> Page {
+        Page { sequence: AtomicU32::new(0), words: (0..word_count).map(|_| AtomicU64::new(0)).collect() }
+    }
+
+    /// The `width` bits at `bit` (they may straddle two words).
+    fn bits(&self, bit: u64, width: u32) -> u64 {
+        let (word, shift) = ((bit / 64) as usize, (bit % 64) as u32);
+        let mask = if width == 64 { u64::MAX } else { (1u64 << width) - 1 };
+        let low = self.words[word].load(Ordering::Relaxed) >> shift;
+        let value =
+            if shift + width > 64 { low | (self.words[word + 1].load(Ordering::Relaxed) << (64 - shift)) } else { low };
+        value & mask
+    }
+
+    fn set_bits(&self, bit: u64, width: u32, value: u64) {
+        let (word, shift) = ((bit / 64) as usize, (bit % 64) as u32);
+        let mask = if width == 64 { u64::MAX } else { (1u64 << width) - 1 };
+        let old = self.words[word].load(Ordering::Relaxed);
+        self.words[word].store((old & !(mask << shift)) | (value << shift), Ordering::Relaxed);
+        if shift + width > 64 {
+            let high_bits = shift + width - 64;
+            let high_mask = (1u64 << high_bits) - 1;
+            let old = self.words[word + 1].load(Ordering::Relaxed);
+            self.words[word + 1].store((old & !high_mask) | (value >> (64 - shift)), Ordering::Relaxed);
+        }
+    }
+
+    /// Read the entry at `bit` consistently with respect to its writer.
+    fn read(&self, bit: u64, width: u32) -> u64 {
+        loop {
+            let before = self.sequence.load(Ordering::Acquire);
+            if before % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let value = self.bits(bit, width);
+            fence(Ordering::Acquire);
+            if self.sequence.load(Ordering::Relaxed) == before {
+                return value;
+            }
+        }
+    }
+
+    /// Replace the entry at `bit`, returning the old one. One writer per page at a time:
+    /// it makes the sequence odd (waiting while another writer has it so).
+    fn write(&self, bit: u64, width: u32, value: u64) -> u64 {
+        let mut current = self.sequence.load(Ordering::Relaxed);
+        loop {
+            if current % 2 == 1 {
+                std::hint::spin_loop();
+                current = self.sequence.load(Ordering::Relaxed);
+                continue;
+            }
+            match self.sequence.compare_exchange_weak(current, current + 1, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(seen) => current = seen,
+            }
+        }
+        fence(Ordering::Release);
+        let old = self.bits(bit, width);
+        self.set_bits(bit, width, value);
+        self.sequence.store(current + 2, Ordering::Release);
+        old
+    }
+}
+
 pub struct BlockMap {
-    words: Vec<AtomicU64>,
+    codec: EntryCodec,
+    block_count: u64,
+    entries_per_page: u64,
+    words_per_page: usize,
+    /// One pointer per page; null: never written (every entry unmapped). Pages live until
+    /// the map is dropped.
+    pages: Box<[AtomicPtr<Page>]>,
+    pages_allocated: AtomicU64,
 }
 
 impl BlockMap {
-    pub fn new(block_count: u64) -> Self {
-        BlockMap { words: (0..block_count).map(|_| AtomicU64::new(0)).collect() }
+    pub fn new(block_count: u64, codec: EntryCodec) -> Self {
+        let entries_per_page = codec.entries_per_page();
+        let words_per_page = (entries_per_page * codec.width_bits as u64).div_ceil(64) as usize;
+        let page_count = block_count.div_ceil(entries_per_page);
+        BlockMap {
+            codec,
+            block_count,
+            entries_per_page,
+            words_per_page,
+            pages: (0..page_count).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            pages_allocated: AtomicU64::new(0),
+        }
+    }
+
+    /// The map of a volume with `geometry`.
+    pub fn for_geometry(geometry: &Geometry) -> Self {
+        BlockMap::new(geometry.logical_block_count(), EntryCodec::for_geometry(geometry))
     }
 
     pub fn block_count(&self) -> u64 {
-        self.words.len() as u64
+        self.block_count
+    }
+
+    pub fn codec(&self) -> EntryCodec {
+        self.codec
+    }
+
+    fn page(&self, index: u64) -> Option<&Page> {
+        let pointer = self.pages[index as usize].load(Ordering::Acquire);
+        // SAFETY: a non-null pointer was made by `Box::into_raw` in `page_or_new` and is
+        // freed only by `drop`, which has `&mut self`: it outlives every `&self` borrow.
+        (!pointer.is_null()).then(|| unsafe { &*pointer })
+    }
+
+    fn page_or_new(&self, index: u64) -> &Page {
+        if let Some(page) = self.page(index) {
+            return page;
+        }
+        let fresh = Box::into_raw(Box::new(Page::new(self.words_per_page)));
+        match self.pages[index as usize].compare_exchange(
+            std::ptr::null_mut(),
+            fresh,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => {
+                self.pages_allocated.fetch_add(1, Ordering::Relaxed);
+                // SAFETY: just stored; see `page`.
+                unsafe { &*fresh }
+            }
+            Err(existing) => {
+                // SAFETY: `fresh` came from `Box::into_raw` above and was never shared.
+                drop(unsafe { Box::from_raw(fresh) });
+                // SAFETY: see `page`.
+                unsafe { &*existing }
+            }
+        }
+    }
+
+    fn place(&self, logical_block: u64) -> (u64, u64) {
+        assert!(logical_block < self.block_count, "logical block {logical_block} beyond the map");
+        (logical_block / self.entries_per_page, (logical_block % self.entries_per_page) * self.codec.width_bits as u64)
     }
 
     pub fn get(&self, logical_block: u64) -> Mapping {
-        Mapping::decode(self.words[logical_block as usize].load(Ordering::Acquire))
+        let (page, bit) = self.place(logical_block);
+        match self.page(page) {
+            None => Mapping::Unmapped,
+            Some(page) => self.codec.decode(page.read(bit, self.codec.width_bits)),
+        }
     }
 
     /// Replace a mapping and return the old one. Callers hold the state lock.
     pub fn set(&self, logical_block: u64, mapping: Mapping) -> Mapping {
-        Mapping::decode(self.words[logical_block as usize].swap(mapping.encode(), Ordering::AcqRel))
+        let (page, bit) = self.place(logical_block);
+        let value = self.codec.encode(mapping);
+        if value == 0 && self.page(page).is_none() {
+            return Mapping::Unmapped;
+        }
+        self.codec.decode(self.page_or_new(page).write(bit, self.codec.width_bits, value))
     }
 
+    /// RAM the map holds: the page pointers and the pages written so far.
     pub fn size_bytes(&self) -> u64 {
-        self.words.len() as u64 * std::mem::size_of::<AtomicU64>() as u64
+        let page_bytes = (self.words_per_page * 8 + std::mem::size_of::<Page>()) as u64;
+        self.pages.len() as u64 * std::mem::size_of::<AtomicPtr<Page>>() as u64
+            + self.pages_allocated.load(Ordering::Relaxed) * page_bytes
+    }
+
+    /// RAM the map would hold with every page written.
+    pub fn resident_size_bytes(&self) -> u64 {
+        let page_bytes = (self.words_per_page * 8 + std::mem::size_of::<Page>()) as u64;
+        self.pages.len() as u64 * (std::mem::size_of::<AtomicPtr<Page>>() as u64 + page_bytes)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = Mapping> + '_ {
-        self.words.iter().map(|word| Mapping::decode(word.load(Ordering::Acquire)))
+        (0..self.pages.len() as u64).flat_map(move |page_index| {
+            let first = page_index * self.entries_per_page;
+            let end = (first + self.entries_per_page).min(self.block_count);
+            let page = self.page(page_index);
+            (first..end).map(move |logical_block| match page {
+                None => Mapping::Unmapped,
+                Some(page) => self
+                    .codec
+                    .decode(page.read((logical_block - first) * self.codec.width_bits as u64, self.codec.width_bits)),
+            })
+        })
+    }
+}
+
+impl Drop for BlockMap {
+    fn drop(&mut self) {
+        for pointer in self.pages.iter() {
+            let pointer = pointer.load(Ordering::Acquire);
+            if !pointer.is_null() {
+                // SAFETY: made by `Box::into_raw` in `page_or_new`, freed once, here.
+                drop(unsafe { Box::from_raw(pointer) });
+            }
+        }
     }
 }
 
@@ -88,31 +295,111 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn any_mapping(codec: EntryCodec) -> impl Strategy<Value = Mapping> {
+        (0u8..4, 0u64..u64::MAX).prop_map(move |(kind, value)| match kind {
+            0 => Mapping::Unmapped,
+            1 => Mapping::Data { position: value % codec.positions },
+            2 => Mapping::Zero { segment: value % codec.segments },
+            _ => Mapping::Trimmed { segment: value % codec.segments },
+        })
+    }
+
+    #[test]
+    fn the_width_is_what_the_largest_entry_needs() {
+        // 1 TiB of logical space at 20 % spare: about 2^28.4 positions.
+        let codec = EntryCodec::new(350_000_000, 85_000);
+        assert_eq!(codec.width_bits, 29);
+        assert_eq!(codec.entries_per_page(), 1111);
+        assert_eq!(EntryCodec::new(1 << 34, 1 << 22).width_bits, 35);
+        let last = Mapping::Trimmed { segment: 84_999 };
+        assert_eq!(codec.decode(codec.encode(last)), last);
+    }
+
     proptest! {
         #[test]
-        fn mappings_round_trip(kind in 0u8..4, payload in 0u64..(1 << 61)) {
+        fn entries_round_trip(positions in 1u64..(1 << 40), segments in 1u64..(1 << 24), kind in 0u8..4, value: u64) {
+            let codec = EntryCodec::new(positions, segments);
             let mapping = match kind {
                 0 => Mapping::Unmapped,
-                1 => Mapping::Data { position: payload },
-                2 => Mapping::Zero { segment: payload },
-                _ => Mapping::Trimmed { segment: payload },
+                1 => Mapping::Data { position: value % positions },
+                2 => Mapping::Zero { segment: value % segments },
+                _ => Mapping::Trimmed { segment: value % segments },
             };
-            prop_assert_eq!(Mapping::decode(mapping.encode()), mapping);
+            prop_assert_eq!(codec.decode(codec.encode(mapping)), mapping);
         }
 
-        /// The map behaves like a plain array of mappings under any sequence of sets.
+        /// The map behaves like a plain array of mappings under any sequence of sets,
+        /// whatever the entry width (entries straddle words at most widths).
         #[test]
-        fn map_matches_a_reference(operations in proptest::collection::vec((0u64..64, 0u64..1000), 0..200)) {
-            let map = BlockMap::new(64);
-            let mut reference = vec![Mapping::Unmapped; 64];
-            for (block, position) in operations {
-                let old = map.set(block, Mapping::Data { position });
+        fn map_matches_a_reference(
+            (positions, segments) in (1u64..(1 << 45), 1u64..(1 << 20)),
+            operations in proptest::collection::vec((0u64..3000, any::<u64>(), 0u8..4), 0..300),
+        ) {
+            let codec = EntryCodec::new(positions, segments);
+            let map = BlockMap::new(3000, codec);
+            let mut reference = vec![Mapping::Unmapped; 3000];
+            for (block, value, kind) in operations {
+                let mapping = match kind {
+                    0 => Mapping::Unmapped,
+                    1 => Mapping::Data { position: value % positions },
+                    2 => Mapping::Zero { segment: value % segments },
+                    _ => Mapping::Trimmed { segment: value % segments },
+                };
+                let old = map.set(block, mapping);
                 prop_assert_eq!(old, reference[block as usize]);
-                reference[block as usize] = Mapping::Data { position };
+                reference[block as usize] = mapping;
             }
             for (block, expected) in reference.iter().enumerate() {
                 prop_assert_eq!(map.get(block as u64), *expected);
             }
+            prop_assert_eq!(map.iter().collect::<Vec<_>>(), reference);
+        }
+
+        #[test]
+        fn any_mapping_of_a_volume_fits(mapping in any_mapping(EntryCodec::new(1000, 10))) {
+            let codec = EntryCodec::new(1000, 10);
+            prop_assert_eq!(codec.decode(codec.encode(mapping)), mapping);
+        }
+    }
+
+    /// Readers on other threads never see a torn entry while a writer changes the page.
+    #[test]
+    fn readers_see_whole_entries_while_a_writer_changes_them() {
+        let codec = EntryCodec::new((1 << 35) - 1, 1);
+        assert!(codec.width_bits >= 35);
+        let map = std::sync::Arc::new(BlockMap::new(4000, codec));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (map, stop) = (map.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut reads = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        for block in 0..4000 {
+                            match map.get(block) {
+                                Mapping::Unmapped => {}
+                                // Every value written is all ones or all zeros below bit 34.
+                                Mapping::Data { position } => {
+                                    assert!(position == (1 << 34) - 1 || position == 0, "torn: {position:#x}")
+                                }
+                                other => panic!("never written: {other:?}"),
+                            }
+                            reads += 1;
+                        }
+                    }
+                    reads
+                })
+            })
+            .collect();
+        for round in 0..200u64 {
+            for block in 0..4000 {
+                let position = if (block + round) % 2 == 0 { (1 << 34) - 1 } else { 0 };
+                map.set(block, Mapping::Data { position });
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for reader in readers {
+            assert!(reader.join().expect("reader") > 0);
         }
     }
 }
