@@ -37,6 +37,15 @@ pub enum Error {
          is down and nothing else uses the members, open it with force"
     )]
     HeldByAnotherHost { volume: String, host: String, holder: String },
+    /// The volume's index and tables would not fit the memory allowed: refused before
+    /// any of it is allocated.
+    #[error(
+        "the volume needs {} of RAM for its index and tables ({detail}) and only {} is available: \
+         use fewer or smaller members, or a machine with more memory",
+        gibibytes(*needed_bytes),
+        gibibytes(*available_bytes)
+    )]
+    NotEnoughMemory { needed_bytes: u64, available_bytes: u64, detail: String },
     #[error("the volume is read-only")]
     ReadOnly,
     #[error("too many members are missing or failed for {level}: {reason}")]
@@ -136,4 +145,9 @@ pub enum Shutdown {
     Unwinding,
     #[error("internal error: a write pipeline thread panicked")]
     PipelinePanicked,
+}
+
+/// `bytes` as GiB with two decimals, for messages.
+fn gibibytes(bytes: u64) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
 }

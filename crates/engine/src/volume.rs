@@ -58,6 +58,9 @@ pub struct OpenOptions {
     pub hedged_reads: bool,
     /// The program recorded in the superblocks as holding the volume (read-write opens).
     pub holder_program: String,
+    /// RAM the volume's index and tables may take; `None`: what the machine has available
+    /// (`MemAvailable`). A volume that needs more is refused before anything is allocated.
+    pub memory_limit_bytes: Option<u64>,
     /// Open read-write although the superblocks say another host has the volume open and
     /// did not close it (it crashed, or still uses it: the caller must know which).
     pub take_over_from_another_host: bool,
@@ -84,6 +87,7 @@ impl Default for OpenOptions {
             hedged_reads: true,
             holder_program: crate::array::identity::default_program(),
             take_over_from_another_host: false,
+            memory_limit_bytes: None,
         }
     }
 }
@@ -128,13 +132,14 @@ impl Volume {
     /// Write fresh superblocks to `members` (any previous content is forgotten) and open
     /// the new volume.
     pub fn create(members: Vec<MemberDevice>, options: &CreateOptions, open_options: &OpenOptions) -> Result<Volume> {
-        members::create(&members, options)?;
+        members::create(&members, options, &|geometry| check_memory(geometry, open_options))?;
         Volume::open(members, open_options)
     }
 
     /// Open a volume: check its members, recover the log, rebuild the map.
     pub fn open(members: Vec<MemberDevice>, options: &OpenOptions) -> Result<Volume> {
         let (members, superblock) = members::open(members)?;
+        check_memory(&superblock.geometry(), options)?;
         let holder = &superblock.holder;
         if !options.read_only
             && !options.take_over_from_another_host
@@ -763,4 +768,48 @@ impl Volume {
         self.shared.check_open()?;
         self.shared.members.check_health()
     }
+}
+
+/// What an open volume of `geometry` allocates whatever its use: the index with every page
+/// resident (it is not paged yet), a CRC32C per data-space position, the cleaner's lifetime
+/// data per logical block, and the per-segment tables. (Buffers and the block cache are
+/// fixed budgets of their own.)
+pub(crate) fn memory_needed(geometry: &Geometry) -> (u64, String) {
+    let map = crate::index::map::BlockMap::resident_size_for(
+        geometry.logical_block_count(),
+        crate::index::map::EntryCodec::for_geometry(geometry),
+    );
+    let checksums = geometry.physical_data_blocks() * 4;
+    let lifetimes = geometry.logical_block_count() * LIFETIME_BYTES_PER_BLOCK;
+    // The segment table, rows on the members, generations, and the free list.
+    let segments = geometry.segment_count() * (std::mem::size_of::<crate::space::SegmentUse>() as u64 + 4 + 4 + 8);
+    let gib = |bytes: u64| format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64);
+    let detail = format!(
+        "index {}, checksums {}, lifetimes {}, segment tables {}",
+        gib(map),
+        gib(checksums),
+        gib(lifetimes),
+        gib(segments)
+    );
+    (map + checksums + lifetimes + segments, detail)
+}
+
+/// Refuse a volume whose index and tables need more RAM than allowed.
+fn check_memory(geometry: &Geometry, options: &OpenOptions) -> Result<()> {
+    let Some(available_bytes) = options.memory_limit_bytes.or_else(available_memory_bytes) else {
+        return Ok(()); // the machine does not say: nothing to judge by
+    };
+    let (needed_bytes, detail) = memory_needed(geometry);
+    if needed_bytes > available_bytes {
+        return Err(Error::NotEnoughMemory { needed_bytes, available_bytes, detail });
+    }
+    Ok(())
+}
+
+/// The memory the kernel says new work can have (`MemAvailable` in /proc/meminfo).
+fn available_memory_bytes() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|line| line.starts_with("MemAvailable:"))?;
+    let kibibytes: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kibibytes * 1024)
 }

@@ -980,3 +980,27 @@ fn raid0_summary_rot_is_never_silently_wrong_data_after_a_reopen() {
     assert!(!report.is_clean(), "check must see the damaged summary: {report:?}");
     volume.close().expect("close");
 }
+
+/// A volume whose index and tables need more RAM than allowed is refused, by `create`
+/// before anything is written and by `open` before anything is allocated; with enough
+/// memory the same members open.
+#[test]
+fn a_volume_whose_index_does_not_fit_the_memory_allowed_is_refused() {
+    let devices = memory_members(4, MEMBER_SIZE_BYTES);
+    let tight = OpenOptions { memory_limit_bytes: Some(16 << 10), ..open_options() };
+    let error = Volume::create(members(&devices), &options(RaidLevel::Raid5, CHUNK_SIZE_BYTES), &tight)
+        .err()
+        .expect("create refused");
+    assert!(matches!(error, Error::NotEnoughMemory { .. }), "{error}");
+    assert!(error.to_string().contains("index") && error.to_string().contains("checksums"), "{error}");
+    for device in &devices {
+        let content = stripelog_engine::identity::inspect(device.as_ref()).expect("inspect");
+        assert_eq!(content, stripelog_engine::identity::DeviceContent::Empty, "create wrote before refusing");
+    }
+    create(&devices, RaidLevel::Raid5).close().expect("close");
+    let error = Volume::open(members(&devices), &tight).err().expect("open refused");
+    assert!(
+        matches!(error, Error::NotEnoughMemory { needed_bytes, available_bytes, .. } if needed_bytes > available_bytes)
+    );
+    open(&devices).close().expect("the same members open with enough memory");
+}

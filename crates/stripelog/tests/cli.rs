@@ -235,3 +235,27 @@ fn create_warns_when_the_spare_leaves_the_cleaner_no_room() {
     let stderr = String::from_utf8_lossy(&create.stderr);
     assert!(stderr.contains("warning: a spare of 10 %") && stderr.contains("ENOSPC"), "{stderr}");
 }
+
+/// A 64 TiB logical volume on sparse file members: its index and tables would need far
+/// more RAM than this machine has, so `create` refuses it with the figures before it
+/// writes anything (it used to abort with a backtrace allocating them).
+#[test]
+fn a_volume_whose_index_does_not_fit_in_memory_is_refused_with_the_figures() {
+    let directory = Directory::new("huge");
+    let members = directory.members(6);
+    for member in &members {
+        let file = std::fs::File::create(member).expect("create a member file");
+        file.set_len(15 << 40).expect("a 15 TiB sparse file");
+    }
+    let create = stripelog(&with_members(&["create", "--raid", "5", "--spare", "12%"], &members));
+    assert_eq!(create.status.code(), Some(2), "{}", text(&create));
+    let message = text(&create);
+    assert!(message.contains("RAM for its index and tables (index"), "{message}");
+    assert!(message.contains("is available"), "{message}");
+    assert!(!message.contains("panicked") && !message.contains("backtrace"), "{message}");
+    // Nothing written: the files are still all holes.
+    for member in &members {
+        let metadata = std::fs::metadata(member).expect("metadata");
+        assert_eq!(std::os::unix::fs::MetadataExt::blocks(&metadata), 0, "{member} was written");
+    }
+}

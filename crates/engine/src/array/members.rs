@@ -773,7 +773,13 @@ fn new_member_uuid() -> [u8; 16] {
 /// Write the superblocks of a new volume on every member: only after every member was
 /// found present, distinct and — unless `options.force` — holding no data and no volume
 /// (docs/data-safety.md).
-pub(crate) fn create(members: &[MemberDevice], options: &CreateOptions) -> Result<()> {
+/// Write fresh superblocks to `members`. `accept` judges the geometry before anything is
+/// looked at or written (the layers above check that they can serve it).
+pub(crate) fn create(
+    members: &[MemberDevice],
+    options: &CreateOptions,
+    accept: &dyn Fn(&Geometry) -> Result<()>,
+) -> Result<()> {
     let mut smallest = u64::MAX;
     for (index, member) in members.iter().enumerate() {
         let device = member.device.as_ref().ok_or_else(|| Error::Member {
@@ -800,6 +806,7 @@ pub(crate) fn create(members: &[MemberDevice], options: &CreateOptions) -> Resul
     }
     let geometry =
         Geometry::new(options.raid_level, members.len(), options.chunk_size_bytes, options.spare_ppm, smallest)?;
+    accept(&geometry)?;
     if !options.force {
         for (index, member) in members.iter().enumerate() {
             let device = member.device.as_ref().expect("checked above");

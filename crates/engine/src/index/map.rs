@@ -259,8 +259,16 @@ impl BlockMap {
 
     /// RAM the map would hold with every page written.
     pub fn resident_size_bytes(&self) -> u64 {
-        let page_bytes = (self.words_per_page * 8 + std::mem::size_of::<Page>()) as u64;
-        self.pages.len() as u64 * (std::mem::size_of::<AtomicPtr<Page>>() as u64 + page_bytes)
+        BlockMap::resident_size_for(self.block_count, self.codec)
+    }
+
+    /// RAM a map of `block_count` entries would hold with every page written, computed
+    /// without making one.
+    pub fn resident_size_for(block_count: u64, codec: EntryCodec) -> u64 {
+        let entries_per_page = codec.entries_per_page();
+        let words_per_page = (entries_per_page * codec.width_bits as u64).div_ceil(64);
+        let page_bytes = words_per_page * 8 + std::mem::size_of::<Page>() as u64;
+        block_count.div_ceil(entries_per_page) * (std::mem::size_of::<AtomicPtr<Page>>() as u64 + page_bytes)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = Mapping> + '_ {
