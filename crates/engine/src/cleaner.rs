@@ -375,12 +375,15 @@ impl Cleaner {
                 let result = device.read_at(run, self.core.geometry.member_offset_bytes(*segment, first_row));
                 self.core.members.read_done(member, result.as_ref().err(), &self.core.counters);
                 let read = result.is_ok();
+                // Without the segment's checksums nothing here verifies: each block is
+                // then read again by position below, which reports it unreadable.
+                let table = self.core.checksum_table(*segment, None).ok();
+                let per_segment = self.core.geometry.blocks_per_segment();
                 for block in blocks {
                     let start = (block.row - first_row) as usize * BLOCK_SIZE_BYTES;
                     let content = &run[start..start + BLOCK_SIZE_BYTES];
-                    let expected =
-                        self.core.checksums[block.position as usize].load(std::sync::atomic::Ordering::Acquire);
-                    let good = read && format::block_checksum(content) == expected;
+                    let expected = table.as_ref().map(|table| table.get(block.position % per_segment));
+                    let good = read && Some(format::block_checksum(content)) == expected;
                     verified.push((block.record, good.then(|| content.into())));
                 }
             }

@@ -5,6 +5,7 @@ use crate::array::members::MemberDevice;
 use crate::array::members::{MemberState, ReadPurpose};
 use crate::cleaner::Cleaner;
 use crate::error::{Error, Result};
+use crate::index::checksums::ChecksumTable;
 use crate::index::map::Mapping;
 use crate::io::Core;
 use crate::layout::format;
@@ -191,19 +192,22 @@ impl<'a> Maintenance<'a> {
     /// verifies, else a reconstruction from the row in memory, else the full
     /// `read_verified` (every combination of shards the level allows). Parity and mirror
     /// copies are compared with the verified data.
-    fn verify_row(&self, read: &SegmentRows, row: u32) -> VerifiedRow {
+    /// `table`: the segment's checksums (`None`: its summaries are lost, and no block of
+    /// it can be verified).
+    fn verify_row(&self, read: &SegmentRows, row: u32, table: Option<&ChecksumTable>) -> VerifiedRow {
         let geometry = &self.core.geometry;
         let segment = read.segment;
         let data_columns = geometry.data_columns();
-        let expected: Vec<u32> = (0..data_columns)
-            .map(|column| self.core.checksums[geometry.position(segment, row, column) as usize].load(Ordering::Acquire))
+        let per_segment = geometry.blocks_per_segment();
+        let expected: Vec<Option<u32>> = (0..data_columns)
+            .map(|column| table.map(|table| table.get(geometry.position(segment, row, column) % per_segment)))
             .collect();
         let mut damaged_members = Vec::new();
         let mut data: Vec<Option<Vec<u8>>> = vec![None; data_columns];
         for (column, slot) in data.iter_mut().enumerate() {
             for member in geometry.members_of_column(segment, column) {
                 match read.block(member, row) {
-                    Some(block) if format::block_checksum(block) == expected[column] => {
+                    Some(block) if Some(format::block_checksum(block)) == expected[column] => {
                         slot.get_or_insert_with(|| block.to_vec());
                     }
                     Some(_) => damaged_members.push(member),
@@ -221,18 +225,18 @@ impl<'a> Maintenance<'a> {
         for &column in &missing {
             let view: Vec<Option<&[u8]>> = data.iter().map(|block| block.as_deref()).collect();
             let rebuilt = crate::array::parity::reconstruct(geometry.raid_level, &view, &parity, column)
-                .filter(|block| format::block_checksum(block) == expected[column]);
+                .filter(|block| Some(format::block_checksum(block)) == expected[column]);
             data[column] = rebuilt.or_else(|| {
                 let mut out = vec![0u8; BLOCK_SIZE_BYTES];
                 let location = BlockLocation { segment, row, column };
-                let checksum_of = |other: usize| Some(expected[other]);
+                let checksum_of = |other: usize| expected[other];
                 self.core
                     .members
                     .read_verified(
                         geometry,
                         &self.core.counters,
                         location,
-                        &|block| format::block_checksum(block) == expected[column],
+                        &|block| Some(format::block_checksum(block)) == expected[column],
                         &checksum_of,
                         ReadPurpose::Verify,
                         &mut out,
@@ -451,8 +455,9 @@ impl<'a> Maintenance<'a> {
                 let read = self.read_segment_rows(segment, rows, &targets);
                 let length = rows as usize * BLOCK_SIZE_BYTES;
                 let mut outputs: Vec<AlignedBuffer> = targets.iter().map(|_| AlignedBuffer::zeroed(length)).collect();
+                let table = self.core.checksum_table(segment, None).ok();
                 for row in 0..rows {
-                    let verified = self.verify_row(&read, row);
+                    let verified = self.verify_row(&read, row, table.as_deref());
                     report.blocks_unrecoverable += verified.unrecoverable.len() as u64;
                     for (index, &target) in targets.iter().enumerate() {
                         let block = match self.core.geometry.role_of_member(segment, target) {
@@ -519,8 +524,9 @@ impl<'a> Maintenance<'a> {
             let read = self.read_segment_rows(segment, rows, &[]);
             report.bytes_read += read.chunks.iter().flatten().map(|chunk| chunk.len() as u64).sum::<u64>();
             let mut damaged = false;
+            let table = self.core.checksum_table(segment, None).ok();
             for row in 0..rows {
-                let verified = self.verify_row(&read, row);
+                let verified = self.verify_row(&read, row, table.as_deref());
                 report.blocks_checked += self.core.geometry.member_count as u64;
                 report.parity_rows_checked += (self.core.geometry.parity_shards() > 0) as u64;
                 report.blocks_damaged += verified.damaged_members.len() as u64;

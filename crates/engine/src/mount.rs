@@ -66,7 +66,6 @@ impl FoundBatch {
 /// What recovery hands to the volume.
 pub(crate) struct Recovered {
     pub map: BlockMap,
-    pub checksums: Vec<AtomicU32>,
     pub rows_on_media: Vec<AtomicU32>,
     pub segments: Vec<SegmentUse>,
     pub last_sequence: u64,
@@ -519,11 +518,10 @@ pub(crate) fn recover(
     let log = read_log(&reader, true, superblock_durable_through)?;
     let logical_blocks = geometry.logical_block_count();
     let map = BlockMap::for_geometry(geometry);
-    let checksums: Vec<AtomicU32> = (0..geometry.physical_data_blocks()).map(|_| AtomicU32::new(0)).collect();
     let rows_on_media: Vec<AtomicU32> = (0..geometry.segment_count()).map(|_| AtomicU32::new(0)).collect();
     let mut replayed = 0;
     for (_, batch) in log.batches.range(..=log.last_sequence) {
-        replay(geometry, batch, &map, &checksums, logical_blocks).map_err(Error::InconsistentLog)?;
+        replay(geometry, batch, &map, logical_blocks).map_err(Error::InconsistentLog)?;
         let end = batch.header.first_row + batch.header.row_count;
         rows_on_media[batch.header.segment as usize].fetch_max(end, Ordering::Relaxed);
         replayed += 1;
@@ -589,7 +587,6 @@ pub(crate) fn recover(
     };
     Ok(Recovered {
         map,
-        checksums,
         rows_on_media,
         segments,
         last_sequence: log.last_sequence,
@@ -606,12 +603,8 @@ fn replay(
     geometry: &Geometry,
     batch: &FoundBatch,
     map: &BlockMap,
-    checksums: &[AtomicU32],
     logical_blocks: u64,
 ) -> std::result::Result<(), LogInconsistency> {
-    for (index, checksum) in batch.expected_checksums(geometry.data_columns()).into_iter().enumerate() {
-        checksums[batch.position(geometry, index as u32) as usize].store(checksum, Ordering::Relaxed);
-    }
     let segment = batch.header.segment;
     for (index, entry) in batch.entries() {
         let (first, count, mapping) = match entry {

@@ -5,6 +5,7 @@
 use crate::array::members::{self, CreateOptions, MemberDevice};
 use crate::cleaner::Cleaner;
 use crate::error::{Error, Result, Shutdown};
+use crate::index::checksums::ChecksumCache;
 use crate::index::lifetimes::{Lifetimes, LIFETIME_BYTES_PER_BLOCK};
 use crate::index::map::Mapping;
 use crate::io::{block_pieces, BlockWrite, Core, Lookup, OpenProblem, WriteState};
@@ -61,6 +62,9 @@ pub struct OpenOptions {
     /// RAM the volume's index and tables may take; `None`: what the machine has available
     /// (`MemAvailable`). A volume that needs more is refused before anything is allocated.
     pub memory_limit_bytes: Option<u64>,
+    /// RAM for the checksums of segments not receiving batches (4 bytes per position, a
+    /// table per segment, built from its summaries when missing).
+    pub checksum_cache_bytes: u64,
     /// Open read-write although the superblocks say another host has the volume open and
     /// did not close it (it crashed, or still uses it: the caller must know which).
     pub take_over_from_another_host: bool,
@@ -70,6 +74,9 @@ pub struct OpenOptions {
 pub const DEFAULT_WRITE_QUEUE_BYTES: u64 = 64 << 20;
 /// The write queue holds at most this many batches, whatever its size in bytes.
 pub const WRITE_QUEUE_BATCHES_MAXIMUM: usize = 64;
+
+/// Default checksum cache: 64 MiB, the checksums of 16 M positions (64 GiB of data).
+pub const DEFAULT_CHECKSUM_CACHE_BYTES: u64 = 64 << 20;
 
 /// Default block cache: 256 MiB.
 pub const DEFAULT_CACHE_SIZE_BYTES: u64 = 256 << 20;
@@ -88,6 +95,7 @@ impl Default for OpenOptions {
             holder_program: crate::array::identity::default_program(),
             take_over_from_another_host: false,
             memory_limit_bytes: None,
+            checksum_cache_bytes: DEFAULT_CHECKSUM_CACHE_BYTES,
         }
     }
 }
@@ -165,7 +173,6 @@ impl Volume {
             superblock
         };
         let epoch = superblock.epoch;
-        let physical_blocks = geometry.physical_data_blocks();
         let segment_count = geometry.segment_count();
         // Sealed batches in flight (each with a parity set), plus the open batch's data set.
         let write_queue_batches = match options.io_mode {
@@ -185,7 +192,7 @@ impl Volume {
             epoch,
             read_only: options.read_only,
             map: recovered.map,
-            checksums: recovered.checksums,
+            checksums: ChecksumCache::new(geometry.blocks_per_segment(), options.checksum_cache_bytes),
             rows_on_media: recovered.rows_on_media,
             generations: (0..segment_count).map(|_| AtomicU32::new(0)).collect(),
             cache: crate::io::cache::BlockCache::new(options.cache_size_bytes),
@@ -214,7 +221,6 @@ impl Volume {
             members,
             geometry,
         });
-        debug_assert_eq!(shared.checksums.len() as u64, physical_blocks);
         let volume = Volume {
             threads: Mutex::new(Vec::new()),
             cleaner_thread: Mutex::new(None),
@@ -715,7 +721,7 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         map_bytes_per_logical_block: core.map.resident_size_bytes() as f64 / core.map.block_count().max(1) as f64
             + LIFETIME_BYTES_PER_BLOCK as f64,
         index_entry_bits: core.map.codec().width_bits,
-        checksum_memory_bytes: core.checksums.len() as u64 * 4,
+        checksum_memory_bytes: core.checksums.size_bytes(),
         write_buffer_memory_bytes: ((core.write_queue_batches + 1) * geometry.data_columns()
             + core.write_queue_batches * geometry.parity_shards()) as u64
             * geometry.chunk_size_bytes as u64,
@@ -774,12 +780,14 @@ impl Volume {
 /// resident (it is not paged yet), a CRC32C per data-space position, the cleaner's lifetime
 /// data per logical block, and the per-segment tables. (Buffers and the block cache are
 /// fixed budgets of their own.)
-pub(crate) fn memory_needed(geometry: &Geometry) -> (u64, String) {
+pub(crate) fn memory_needed(geometry: &Geometry, checksum_cache_bytes: u64) -> (u64, String) {
     let map = crate::index::map::BlockMap::resident_size_for(
         geometry.logical_block_count(),
         crate::index::map::EntryCodec::for_geometry(geometry),
     );
-    let checksums = geometry.physical_data_blocks() * 4;
+    // The cache's budget, or every table when fewer fill it (the tables of the segments
+    // receiving batches are pinned besides: a few).
+    let checksums = (geometry.physical_data_blocks() * 4).min(checksum_cache_bytes);
     let lifetimes = geometry.logical_block_count() * LIFETIME_BYTES_PER_BLOCK;
     // The segment table, rows on the members, generations, and the free list.
     let segments = geometry.segment_count() * (std::mem::size_of::<crate::space::SegmentUse>() as u64 + 4 + 4 + 8);
@@ -799,7 +807,7 @@ fn check_memory(geometry: &Geometry, options: &OpenOptions) -> Result<()> {
     let Some(available_bytes) = options.memory_limit_bytes.or_else(available_memory_bytes) else {
         return Ok(()); // the machine does not say: nothing to judge by
     };
-    let (needed_bytes, detail) = memory_needed(geometry);
+    let (needed_bytes, detail) = memory_needed(geometry, options.checksum_cache_bytes);
     if needed_bytes > available_bytes {
         return Err(Error::NotEnoughMemory { needed_bytes, available_bytes, detail });
     }

@@ -4,4 +4,5 @@
 
 pub mod map;
 
+pub(crate) mod checksums;
 pub(crate) mod lifetimes;

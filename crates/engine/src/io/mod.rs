@@ -17,6 +17,7 @@ pub(crate) mod cache;
 
 use crate::array::members::{Members, ReadPurpose};
 use crate::error::{Error, ReadFailure, Result, Shutdown};
+use crate::index::checksums::{ChecksumCache, ChecksumTable};
 use crate::index::lifetimes::Lifetimes;
 use crate::index::lifetimes::WRITE_CLOCK_UNIT_BLOCKS;
 use crate::index::map::{BlockMap, Mapping};
@@ -60,7 +61,7 @@ pub(crate) struct Core {
     pub(crate) members: Members,
     pub(crate) map: BlockMap,
     /// CRC32C of every data-space position of every written batch.
-    pub(crate) checksums: Vec<AtomicU32>,
+    pub(crate) checksums: ChecksumCache,
     /// Per segment: rows whose batches are on the members (reads below go to members).
     pub(crate) rows_on_media: Vec<AtomicU32>,
     /// Per segment: bumped each time it is released (cache entries of older generations
@@ -227,6 +228,8 @@ impl Core {
         usage.stream = stream as u8;
         usage.pinned = false;
         usage.sealed_rows = 0;
+        // Its checksums exist only here until its batches are sealed: pinned.
+        self.checksums.insert(segment, Arc::new(ChecksumTable::new(self.geometry.blocks_per_segment())), true);
         state.log.current_segments[stream] = Some(CurrentSegment { segment, next_row: 0, open_sequence: sequence });
         self.members.segment_started(segment);
     }
@@ -282,7 +285,7 @@ impl Core {
         let (row, column) = open.place(index);
         let position = self.geometry.position(open.segment, open.first_row + row, column);
         open.push_entry(Entry::Data { logical_block, checksum });
-        self.checksums[position as usize].store(checksum, Ordering::Release);
+        self.current_table(open.segment).set(position % self.geometry.blocks_per_segment(), checksum);
         self.remap(state, logical_block, Mapping::Data { position });
         true
     }
@@ -389,6 +392,7 @@ impl Core {
     /// Give up the rest of a stream's current segment.
     pub(crate) fn retire_stream_segment(&self, state: &mut WriteState, stream: usize) {
         if let Some(current) = state.log.current_segments[stream].take() {
+            self.checksums.unpin(current.segment);
             let usage = &mut state.space.segments[current.segment as usize];
             usage.status = if usage.live_blocks == 0 {
                 SegmentStatus::WaitingForFlush(state.log.last_sealed_sequence)
@@ -405,6 +409,7 @@ impl Core {
         let (sealed, metadata) =
             open.seal(self.volume_uuid, self.epoch, state.log.durable_through_sequence, state.log.last_sealed_segment);
         let header = sealed.header;
+        let table = self.current_table(header.segment);
         for (index, checksum) in metadata {
             let data_columns = self.geometry.data_columns() as u32;
             let position = self.geometry.position(
@@ -412,7 +417,7 @@ impl Core {
                 header.first_row + index / data_columns,
                 (index % data_columns) as usize,
             );
-            self.checksums[position as usize].store(checksum, Ordering::Release);
+            table.set(position % self.geometry.blocks_per_segment(), checksum);
         }
         let current = state.log.current_segments[stream].as_mut().expect("a current segment");
         current.next_row = header.first_row + header.row_count;
@@ -422,6 +427,7 @@ impl Core {
         usage.sealed_rows = header.first_row + header.row_count;
         if segment_full {
             state.log.current_segments[stream] = None;
+            self.checksums.unpin(header.segment);
             usage.status = if usage.live_blocks == 0 {
                 SegmentStatus::WaitingForFlush(header.sequence)
             } else {
@@ -634,6 +640,7 @@ impl Core {
             let _fence = self.reuse_fence.write();
             for &segment in &releasing {
                 self.generations[segment as usize].fetch_add(1, Ordering::AcqRel);
+                self.checksums.forget(segment);
             }
         }
         let zeros = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
@@ -678,17 +685,19 @@ impl Core {
         }
         let location = self.geometry.locate(position);
         let generation = self.generation(location.segment);
-        let expected = self.checksums[position as usize].load(Ordering::Acquire);
+        let unrecoverable = |reason| {
+            Counters::add(&self.counters.unrecoverable_reads, 1);
+            Error::Unrecoverable { logical_block, reason }
+        };
+        let table = self.checksum_table(location.segment, held).map_err(unrecoverable)?;
+        let per_segment = self.geometry.blocks_per_segment();
+        let expected = table.get(position % per_segment);
         let checksum_of = |column: usize| {
             let other = self.geometry.position(location.segment, location.row, column);
-            Some(self.checksums[other as usize].load(Ordering::Acquire))
+            Some(table.get(other % per_segment))
         };
-        self.read_verified(location, &|block| format::block_checksum(block) == expected, &checksum_of, out).map_err(
-            |reason| {
-                Counters::add(&self.counters.unrecoverable_reads, 1);
-                Error::Unrecoverable { logical_block, reason }
-            },
-        )?;
+        self.read_verified(location, &|block| format::block_checksum(block) == expected, &checksum_of, out)
+            .map_err(unrecoverable)?;
         if let Some(cache) = &self.cache {
             cache.insert(position, generation, out);
         }
@@ -806,10 +815,12 @@ impl Core {
             return Ok(());
         }
         let location = self.geometry.locate(position);
-        let expected = self.checksums[position as usize].load(Ordering::Acquire);
+        let table = self.checksum_table(location.segment, None)?;
+        let per_segment = self.geometry.blocks_per_segment();
+        let expected = table.get(position % per_segment);
         let checksum_of = |column: usize| {
             let other = self.geometry.position(location.segment, location.row, column);
-            Some(self.checksums[other as usize].load(Ordering::Acquire))
+            Some(table.get(other % per_segment))
         };
         // Not a client's read: no hedging, and its latency is not the clients'.
         self.members
@@ -822,6 +833,129 @@ impl Core {
                 ReadPurpose::Verify,
                 out,
             )
+            .map(|_| ())
+    }
+}
+
+impl Core {
+    /// The table of a segment receiving batches (pinned in the cache from the moment it
+    /// became current).
+    fn current_table(&self, segment: u64) -> Arc<ChecksumTable> {
+        self.checksums.get(segment).unwrap_or_else(|| {
+            let table = Arc::new(ChecksumTable::new(self.geometry.blocks_per_segment()));
+            self.checksums.insert(segment, table.clone(), true);
+            table
+        })
+    }
+
+    /// The checksums of every position of `segment`: cached, or built from its summaries.
+    /// Same locking rules as [`Core::read_block`]; `Err`: a summary can be neither read nor
+    /// rebuilt, so nothing in the segment can be verified.
+    pub(crate) fn checksum_table(
+        &self,
+        segment: u64,
+        held: Option<&WriteState>,
+    ) -> std::result::Result<Arc<ChecksumTable>, ReadFailure> {
+        if let Some(table) = self.checksums.get(segment) {
+            return Ok(table);
+        }
+        let sealed_rows = match held {
+            Some(state) => state.space.segments[segment as usize].sealed_rows,
+            None => self.state.lock().space.segments[segment as usize].sealed_rows,
+        };
+        let table = Arc::new(self.load_checksum_table(segment, sealed_rows, held)?);
+        self.checksums.insert(segment, table.clone(), false);
+        Ok(table)
+    }
+
+    /// Walk the batches sealed into `segment` (rows `[0, sealed_rows)`) and collect the
+    /// checksum of every position from their summaries: the CRC of each data block its
+    /// entry records, of each summary block as read, and of zeros for padding. Summaries
+    /// prove themselves (their own CRC, this volume, this segment and row); a damaged one
+    /// is rebuilt from its stripe row.
+    fn load_checksum_table(
+        &self,
+        segment: u64,
+        sealed_rows: u32,
+        held: Option<&WriteState>,
+    ) -> std::result::Result<ChecksumTable, ReadFailure> {
+        let per_segment = self.geometry.blocks_per_segment();
+        let data_columns = self.geometry.data_columns() as u32;
+        let table = ChecksumTable::new(per_segment);
+        let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+        let mut row = 0;
+        while row < sealed_rows {
+            let offset_of = |index: u32| {
+                self.geometry.position(segment, row + index / data_columns, (index % data_columns) as usize)
+                    % per_segment
+            };
+            let mut first: Option<format::BatchHeader> = None;
+            let mut index = 0u32;
+            let mut number = 0u32;
+            loop {
+                let valid = |bytes: &[u8]| {
+                    format::Summary::decode(bytes, &self.volume_uuid).is_some_and(|summary| {
+                        let header = summary.header;
+                        summary.summary_index as u32 == number
+                            && match first {
+                                Some(first) => header == first,
+                                None => {
+                                    header.segment == segment
+                                        && header.first_row == row
+                                        && header.row_count >= 1
+                                        && header.first_row + header.row_count <= sealed_rows
+                                        && header.summary_count >= 1
+                                        && header.block_count >= header.summary_count
+                                        && header.block_count <= header.row_count * data_columns
+                                }
+                            }
+                    })
+                };
+                let position =
+                    self.geometry.position(segment, row + index / data_columns, (index % data_columns) as usize);
+                self.read_self_verifying(position, &valid, held, &mut block)?;
+                let summary =
+                    format::Summary::decode(&block, &self.volume_uuid).ok_or(ReadFailure::BeyondRedundancy)?;
+                table.set(offset_of(index), format::block_checksum(&block));
+                for (data_index, entry) in format::batch_entries(std::iter::once((&summary, index))) {
+                    if let (Some(data_index), Entry::Data { checksum, .. }) = (data_index, entry) {
+                        table.set(offset_of(data_index), checksum);
+                    }
+                }
+                let header = *first.get_or_insert(summary.header);
+                number += 1;
+                let next = format::next_summary_index(index, &summary);
+                if number >= header.summary_count || next >= header.block_count {
+                    let zero = format::zero_block_checksum();
+                    for padding in header.block_count..header.row_count * data_columns {
+                        table.set(offset_of(padding), zero);
+                    }
+                    row = header.first_row + header.row_count;
+                    break;
+                }
+                index = next;
+            }
+        }
+        Ok(table)
+    }
+
+    /// Read a block that proves itself (`valid`) at `position`: from memory, else from the
+    /// members, rebuilt from its row when no copy is valid.
+    fn read_self_verifying(
+        &self,
+        position: u64,
+        valid: &dyn Fn(&[u8]) -> bool,
+        held: Option<&WriteState>,
+        out: &mut [u8],
+    ) -> std::result::Result<(), ReadFailure> {
+        if let Lookup::Served = self.position_from_memory(position, out, held) {
+            if valid(out) {
+                return Ok(());
+            }
+        }
+        let location = self.geometry.locate(position);
+        self.members
+            .read_verified(&self.geometry, &self.counters, location, valid, &|_| None, ReadPurpose::Verify, out)
             .map(|_| ())
     }
 }
