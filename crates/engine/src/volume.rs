@@ -201,6 +201,7 @@ impl Volume {
                 log: LogState::recovered(recovered.last_sequence, recovered.last_segment),
                 space: SegmentTable::new(recovered.segments),
                 lifetimes: Lifetimes::new(geometry.logical_block_count()),
+                current_checksums: [None, None, None, None],
             }),
             progress: Condvar::new(),
             data_pool,

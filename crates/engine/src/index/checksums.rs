@@ -4,7 +4,7 @@
 //! of every block they describe) when it is missing; the tables of segments receiving
 //! batches are pinned, since their newest entries exist only in RAM until sealed.
 
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -39,7 +39,7 @@ struct Cached {
     /// A segment receiving batches: never evicted.
     pinned: bool,
     /// Used since the clock hand last passed (second chance).
-    referenced: bool,
+    referenced: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -53,7 +53,7 @@ pub(crate) struct ChecksumCache {
     positions_per_segment: u64,
     /// Unpinned tables each shard keeps at most.
     capacity_per_shard: usize,
-    shards: Vec<Mutex<Shard>>,
+    shards: Vec<RwLock<Shard>>,
 }
 
 impl ChecksumCache {
@@ -65,26 +65,28 @@ impl ChecksumCache {
         ChecksumCache {
             positions_per_segment,
             capacity_per_shard: (tables / SHARD_COUNT).max(1),
-            shards: (0..SHARD_COUNT).map(|_| Mutex::new(Shard::default())).collect(),
+            shards: (0..SHARD_COUNT).map(|_| RwLock::new(Shard::default())).collect(),
         }
     }
 
-    fn shard(&self, segment: u64) -> &Mutex<Shard> {
+    fn shard(&self, segment: u64) -> &RwLock<Shard> {
         &self.shards[(segment % SHARD_COUNT as u64) as usize]
     }
 
+    /// Readers share the shard: the second-chance bit is an atomic.
     pub(crate) fn get(&self, segment: u64) -> Option<Arc<ChecksumTable>> {
-        let mut shard = self.shard(segment).lock();
-        let cached = shard.tables.get_mut(&segment)?;
-        cached.referenced = true;
+        let shard = self.shard(segment).read();
+        let cached = shard.tables.get(&segment)?;
+        cached.referenced.store(true, Ordering::Relaxed);
         Some(cached.table.clone())
     }
 
     /// Put `table` in the cache for `segment` (replacing any), evicting unpinned tables
     /// beyond the capacity.
     pub(crate) fn insert(&self, segment: u64, table: Arc<ChecksumTable>, pinned: bool) {
-        let mut shard = self.shard(segment).lock();
-        if shard.tables.insert(segment, Cached { table, pinned, referenced: true }).is_none() {
+        let mut shard = self.shard(segment).write();
+        let cached = Cached { table, pinned, referenced: std::sync::atomic::AtomicBool::new(true) };
+        if shard.tables.insert(segment, cached).is_none() {
             shard.clock.push_back(segment);
         }
         self.evict(&mut shard);
@@ -92,7 +94,7 @@ impl ChecksumCache {
 
     /// A segment that stopped receiving batches: its table may go when room is needed.
     pub(crate) fn unpin(&self, segment: u64) {
-        let mut shard = self.shard(segment).lock();
+        let mut shard = self.shard(segment).write();
         if let Some(cached) = shard.tables.get_mut(&segment) {
             cached.pinned = false;
         }
@@ -101,7 +103,7 @@ impl ChecksumCache {
 
     /// A released segment: its table describes content that no longer exists.
     pub(crate) fn forget(&self, segment: u64) {
-        let mut shard = self.shard(segment).lock();
+        let mut shard = self.shard(segment).write();
         if shard.tables.remove(&segment).is_some() {
             shard.clock.retain(|&other| other != segment);
         }
@@ -115,8 +117,7 @@ impl ChecksumCache {
             steps -= 1;
             let Some(segment) = shard.clock.pop_front() else { break };
             let cached = shard.tables.get_mut(&segment).expect("the clock lists cached segments");
-            if cached.pinned || cached.referenced {
-                cached.referenced = false;
+            if cached.pinned || cached.referenced.swap(false, Ordering::Relaxed) {
                 shard.clock.push_back(segment);
             } else {
                 shard.tables.remove(&segment);
@@ -127,7 +128,7 @@ impl ChecksumCache {
 
     /// RAM the cached tables hold.
     pub(crate) fn size_bytes(&self) -> u64 {
-        let tables: usize = self.shards.iter().map(|shard| shard.lock().tables.len()).sum();
+        let tables: usize = self.shards.iter().map(|shard| shard.read().tables.len()).sum();
         tables as u64 * self.positions_per_segment * 4
     }
 }

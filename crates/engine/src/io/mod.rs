@@ -41,6 +41,9 @@ pub(crate) struct WriteState {
     pub(crate) log: LogState,
     pub(crate) space: SegmentTable,
     pub(crate) lifetimes: Lifetimes,
+    /// Per stream: its current segment and that segment's checksum table (also pinned in
+    /// the cache), so that accepting a block costs no cache lookup under the lock.
+    pub(crate) current_checksums: [Option<(u64, Arc<ChecksumTable>)>; STREAM_COUNT],
 }
 
 impl WriteState {
@@ -229,7 +232,9 @@ impl Core {
         usage.pinned = false;
         usage.sealed_rows = 0;
         // Its checksums exist only here until its batches are sealed: pinned.
-        self.checksums.insert(segment, Arc::new(ChecksumTable::new(self.geometry.blocks_per_segment())), true);
+        let table = Arc::new(ChecksumTable::new(self.geometry.blocks_per_segment()));
+        self.checksums.insert(segment, table.clone(), true);
+        state.current_checksums[stream] = Some((segment, table));
         state.log.current_segments[stream] = Some(CurrentSegment { segment, next_row: 0, open_sequence: sequence });
         self.members.segment_started(segment);
     }
@@ -285,7 +290,12 @@ impl Core {
         let (row, column) = open.place(index);
         let position = self.geometry.position(open.segment, open.first_row + row, column);
         open.push_entry(Entry::Data { logical_block, checksum });
-        self.current_table(open.segment).set(position % self.geometry.blocks_per_segment(), checksum);
+        let segment = open.segment;
+        let offset = position % self.geometry.blocks_per_segment();
+        match &state.current_checksums[open.stream] {
+            Some((current, table)) if *current == segment => table.set(offset, checksum),
+            _ => self.current_table(segment).set(offset, checksum),
+        }
         self.remap(state, logical_block, Mapping::Data { position });
         true
     }
@@ -392,6 +402,7 @@ impl Core {
     /// Give up the rest of a stream's current segment.
     pub(crate) fn retire_stream_segment(&self, state: &mut WriteState, stream: usize) {
         if let Some(current) = state.log.current_segments[stream].take() {
+            state.current_checksums[stream] = None;
             self.checksums.unpin(current.segment);
             let usage = &mut state.space.segments[current.segment as usize];
             usage.status = if usage.live_blocks == 0 {
@@ -409,7 +420,10 @@ impl Core {
         let (sealed, metadata) =
             open.seal(self.volume_uuid, self.epoch, state.log.durable_through_sequence, state.log.last_sealed_segment);
         let header = sealed.header;
-        let table = self.current_table(header.segment);
+        let table = match &state.current_checksums[stream] {
+            Some((current, table)) if *current == header.segment => table.clone(),
+            _ => self.current_table(header.segment),
+        };
         for (index, checksum) in metadata {
             let data_columns = self.geometry.data_columns() as u32;
             let position = self.geometry.position(
@@ -427,6 +441,7 @@ impl Core {
         usage.sealed_rows = header.first_row + header.row_count;
         if segment_full {
             state.log.current_segments[stream] = None;
+            state.current_checksums[stream] = None;
             self.checksums.unpin(header.segment);
             usage.status = if usage.live_blocks == 0 {
                 SegmentStatus::WaitingForFlush(header.sequence)
