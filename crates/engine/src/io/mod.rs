@@ -769,6 +769,10 @@ impl Core {
     }
 }
 
+/// What `Core::for_each_summary` hands each summary to: the summary with its batch index,
+/// the CRC32C of its block, and the data-space position of any batch index of its batch.
+type SummaryVisitor<'a> = dyn FnMut((&format::Summary, u32), u32, &dyn Fn(u32) -> u64) + 'a;
+
 /// One entry of a segment's summaries, and the data-space position of the block it
 /// describes (`None` for range entries).
 #[derive(Clone, Copy, Debug)]
@@ -784,71 +788,13 @@ impl Core {
     /// `Err`: a summary can be neither read nor rebuilt.
     pub(crate) fn segment_entries(&self, segment: u64) -> std::result::Result<Vec<SegmentEntry>, ReadFailure> {
         let sealed_rows = self.state.lock().space.segments[segment as usize].sealed_rows;
-        let data_columns = self.geometry.data_columns() as u32;
         let mut entries = Vec::new();
-        let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-        let mut row = 0;
-        while row < sealed_rows {
-            let position_of = |index: u32| {
-                self.geometry.position(segment, row + index / data_columns, (index % data_columns) as usize)
-            };
-            let mut summaries: Vec<(format::Summary, u32)> = Vec::new();
-            let mut index = 0u32;
-            loop {
-                self.read_metadata_block(position_of(index), &mut block)?;
-                // The block matched the checksum its batch recorded: it is the summary
-                // written there. A mismatch with its position is a bug; never loop on it.
-                let summary = format::Summary::decode(&block, &self.volume_uuid)
-                    .filter(|summary| {
-                        summary.header.segment == segment
-                            && summary.header.first_row == row
-                            && summary.header.row_count >= 1
-                            && summary.summary_index as usize == summaries.len()
-                    })
-                    .ok_or(ReadFailure::BeyondRedundancy)?;
-                let next = format::next_summary_index(index, &summary);
-                let header = summary.header;
-                summaries.push((summary, index));
-                if summaries.len() as u32 >= header.summary_count || next >= header.block_count {
-                    break;
-                }
-                index = next;
-            }
-            let header = summaries[0].0.header;
-            for (index, entry) in format::batch_entries(summaries.iter().map(|(summary, index)| (summary, *index))) {
+        self.for_each_summary(segment, sealed_rows, None, &mut |summary, _, position_of| {
+            for (index, entry) in format::batch_entries(std::iter::once(summary)) {
                 entries.push(SegmentEntry { entry, position: index.map(position_of) });
             }
-            row = header.first_row + header.row_count;
-        }
+        })?;
         Ok(entries)
-    }
-
-    /// Read a metadata block (a summary) at `position` into `out`, from memory or the
-    /// members, verified against the checksum its batch recorded.
-    fn read_metadata_block(&self, position: u64, out: &mut [u8]) -> std::result::Result<(), ReadFailure> {
-        if let Lookup::Served = self.position_from_memory(position, out, None) {
-            return Ok(());
-        }
-        let location = self.geometry.locate(position);
-        let table = self.checksum_table(location.segment, None)?;
-        let per_segment = self.geometry.blocks_per_segment();
-        let expected = table.get(position % per_segment);
-        let checksum_of = |column: usize| {
-            let other = self.geometry.position(location.segment, location.row, column);
-            Some(table.get(other % per_segment))
-        };
-        // Not a client's read: no hedging, and its latency is not the clients'.
-        self.members
-            .read_verified(
-                &self.geometry,
-                &self.counters,
-                location,
-                &|block| format::block_checksum(block) == expected,
-                &checksum_of,
-                ReadPurpose::Verify,
-                out,
-            )
-            .map(|_| ())
     }
 }
 
@@ -883,11 +829,9 @@ impl Core {
         Ok(table)
     }
 
-    /// Walk the batches sealed into `segment` (rows `[0, sealed_rows)`) and collect the
-    /// checksum of every position from their summaries: the CRC of each data block its
-    /// entry records, of each summary block as read, and of zeros for padding. Summaries
-    /// prove themselves (their own CRC, this volume, this segment and row); a damaged one
-    /// is rebuilt from its stripe row.
+    /// The checksum of every position of `segment`, from its summaries: the CRC of each
+    /// data block its entry records, of each summary block as read, and of zeros for
+    /// padding.
     fn load_checksum_table(
         &self,
         segment: u64,
@@ -897,12 +841,42 @@ impl Core {
         let per_segment = self.geometry.blocks_per_segment();
         let data_columns = self.geometry.data_columns() as u32;
         let table = ChecksumTable::new(per_segment);
+        self.for_each_summary(segment, sealed_rows, held, &mut |(summary, index), checksum, position_of| {
+            table.set(position_of(index) % per_segment, checksum);
+            for (data_index, entry) in format::batch_entries(std::iter::once((summary, index))) {
+                if let (Some(data_index), Entry::Data { checksum, .. }) = (data_index, entry) {
+                    table.set(position_of(data_index) % per_segment, checksum);
+                }
+            }
+            let header = summary.header;
+            if summary.summary_index as u32 + 1 == header.summary_count {
+                let zero = format::zero_block_checksum();
+                for padding in header.block_count..header.row_count * data_columns {
+                    table.set(position_of(padding) % per_segment, zero);
+                }
+            }
+        })?;
+        Ok(table)
+    }
+
+    /// Walk the batches sealed into `segment` (rows `[0, sealed_rows)`) and hand every
+    /// summary to `visit`, in log order, with its batch index, its block's CRC32C, and the
+    /// data-space position of any batch index of its batch. Summaries prove themselves
+    /// (their own CRC32C, this volume, this segment and row, or the batch's first header)
+    /// or are rebuilt from their stripe row; `Err` when one can be neither read nor rebuilt.
+    fn for_each_summary(
+        &self,
+        segment: u64,
+        sealed_rows: u32,
+        held: Option<&WriteState>,
+        visit: &mut SummaryVisitor,
+    ) -> std::result::Result<(), ReadFailure> {
+        let data_columns = self.geometry.data_columns() as u32;
         let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
         let mut row = 0;
         while row < sealed_rows {
-            let offset_of = |index: u32| {
+            let position_of = |index: u32| {
                 self.geometry.position(segment, row + index / data_columns, (index % data_columns) as usize)
-                    % per_segment
             };
             let mut first: Option<format::BatchHeader> = None;
             let mut index = 0u32;
@@ -926,32 +900,21 @@ impl Core {
                             }
                     })
                 };
-                let position =
-                    self.geometry.position(segment, row + index / data_columns, (index % data_columns) as usize);
-                self.read_self_verifying(position, &valid, held, &mut block)?;
+                self.read_self_verifying(position_of(index), &valid, held, &mut block)?;
                 let summary =
                     format::Summary::decode(&block, &self.volume_uuid).ok_or(ReadFailure::BeyondRedundancy)?;
-                table.set(offset_of(index), format::block_checksum(&block));
-                for (data_index, entry) in format::batch_entries(std::iter::once((&summary, index))) {
-                    if let (Some(data_index), Entry::Data { checksum, .. }) = (data_index, entry) {
-                        table.set(offset_of(data_index), checksum);
-                    }
-                }
+                visit((&summary, index), format::block_checksum(&block), &position_of);
                 let header = *first.get_or_insert(summary.header);
                 number += 1;
                 let next = format::next_summary_index(index, &summary);
                 if number >= header.summary_count || next >= header.block_count {
-                    let zero = format::zero_block_checksum();
-                    for padding in header.block_count..header.row_count * data_columns {
-                        table.set(offset_of(padding), zero);
-                    }
                     row = header.first_row + header.row_count;
                     break;
                 }
                 index = next;
             }
         }
-        Ok(table)
+        Ok(())
     }
 
     /// Read a block that proves itself (`valid`) at `position`: from memory, else from the
