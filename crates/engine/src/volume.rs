@@ -613,14 +613,8 @@ fn apply(cleaner: &Cleaner, blocks: &[BlockWrite]) -> Result<()> {
 fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
     let core = &cleaner.core;
     let geometry = &core.geometry;
-    let (mut blocks_mapped, mut blocks_zero) = (0u64, 0u64);
-    for mapping in core.map.iter() {
-        match mapping {
-            Mapping::Data { .. } => blocks_mapped += 1,
-            Mapping::Zero { .. } => blocks_zero += 1,
-            _ => {}
-        }
-    }
+    // Kept by the map as it changes: no scan of the volume per call.
+    let (blocks_mapped, blocks_zero) = core.map.counts();
     let state = core.state.lock();
     let count_status = |wanted: fn(&SegmentStatus) -> bool| {
         state.space.segments.iter().filter(|segment| wanted(&segment.status)).count() as u64

@@ -36,6 +36,11 @@ fn open_options() -> OpenOptions {
 }
 
 fn verify(volume: &Volume, model: &BTreeMap<u64, Expected>, logical_blocks: u64, when: &str) {
+    // The map keeps its counts as it changes (cleaning and replay included).
+    let stats = volume.stats();
+    let data = model.values().filter(|expected| matches!(expected, Expected::Data(_))).count() as u64;
+    let zeros = model.values().filter(|expected| matches!(expected, Expected::Zeros)).count() as u64;
+    assert_eq!((stats.blocks_mapped, stats.blocks_zero), (data, zeros), "{when}: blocks mapped and zero");
     let mut content = vec![0u8; BLOCK_SIZE_BYTES];
     for block in 0..logical_blocks {
         volume.read(block * BLOCK_BYTES, &mut content).expect("read");

@@ -165,6 +165,9 @@ pub struct BlockMap {
     /// the map is dropped.
     pages: Box<[AtomicPtr<Page>]>,
     pages_allocated: AtomicU64,
+    /// Entries that are data, and zero records, kept by `set` (no scan for statistics).
+    data_blocks: AtomicU64,
+    zero_blocks: AtomicU64,
 }
 
 impl BlockMap {
@@ -179,6 +182,8 @@ impl BlockMap {
             words_per_page,
             pages: (0..page_count).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
             pages_allocated: AtomicU64::new(0),
+            data_blocks: AtomicU64::new(0),
+            zero_blocks: AtomicU64::new(0),
         }
     }
 
@@ -247,7 +252,26 @@ impl BlockMap {
         if value == 0 && self.page(page).is_none() {
             return Mapping::Unmapped;
         }
-        self.codec.decode(self.page_or_new(page).write(bit, self.codec.width_bits, value))
+        let old = self.codec.decode(self.page_or_new(page).write(bit, self.codec.width_bits, value));
+        let counter = |mapping: Mapping| match mapping {
+            Mapping::Data { .. } => Some(&self.data_blocks),
+            Mapping::Zero { .. } => Some(&self.zero_blocks),
+            _ => None,
+        };
+        if std::mem::discriminant(&old) != std::mem::discriminant(&mapping) {
+            if let Some(counter) = counter(old) {
+                counter.fetch_sub(1, Ordering::Relaxed);
+            }
+            if let Some(counter) = counter(mapping) {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        old
+    }
+
+    /// Logical blocks mapped to data, and recorded as zeros.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.data_blocks.load(Ordering::Relaxed), self.zero_blocks.load(Ordering::Relaxed))
     }
 
     /// RAM the map holds: the page pointers and the pages written so far.
@@ -360,6 +384,9 @@ mod tests {
             for (block, expected) in reference.iter().enumerate() {
                 prop_assert_eq!(map.get(block as u64), *expected);
             }
+            let data = reference.iter().filter(|mapping| matches!(mapping, Mapping::Data { .. })).count() as u64;
+            let zero = reference.iter().filter(|mapping| matches!(mapping, Mapping::Zero { .. })).count() as u64;
+            prop_assert_eq!(map.counts(), (data, zero));
             prop_assert_eq!(map.iter().collect::<Vec<_>>(), reference);
         }
 
