@@ -148,6 +148,6 @@ pub enum Shutdown {
 }
 
 /// `bytes` as GiB with two decimals, for messages.
-fn gibibytes(bytes: u64) -> String {
+pub(crate) fn gibibytes(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
 }

@@ -102,21 +102,13 @@ impl Reader<'_> {
     fn read_batch(&self, segment: u64, first_row: u32) -> Option<FoundBatch> {
         let geometry = self.geometry;
         let data_columns = geometry.data_columns() as u32;
-        let slots_left = (geometry.rows_per_chunk() - first_row) * data_columns;
         let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
         let uuid = self.volume_uuid;
         let first_valid = |bytes: &[u8]| {
             Summary::decode(bytes, uuid).is_some_and(|summary| {
                 let header = summary.header;
-                let slots = header.row_count as u64 * data_columns as u64;
                 summary.summary_index == 0
-                    && header.segment == segment
-                    && header.first_row == first_row
-                    && header.row_count >= 1
-                    && slots <= slots_left as u64
-                    && header.block_count as u64 <= slots
-                    && header.summary_count >= 1
-                    && header.block_count >= header.summary_count
+                    && header.fits(segment, first_row, geometry.rows_per_chunk(), data_columns)
                     && header.durable_through_sequence < header.sequence
             })
         };

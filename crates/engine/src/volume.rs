@@ -786,13 +786,12 @@ pub(crate) fn memory_needed(geometry: &Geometry, checksum_cache_bytes: u64) -> (
     let lifetimes = geometry.logical_block_count() * LIFETIME_BYTES_PER_BLOCK;
     // The segment table, rows on the members, generations, and the free list.
     let segments = geometry.segment_count() * (std::mem::size_of::<crate::space::SegmentUse>() as u64 + 4 + 4 + 8);
-    let gib = |bytes: u64| format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64);
     let detail = format!(
         "index {}, checksums {}, lifetimes {}, segment tables {}",
-        gib(map),
-        gib(checksums),
-        gib(lifetimes),
-        gib(segments)
+        crate::error::gibibytes(map),
+        crate::error::gibibytes(checksums),
+        crate::error::gibibytes(lifetimes),
+        crate::error::gibibytes(segments)
     );
     (map + checksums + lifetimes + segments, detail)
 }

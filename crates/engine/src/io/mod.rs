@@ -888,15 +888,7 @@ impl Core {
                         summary.summary_index as u32 == number
                             && match first {
                                 Some(first) => header == first,
-                                None => {
-                                    header.segment == segment
-                                        && header.first_row == row
-                                        && header.row_count >= 1
-                                        && header.first_row + header.row_count <= sealed_rows
-                                        && header.summary_count >= 1
-                                        && header.block_count >= header.summary_count
-                                        && header.block_count <= header.row_count * data_columns
-                                }
+                                None => header.fits(segment, row, sealed_rows, data_columns),
                             }
                     })
                 };

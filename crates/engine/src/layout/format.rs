@@ -435,6 +435,21 @@ pub struct BatchHeader {
     pub previous_segment: u64,
 }
 
+impl BatchHeader {
+    /// Whether this header has the shape of a batch the engine seals at row `row` of
+    /// `segment`, ending by row `row_limit`, with `data_columns` blocks per row: at least
+    /// one row, a summary first, no more blocks than its rows hold.
+    pub fn fits(&self, segment: u64, row: u32, row_limit: u32, data_columns: u32) -> bool {
+        self.segment == segment
+            && self.first_row == row
+            && self.row_count >= 1
+            && row as u64 + self.row_count as u64 <= row_limit as u64
+            && self.summary_count >= 1
+            && self.block_count >= self.summary_count
+            && self.block_count as u64 <= self.row_count as u64 * data_columns as u64
+    }
+}
+
 /// `previous_segment` when the previous batch's segment is not known.
 pub const NO_SEGMENT: u64 = u64::MAX;
 
