@@ -18,7 +18,7 @@
 //!    are durable, so the old copy stays valid until the new one is.
 
 use crate::error::{Error, Result};
-use crate::index::lifetimes::WRITE_CLOCK_AT_OPEN;
+use crate::index::lifetimes::{class_length_blocks, WRITE_CLOCK_ORIGIN};
 use crate::index::map::Mapping;
 use crate::io::{Core, SegmentEntry, WriteState};
 use crate::layout::format;
@@ -64,19 +64,16 @@ impl Lifespans {
 /// The relocation stream of a block: old (unchanged for several yardsticks) first; then
 /// short-lived (its previous version lived less than a yardstick: likely to die soon);
 /// the rest in between. Without a yardstick yet, the middle stream.
-fn relocation_stream(state: &WriteState, logical_block: u64, yardstick: Option<u64>) -> usize {
+fn relocation_stream(state: &WriteState, record: &Live, yardstick: Option<u64>) -> usize {
     let [short, middle, old] = RELOCATION_STREAMS;
     let Some(yardstick) = yardstick else {
         return middle;
     };
-    if state.lifetimes.block_age(logical_block) >= OLD_AGE_YARDSTICKS * yardstick {
+    if state.lifetimes.age_since(record.write_clock) >= OLD_AGE_YARDSTICKS.saturating_mul(yardstick) {
         return old;
     }
-    // The previous life was in [2^(c−1), 2^c) units: take 3/4 of 2^c as its length.
-    let previous = state.lifetimes.previous_lifetimes[logical_block as usize];
-    let short_lived = previous < 40
-        && (1u64 << previous) * 3 / 4 * crate::index::lifetimes::WRITE_CLOCK_UNIT_BLOCKS
-            <= SHORT_LIFE_YARDSTICKS * yardstick;
+    let short_lived = class_length_blocks(record.lifetime_class)
+        .is_some_and(|previous_life| previous_life <= SHORT_LIFE_YARDSTICKS * yardstick);
     if short_lived {
         short
     } else {
@@ -233,6 +230,9 @@ struct Live {
     generation: u32,
     /// The relocation stream it goes to.
     stream: usize,
+    /// Its write clock and lifetime class, from the summary that describes it.
+    write_clock: u64,
+    lifetime_class: u8,
     /// Redundancy could not rebuild it: it stays where it is (its reads fail) and its
     /// segment is pinned.
     unreadable: bool,
@@ -448,23 +448,25 @@ impl Cleaner {
             core.state.lock().space.segments[segment as usize].pinned = true;
             return Vec::new();
         };
-        let record = |logical_block: u64, mapping: Mapping| Live {
+        let record = |logical_block: u64, mapping: Mapping, write_clock: u64, lifetime_class: u8| Live {
             logical_block,
             mapping,
             generation: 0,
             stream: RELOCATION_STREAMS[0],
+            write_clock,
+            lifetime_class,
             unreadable: false,
         };
         let logical_blocks = core.map.block_count();
         let mut records = Vec::new();
         // A block zeroed or trimmed twice in the segment is one record.
         let mut ranged = rustc_hash::FxHashSet::default();
-        for SegmentEntry { entry, position } in entries {
+        for SegmentEntry { entry, position, write_clock } in entries {
             match (entry, position) {
-                (Entry::Data { logical_block, .. }, Some(position)) => {
+                (Entry::Data { logical_block, lifetime_class, .. }, Some(position)) => {
                     let mapping = Mapping::Data { position };
                     if logical_block < logical_blocks && core.map.get(logical_block) == mapping {
-                        records.push(record(logical_block, mapping));
+                        records.push(record(logical_block, mapping, write_clock, lifetime_class));
                     }
                 }
                 (Entry::Zero { logical_block, block_count } | Entry::Trim { logical_block, block_count }, _)
@@ -478,7 +480,7 @@ impl Cleaner {
                     let end = logical_block.saturating_add(block_count as u64).min(logical_blocks);
                     for block in logical_block..end {
                         if core.map.get(block) == mapping && ranged.insert(block) {
-                            records.push(record(block, mapping));
+                            records.push(record(block, mapping, write_clock, format::LIFETIME_CLASS_UNKNOWN));
                         }
                     }
                 }
@@ -534,7 +536,7 @@ impl Cleaner {
                 }
                 live += usage.live_blocks;
                 // Client segments opened since the volume was opened measure the yardstick.
-                if usage.stream as usize == HOST_STREAM && usage.opened_clock >= WRITE_CLOCK_AT_OPEN {
+                if usage.stream as usize == HOST_STREAM && usage.opened_clock >= WRITE_CLOCK_ORIGIN {
                     let lifespan = now - usage.opened_clock;
                     lifespans.record(lifespan);
                 }
@@ -571,11 +573,8 @@ impl Cleaner {
         {
             let state = self.core.state.lock();
             for record in live.iter_mut() {
-                record.stream = if self.separate_streams {
-                    relocation_stream(&state, record.logical_block, yardstick)
-                } else {
-                    HOST_STREAM
-                };
+                record.stream =
+                    if self.separate_streams { relocation_stream(&state, record, yardstick) } else { HOST_STREAM };
             }
         }
         // By stream (one batch run each), data blocks in position order (sequential reads).
@@ -701,7 +700,8 @@ impl Cleaner {
                     Mapping::Data { .. } => {
                         let content = &contents[next * BLOCK_SIZE_BYTES..(next + 1) * BLOCK_SIZE_BYTES];
                         let checksum = format::block_checksum(content);
-                        self.core.accept_data(state, record.logical_block, content, checksum)
+                        let kept = Some((record.lifetime_class, record.write_clock));
+                        self.core.accept_data(state, record.logical_block, content, checksum, kept)
                     }
                     Mapping::Zero { .. } => self.core.record_range(state, record.logical_block, false),
                     Mapping::Trimmed { .. } => self.core.record_range(state, record.logical_block, true),
@@ -724,7 +724,8 @@ impl Cleaner {
                     continue;
                 }
                 let content = &filler_contents[(next_filler - 1) * BLOCK_SIZE_BYTES..next_filler * BLOCK_SIZE_BYTES];
-                if !self.core.accept_data(state, record.logical_block, content, format::block_checksum(content)) {
+                let kept = Some((record.lifetime_class, record.write_clock));
+                if !self.core.accept_data(state, record.logical_block, content, format::block_checksum(content), kept) {
                     break;
                 }
                 relocated += 1;

@@ -46,6 +46,13 @@ pub enum Error {
         gibibytes(*available_bytes)
     )]
     NotEnoughMemory { needed_bytes: u64, available_bytes: u64, detail: String },
+    /// A volume written by an older format: opened read-only, or upgraded on request.
+    #[error(
+        "volume {volume} has on-disk format version {version}; this stripelog writes version {current}, which \
+         older releases cannot read: run `stripelog upgrade` on its members to convert it (one way), or open it \
+         read-only"
+    )]
+    FormatUpgradeNeeded { volume: String, version: u32, current: u32 },
     #[error("the volume is read-only")]
     ReadOnly,
     #[error("too many members are missing or failed for {level}: {reason}")]

@@ -78,6 +78,8 @@ pub(crate) struct Recovered {
     pub release: Vec<(u64, u32)>,
     /// The segment of batch `last_sequence`, or `NO_SEGMENT`.
     pub last_segment: u64,
+    /// The write clock of the last client batch replayed (0: none known).
+    pub write_clock: u64,
     pub report: RecoveryReport,
 }
 
@@ -536,6 +538,20 @@ pub(crate) fn recover(
             segments[segment as usize].live_blocks += 1;
         }
     }
+    // Clocks and streams from the replayed batches' headers: a segment is as old as its
+    // oldest batch's clock (0 where summaries of version 1 do not say).
+    let mut write_clock = 0;
+    for (_, batch) in log.batches.range(..=log.last_sequence) {
+        let header = &batch.header;
+        let usage = &mut segments[header.segment as usize];
+        if usage.age_clock == 0 {
+            usage.opened_clock = header.write_clock;
+        }
+        usage.opened_clock = usage.opened_clock.min(header.write_clock);
+        usage.age_clock = usage.age_clock.max(header.write_clock);
+        usage.stream = header.stream;
+        write_clock = write_clock.max(header.write_clock);
+    }
     for (index, segment) in segments.iter_mut().enumerate() {
         if segment.live_blocks > 0 {
             segment.status = SegmentStatus::Used;
@@ -586,6 +602,7 @@ pub(crate) fn recover(
         repairs: log.repairs,
         release,
         last_segment,
+        write_clock,
         report,
     })
 }

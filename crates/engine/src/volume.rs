@@ -6,7 +6,7 @@ use crate::array::members::{self, CreateOptions, MemberDevice};
 use crate::cleaner::Cleaner;
 use crate::error::{Error, Result, Shutdown};
 use crate::index::checksums::ChecksumCache;
-use crate::index::lifetimes::{Lifetimes, LIFETIME_BYTES_PER_BLOCK};
+use crate::index::lifetimes::Lifetimes;
 use crate::index::map::Mapping;
 use crate::io::{block_pieces, BlockWrite, Core, Lookup, OpenProblem, WriteState};
 use crate::layout::format;
@@ -68,6 +68,9 @@ pub struct OpenOptions {
     /// Open read-write although the superblocks say another host has the volume open and
     /// did not close it (it crashed, or still uses it: the caller must know which).
     pub take_over_from_another_host: bool,
+    /// Open read-write a volume of an older format version, converting it to the current
+    /// one (`stripelog upgrade`); without it such an open is refused.
+    pub upgrade_format: bool,
 }
 
 /// Default write queue: 64 MiB of sealed batches and their parity.
@@ -94,6 +97,7 @@ impl Default for OpenOptions {
             hedged_reads: true,
             holder_program: crate::array::identity::default_program(),
             take_over_from_another_host: false,
+            upgrade_format: false,
             memory_limit_bytes: None,
             checksum_cache_bytes: DEFAULT_CHECKSUM_CACHE_BYTES,
         }
@@ -161,7 +165,23 @@ impl Volume {
                 holder: crate::array::identity::describe_holder(holder),
             });
         }
+        if !options.read_only && superblock.version < format::SUPERBLOCK_VERSION && !options.upgrade_format {
+            return Err(Error::FormatUpgradeNeeded {
+                volume: uuid::Uuid::from_bytes(superblock.volume_uuid).to_string(),
+                version: superblock.version,
+                current: format::SUPERBLOCK_VERSION,
+            });
+        }
         let geometry = superblock.geometry();
+        if superblock.version >= format::SUPERBLOCK_VERSION
+            && superblock.index_entry_width_bits as u32 != geometry.index_entry_width_bits()
+        {
+            return Err(Error::InvalidGeometry(format!(
+                "the superblocks record {}-bit index entries where the geometry needs {}",
+                superblock.index_entry_width_bits,
+                geometry.index_entry_width_bits()
+            )));
+        }
         let recovered =
             mount::recover(&geometry, &members, &superblock.volume_uuid, superblock.durable_through_sequence)?;
         let superblock = if options.read_only {
@@ -200,7 +220,7 @@ impl Volume {
             state: Mutex::new(WriteState {
                 log: LogState::recovered(recovered.last_sequence, recovered.last_segment),
                 space: SegmentTable::new(recovered.segments),
-                lifetimes: Lifetimes::new(geometry.logical_block_count()),
+                lifetimes: Lifetimes::new(recovered.write_clock),
                 current_checksums: [None, None, None, None],
             }),
             progress: Condvar::new(),
@@ -711,10 +731,8 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         late_reads: Counters::get(&counters.late_reads),
         write_queue_batches: core.write_queue_batches,
         member_failures: core.members.failures_while_open(),
-        // The map, and the cleaner's per-block write times and previous lifetimes.
-        map_memory_bytes: core.map.size_bytes() + core.map.block_count() * LIFETIME_BYTES_PER_BLOCK,
-        map_bytes_per_logical_block: core.map.resident_size_bytes() as f64 / core.map.block_count().max(1) as f64
-            + LIFETIME_BYTES_PER_BLOCK as f64,
+        map_memory_bytes: core.map.size_bytes(),
+        map_bytes_per_logical_block: core.map.resident_size_bytes() as f64 / core.map.block_count().max(1) as f64,
         index_entry_bits: core.map.codec().width_bits,
         checksum_memory_bytes: core.checksums.size_bytes(),
         write_buffer_memory_bytes: ((core.write_queue_batches + 1) * geometry.data_columns()
@@ -772,8 +790,7 @@ impl Volume {
 }
 
 /// What an open volume of `geometry` allocates whatever its use: the index with every page
-/// resident (it is not paged yet), a CRC32C per data-space position, the cleaner's lifetime
-/// data per logical block, and the per-segment tables. (Buffers and the block cache are
+/// resident (it is not paged yet), the checksum cache, and the per-segment tables. (Buffers and the block cache are
 /// fixed budgets of their own.)
 pub(crate) fn memory_needed(geometry: &Geometry, checksum_cache_bytes: u64) -> (u64, String) {
     let map = crate::index::map::BlockMap::resident_size_for(
@@ -783,17 +800,15 @@ pub(crate) fn memory_needed(geometry: &Geometry, checksum_cache_bytes: u64) -> (
     // The cache's budget, or every table when fewer fill it (the tables of the segments
     // receiving batches are pinned besides: a few).
     let checksums = (geometry.physical_data_blocks() * 4).min(checksum_cache_bytes);
-    let lifetimes = geometry.logical_block_count() * LIFETIME_BYTES_PER_BLOCK;
     // The segment table, rows on the members, generations, and the free list.
     let segments = geometry.segment_count() * (std::mem::size_of::<crate::space::SegmentUse>() as u64 + 4 + 4 + 8);
     let detail = format!(
-        "index {}, checksums {}, lifetimes {}, segment tables {}",
+        "index {}, checksums {}, segment tables {}",
         crate::error::gibibytes(map),
         crate::error::gibibytes(checksums),
-        crate::error::gibibytes(lifetimes),
         crate::error::gibibytes(segments)
     );
-    (map + checksums + lifetimes + segments, detail)
+    (map + checksums + segments, detail)
 }
 
 /// Refuse a volume whose index and tables need more RAM than allowed.

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 use stripelog_blockdev::{AlignedBuffer, BlockDevice, MemoryDevice, Prng};
-use stripelog_engine::format::{Superblock, SUPERBLOCK_OFFSETS_BYTES};
+use stripelog_engine::format::{Superblock, SUPERBLOCK_OFFSETS_BYTES, SUPERBLOCK_VERSION};
 use stripelog_engine::{
     CreateOptions, Error, IoMode, MaintenanceOptions, Mapping, MemberDevice, OpenOptions, RaidLevel, ReplaceOptions,
     Volume, BLOCK_SIZE_BYTES,
@@ -40,6 +40,11 @@ fn open_options() -> OpenOptions {
         holder_program: "data-safety test".into(),
         ..OpenOptions::default()
     }
+}
+
+/// What `stripelog upgrade` opens with.
+fn upgrade() -> OpenOptions {
+    OpenOptions { upgrade_format: true, ..open_options() }
 }
 
 fn read_only() -> OpenOptions {
@@ -254,7 +259,7 @@ fn a_device_that_is_not_the_member_of_its_position_is_refused() {
 }
 
 #[test]
-fn a_version_1_volume_opens_and_gets_member_identities_at_its_first_read_write_open() {
+fn an_old_volume_opens_read_only_and_read_write_only_when_upgraded() {
     let devices = memory_members(4);
     let data = volume_with_data(&devices, RaidLevel::Raid5, 50);
     // What version 1 wrote: the same fields up to offset 120, zeros after.
@@ -266,27 +271,51 @@ fn a_version_1_volume_opens_and_gets_member_identities_at_its_first_read_write_o
     assert!(stats.members.iter().all(|member| member.member_uuid.is_empty()));
     assert_reads(&volume, &data);
     drop(volume);
-    let volume = Volume::open(members(&devices), &open_options()).expect("read-write: upgraded");
+    let error = expect_error(Volume::open(members(&devices), &open_options()), "read-write, not upgraded");
+    assert!(
+        matches!(error, Error::FormatUpgradeNeeded { version: 1, .. })
+            && error.to_string().contains("run `stripelog upgrade`"),
+        "{error}"
+    );
+    let volume = Volume::open(members(&devices), &upgrade()).expect("read-write: upgraded");
     let stats = volume.stats();
-    assert_eq!(stats.superblock_version, 2);
+    assert_eq!(stats.superblock_version, SUPERBLOCK_VERSION);
     assert!(stats.members.iter().all(|member| !member.member_uuid.is_empty()));
     assert_reads(&volume, &data);
     volume.close().unwrap();
-    let volume = Volume::open(members(&devices), &read_only()).expect("version 2 now");
-    assert_eq!(volume.stats().superblock_version, 2);
-    drop(volume);
-    // A version this code does not know is named, not taken for missing members.
+    let volume = Volume::open(members(&devices), &open_options()).expect("the current version now");
+    assert_eq!(volume.stats().superblock_version, SUPERBLOCK_VERSION);
+    assert_reads(&volume, &data);
+    volume.close().unwrap();
+    // Version 2 (member identity, no index fields) is refused and upgraded the same way.
     for device in &devices {
         for &offset in &SUPERBLOCK_OFFSETS_BYTES {
             device.read_at(&mut block, offset).unwrap();
-            block[8..12].copy_from_slice(&3u32.to_le_bytes());
+            block[8..12].copy_from_slice(&2u32.to_le_bytes());
+            block[2304..BLOCK_SIZE_BYTES - 4].fill(0);
             let checksum = crc32c::crc32c(&block[..BLOCK_SIZE_BYTES - 4]);
             block[BLOCK_SIZE_BYTES - 4..].copy_from_slice(&checksum.to_le_bytes());
             device.write_at(&block, offset).unwrap();
         }
     }
-    let error = expect_error(Volume::open(members(&devices), &read_only()), "format version 3");
-    assert!(error.to_string().contains("format version 3 is not supported"), "{error}");
+    let error = expect_error(Volume::open(members(&devices), &open_options()), "version 2, not upgraded");
+    assert!(matches!(error, Error::FormatUpgradeNeeded { version: 2, .. }), "{error}");
+    let volume = Volume::open(members(&devices), &upgrade()).expect("version 2 upgraded");
+    assert_reads(&volume, &data);
+    volume.close().unwrap();
+    // A version this code does not know is named, not taken for missing members.
+    for device in &devices {
+        for &offset in &SUPERBLOCK_OFFSETS_BYTES {
+            device.read_at(&mut block, offset).unwrap();
+            block[8..12].copy_from_slice(&(SUPERBLOCK_VERSION + 1).to_le_bytes());
+            let checksum = crc32c::crc32c(&block[..BLOCK_SIZE_BYTES - 4]);
+            block[BLOCK_SIZE_BYTES - 4..].copy_from_slice(&checksum.to_le_bytes());
+            device.write_at(&block, offset).unwrap();
+        }
+    }
+    let error = expect_error(Volume::open(members(&devices), &read_only()), "a later format version");
+    let later = format!("format version {} is not supported", SUPERBLOCK_VERSION + 1);
+    assert!(error.to_string().contains(&later), "{error}");
 }
 
 /// Rewrite both superblock copies of every device as version 1 wrote them.
@@ -313,7 +342,7 @@ fn an_interrupted_upgrade_opens_and_a_replaced_version_1_device_is_refused() {
     let data = volume_with_data(&devices, RaidLevel::Raid5, 40);
     downgrade_to_version_1(&devices);
     let version_1 = snapshot(&devices);
-    Volume::open(members(&devices), &open_options()).unwrap().close().unwrap();
+    Volume::open(members(&devices), &upgrade()).unwrap().close().unwrap();
     // Members 2 and 3 are back to what version 1 wrote: the upgrade never reached them.
     for index in [2, 3] {
         let mut buffer = AlignedBuffer::zeroed(version_1[index].len());
@@ -331,7 +360,7 @@ fn an_interrupted_upgrade_opens_and_a_replaced_version_1_device_is_refused() {
     downgrade_to_version_1(&devices);
     let mut without_1 = members(&devices);
     without_1[1].device = None;
-    let volume = Volume::open(without_1, &open_options()).expect("degraded, on purpose");
+    let volume = Volume::open(without_1, &upgrade()).expect("degraded, on purpose");
     let new: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(MEMBER_SIZE_BYTES));
     volume
         .replace_member(1, MemberDevice { name: "new1".into(), device: Some(new.clone()) }, &ReplaceOptions::default())

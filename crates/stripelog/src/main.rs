@@ -50,6 +50,10 @@ enum Command {
     /// Verify every live block's checksum and every parity row; exit 1 on damage.
     #[command(after_help = "Example:\n  stripelog check d/m0 d/m1 d/m2 d/m3 d/m4 && echo clean")]
     Check(InspectArguments),
+    /// Convert a volume written by an older stripelog to the current on-disk format (one
+    /// way: older releases cannot open it afterwards). Read-only opens need no upgrade.
+    #[command(after_help = "Example:\n  stripelog upgrade d/m0 d/m1 d/m2 d/m3 d/m4")]
+    Upgrade(UpgradeArguments),
     /// Serve volumes over NBD (a Unix socket by default; TCP on loopback with --listen).
     #[command(
         after_help = "Examples:\n  stripelog serve d/m0 d/m1 d/m2 d/m3 d/m4 --socket ./stripelog.sock\n  stripelog serve --export a=d/a0,d/a1,d/a2 --export b=d/b0,d/b1,d/b2 --listen 10809\n  nbdinfo 'nbd+unix:///stripelog?socket=./stripelog.sock'"
@@ -181,6 +185,15 @@ struct InspectArguments {
     /// Print JSON for machines.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    degraded: DegradedArgument,
+    /// Members in order; `missing` for a lost member.
+    #[arg(required = true)]
+    members: Vec<PathBuf>,
+}
+
+#[derive(Args)]
+struct UpgradeArguments {
     #[command(flatten)]
     degraded: DegradedArgument,
     /// Members in order; `missing` for a lost member.
@@ -683,6 +696,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             }
             Ok(if report.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
+        Command::Upgrade(arguments) => upgrade(arguments),
         Command::Serve(arguments) => serve::serve(arguments),
         Command::Replace(arguments) => maintenance::replace(arguments),
         Command::Scrub(arguments) => maintenance::scrub(arguments),
@@ -773,6 +787,31 @@ fn open_read_only(paths: &[PathBuf], degraded: DegradedArgument) -> Result<Volum
     let volume = Volume::open(members, &options).map_err(engine_error);
     bar.finish_and_clear();
     volume
+}
+
+fn upgrade(arguments: UpgradeArguments) -> Result<ExitCode, String> {
+    let read_only = open_read_only(&arguments.members, arguments.degraded)?;
+    let from = read_only.stats().superblock_version;
+    drop(read_only);
+    if from == stripelog_engine::format::SUPERBLOCK_VERSION {
+        println!("already at format version {from}: nothing to do");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let members = open_members(&arguments.members, None, false, arguments.degraded.degraded)?;
+    let options = OpenOptions {
+        upgrade_format: true,
+        flush_interval: None,
+        holder_program: "stripelog upgrade".into(),
+        ..OpenOptions::default()
+    };
+    let bar = spinner("reading segment summaries");
+    let volume = Volume::open(members, &options).map_err(engine_error);
+    bar.finish_and_clear();
+    let volume = volume?;
+    let to = volume.stats().superblock_version;
+    volume.close().map_err(engine_error)?;
+    println!("upgraded from format version {from} to {to}");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// An engine error as the CLI reports it: with the flag that gets past a refusal.

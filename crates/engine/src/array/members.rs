@@ -236,6 +236,7 @@ impl Members {
             superblock.rebuilding_members = rebuilding;
             superblock.update_sequence += 1;
             superblock.version = crate::layout::format::SUPERBLOCK_VERSION;
+            superblock.index_entry_width_bits = superblock.geometry().index_entry_width_bits() as u8;
             for (copy, offset) in SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
                 for member in 0..self.count() {
                     let Some(device) = self.writable(member) else {
@@ -861,6 +862,8 @@ pub(crate) fn create(
                 holder: crate::layout::format::Holder::default(),
                 member_uuids: member_uuids.clone(),
                 retired: Vec::new(),
+                index_entry_width_bits: geometry.index_entry_width_bits() as u8,
+                checkpoint: None,
             };
             superblock.encode(&mut block);
             device.write_at(&block, *offset).map_err(member_error)?;

@@ -46,8 +46,11 @@ pub struct EntryCodec {
 
 impl EntryCodec {
     pub fn new(positions: u64, segments: u64) -> EntryCodec {
-        let largest = positions + 2 * segments;
-        EntryCodec { positions, segments, width_bits: (u64::BITS - largest.leading_zeros()).max(1) }
+        EntryCodec {
+            positions,
+            segments,
+            width_bits: crate::layout::geometry::index_entry_width_bits(positions, segments),
+        }
     }
 
     pub fn for_geometry(geometry: &Geometry) -> EntryCodec {

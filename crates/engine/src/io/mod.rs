@@ -19,7 +19,6 @@ use crate::array::members::{Members, ReadPurpose};
 use crate::error::{Error, ReadFailure, Result, Shutdown};
 use crate::index::checksums::{ChecksumCache, ChecksumTable};
 use crate::index::lifetimes::Lifetimes;
-use crate::index::lifetimes::WRITE_CLOCK_UNIT_BLOCKS;
 use crate::index::map::{BlockMap, Mapping};
 use crate::layout::format::{self, Entry};
 use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
@@ -262,7 +261,7 @@ impl Core {
     pub(crate) fn accept(&self, state: &mut WriteState, block: &BlockWrite) -> Result<bool> {
         match *block {
             BlockWrite::Data(logical_block, data, checksum) => {
-                Ok(self.accept_data(state, logical_block, data, checksum))
+                Ok(self.accept_data(state, logical_block, data, checksum, None))
             }
             BlockWrite::Zero(logical_block) => Ok(self.accept_range(state, logical_block, false)),
             BlockWrite::Trim(logical_block) => Ok(self.accept_range(state, logical_block, true)),
@@ -274,13 +273,23 @@ impl Core {
                     Ok(self.accept_range(state, logical_block, false))
                 } else {
                     let checksum = format::block_checksum(&merged);
-                    Ok(self.accept_data(state, logical_block, &merged, checksum))
+                    Ok(self.accept_data(state, logical_block, &merged, checksum, None))
                 }
             }
         }
     }
 
-    pub(crate) fn accept_data(&self, state: &mut WriteState, logical_block: u64, data: &[u8], checksum: u32) -> bool {
+    /// Accept a data block into the open batch (`false`: full). `relocated`: the block's
+    /// lifetime class and write clock, kept when the cleaner moves it; a client's block
+    /// gets its class from the version it replaces.
+    pub(crate) fn accept_data(
+        &self,
+        state: &mut WriteState,
+        logical_block: u64,
+        data: &[u8],
+        checksum: u32,
+        relocated: Option<(u8, u64)>,
+    ) -> bool {
         debug_assert_eq!(checksum, format::block_checksum(data));
         let open = state.log.open.as_mut().expect("an open batch");
         let Some(Slot::Block(index)) = open.reserve(true) else {
@@ -289,7 +298,14 @@ impl Core {
         open.block_mut(index).copy_from_slice(data);
         let (row, column) = open.place(index);
         let position = self.geometry.position(open.segment, open.first_row + row, column);
-        open.push_entry(Entry::Data { logical_block, checksum });
+        let lifetime_class = match relocated {
+            Some((class, clock)) => {
+                open.oldest_clock = open.oldest_clock.min(clock);
+                class
+            }
+            None => format::LIFETIME_CLASS_UNKNOWN,
+        };
+        open.push_entry(Entry::Data { logical_block, checksum, lifetime_class });
         let segment = open.segment;
         let offset = position % self.geometry.blocks_per_segment();
         match &state.current_checksums[open.stream] {
@@ -337,15 +353,12 @@ impl Core {
     pub(crate) fn remap(&self, state: &mut WriteState, logical_block: u64, mapping: Mapping) {
         let per_segment = self.geometry.blocks_per_segment();
         let old = self.map.set(logical_block, mapping);
-        if state.log.open.as_ref().is_none_or(|open| open.stream == HOST_STREAM) {
-            let now = (state.lifetimes.write_clock / WRITE_CLOCK_UNIT_BLOCKS) as u32;
-            let index = logical_block as usize;
-            state.lifetimes.previous_lifetimes[index] = if old == Mapping::Unmapped {
-                u8::MAX
-            } else {
-                (u32::BITS - now.wrapping_sub(state.lifetimes.write_times[index]).leading_zeros()) as u8
-            };
-            state.lifetimes.write_times[index] = now;
+        if let Some(open) = state.log.open.as_mut().filter(|open| !open.relocation) {
+            // The old version lived since its segment's oldest clock (no per-block time).
+            if let (Mapping::Data { .. }, Some(segment)) = (mapping, old.segment(per_segment)) {
+                let class = state.lifetimes.class_since(state.space.segments[segment as usize].opened_clock);
+                open.set_last_lifetime_class(logical_block, class);
+            }
             state.lifetimes.write_clock += 1;
         }
         if let Some(segment) = mapping.segment(per_segment) {
@@ -417,8 +430,19 @@ impl Core {
     pub(crate) fn seal(&self, state: &mut WriteState) -> Arc<SealedBatch> {
         let open = state.log.open.take().expect("an open batch");
         let stream = open.stream;
-        let (sealed, metadata) =
-            open.seal(self.volume_uuid, self.epoch, state.log.durable_through_sequence, state.log.last_sealed_segment);
+        let write_clock = if open.relocation {
+            open.oldest_clock.min(state.lifetimes.write_clock)
+        } else {
+            state.lifetimes.write_clock
+        };
+        let (sealed, metadata) = open.seal(
+            self.volume_uuid,
+            self.epoch,
+            state.log.durable_through_sequence,
+            state.log.last_sealed_segment,
+            write_clock,
+            format::NO_SEGMENT,
+        );
         let header = sealed.header;
         let table = match &state.current_checksums[stream] {
             Some((current, table)) if *current == header.segment => table.clone(),
@@ -439,6 +463,10 @@ impl Core {
         let usage = &mut state.space.segments[header.segment as usize];
         usage.age_clock = state.lifetimes.write_clock;
         usage.sealed_rows = header.first_row + header.row_count;
+        if stream != HOST_STREAM {
+            // A relocation segment is as old as the oldest block it holds.
+            usage.opened_clock = usage.opened_clock.min(header.write_clock);
+        }
         if segment_full {
             state.log.current_segments[stream] = None;
             state.current_checksums[stream] = None;
@@ -779,6 +807,8 @@ type SummaryVisitor<'a> = dyn FnMut((&format::Summary, u32), u32, &dyn Fn(u32) -
 pub(crate) struct SegmentEntry {
     pub(crate) entry: Entry,
     pub(crate) position: Option<u64>,
+    /// Its batch's write clock (a relocation batch's: the oldest of its blocks).
+    pub(crate) write_clock: u64,
 }
 
 impl Core {
@@ -791,7 +821,11 @@ impl Core {
         let mut entries = Vec::new();
         self.for_each_summary(segment, sealed_rows, None, &mut |summary, _, position_of| {
             for (index, entry) in format::batch_entries(std::iter::once(summary)) {
-                entries.push(SegmentEntry { entry, position: index.map(position_of) });
+                entries.push(SegmentEntry {
+                    entry,
+                    position: index.map(position_of),
+                    write_clock: summary.0.header.write_clock,
+                });
             }
         })?;
         Ok(entries)

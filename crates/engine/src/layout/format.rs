@@ -3,13 +3,23 @@
 
 use crate::layout::geometry::{Geometry, RaidLevel, BLOCK_SIZE_BYTES};
 
-/// Version of the superblock written by this code; version 1 (without the fields from
-/// offset 120) is read too and upgraded by the first read-write open.
-pub const SUPERBLOCK_VERSION: u32 = 2;
+/// Version of the superblock written by this code. Versions 1 (without the fields from
+/// offset 120) and 2 (without the fields from offset 2304) are read too; a read-write
+/// open of such a volume is refused until `stripelog upgrade` rewrites it (its summaries
+/// may then be version 2, which older code cannot read).
+pub const SUPERBLOCK_VERSION: u32 = 3;
+/// The superblock version before the index fields (entry width, checkpoint root).
+pub const SUPERBLOCK_VERSION_WITHOUT_INDEX: u32 = 2;
 /// The superblock version before member identity and the holder record.
 pub const SUPERBLOCK_VERSION_WITHOUT_IDENTITY: u32 = 1;
-/// Version of batch summary blocks.
-pub const SUMMARY_VERSION: u16 = 1;
+/// Version of batch summary blocks written by this code.
+pub const SUMMARY_VERSION: u16 = 2;
+/// Summaries before the write clock, the stream, the forward link and the lifetime class
+/// (read as: clock unknown, class unknown, no link).
+pub const SUMMARY_VERSION_WITHOUT_CLOCKS: u16 = 1;
+/// The lifetime class of a block whose previous version is not known (never overwritten,
+/// or written by summary version 1).
+pub const LIFETIME_CLASS_UNKNOWN: u8 = u8::MAX;
 pub const SUPERBLOCK_MAGIC: &[u8; 8] = b"STRIPLOG";
 pub const SUMMARY_MAGIC: &[u8; 8] = b"SLBATCH\0";
 /// Member byte offsets of the two superblock copies (both inside the reserved chunk).
@@ -142,6 +152,23 @@ pub struct Superblock {
     pub member_uuids: Vec<[u8; 16]>,
     /// Members replaced so far, oldest first, at most [`RETIRED_MEMBERS_MAXIMUM`].
     pub retired: Vec<RetiredMember>,
+    /// Bits per index entry, fixed at creation (zero: a version-2 superblock).
+    pub index_entry_width_bits: u8,
+    /// The latest complete checkpoint (docs/index-and-checkpoints.md); `None`: the log
+    /// is read from its beginning at mount.
+    pub checkpoint: Option<CheckpointReference>,
+}
+
+/// Where a superblock says the latest complete checkpoint's root block is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckpointReference {
+    /// Data-space position of the root block.
+    pub root_position: u64,
+    /// CRC32C of the root block.
+    pub root_checksum: u32,
+    pub generation: u64,
+    /// Every batch up to this sequence is reflected in the checkpoint.
+    pub sequence: u64,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -192,6 +219,13 @@ impl Superblock {
             put(block, offset + 16, &member.position.to_le_bytes());
             put(block, offset + 24, &member.retired_unix_seconds.to_le_bytes());
         }
+        if let Some(checkpoint) = &self.checkpoint {
+            put(block, 2304, &(checkpoint.root_position + 1).to_le_bytes());
+            put(block, 2312, &checkpoint.root_checksum.to_le_bytes());
+            put(block, 2320, &checkpoint.generation.to_le_bytes());
+            put(block, 2328, &checkpoint.sequence.to_le_bytes());
+        }
+        block[2336] = self.index_entry_width_bits;
         seal(block);
     }
 
@@ -200,7 +234,7 @@ impl Superblock {
             return Err(SuperblockProblem::NotStripelog);
         }
         let version = read_u32(block, 8);
-        if version != SUPERBLOCK_VERSION && version != SUPERBLOCK_VERSION_WITHOUT_IDENTITY {
+        if !(SUPERBLOCK_VERSION_WITHOUT_IDENTITY..=SUPERBLOCK_VERSION).contains(&version) {
             return Err(SuperblockProblem::UnsupportedVersion(version));
         }
         if !checksum_matches(block) {
@@ -242,6 +276,8 @@ impl Superblock {
             holder: Holder::default(),
             member_uuids: vec![[0; 16]; (member_count as usize).min(MEMBER_UUID_SLOTS)],
             retired: Vec::new(),
+            index_entry_width_bits: 0,
+            checkpoint: None,
         };
         // The geometry must be one we would have created, and agree with its own sizes.
         let geometry = Geometry::new(
@@ -259,8 +295,20 @@ impl Superblock {
         {
             return Err(SuperblockProblem::Inconsistent("sizes do not match the geometry".into()));
         }
-        if version == SUPERBLOCK_VERSION {
+        if version >= SUPERBLOCK_VERSION_WITHOUT_INDEX {
             superblock.decode_identity(block)?;
+        }
+        if version >= SUPERBLOCK_VERSION {
+            superblock.index_entry_width_bits = block[2336];
+            let root = read_u64(block, 2304);
+            if root != 0 {
+                superblock.checkpoint = Some(CheckpointReference {
+                    root_position: root - 1,
+                    root_checksum: read_u32(block, 2312),
+                    generation: read_u64(block, 2320),
+                    sequence: read_u64(block, 2328),
+                });
+            }
         }
         Ok(superblock)
     }
@@ -377,7 +425,9 @@ pub enum DamagedHead {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Entry {
     /// Logical block `logical_block` now holds the next data block of the group.
-    Data { logical_block: u64, checksum: u32 },
+    /// `lifetime_class`: how long the block's previous version lived (the cleaner's
+    /// prediction of this one's life; [`LIFETIME_CLASS_UNKNOWN`]: not known).
+    Data { logical_block: u64, checksum: u32, lifetime_class: u8 },
     /// `block_count` blocks from `logical_block` read as zeros (written zeros).
     Zero { logical_block: u64, block_count: u32 },
     /// `block_count` blocks from `logical_block` are unmapped (trimmed).
@@ -390,22 +440,26 @@ const ENTRY_KIND_TRIM: u8 = 3;
 
 impl Entry {
     fn encode(&self, bytes: &mut [u8]) {
-        let (kind, value, logical_block) = match *self {
-            Entry::Data { logical_block, checksum } => (ENTRY_KIND_DATA, checksum, logical_block),
-            Entry::Zero { logical_block, block_count } => (ENTRY_KIND_ZERO, block_count, logical_block),
-            Entry::Trim { logical_block, block_count } => (ENTRY_KIND_TRIM, block_count, logical_block),
+        let (kind, class, value, logical_block) = match *self {
+            Entry::Data { logical_block, checksum, lifetime_class } => {
+                (ENTRY_KIND_DATA, lifetime_class, checksum, logical_block)
+            }
+            Entry::Zero { logical_block, block_count } => (ENTRY_KIND_ZERO, 0, block_count, logical_block),
+            Entry::Trim { logical_block, block_count } => (ENTRY_KIND_TRIM, 0, block_count, logical_block),
         };
         bytes[..ENTRY_SIZE_BYTES].fill(0);
         bytes[0] = kind;
+        bytes[1] = class;
         put(bytes, 4, &value.to_le_bytes());
         put(bytes, 8, &logical_block.to_le_bytes());
     }
 
-    fn decode(bytes: &[u8]) -> Option<Entry> {
+    fn decode(bytes: &[u8], version: u16) -> Option<Entry> {
         let value = read_u32(bytes, 4);
         let logical_block = read_u64(bytes, 8);
+        let lifetime_class = if version == SUMMARY_VERSION_WITHOUT_CLOCKS { LIFETIME_CLASS_UNKNOWN } else { bytes[1] };
         match bytes[0] {
-            ENTRY_KIND_DATA => Some(Entry::Data { logical_block, checksum: value }),
+            ENTRY_KIND_DATA => Some(Entry::Data { logical_block, checksum: value, lifetime_class }),
             ENTRY_KIND_ZERO if value > 0 => Some(Entry::Zero { logical_block, block_count: value }),
             ENTRY_KIND_TRIM if value > 0 => Some(Entry::Trim { logical_block, block_count: value }),
             _ => None,
@@ -433,6 +487,16 @@ pub struct BatchHeader {
     /// The segment that holds batch `sequence − 1`, or [`NO_SEGMENT`]: lets recovery tell
     /// a batch lost to damage from one whose segment was legitimately reused.
     pub previous_segment: u64,
+    /// The segment the batch's stream goes on in when this one is full (reserved when
+    /// this one was opened), or [`NO_SEGMENT`]: mount follows these links from a
+    /// checkpoint instead of reading every segment.
+    pub next_segment: u64,
+    /// The write clock (client blocks accepted since the volume was created, from
+    /// `WRITE_CLOCK_ORIGIN`) when the batch was sealed; for a relocation batch, the oldest
+    /// clock of the blocks it moves. 0: not known (summary version 1).
+    pub write_clock: u64,
+    /// The stream that wrote it (0 clients, 1–3 relocation).
+    pub stream: u8,
 }
 
 impl BatchHeader {
@@ -480,6 +544,9 @@ impl Summary {
         put(block, 76, &header.summary_count.to_le_bytes());
         put(block, 80, &header.epoch.to_le_bytes());
         put(block, 88, &header.previous_segment.to_le_bytes());
+        put(block, 96, &header.next_segment.to_le_bytes());
+        put(block, 104, &header.write_clock.to_le_bytes());
+        block[112] = header.stream;
         for (index, entry) in self.entries.iter().enumerate() {
             let offset = ENTRIES_OFFSET + index * ENTRY_SIZE_BYTES;
             entry.encode(&mut block[offset..offset + ENTRY_SIZE_BYTES]);
@@ -489,8 +556,9 @@ impl Summary {
 
     /// Decode a summary block; `None` when it is not a valid summary of this volume.
     pub fn decode(block: &[u8], volume_uuid: &[u8; 16]) -> Option<Summary> {
+        let version = read_u16(block, 8);
         if &block[0..8] != SUMMARY_MAGIC
-            || read_u16(block, 8) != SUMMARY_VERSION
+            || !(SUMMARY_VERSION_WITHOUT_CLOCKS..=SUMMARY_VERSION).contains(&version)
             || !checksum_matches(block)
             || &block[16..32] != volume_uuid
         {
@@ -512,11 +580,14 @@ impl Summary {
             summary_count: read_u32(block, 76),
             epoch: read_u64(block, 80),
             previous_segment: read_u64(block, 88),
+            next_segment: if version == SUMMARY_VERSION_WITHOUT_CLOCKS { NO_SEGMENT } else { read_u64(block, 96) },
+            write_clock: if version == SUMMARY_VERSION_WITHOUT_CLOCKS { 0 } else { read_u64(block, 104) },
+            stream: if version == SUMMARY_VERSION_WITHOUT_CLOCKS { 0 } else { block[112] },
         };
         let mut entries = Vec::with_capacity(entry_count);
         for index in 0..entry_count {
             let offset = ENTRIES_OFFSET + index * ENTRY_SIZE_BYTES;
-            entries.push(Entry::decode(&block[offset..offset + ENTRY_SIZE_BYTES])?);
+            entries.push(Entry::decode(&block[offset..offset + ENTRY_SIZE_BYTES], version)?);
         }
         Some(Summary { header, summary_index: read_u16(block, 10), entries })
     }
@@ -604,7 +675,9 @@ mod tests {
 
     fn arbitrary_entry() -> impl Strategy<Value = Entry> {
         prop_oneof![
-            (any::<u64>(), any::<u32>()).prop_map(|(logical_block, checksum)| Entry::Data { logical_block, checksum }),
+            (any::<u64>(), any::<u32>(), any::<u8>()).prop_map(|(logical_block, checksum, lifetime_class)| {
+                Entry::Data { logical_block, checksum, lifetime_class }
+            }),
             (any::<u64>(), 1u32..).prop_map(|(logical_block, block_count)| Entry::Zero { logical_block, block_count }),
             (any::<u64>(), 1u32..).prop_map(|(logical_block, block_count)| Entry::Trim { logical_block, block_count }),
         ]
@@ -642,6 +715,13 @@ mod tests {
             },
             member_uuids,
             retired: vec![RetiredMember { member_uuid: [9; 16], position: 2, retired_unix_seconds: 1_700_000_060 }],
+            index_entry_width_bits: 27,
+            checkpoint: Some(CheckpointReference {
+                root_position: 123_456,
+                root_checksum: 0xDEAD_BEEF,
+                generation: 5,
+                sequence: 70,
+            }),
         }
     }
 
@@ -675,9 +755,24 @@ mod tests {
         assert_eq!(decoded.member_uuids, vec![[0; 16]; 6]);
         assert_eq!(decoded.holder, Holder::default());
         assert_eq!((decoded.epoch, decoded.failed_members), (superblock.epoch, superblock.failed_members));
-        block[8..12].copy_from_slice(&3u32.to_le_bytes());
+        block[8..12].copy_from_slice(&(SUPERBLOCK_VERSION + 1).to_le_bytes());
         seal(&mut block);
-        assert_eq!(Superblock::decode(&block, 1), Err(SuperblockProblem::UnsupportedVersion(3)));
+        assert_eq!(Superblock::decode(&block, 1), Err(SuperblockProblem::UnsupportedVersion(SUPERBLOCK_VERSION + 1)));
+    }
+
+    #[test]
+    fn a_version_2_superblock_is_read_without_index_fields() {
+        let superblock = sample_superblock();
+        let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+        superblock.encode(&mut block);
+        // Version 2 wrote zeros from offset 2304 on.
+        block[8..12].copy_from_slice(&SUPERBLOCK_VERSION_WITHOUT_INDEX.to_le_bytes());
+        block[2304..CHECKSUM_OFFSET].fill(0);
+        seal(&mut block);
+        let decoded = Superblock::decode(&block, 1).unwrap();
+        assert_eq!(decoded.version, SUPERBLOCK_VERSION_WITHOUT_INDEX);
+        assert_eq!((decoded.index_entry_width_bits, decoded.checkpoint), (0, None));
+        assert_eq!(decoded.member_uuids, superblock.member_uuids);
     }
 
     #[test]
@@ -725,6 +820,46 @@ mod tests {
         assert!(matches!(Superblock::decode(&block, 1), Err(SuperblockProblem::Inconsistent(_))));
     }
 
+    #[test]
+    fn a_version_1_summary_reads_with_unknown_clocks_and_classes() {
+        let header = BatchHeader {
+            volume_uuid: [3; 16],
+            sequence: 5,
+            segment: 1,
+            segment_open_sequence: 5,
+            durable_through_sequence: 4,
+            first_row: 0,
+            row_count: 1,
+            block_count: 2,
+            summary_count: 1,
+            epoch: 1,
+            previous_segment: 0,
+            next_segment: 7,
+            write_clock: 99,
+            stream: 1,
+        };
+        let entries = vec![Entry::Data { logical_block: 8, checksum: 1, lifetime_class: 12 }];
+        let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+        Summary { header, summary_index: 0, entries }.encode(&mut block);
+        // Version 1 wrote zeros in the header from 96 and in entry byte 1.
+        block[8..10].copy_from_slice(&SUMMARY_VERSION_WITHOUT_CLOCKS.to_le_bytes());
+        block[96..ENTRIES_OFFSET].fill(0);
+        block[ENTRIES_OFFSET + 1] = 0;
+        seal(&mut block);
+        let decoded = Summary::decode(&block, &[3; 16]).expect("version 1 is read");
+        assert_eq!(
+            (decoded.header.next_segment, decoded.header.write_clock, decoded.header.stream),
+            (NO_SEGMENT, 0, 0)
+        );
+        assert_eq!(
+            decoded.entries,
+            vec![Entry::Data { logical_block: 8, checksum: 1, lifetime_class: LIFETIME_CLASS_UNKNOWN }]
+        );
+        block[8..10].copy_from_slice(&(SUMMARY_VERSION + 1).to_le_bytes());
+        seal(&mut block);
+        assert_eq!(Summary::decode(&block, &[3; 16]), None, "a later version is not read");
+    }
+
     proptest! {
         #[test]
         fn summaries_round_trip(entries in proptest::collection::vec(arbitrary_entry(), 0..=ENTRIES_PER_SUMMARY),
@@ -733,7 +868,8 @@ mod tests {
                 header: BatchHeader {
                     volume_uuid: [3; 16], sequence, segment: 17, segment_open_sequence: sequence,
                     durable_through_sequence: sequence / 2, first_row: 4, row_count: 8, block_count: 30,
-                    summary_count: 1, epoch: 2, previous_segment: 3,
+                    summary_count: 1, epoch: 2, previous_segment: 3, next_segment: 9,
+                    write_clock: sequence ^ 0x55, stream: 2,
                 },
                 summary_index: 0,
                 entries,

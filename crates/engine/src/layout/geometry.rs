@@ -169,6 +169,13 @@ impl Geometry {
         self.segment_count() * self.blocks_per_segment()
     }
 
+    /// Bits of one index entry: enough for `1 + positions + 2 × segments` values
+    /// (unmapped, data at a position, zeros or trimmed recorded in a segment;
+    /// docs/index-and-checkpoints.md, decision 1).
+    pub fn index_entry_width_bits(&self) -> u32 {
+        index_entry_width_bits(self.physical_data_blocks(), self.segment_count())
+    }
+
     /// Summary blocks in a segment written as one batch: one in front of every
     /// `ENTRIES_PER_SUMMARY` data blocks (docs/on-disk-format.md).
     pub fn summary_blocks_per_segment(&self) -> u64 {
@@ -265,6 +272,12 @@ pub struct BlockLocation {
     pub segment: u64,
     pub row: u32,
     pub column: usize,
+}
+
+/// Bits of an index entry for `positions` data-space positions and `segments` segments.
+pub fn index_entry_width_bits(positions: u64, segments: u64) -> u32 {
+    let largest = positions + 2 * segments;
+    (u64::BITS - largest.leading_zeros()).max(1)
 }
 
 #[cfg(test)]

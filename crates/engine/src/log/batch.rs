@@ -112,6 +112,8 @@ pub struct OpenBatch {
     pub stream: usize,
     /// Written by the cleaner (relocated blocks), not by a client.
     pub relocation: bool,
+    /// The oldest write clock of the blocks a relocation batch moves (its header's clock).
+    pub oldest_clock: u64,
 }
 
 /// Bound of [`OpenBatch::killed_positions`] (a large trim kills many blocks per entry).
@@ -141,6 +143,7 @@ impl OpenBatch {
             killed_positions: Vec::new(),
             stream: crate::log::HOST_STREAM,
             relocation: false,
+            oldest_clock: u64::MAX,
         }
     }
 
@@ -180,6 +183,17 @@ impl OpenBatch {
     /// Record an entry in the slot just reserved (in order).
     pub fn push_entry(&mut self, entry: Entry) {
         self.groups.last_mut().expect("reserve() opened a group").entries.push(entry);
+    }
+
+    /// Set the lifetime class of the last entry, when it is data for `logical_block`.
+    pub fn set_last_lifetime_class(&mut self, logical_block: u64, class: u8) {
+        if let Some(Entry::Data { logical_block: last, lifetime_class, .. }) =
+            self.groups.last_mut().and_then(|group| group.entries.last_mut())
+        {
+            if *last == logical_block {
+                *lifetime_class = class;
+            }
+        }
     }
 
     /// Extend the last entry when it is a range of the same kind ending at
@@ -238,6 +252,8 @@ impl OpenBatch {
         epoch: u64,
         durable_through_sequence: u64,
         previous_segment: u64,
+        write_clock: u64,
+        next_segment: u64,
     ) -> (SealedBatch, Vec<(u32, u32)>) {
         let row_count = self.next_index.div_ceil(self.data_columns);
         let header = BatchHeader {
@@ -252,6 +268,9 @@ impl OpenBatch {
             summary_count: self.groups.len() as u32,
             epoch,
             previous_segment,
+            next_segment,
+            write_clock,
+            stream: self.stream as u8,
         };
         let mut metadata_checksums = Vec::new();
         let groups = std::mem::take(&mut self.groups);
