@@ -39,6 +39,78 @@ impl Counters {
     }
 }
 
+/// What a volume has done over its whole life, persisted at every superblock update (so
+/// after a crash: up to the last update). Byte offsets from 2368, 8 bytes each, in this
+/// order (docs/on-disk-format.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LifetimeCounters {
+    pub host_bytes_written: u64,
+    pub host_bytes_read: u64,
+    pub host_bytes_zeroed: u64,
+    pub host_bytes_trimmed: u64,
+    pub member_bytes_data: u64,
+    pub member_bytes_redundancy: u64,
+    pub member_bytes_metadata: u64,
+    pub member_bytes_padding: u64,
+    pub member_bytes_relocated: u64,
+    pub cleaning_rounds: u64,
+    pub segments_cleaned: u64,
+    pub flushes: u64,
+    pub batches_written: u64,
+}
+
+/// The number of [`LifetimeCounters`] fields.
+pub const LIFETIME_COUNTER_COUNT: usize = 13;
+
+impl LifetimeCounters {
+    pub fn to_array(self) -> [u64; LIFETIME_COUNTER_COUNT] {
+        [
+            self.host_bytes_written,
+            self.host_bytes_read,
+            self.host_bytes_zeroed,
+            self.host_bytes_trimmed,
+            self.member_bytes_data,
+            self.member_bytes_redundancy,
+            self.member_bytes_metadata,
+            self.member_bytes_padding,
+            self.member_bytes_relocated,
+            self.cleaning_rounds,
+            self.segments_cleaned,
+            self.flushes,
+            self.batches_written,
+        ]
+    }
+
+    pub fn from_array(values: [u64; LIFETIME_COUNTER_COUNT]) -> LifetimeCounters {
+        let [host_bytes_written, host_bytes_read, host_bytes_zeroed, host_bytes_trimmed, member_bytes_data, member_bytes_redundancy, member_bytes_metadata, member_bytes_padding, member_bytes_relocated, cleaning_rounds, segments_cleaned, flushes, batches_written] =
+            values;
+        LifetimeCounters {
+            host_bytes_written,
+            host_bytes_read,
+            host_bytes_zeroed,
+            host_bytes_trimmed,
+            member_bytes_data,
+            member_bytes_redundancy,
+            member_bytes_metadata,
+            member_bytes_padding,
+            member_bytes_relocated,
+            cleaning_rounds,
+            segments_cleaned,
+            flushes,
+            batches_written,
+        }
+    }
+
+    /// Field by field sum (counters since an open on top of those persisted before it).
+    pub fn plus(self, other: LifetimeCounters) -> LifetimeCounters {
+        let (mut sum, other) = (self.to_array(), other.to_array());
+        for (value, more) in sum.iter_mut().zip(other) {
+            *value = value.saturating_add(more);
+        }
+        LifetimeCounters::from_array(sum)
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct MemberStatus {
     pub index: usize,
@@ -47,7 +119,11 @@ pub struct MemberStatus {
     /// "active", "failed" or "rebuilding".
     pub state: String,
     pub description: String,
+    /// Bytes written to it since the volume was opened.
     pub bytes_written: u64,
+    /// Bytes written to it over its life in the volume (persisted in its superblock at
+    /// every update: after a crash, up to the last update).
+    pub lifetime_bytes_written: u64,
     /// Mean time of a direct read of one block (moving average), in microseconds.
     pub read_latency_mean_micros: f64,
     /// Fraction of recent reads later than the hedge deadline.
@@ -131,9 +207,17 @@ pub struct VolumeStats {
     pub holder: HolderStatus,
     /// Members replaced so far (most recent last).
     pub retired_members: Vec<RetiredMemberStatus>,
-    /// The superblock format version found on the members (2; 1 until a read-write open
-    /// upgrades an older volume).
+    /// The superblock format version found on the members (3; 1 or 2 for a volume not
+    /// upgraded yet, which opens read-only).
     pub superblock_version: u32,
+    /// What the volume has done over its whole life: persisted at every superblock update,
+    /// plus what this open has done since. The fields below without `lifetime` count
+    /// since this open.
+    pub lifetime: LifetimeCounters,
+    /// Write amplification over the volume's life: (new data + relocated) / new data.
+    pub lifetime_write_amplification_cleaning: f64,
+    /// Everything written to the members over the volume's life / new data.
+    pub lifetime_write_amplification_total: f64,
     pub blocks_mapped: u64,
     pub blocks_zero: u64,
     pub segments_total: u64,

@@ -236,7 +236,7 @@ impl Volume {
             stripe_queue: Mutex::new(None),
             io_mode: options.io_mode,
             flush_interval: options.flush_interval,
-            counters: Counters::default(),
+            counters: members.counters.clone(),
             closed: AtomicBool::new(false),
             recovery_report: recovered.report,
             members,
@@ -652,6 +652,7 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
     let member_bytes_written = member_statuses.iter().map(|member| member.bytes_written).sum();
     let member_bytes_data = Counters::get(&counters.member_bytes_data);
     let member_bytes_relocated = Counters::get(&counters.member_bytes_relocated);
+    let lifetime = core.members.lifetime_counters();
     let ratio = |numerator: u64, denominator: u64| {
         if denominator == 0 {
             0.0
@@ -698,6 +699,19 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
             })
             .collect(),
         superblock_version: superblock.version,
+        lifetime,
+        lifetime_write_amplification_cleaning: ratio(
+            lifetime.member_bytes_data + lifetime.member_bytes_relocated,
+            lifetime.member_bytes_data,
+        ),
+        lifetime_write_amplification_total: ratio(
+            lifetime.member_bytes_data
+                + lifetime.member_bytes_relocated
+                + lifetime.member_bytes_redundancy
+                + lifetime.member_bytes_metadata
+                + lifetime.member_bytes_padding,
+            lifetime.member_bytes_data,
+        ),
         blocks_mapped,
         blocks_zero,
         segments_total: geometry.segment_count(),

@@ -553,13 +553,27 @@ fn print_info(stats: &VolumeStats) {
         stats.segments_used, stats.segments_free, stats.segments_waiting_for_flush, stats.segments_total
     );
     println!(
-        "  host written   {}; members written {} (data {}, redundancy {}, metadata {}, padding {})",
+        "  since open     host written {}; members written {} (data {}, redundancy {}, metadata {}, padding {})",
         format_bytes(stats.host_bytes_written),
         format_bytes(stats.member_bytes_written),
         format_bytes(stats.member_bytes_data),
         format_bytes(stats.member_bytes_redundancy),
         format_bytes(stats.member_bytes_metadata),
         format_bytes(stats.member_bytes_padding)
+    );
+    let lifetime = &stats.lifetime;
+    let members_lifetime: u64 = stats.members.iter().map(|member| member.lifetime_bytes_written).sum();
+    println!(
+        "  lifetime       host written {}, read {}; members written {} (relocated {}); write amplification \
+         {:.2} by cleaning, {:.2} in all; {} cleaning rounds, {} flushes",
+        format_bytes(lifetime.host_bytes_written),
+        format_bytes(lifetime.host_bytes_read),
+        format_bytes(members_lifetime),
+        format_bytes(lifetime.member_bytes_relocated),
+        stats.lifetime_write_amplification_cleaning,
+        stats.lifetime_write_amplification_total,
+        lifetime.cleaning_rounds,
+        lifetime.flushes
     );
     println!(
         "  memory         map {} ({}-bit entries; {:.1} bytes per logical block with every page resident), \

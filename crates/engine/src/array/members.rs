@@ -42,6 +42,12 @@ pub(crate) struct Members {
     readable_segments: Vec<Vec<AtomicBool>>,
     consecutive_read_errors: Vec<AtomicU32>,
     bytes_written: Vec<AtomicU64>,
+    /// Each member's lifetime bytes written before this open (from its own superblock).
+    bytes_written_before: Vec<u64>,
+    /// The volume's counters since this open, and its lifetime counters before it: every
+    /// superblock update persists their sum.
+    pub(crate) counters: Arc<Counters>,
+    lifetime_before: crate::stats::LifetimeCounters,
     /// Each member's read time and late reads (docs/resilience.md, "Slow members").
     read_latency: Vec<Arc<ReadLatency>>,
     read_helpers: ReadHelpers,
@@ -59,7 +65,12 @@ pub(crate) struct Members {
 }
 
 impl Members {
-    fn new(members: Vec<MemberDevice>, failed: &[(usize, String)], reference: Superblock) -> Members {
+    fn new(
+        members: Vec<MemberDevice>,
+        failed: &[(usize, String)],
+        reference: Superblock,
+        bytes_written_before: Vec<u64>,
+    ) -> Members {
         let count = members.len();
         let segment_count = reference.segment_count as usize;
         let slots = members
@@ -85,6 +96,9 @@ impl Members {
                 .collect(),
             consecutive_read_errors: (0..count).map(|_| AtomicU32::new(0)).collect(),
             bytes_written: (0..count).map(|_| AtomicU64::new(0)).collect(),
+            bytes_written_before,
+            counters: Arc::new(Counters::default()),
+            lifetime_before: reference.lifetime,
             read_latency: (0..count).map(|_| Arc::new(ReadLatency::default())).collect(),
             read_helpers: ReadHelpers::default(),
             hedged_reads: AtomicBool::new(false),
@@ -237,6 +251,7 @@ impl Members {
             superblock.update_sequence += 1;
             superblock.version = crate::layout::format::SUPERBLOCK_VERSION;
             superblock.index_entry_width_bits = superblock.geometry().index_entry_width_bits() as u8;
+            superblock.lifetime = self.lifetime_counters();
             for (copy, offset) in SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
                 for member in 0..self.count() {
                     let Some(device) = self.writable(member) else {
@@ -246,6 +261,7 @@ impl Members {
                         copy: copy as u32,
                         member_index: member as u32,
                         member_uuid: superblock.member_uuids[member],
+                        member_bytes_written: self.member_lifetime_bytes_written(member),
                         ..superblock.clone()
                     }
                     .encode(&mut block);
@@ -262,6 +278,33 @@ impl Members {
             }
             return Ok(());
         }
+    }
+
+    /// The volume's lifetime counters now: those persisted before this open plus those
+    /// since.
+    pub(crate) fn lifetime_counters(&self) -> crate::stats::LifetimeCounters {
+        let counters = &self.counters;
+        let since_open = crate::stats::LifetimeCounters {
+            host_bytes_written: Counters::get(&counters.host_bytes_written),
+            host_bytes_read: Counters::get(&counters.host_bytes_read),
+            host_bytes_zeroed: Counters::get(&counters.host_bytes_zeroed),
+            host_bytes_trimmed: Counters::get(&counters.host_bytes_trimmed),
+            member_bytes_data: Counters::get(&counters.member_bytes_data),
+            member_bytes_redundancy: Counters::get(&counters.member_bytes_redundancy),
+            member_bytes_metadata: Counters::get(&counters.member_bytes_metadata),
+            member_bytes_padding: Counters::get(&counters.member_bytes_padding),
+            member_bytes_relocated: Counters::get(&counters.member_bytes_relocated),
+            cleaning_rounds: Counters::get(&counters.cleaning_rounds),
+            segments_cleaned: Counters::get(&counters.segments_cleaned),
+            flushes: Counters::get(&counters.flushes),
+            batches_written: Counters::get(&counters.batches_written),
+        };
+        self.lifetime_before.plus(since_open)
+    }
+
+    /// Bytes written to `member` over its life in the volume.
+    pub(crate) fn member_lifetime_bytes_written(&self, member: usize) -> u64 {
+        self.bytes_written_before[member].saturating_add(Counters::get(&self.bytes_written[member]))
     }
 
     /// Account `bytes` written to every written member (one batch).
@@ -305,6 +348,7 @@ impl Members {
                     .to_string(),
                     description,
                     bytes_written: Counters::get(&self.bytes_written[member]),
+                    lifetime_bytes_written: self.member_lifetime_bytes_written(member),
                     read_latency_mean_micros: self.read_latency[member].mean().as_secs_f64() * 1e6,
                     late_read_fraction: self.read_latency[member].late_fraction(),
                     lagging: self.hedged_reads.load(Ordering::Relaxed) && self.read_latency[member].lagging(),
@@ -864,6 +908,8 @@ pub(crate) fn create(
                 retired: Vec::new(),
                 index_entry_width_bits: geometry.index_entry_width_bits() as u8,
                 checkpoint: None,
+                lifetime: crate::stats::LifetimeCounters::default(),
+                member_bytes_written: 0,
             };
             superblock.encode(&mut block);
             device.write_at(&block, *offset).map_err(member_error)?;
@@ -1011,7 +1057,11 @@ pub(crate) fn open(members: Vec<MemberDevice>) -> Result<(Members, Superblock)> 
     let lost = (0..members.len()).filter(|&index| found[index].is_none()).fold(0u64, |bits, index| bits | 1 << index);
     let missing = lost.count_ones() as usize;
     let tolerated = reference.raid_level.failures_tolerated();
-    let opened = Members::new(members, &failed, reference.clone());
+    let bytes_written_before = found
+        .iter()
+        .map(|superblock| superblock.as_ref().map_or(0, |superblock| superblock.member_bytes_written))
+        .collect();
+    let opened = Members::new(members, &failed, reference.clone(), bytes_written_before);
     if !opened.survives(lost) {
         let names: Vec<String> =
             (0..opened.count()).filter(|&index| lost & (1 << index) != 0).map(|index| opened.name(index)).collect();

@@ -95,7 +95,9 @@ pub(crate) struct Core {
     pub(crate) stripe_queue: Mutex<Option<crossbeam_channel::Sender<Arc<SealedBatch>>>>,
     pub(crate) io_mode: IoMode,
     pub(crate) flush_interval: Option<Duration>,
-    pub(crate) counters: Counters,
+    /// Since this open (shared with `members`, which persists them at every superblock
+    /// update on top of the lifetime counters before).
+    pub(crate) counters: Arc<Counters>,
     pub(crate) closed: AtomicBool,
     pub(crate) recovery_report: RecoveryReport,
 }

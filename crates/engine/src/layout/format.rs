@@ -2,6 +2,8 @@
 //! blocks. Byte layouts are in docs/on-disk-format.md; this file is their only encoder.
 
 use crate::layout::geometry::{Geometry, RaidLevel, BLOCK_SIZE_BYTES};
+pub use crate::stats::LifetimeCounters;
+use crate::stats::LIFETIME_COUNTER_COUNT;
 
 /// Version of the superblock written by this code. Versions 1 (without the fields from
 /// offset 120) and 2 (without the fields from offset 2304) are read too; a read-write
@@ -157,7 +159,14 @@ pub struct Superblock {
     /// The latest complete checkpoint (docs/index-and-checkpoints.md); `None`: the log
     /// is read from its beginning at mount.
     pub checkpoint: Option<CheckpointReference>,
+    /// The volume's lifetime counters when this superblock was written (the same on every
+    /// member).
+    pub lifetime: LifetimeCounters,
+    /// Bytes written to this member over its life in the volume (differs per member).
+    pub member_bytes_written: u64,
 }
+
+const LIFETIME_COUNTERS_OFFSET: usize = 2368;
 
 /// Where a superblock says the latest complete checkpoint's root block is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -226,6 +235,10 @@ impl Superblock {
             put(block, 2328, &checkpoint.sequence.to_le_bytes());
         }
         block[2336] = self.index_entry_width_bits;
+        put(block, 2352, &self.member_bytes_written.to_le_bytes());
+        for (index, value) in self.lifetime.to_array().iter().enumerate() {
+            put(block, LIFETIME_COUNTERS_OFFSET + 8 * index, &value.to_le_bytes());
+        }
         seal(block);
     }
 
@@ -278,6 +291,8 @@ impl Superblock {
             retired: Vec::new(),
             index_entry_width_bits: 0,
             checkpoint: None,
+            lifetime: LifetimeCounters::default(),
+            member_bytes_written: 0,
         };
         // The geometry must be one we would have created, and agree with its own sizes.
         let geometry = Geometry::new(
@@ -300,6 +315,12 @@ impl Superblock {
         }
         if version >= SUPERBLOCK_VERSION {
             superblock.index_entry_width_bits = block[2336];
+            superblock.member_bytes_written = read_u64(block, 2352);
+            let mut values = [0u64; LIFETIME_COUNTER_COUNT];
+            for (index, value) in values.iter_mut().enumerate() {
+                *value = read_u64(block, LIFETIME_COUNTERS_OFFSET + 8 * index);
+            }
+            superblock.lifetime = LifetimeCounters::from_array(values);
             let root = read_u64(block, 2304);
             if root != 0 {
                 superblock.checkpoint = Some(CheckpointReference {
@@ -722,6 +743,8 @@ mod tests {
                 generation: 5,
                 sequence: 70,
             }),
+            lifetime: LifetimeCounters::from_array(std::array::from_fn(|index| 1000 + index as u64)),
+            member_bytes_written: 1 << 40,
         }
     }
 
@@ -772,6 +795,7 @@ mod tests {
         let decoded = Superblock::decode(&block, 1).unwrap();
         assert_eq!(decoded.version, SUPERBLOCK_VERSION_WITHOUT_INDEX);
         assert_eq!((decoded.index_entry_width_bits, decoded.checkpoint), (0, None));
+        assert_eq!((decoded.lifetime, decoded.member_bytes_written), (LifetimeCounters::default(), 0));
         assert_eq!(decoded.member_uuids, superblock.member_uuids);
     }
 
