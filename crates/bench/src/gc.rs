@@ -360,8 +360,10 @@ mod tests {
 
     #[test]
     fn a_small_run_cleans_and_measures_amplification_above_one() {
+        // Small, but with room for the cleaner's reserve and each stream's open and
+        // reserved segments (`WORKING_SPARE_SEGMENTS`) inside its spare.
         let options = Options {
-            segment_count: 64,
+            segment_count: 128,
             chunk_size_bytes: 64 << 10,
             overwrite_passes: 3.0,
             spare_fraction: 0.2,

@@ -650,11 +650,12 @@ impl Cleaner {
                 self.core.retire_stream_segment(state, stream);
             }
             if state.log.current_segments[stream].is_none() {
-                let Some(segment) = state.space.free_segments.pop_front() else {
+                let first = state.log.reserved_segments[stream].is_none();
+                if !self.core.open_stream_segment(state, stream, u64::MAX) {
                     return Err(Error::OutOfSpace);
-                };
-                self.core.cleaning_net_segments.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-                self.core.start_stream_segment(state, stream, segment, u64::MAX);
+                }
+                let taken = if first { 2 } else { 1 };
+                self.core.cleaning_net_segments.fetch_sub(taken, std::sync::atomic::Ordering::SeqCst);
             }
             // The relocation batch takes the clients' open batch's place in the log order;
             // the clients' batch (which holds nothing written after these records were

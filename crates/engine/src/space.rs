@@ -13,6 +13,10 @@ pub(crate) enum SegmentStatus {
     WaitingForFlush(u64),
     /// Its head row is being zeroed before it becomes free (one reclaimer owns it).
     Releasing,
+    /// Free, and named by a stream's current segment as the segment it goes on in (the
+    /// forward link mount follows, docs/index-and-checkpoints.md): taken by that stream
+    /// only.
+    Reserved,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -63,11 +67,12 @@ pub const MINIMUM_WON_SEGMENTS: usize = 2;
 const LOW_WATERMARK_ABOVE_RESERVE: usize = 2;
 
 /// Spare segments below which a full volume cannot clean: the cleaner's reserve, one open
-/// segment per write stream, and the net room a window of rounds must win. A volume with
+/// and one reserved segment per write stream, and the net room a window of rounds must
+/// win. A volume with
 /// fewer works until its logical space has been written, then reports ENOSPC; `stripelog
 /// create` warns about it (docs/garbage-collection.md).
 pub const WORKING_SPARE_SEGMENTS: u64 =
-    (CLEANING_RESERVE_SEGMENTS + RELOCATION_STREAMS.len() + 1 + MINIMUM_WON_SEGMENTS) as u64;
+    (CLEANING_RESERVE_SEGMENTS + 2 * (RELOCATION_STREAMS.len() + 1) + MINIMUM_WON_SEGMENTS) as u64;
 
 /// Every segment's use, and the free ones in the order they will be taken.
 pub(crate) struct SegmentTable {

@@ -250,6 +250,7 @@ impl Volume {
             abandoned: AtomicBool::new(false),
         };
         if !options.read_only {
+            volume.shared.reserve_stream_segments(&mut volume.shared.state.lock());
             Maintenance::new(&volume.cleaner).prepare_rebuilding_members()?;
             volume.start_threads();
         }

@@ -939,9 +939,19 @@ fn bit_rot_on_raid0_is_an_error_never_wrong_data() {
     assert!(!report.is_clean());
 }
 
-/// Member byte offset of row 0 of segment 1: on RAID-0 (fixed roles), member 0 holds
-/// data column 0 there, where the segment's first summary block lives.
-const SEGMENT_1_FIRST_SUMMARY_BYTES: u64 = 2 * CHUNK_SIZE_BYTES as u64;
+/// Member byte offset of row 0 of the second segment the clients' stream filled (the
+/// first after segment 0): on RAID-0 (fixed roles), member 0 holds data column 0 there,
+/// where the segment's first summary block lives.
+fn second_client_segment_head_bytes(member_0: &SimulatedDevice) -> u64 {
+    let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+    (1..)
+        .map(|segment: u64| (1 + segment) * CHUNK_SIZE_BYTES as u64)
+        .find(|&offset| {
+            member_0.read_at(&mut block, offset).expect("read");
+            &block[..8] == b"SLBATCH\0"
+        })
+        .expect("a second segment was written")
+}
 
 #[test]
 fn raid0_summary_rot_is_never_silently_wrong_data_after_a_reopen() {
@@ -949,7 +959,7 @@ fn raid0_summary_rot_is_never_silently_wrong_data_after_a_reopen() {
     let devices: Vec<Arc<SimulatedDevice>> = (0..3).map(|_| array.add_device(ROT_MEMBER_SIZE_BYTES)).collect();
     let create_options = options(RaidLevel::Raid0, CHUNK_SIZE_BYTES);
     let volume = Volume::create(simulated_members(&devices), &create_options, &open_options()).expect("create");
-    // 200 blocks in 4 flushed batches of 50: segments 0 to 2 are written.
+    // 200 blocks in 4 flushed batches of 50: three segments are written.
     let mut prng = Prng::new(9);
     let mut model = Model::new();
     for block in 0..200u64 {
@@ -961,10 +971,8 @@ fn raid0_summary_rot_is_never_silently_wrong_data_after_a_reopen() {
         }
     }
     volume.close().expect("close");
-    let mut summary = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-    devices[0].read_at(&mut summary, SEGMENT_1_FIRST_SUMMARY_BYTES).expect("read");
-    assert_eq!(&summary[..8], b"SLBATCH\0", "member 0 holds the first summary of segment 1");
-    devices[0].flip_bit(SEGMENT_1_FIRST_SUMMARY_BYTES + 200, 3);
+    let head = second_client_segment_head_bytes(&devices[0]);
+    devices[0].flip_bit(head + 200, 3);
 
     let volume = match Volume::open(simulated_members(&devices), &read_only_options()) {
         // Refusing to open a volume whose log lost a batch is a clear error too.

@@ -131,3 +131,64 @@ fn cleaning_moves_data_zero_and_trim_records_and_frees_every_victim() {
     assert!(report.is_clean(), "{report:?}");
     volume.close().expect("close");
 }
+
+/// Every summary names the segment its stream goes on in (the forward link mount follows
+/// from a checkpoint, docs/index-and-checkpoints.md): written before that segment is
+/// opened, and the segment the stream then opens.
+#[test]
+fn each_segment_names_the_next_segment_of_its_stream() {
+    let devices: Vec<Arc<dyn BlockDevice>> =
+        (0..4).map(|_| Arc::new(MemoryDevice::new(8 << 20)) as Arc<dyn BlockDevice>).collect();
+    let create_options =
+        CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..CreateOptions::default() };
+    let volume = Volume::create(members(&devices), &create_options, &open_options()).expect("create");
+    let geometry = volume.geometry().clone();
+    // Several segments' worth, flushed now and then (short stripes: several batches per
+    // segment, each naming the same successor).
+    let blocks = geometry.blocks_per_segment() * 5;
+    let mut data = vec![0u8; BLOCK_SIZE_BYTES];
+    for block in 0..blocks {
+        Prng::new(block + 1).fill(&mut data);
+        volume.write(block * BLOCK_BYTES, &data, block % 97 == 0).expect("write");
+    }
+    let stats = volume.stats();
+    volume.close().expect("close");
+    let uuid = *uuid::Uuid::parse_str(&stats.volume_uuid).expect("uuid").as_bytes();
+    // (open sequence, segment, successors named by its batches)
+    let mut chain: Vec<(u64, u64, Vec<u64>)> = Vec::new();
+    let mut block = stripelog_blockdev::AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+    for segment in 0..geometry.segment_count() {
+        let mut named = Vec::new();
+        let mut row = 0;
+        let mut open_sequence = None;
+        while row < geometry.rows_per_chunk() {
+            let member = geometry.members_of_column(segment, 0)[0];
+            devices[member].read_at(&mut block, geometry.member_offset_bytes(segment, row)).expect("read");
+            let Some(summary) = stripelog_engine::format::Summary::decode(&block, &uuid) else {
+                break;
+            };
+            assert_eq!(summary.header.stream, 0, "only client writes here");
+            open_sequence = Some(summary.header.segment_open_sequence);
+            named.push(summary.header.next_segment);
+            row += summary.header.row_count;
+        }
+        if let Some(open_sequence) = open_sequence {
+            chain.push((open_sequence, segment, named));
+        }
+    }
+    chain.sort();
+    assert!(chain.len() >= 5, "{} segments written", chain.len());
+    for pair in chain.windows(2) {
+        let (_, segment, named) = &pair[0];
+        let (_, next, _) = &pair[1];
+        assert!(
+            named.iter().all(|named| named == next),
+            "segment {segment} names {named:?}, the stream went on in {next}"
+        );
+    }
+    let (_, last, named) = chain.last().expect("non-empty");
+    assert!(
+        named.iter().all(|&named| named != *last && named < geometry.segment_count()),
+        "the current segment names a reserved successor: {named:?}"
+    );
+}

@@ -213,9 +213,9 @@ impl Core {
         }
         let buffers: PooledBuffers = self.data_pool.try_take().ok_or(OpenProblem::Buffers)?;
         let new_segment = state.log.current_segments[HOST_STREAM].is_none();
-        if new_segment {
-            let segment = state.space.free_segments.pop_front().expect("checked above");
-            self.start_stream_segment(state, HOST_STREAM, segment, sequence);
+        if new_segment && !self.open_stream_segment(state, HOST_STREAM, sequence) {
+            // Checked above: more than the cleaner's reserve is free.
+            return Err(OpenProblem::Space);
         }
         let current = state.log.current_segments[HOST_STREAM].as_ref().expect("set above");
         state.log.open = Some(self.batch_in(current, sequence, buffers, HOST_STREAM));
@@ -223,8 +223,42 @@ impl Core {
         Ok(new_segment)
     }
 
+    /// Give every stream its reserved successor now (at open), while free segments are
+    /// plentiful: a stream's first segment then takes one free segment, as every later one
+    /// does, and the cleaner's reserve covers its first round too.
+    pub(crate) fn reserve_stream_segments(&self, state: &mut WriteState) {
+        for stream in 0..STREAM_COUNT {
+            if state.log.reserved_segments[stream].is_none() {
+                let Some(segment) = state.space.free_segments.pop_front() else {
+                    return;
+                };
+                state.space.segments[segment as usize].status = SegmentStatus::Reserved;
+                state.log.reserved_segments[stream] = Some(segment);
+            }
+        }
+    }
+
+    /// Give `stream` a new current segment: the one it reserved (or, the first time, a free
+    /// one), reserving a free one to follow it. `false` (nothing changed): the free list
+    /// cannot give both.
+    pub(crate) fn open_stream_segment(&self, state: &mut WriteState, stream: usize, sequence: u64) -> bool {
+        let needed = if state.log.reserved_segments[stream].is_some() { 1 } else { 2 };
+        if state.space.free_segments.len() < needed {
+            return false;
+        }
+        let segment = match state.log.reserved_segments[stream].take() {
+            Some(segment) => segment,
+            None => state.space.free_segments.pop_front().expect("counted above"),
+        };
+        let successor = state.space.free_segments.pop_front().expect("counted above");
+        state.space.segments[successor as usize].status = SegmentStatus::Reserved;
+        state.log.reserved_segments[stream] = Some(successor);
+        self.start_stream_segment(state, stream, segment, sequence);
+        true
+    }
+
     /// Make free `segment` the current segment of `stream`.
-    pub(crate) fn start_stream_segment(&self, state: &mut WriteState, stream: usize, segment: u64, sequence: u64) {
+    fn start_stream_segment(&self, state: &mut WriteState, stream: usize, segment: u64, sequence: u64) {
         let usage = &mut state.space.segments[segment as usize];
         usage.status = SegmentStatus::Current;
         usage.opened_clock = state.lifetimes.write_clock;
@@ -443,7 +477,7 @@ impl Core {
             state.log.durable_through_sequence,
             state.log.last_sealed_segment,
             write_clock,
-            format::NO_SEGMENT,
+            state.log.reserved_segments[stream].unwrap_or(format::NO_SEGMENT),
         );
         let header = sealed.header;
         let table = match &state.current_checksums[stream] {

@@ -41,6 +41,10 @@ pub(crate) struct LogState {
     /// swaps its own batch in while it fills it.
     pub(crate) open: Option<batch::OpenBatch>,
     pub(crate) current_segments: [Option<CurrentSegment>; STREAM_COUNT],
+    /// Per stream: the free segment it takes when its current one is full, reserved when
+    /// that one was opened and named in each of its summaries (`None`: the stream has not
+    /// opened a segment since the volume was opened).
+    pub(crate) reserved_segments: [Option<u64>; STREAM_COUNT],
     pub(crate) next_sequence: u64,
     pub(crate) last_sealed_sequence: u64,
     /// The segment of the last sealed batch (each summary names its predecessor's).
@@ -57,6 +61,7 @@ impl LogState {
         LogState {
             open: None,
             current_segments: [None, None, None, None],
+            reserved_segments: [None; STREAM_COUNT],
             next_sequence: last_sequence + 1,
             last_sealed_sequence: last_sequence,
             last_sealed_segment: last_segment,
