@@ -56,28 +56,28 @@ pub fn zero_block_checksum() -> u32 {
     crc32c::crc32c(&ZERO)
 }
 
-fn seal(block: &mut [u8]) {
+pub(crate) fn seal(block: &mut [u8]) {
     let checksum = crc32c::crc32c(&block[..CHECKSUM_OFFSET]);
     block[CHECKSUM_OFFSET..BLOCK_SIZE_BYTES].copy_from_slice(&checksum.to_le_bytes());
 }
 
-fn checksum_matches(block: &[u8]) -> bool {
+pub(crate) fn checksum_matches(block: &[u8]) -> bool {
     crc32c::crc32c(&block[..CHECKSUM_OFFSET]) == read_u32(block, CHECKSUM_OFFSET)
 }
 
-fn read_u16(block: &[u8], offset: usize) -> u16 {
+pub(crate) fn read_u16(block: &[u8], offset: usize) -> u16 {
     u16::from_le_bytes([block[offset], block[offset + 1]])
 }
-fn read_u32(block: &[u8], offset: usize) -> u32 {
+pub(crate) fn read_u32(block: &[u8], offset: usize) -> u32 {
     u32::from_le_bytes(block[offset..offset + 4].try_into().expect("4 bytes"))
 }
-fn read_u64(block: &[u8], offset: usize) -> u64 {
+pub(crate) fn read_u64(block: &[u8], offset: usize) -> u64 {
     u64::from_le_bytes(block[offset..offset + 8].try_into().expect("8 bytes"))
 }
-fn read_uuid(block: &[u8], offset: usize) -> [u8; 16] {
+pub(crate) fn read_uuid(block: &[u8], offset: usize) -> [u8; 16] {
     block[offset..offset + 16].try_into().expect("16 bytes")
 }
-fn put(block: &mut [u8], offset: usize, bytes: &[u8]) {
+pub(crate) fn put(block: &mut [u8], offset: usize, bytes: &[u8]) {
     block[offset..offset + bytes.len()].copy_from_slice(bytes);
 }
 

@@ -2,5 +2,6 @@
 //! Geometry (levels, columns, roles, positions) and the codec of every on-disk structure
 //! (docs/on-disk-format.md). Pure functions, no I/O and no policy.
 
+pub mod checkpoint;
 pub mod format;
 pub mod geometry;

@@ -1,0 +1,424 @@
+//! The codec of the checkpoint's blocks: index pages, directory pages, segment table pages
+//! and the checkpoint root (docs/index-and-checkpoints.md, "On-disk structures"). Each is
+//! one 4096-byte block written in the log like a data block; each names its magic, its
+//! version, the volume, its place and the checkpoint generation that wrote it, and ends
+//! with a CRC32C of the rest, so that a block from another volume, another place or an
+//! older checkpoint is never taken for the one a pointer names.
+
+use crate::layout::format::{checksum_matches, put, read_u16, read_u32, read_u64, read_uuid, seal};
+use crate::layout::geometry::BLOCK_SIZE_BYTES;
+
+/// Version of every checkpoint block written by this code.
+pub const CHECKPOINT_BLOCK_VERSION: u16 = 1;
+pub const INDEX_PAGE_MAGIC: &[u8; 8] = b"SLINDEX\0";
+pub const DIRECTORY_PAGE_MAGIC: &[u8; 8] = b"SLIDIR\0\0";
+pub const SEGMENT_TABLE_PAGE_MAGIC: &[u8; 8] = b"SLSEGT\0\0";
+pub const CHECKPOINT_ROOT_MAGIC: &[u8; 8] = b"SLCKPT\0\0";
+
+/// Bytes of bit-packed entries in an index page (from offset 64 to the checksum).
+pub const INDEX_PAGE_PAYLOAD_BYTES: usize = BLOCK_SIZE_BYTES - HEADER_BYTES - 4;
+/// Pointers in a directory page: 12 bytes each.
+pub const DIRECTORY_FANOUT: usize = 335;
+/// Segment records in a segment table page: 24 bytes each.
+pub const SEGMENT_RECORDS_PER_PAGE: usize = 167;
+/// Pointers of each tree the root holds.
+pub const ROOT_TOP_POINTERS: usize = 64;
+/// Stream positions the root records (clients, three relocation streams, metadata).
+pub const ROOT_STREAMS: usize = 5;
+
+const HEADER_BYTES: usize = 64;
+const POINTER_BYTES: usize = 12;
+const SEGMENT_RECORD_BYTES: usize = 24;
+const CHECKSUM_OFFSET: usize = BLOCK_SIZE_BYTES - 4;
+
+/// Where a checkpoint block is, and the CRC32C it must have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PagePointer {
+    /// Data-space position.
+    pub position: u64,
+    pub checksum: u32,
+}
+
+fn put_pointer(block: &mut [u8], offset: usize, pointer: Option<PagePointer>) {
+    if let Some(pointer) = pointer {
+        put(block, offset, &(pointer.position + 1).to_le_bytes());
+        put(block, offset + 8, &pointer.checksum.to_le_bytes());
+    }
+}
+
+fn read_pointer(block: &[u8], offset: usize) -> Option<PagePointer> {
+    let position = read_u64(block, offset);
+    (position != 0).then(|| PagePointer { position: position - 1, checksum: read_u32(block, offset + 8) })
+}
+
+/// The common header: magic, version, two type-specific bytes (10, 11), the volume,
+/// a number saying which page it is (32) and the generation (40).
+fn encode_header(
+    block: &mut [u8],
+    magic: &[u8; 8],
+    bytes_10_11: [u8; 2],
+    uuid: &[u8; 16],
+    number: u64,
+    generation: u64,
+) {
+    block[..BLOCK_SIZE_BYTES].fill(0);
+    put(block, 0, magic);
+    put(block, 8, &CHECKPOINT_BLOCK_VERSION.to_le_bytes());
+    put(block, 10, &bytes_10_11);
+    put(block, 16, uuid);
+    put(block, 32, &number.to_le_bytes());
+    put(block, 40, &generation.to_le_bytes());
+}
+
+/// (bytes 10 and 11, number, generation) of a valid block of this kind and volume.
+fn decode_header(block: &[u8], magic: &[u8; 8], uuid: &[u8; 16]) -> Option<([u8; 2], u64, u64)> {
+    (block.len() >= BLOCK_SIZE_BYTES
+        && &block[0..8] == magic
+        && read_u16(block, 8) == CHECKPOINT_BLOCK_VERSION
+        && read_uuid(block, 16) == *uuid
+        && checksum_matches(block))
+    .then(|| ([block[10], block[11]], read_u64(block, 32), read_u64(block, 40)))
+}
+
+/// An index page: the entries of logical blocks `page_number × E …`, bit-packed
+/// little-endian at `entry_width_bits` each (`E = INDEX_PAGE_PAYLOAD_BYTES × 8 / w`).
+pub fn encode_index_page(
+    block: &mut [u8],
+    uuid: &[u8; 16],
+    page_number: u64,
+    generation: u64,
+    entry_width_bits: u8,
+    entries: &[u8],
+) {
+    assert!(entries.len() <= INDEX_PAGE_PAYLOAD_BYTES, "an index page holds {INDEX_PAGE_PAYLOAD_BYTES} bytes");
+    encode_header(block, INDEX_PAGE_MAGIC, [entry_width_bits, 0], uuid, page_number, generation);
+    put(block, HEADER_BYTES, entries);
+    seal(block);
+}
+
+/// (page number, generation, entry width, the packed entries) of a valid index page.
+pub fn decode_index_page<'a>(block: &'a [u8], uuid: &[u8; 16]) -> Option<(u64, u64, u8, &'a [u8])> {
+    let ([width, _], page_number, generation) = decode_header(block, INDEX_PAGE_MAGIC, uuid)?;
+    Some((page_number, generation, width, &block[HEADER_BYTES..HEADER_BYTES + INDEX_PAGE_PAYLOAD_BYTES]))
+}
+
+/// Which radix tree a directory page belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tree {
+    Index = 0,
+    SegmentTable = 1,
+}
+
+/// A directory page: pointers to the pages of the level below (level 1: index or segment
+/// table pages), `DIRECTORY_FANOUT` of them from `first_page` on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirectoryPage {
+    pub tree: Tree,
+    pub level: u8,
+    /// The first page number (of the level below) it covers.
+    pub first_page: u64,
+    pub generation: u64,
+    /// At most `DIRECTORY_FANOUT`; `None`: never written (all unmapped, or all free).
+    pub pointers: Vec<Option<PagePointer>>,
+}
+
+impl DirectoryPage {
+    pub fn encode(&self, block: &mut [u8], uuid: &[u8; 16]) {
+        assert!(self.pointers.len() <= DIRECTORY_FANOUT && self.level >= 1);
+        encode_header(
+            block,
+            DIRECTORY_PAGE_MAGIC,
+            [self.level, self.tree as u8],
+            uuid,
+            self.first_page,
+            self.generation,
+        );
+        for (index, pointer) in self.pointers.iter().enumerate() {
+            put_pointer(block, HEADER_BYTES + index * POINTER_BYTES, *pointer);
+        }
+        seal(block);
+    }
+
+    pub fn decode(block: &[u8], uuid: &[u8; 16]) -> Option<DirectoryPage> {
+        let ([level, tree], first_page, generation) = decode_header(block, DIRECTORY_PAGE_MAGIC, uuid)?;
+        let tree = match tree {
+            0 => Tree::Index,
+            1 => Tree::SegmentTable,
+            _ => return None,
+        };
+        if level == 0 {
+            return None;
+        }
+        let pointers =
+            (0..DIRECTORY_FANOUT).map(|index| read_pointer(block, HEADER_BYTES + index * POINTER_BYTES)).collect();
+        Some(DirectoryPage { tree, level, first_page, generation, pointers })
+    }
+}
+
+/// One segment's record in a segment table page.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SegmentRecord {
+    pub live_blocks: u32,
+    /// 0 free, 1 used, 2 current, 3 waiting for its death to be durable, 4 reserved.
+    pub status: u8,
+    pub stream: u8,
+    pub pinned: bool,
+    pub age_clock: u64,
+    pub opened_clock: u64,
+}
+
+/// A page of the segment table: records of segments `first_segment …`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentTablePage {
+    pub first_segment: u64,
+    pub generation: u64,
+    /// At most `SEGMENT_RECORDS_PER_PAGE`.
+    pub records: Vec<SegmentRecord>,
+}
+
+impl SegmentTablePage {
+    pub fn encode(&self, block: &mut [u8], uuid: &[u8; 16]) {
+        assert!(self.records.len() <= SEGMENT_RECORDS_PER_PAGE);
+        encode_header(block, SEGMENT_TABLE_PAGE_MAGIC, [0, 0], uuid, self.first_segment, self.generation);
+        for (index, record) in self.records.iter().enumerate() {
+            let offset = HEADER_BYTES + index * SEGMENT_RECORD_BYTES;
+            put(block, offset, &record.live_blocks.to_le_bytes());
+            block[offset + 4] = record.status;
+            block[offset + 5] = record.stream;
+            block[offset + 6] = record.pinned as u8;
+            put(block, offset + 8, &record.age_clock.to_le_bytes());
+            put(block, offset + 16, &record.opened_clock.to_le_bytes());
+        }
+        seal(block);
+    }
+
+    /// Every record slot of the page (the caller knows how many segments exist).
+    pub fn decode(block: &[u8], uuid: &[u8; 16]) -> Option<SegmentTablePage> {
+        let (_, first_segment, generation) = decode_header(block, SEGMENT_TABLE_PAGE_MAGIC, uuid)?;
+        let mut records = Vec::with_capacity(SEGMENT_RECORDS_PER_PAGE);
+        for index in 0..SEGMENT_RECORDS_PER_PAGE {
+            let offset = HEADER_BYTES + index * SEGMENT_RECORD_BYTES;
+            if block[offset + 6] > 1 || block[offset + 7] != 0 {
+                return None;
+            }
+            records.push(SegmentRecord {
+                live_blocks: read_u32(block, offset),
+                status: block[offset + 4],
+                stream: block[offset + 5],
+                pinned: block[offset + 6] == 1,
+                age_clock: read_u64(block, offset + 8),
+                opened_clock: read_u64(block, offset + 16),
+            });
+        }
+        Some(SegmentTablePage { first_segment, generation, records })
+    }
+}
+
+/// Where a stream was at the checkpoint, and where it goes on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamPosition {
+    /// Its current segment (`None`: none open).
+    pub current_segment: Option<u64>,
+    /// The row its next batch starts at in the current segment.
+    pub next_row: u32,
+    /// Its reserved successor (`None`: none yet).
+    pub reserved_segment: Option<u64>,
+}
+
+/// The checkpoint root: what the superblocks name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointRoot {
+    pub generation: u64,
+    /// Every batch up to this sequence is reflected in the pages the root names.
+    pub sequence: u64,
+    pub write_clock: u64,
+    pub durable_through_sequence: u64,
+    pub streams: [StreamPosition; ROOT_STREAMS],
+    pub index_tree_depth: u8,
+    pub segment_tree_depth: u8,
+    /// At most `ROOT_TOP_POINTERS` each.
+    pub index_top: Vec<Option<PagePointer>>,
+    pub segment_top: Vec<Option<PagePointer>>,
+}
+
+const ROOT_STREAMS_OFFSET: usize = 64;
+const ROOT_STREAM_BYTES: usize = 24;
+const ROOT_DEPTHS_OFFSET: usize = 184;
+const ROOT_INDEX_TOP_OFFSET: usize = 192;
+const ROOT_SEGMENT_TOP_OFFSET: usize = ROOT_INDEX_TOP_OFFSET + ROOT_TOP_POINTERS * POINTER_BYTES;
+const NONE_SEGMENT: u64 = u64::MAX;
+
+impl CheckpointRoot {
+    pub fn encode(&self, block: &mut [u8], uuid: &[u8; 16]) {
+        assert!(self.index_top.len() <= ROOT_TOP_POINTERS && self.segment_top.len() <= ROOT_TOP_POINTERS);
+        encode_header(block, CHECKPOINT_ROOT_MAGIC, [0, 0], uuid, self.generation, self.sequence);
+        put(block, 48, &self.write_clock.to_le_bytes());
+        put(block, 56, &self.durable_through_sequence.to_le_bytes());
+        for (index, stream) in self.streams.iter().enumerate() {
+            let offset = ROOT_STREAMS_OFFSET + index * ROOT_STREAM_BYTES;
+            put(block, offset, &stream.current_segment.unwrap_or(NONE_SEGMENT).to_le_bytes());
+            put(block, offset + 8, &stream.next_row.to_le_bytes());
+            put(block, offset + 16, &stream.reserved_segment.unwrap_or(NONE_SEGMENT).to_le_bytes());
+        }
+        block[ROOT_DEPTHS_OFFSET] = self.index_tree_depth;
+        block[ROOT_DEPTHS_OFFSET + 1] = self.segment_tree_depth;
+        for (index, pointer) in self.index_top.iter().enumerate() {
+            put_pointer(block, ROOT_INDEX_TOP_OFFSET + index * POINTER_BYTES, *pointer);
+        }
+        for (index, pointer) in self.segment_top.iter().enumerate() {
+            put_pointer(block, ROOT_SEGMENT_TOP_OFFSET + index * POINTER_BYTES, *pointer);
+        }
+        seal(block);
+    }
+
+    pub fn decode(block: &[u8], uuid: &[u8; 16]) -> Option<CheckpointRoot> {
+        let (_, generation, sequence) = decode_header(block, CHECKPOINT_ROOT_MAGIC, uuid)?;
+        let segment = |value: u64| (value != NONE_SEGMENT).then_some(value);
+        let streams = std::array::from_fn(|index| {
+            let offset = ROOT_STREAMS_OFFSET + index * ROOT_STREAM_BYTES;
+            StreamPosition {
+                current_segment: segment(read_u64(block, offset)),
+                next_row: read_u32(block, offset + 8),
+                reserved_segment: segment(read_u64(block, offset + 16)),
+            }
+        });
+        let pointers = |start: usize| -> Vec<Option<PagePointer>> {
+            (0..ROOT_TOP_POINTERS).map(|index| read_pointer(block, start + index * POINTER_BYTES)).collect()
+        };
+        Some(CheckpointRoot {
+            generation,
+            sequence,
+            write_clock: read_u64(block, 48),
+            durable_through_sequence: read_u64(block, 56),
+            streams,
+            index_tree_depth: block[ROOT_DEPTHS_OFFSET],
+            segment_tree_depth: block[ROOT_DEPTHS_OFFSET + 1],
+            index_top: pointers(ROOT_INDEX_TOP_OFFSET),
+            segment_top: pointers(ROOT_SEGMENT_TOP_OFFSET),
+        })
+    }
+}
+
+/// Radix tree depth for `pages` leaf pages: the smallest `d` with
+/// `ROOT_TOP_POINTERS × DIRECTORY_FANOUT^d ≥ pages` (0: the root points at the leaves).
+pub fn tree_depth(pages: u64) -> u8 {
+    let mut depth = 0u8;
+    let mut covered = ROOT_TOP_POINTERS as u128;
+    while covered < pages as u128 {
+        covered *= DIRECTORY_FANOUT as u128;
+        depth += 1;
+    }
+    depth
+}
+
+const _: () = assert!(HEADER_BYTES + DIRECTORY_FANOUT * POINTER_BYTES <= CHECKSUM_OFFSET);
+const _: () = assert!(HEADER_BYTES + SEGMENT_RECORDS_PER_PAGE * SEGMENT_RECORD_BYTES <= CHECKSUM_OFFSET);
+const _: () = assert!(ROOT_SEGMENT_TOP_OFFSET + ROOT_TOP_POINTERS * POINTER_BYTES <= CHECKSUM_OFFSET);
+const _: () = assert!(ROOT_STREAMS_OFFSET + ROOT_STREAMS * ROOT_STREAM_BYTES <= ROOT_DEPTHS_OFFSET);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const UUID: [u8; 16] = [5; 16];
+
+    fn pointer() -> impl Strategy<Value = Option<PagePointer>> {
+        proptest::option::of(
+            (0u64..u64::MAX - 1, any::<u32>()).prop_map(|(position, checksum)| PagePointer { position, checksum }),
+        )
+    }
+
+    /// Every flipped bit is caught, and another volume's block is not taken.
+    fn assert_damage_detected<T: PartialEq + std::fmt::Debug>(
+        block: &[u8],
+        decode: impl Fn(&[u8], &[u8; 16]) -> Option<T>,
+        flip: usize,
+    ) {
+        assert!(decode(block, &[6; 16]).is_none(), "another volume's block");
+        let mut damaged = block.to_vec();
+        damaged[flip / 8] ^= 1 << (flip % 8);
+        assert!(decode(&damaged, &UUID).is_none(), "bit {flip} flipped undetected");
+    }
+
+    proptest! {
+        #[test]
+        fn index_pages_round_trip(page in any::<u64>(), generation in any::<u64>(), width in 16u8..64,
+                                  entries in proptest::collection::vec(any::<u8>(), INDEX_PAGE_PAYLOAD_BYTES),
+                                  flip in 0usize..BLOCK_SIZE_BYTES * 8) {
+            let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+            encode_index_page(&mut block, &UUID, page, generation, width, &entries);
+            let (decoded_page, decoded_generation, decoded_width, payload) = decode_index_page(&block, &UUID).unwrap();
+            prop_assert_eq!((decoded_page, decoded_generation, decoded_width), (page, generation, width));
+            prop_assert_eq!(payload, &entries[..]);
+            assert_damage_detected(&block, |block, uuid| decode_index_page(block, uuid).map(|(p, g, w, e)| (p, g, w, e.to_vec())), flip);
+        }
+
+        #[test]
+        fn directory_pages_round_trip(level in 1u8..8, first_page in any::<u64>(), generation in any::<u64>(),
+                                      pointers in proptest::collection::vec(pointer(), DIRECTORY_FANOUT),
+                                      flip in 0usize..BLOCK_SIZE_BYTES * 8) {
+            let page = DirectoryPage { tree: Tree::SegmentTable, level, first_page, generation, pointers };
+            let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+            page.encode(&mut block, &UUID);
+            prop_assert_eq!(DirectoryPage::decode(&block, &UUID), Some(page));
+            assert_damage_detected(&block, DirectoryPage::decode, flip);
+        }
+
+        #[test]
+        fn segment_table_pages_round_trip(first_segment in any::<u64>(), generation in any::<u64>(),
+                                          records in proptest::collection::vec(
+                                              (any::<u32>(), 0u8..5, 0u8..5, any::<bool>(), any::<u64>(), any::<u64>()),
+                                              SEGMENT_RECORDS_PER_PAGE),
+                                          flip in 0usize..BLOCK_SIZE_BYTES * 8) {
+            let records = records.into_iter().map(|(live_blocks, status, stream, pinned, age_clock, opened_clock)| {
+                SegmentRecord { live_blocks, status, stream, pinned, age_clock, opened_clock }
+            }).collect();
+            let page = SegmentTablePage { first_segment, generation, records };
+            let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+            page.encode(&mut block, &UUID);
+            prop_assert_eq!(SegmentTablePage::decode(&block, &UUID), Some(page));
+            assert_damage_detected(&block, SegmentTablePage::decode, flip);
+        }
+
+        #[test]
+        fn roots_round_trip(generation in any::<u64>(), sequence in any::<u64>(), clock in any::<u64>(),
+                            segments in proptest::collection::vec((proptest::option::of(0u64..u64::MAX), any::<u32>(),
+                                                                   proptest::option::of(0u64..u64::MAX)), ROOT_STREAMS),
+                            index_top in proptest::collection::vec(pointer(), ROOT_TOP_POINTERS),
+                            segment_top in proptest::collection::vec(pointer(), ROOT_TOP_POINTERS),
+                            flip in 0usize..BLOCK_SIZE_BYTES * 8) {
+            let streams = std::array::from_fn(|index| {
+                let (current_segment, next_row, reserved_segment) = segments[index];
+                StreamPosition { current_segment, next_row, reserved_segment }
+            });
+            let root = CheckpointRoot {
+                generation, sequence, write_clock: clock, durable_through_sequence: sequence / 2, streams,
+                index_tree_depth: 2, segment_tree_depth: 1, index_top, segment_top,
+            };
+            let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+            root.encode(&mut block, &UUID);
+            prop_assert_eq!(CheckpointRoot::decode(&block, &UUID), Some(root));
+            assert_damage_detected(&block, CheckpointRoot::decode, flip);
+        }
+    }
+
+    #[test]
+    fn a_block_of_one_kind_is_not_read_as_another() {
+        let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+        encode_index_page(&mut block, &UUID, 1, 1, 30, &[0xAB; 100]);
+        assert!(DirectoryPage::decode(&block, &UUID).is_none());
+        assert!(SegmentTablePage::decode(&block, &UUID).is_none());
+        assert!(CheckpointRoot::decode(&block, &UUID).is_none());
+    }
+
+    #[test]
+    fn trees_are_as_shallow_as_their_size_allows() {
+        assert_eq!(tree_depth(0), 0);
+        assert_eq!(tree_depth(64), 0);
+        assert_eq!(tree_depth(65), 1);
+        assert_eq!(tree_depth(64 * 335), 1);
+        // 64 TiB of 35-bit entries: 2^34 blocks in pages of 920 entries.
+        assert_eq!(tree_depth((1u64 << 34).div_ceil(920)), 3);
+    }
+}
