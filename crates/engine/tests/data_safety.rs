@@ -288,16 +288,7 @@ fn an_old_volume_opens_read_only_and_read_write_only_when_upgraded() {
     assert_reads(&volume, &data);
     volume.close().unwrap();
     // Version 2 (member identity, no index fields) is refused and upgraded the same way.
-    for device in &devices {
-        for &offset in &SUPERBLOCK_OFFSETS_BYTES {
-            device.read_at(&mut block, offset).unwrap();
-            block[8..12].copy_from_slice(&2u32.to_le_bytes());
-            block[2304..BLOCK_SIZE_BYTES - 4].fill(0);
-            let checksum = crc32c::crc32c(&block[..BLOCK_SIZE_BYTES - 4]);
-            block[BLOCK_SIZE_BYTES - 4..].copy_from_slice(&checksum.to_le_bytes());
-            device.write_at(&block, offset).unwrap();
-        }
-    }
+    downgrade(&devices, 2, 2304);
     let error = expect_error(Volume::open(members(&devices), &open_options()), "version 2, not upgraded");
     assert!(matches!(error, Error::FormatUpgradeNeeded { version: 2, .. }), "{error}");
     let volume = Volume::open(members(&devices), &upgrade()).expect("version 2 upgraded");
@@ -320,12 +311,18 @@ fn an_old_volume_opens_read_only_and_read_write_only_when_upgraded() {
 
 /// Rewrite both superblock copies of every device as version 1 wrote them.
 fn downgrade_to_version_1(devices: &[Arc<dyn BlockDevice>]) {
+    downgrade(devices, 1, 120);
+}
+
+/// Rewrite both superblock copies of every device as `version`, which wrote zeros from
+/// `fields_from` on.
+fn downgrade(devices: &[Arc<dyn BlockDevice>], version: u32, fields_from: usize) {
     let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
     for device in devices {
         for &offset in &SUPERBLOCK_OFFSETS_BYTES {
             device.read_at(&mut block, offset).unwrap();
-            block[8..12].copy_from_slice(&1u32.to_le_bytes());
-            block[120..BLOCK_SIZE_BYTES - 4].fill(0);
+            block[8..12].copy_from_slice(&version.to_le_bytes());
+            block[fields_from..BLOCK_SIZE_BYTES - 4].fill(0);
             let checksum = crc32c::crc32c(&block[..BLOCK_SIZE_BYTES - 4]);
             block[BLOCK_SIZE_BYTES - 4..].copy_from_slice(&checksum.to_le_bytes());
             device.write_at(&block, offset).unwrap();
