@@ -650,11 +650,11 @@ impl Cleaner {
                 self.core.retire_stream_segment(state, stream);
             }
             if state.log.current_segments[stream].is_none() {
-                let first = state.log.reserved_segments[stream].is_none();
+                let free_before = state.space.free_segments.len();
                 if !self.core.open_stream_segment(state, stream, u64::MAX) {
                     return Err(Error::OutOfSpace);
                 }
-                let taken = if first { 2 } else { 1 };
+                let taken = (free_before - state.space.free_segments.len()) as i64;
                 self.core.cleaning_net_segments.fetch_sub(taken, std::sync::atomic::Ordering::SeqCst);
             }
             // The relocation batch takes the clients' open batch's place in the log order;

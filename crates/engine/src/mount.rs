@@ -513,46 +513,44 @@ pub(crate) fn recover(
     let logical_blocks = geometry.logical_block_count();
     let map = BlockMap::for_geometry(geometry);
     let rows_on_media: Vec<AtomicU32> = (0..geometry.segment_count()).map(|_| AtomicU32::new(0)).collect();
-    let mut replayed = 0;
-    for (_, batch) in log.batches.range(..=log.last_sequence) {
-        replay(geometry, batch, &map, logical_blocks).map_err(Error::InconsistentLog)?;
-        let end = batch.header.first_row + batch.header.row_count;
-        rows_on_media[batch.header.segment as usize].fetch_max(end, Ordering::Relaxed);
-        replayed += 1;
-    }
-    let per_segment = geometry.blocks_per_segment();
     let mut segments = vec![
         SegmentUse {
             live_blocks: 0,
             status: SegmentStatus::Free,
             age_clock: 0,
-            opened_clock: 0,
+            // The oldest clock of its batches: the minimum over them, from the top.
+            opened_clock: u64::MAX,
             stream: 0,
             pinned: false,
             sealed_rows: 0,
         };
         geometry.segment_count() as usize
     ];
+    // Replay, taking clocks and streams from the batches' headers (0 where summaries of
+    // version 1 do not say): a segment is as old as its oldest batch's clock.
+    let mut replayed = 0;
+    let mut write_clock = 0;
+    for (_, batch) in log.batches.range(..=log.last_sequence) {
+        replay(geometry, batch, &map, logical_blocks).map_err(Error::InconsistentLog)?;
+        let header = &batch.header;
+        rows_on_media[header.segment as usize].fetch_max(header.first_row + header.row_count, Ordering::Relaxed);
+        let usage = &mut segments[header.segment as usize];
+        usage.opened_clock = usage.opened_clock.min(header.write_clock);
+        usage.age_clock = usage.age_clock.max(header.write_clock);
+        usage.stream = header.stream;
+        write_clock = write_clock.max(header.write_clock);
+        replayed += 1;
+    }
+    let per_segment = geometry.blocks_per_segment();
     for mapping in map.iter() {
         if let Some(segment) = mapping.segment(per_segment) {
             segments[segment as usize].live_blocks += 1;
         }
     }
-    // Clocks and streams from the replayed batches' headers: a segment is as old as its
-    // oldest batch's clock (0 where summaries of version 1 do not say).
-    let mut write_clock = 0;
-    for (_, batch) in log.batches.range(..=log.last_sequence) {
-        let header = &batch.header;
-        let usage = &mut segments[header.segment as usize];
-        if usage.age_clock == 0 {
-            usage.opened_clock = header.write_clock;
-        }
-        usage.opened_clock = usage.opened_clock.min(header.write_clock);
-        usage.age_clock = usage.age_clock.max(header.write_clock);
-        usage.stream = header.stream;
-        write_clock = write_clock.max(header.write_clock);
-    }
     for (index, segment) in segments.iter_mut().enumerate() {
+        if segment.opened_clock == u64::MAX {
+            segment.opened_clock = 0;
+        }
         if segment.live_blocks > 0 {
             segment.status = SegmentStatus::Used;
             segment.sealed_rows = rows_on_media[index].load(Ordering::Relaxed);

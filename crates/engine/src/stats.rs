@@ -37,6 +37,25 @@ impl Counters {
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
     }
+
+    /// The counters that persist, as they stand now.
+    pub fn lifetime(&self) -> LifetimeCounters {
+        LifetimeCounters {
+            host_bytes_written: Counters::get(&self.host_bytes_written),
+            host_bytes_read: Counters::get(&self.host_bytes_read),
+            host_bytes_zeroed: Counters::get(&self.host_bytes_zeroed),
+            host_bytes_trimmed: Counters::get(&self.host_bytes_trimmed),
+            member_bytes_data: Counters::get(&self.member_bytes_data),
+            member_bytes_redundancy: Counters::get(&self.member_bytes_redundancy),
+            member_bytes_metadata: Counters::get(&self.member_bytes_metadata),
+            member_bytes_padding: Counters::get(&self.member_bytes_padding),
+            member_bytes_relocated: Counters::get(&self.member_bytes_relocated),
+            cleaning_rounds: Counters::get(&self.cleaning_rounds),
+            segments_cleaned: Counters::get(&self.segments_cleaned),
+            flushes: Counters::get(&self.flushes),
+            batches_written: Counters::get(&self.batches_written),
+        }
+    }
 }
 
 /// What a volume has done over its whole life, persisted at every superblock update (so
@@ -63,6 +82,21 @@ pub struct LifetimeCounters {
 pub const LIFETIME_COUNTER_COUNT: usize = 13;
 
 impl LifetimeCounters {
+    /// (new data + relocated) / new data (0 before any data).
+    pub fn cleaning_write_amplification(&self) -> f64 {
+        ratio(self.member_bytes_data + self.member_bytes_relocated, self.member_bytes_data)
+    }
+
+    /// Everything written to the members / new data (0 before any data).
+    pub fn total_write_amplification(&self) -> f64 {
+        let written = self.member_bytes_data
+            + self.member_bytes_relocated
+            + self.member_bytes_redundancy
+            + self.member_bytes_metadata
+            + self.member_bytes_padding;
+        ratio(written, self.member_bytes_data)
+    }
+
     pub fn to_array(self) -> [u64; LIFETIME_COUNTER_COUNT] {
         [
             self.host_bytes_written,
@@ -275,4 +309,13 @@ pub struct VolumeStats {
     pub last_sequence: u64,
     pub durable_through_sequence: u64,
     pub recovery: RecoveryReport,
+}
+
+/// `numerator / denominator`, 0 when nothing was counted.
+pub(crate) fn ratio(numerator: u64, denominator: u64) -> f64 {
+    if denominator == 0 {
+        0.0
+    } else {
+        numerator as f64 / denominator as f64
+    }
 }

@@ -20,7 +20,7 @@ use crate::maintenance::{
 use crate::mount;
 use crate::space::SegmentStatus;
 use crate::space::SegmentTable;
-use crate::stats::{Counters, MemberStatus, VolumeStats};
+use crate::stats::{ratio, Counters, MemberStatus, VolumeStats};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -654,13 +654,6 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
     let member_bytes_data = Counters::get(&counters.member_bytes_data);
     let member_bytes_relocated = Counters::get(&counters.member_bytes_relocated);
     let lifetime = core.members.lifetime_counters();
-    let ratio = |numerator: u64, denominator: u64| {
-        if denominator == 0 {
-            0.0
-        } else {
-            numerator as f64 / denominator as f64
-        }
-    };
     VolumeStats {
         volume_uuid: uuid::Uuid::from_bytes(core.volume_uuid).to_string(),
         raid_level: geometry.raid_level.to_string(),
@@ -701,18 +694,8 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
             .collect(),
         superblock_version: superblock.version,
         lifetime,
-        lifetime_write_amplification_cleaning: ratio(
-            lifetime.member_bytes_data + lifetime.member_bytes_relocated,
-            lifetime.member_bytes_data,
-        ),
-        lifetime_write_amplification_total: ratio(
-            lifetime.member_bytes_data
-                + lifetime.member_bytes_relocated
-                + lifetime.member_bytes_redundancy
-                + lifetime.member_bytes_metadata
-                + lifetime.member_bytes_padding,
-            lifetime.member_bytes_data,
-        ),
+        lifetime_write_amplification_cleaning: lifetime.cleaning_write_amplification(),
+        lifetime_write_amplification_total: lifetime.total_write_amplification(),
         blocks_mapped,
         blocks_zero,
         segments_total: geometry.segment_count(),

@@ -283,23 +283,7 @@ impl Members {
     /// The volume's lifetime counters now: those persisted before this open plus those
     /// since.
     pub(crate) fn lifetime_counters(&self) -> crate::stats::LifetimeCounters {
-        let counters = &self.counters;
-        let since_open = crate::stats::LifetimeCounters {
-            host_bytes_written: Counters::get(&counters.host_bytes_written),
-            host_bytes_read: Counters::get(&counters.host_bytes_read),
-            host_bytes_zeroed: Counters::get(&counters.host_bytes_zeroed),
-            host_bytes_trimmed: Counters::get(&counters.host_bytes_trimmed),
-            member_bytes_data: Counters::get(&counters.member_bytes_data),
-            member_bytes_redundancy: Counters::get(&counters.member_bytes_redundancy),
-            member_bytes_metadata: Counters::get(&counters.member_bytes_metadata),
-            member_bytes_padding: Counters::get(&counters.member_bytes_padding),
-            member_bytes_relocated: Counters::get(&counters.member_bytes_relocated),
-            cleaning_rounds: Counters::get(&counters.cleaning_rounds),
-            segments_cleaned: Counters::get(&counters.segments_cleaned),
-            flushes: Counters::get(&counters.flushes),
-            batches_written: Counters::get(&counters.batches_written),
-        };
-        self.lifetime_before.plus(since_open)
+        self.lifetime_before.plus(self.counters.lifetime())
     }
 
     /// Bytes written to `member` over its life in the volume.

@@ -228,12 +228,8 @@ impl Core {
     /// does, and the cleaner's reserve covers its first round too.
     pub(crate) fn reserve_stream_segments(&self, state: &mut WriteState) {
         for stream in 0..STREAM_COUNT {
-            if state.log.reserved_segments[stream].is_none() {
-                let Some(segment) = state.space.free_segments.pop_front() else {
-                    return;
-                };
-                state.space.segments[segment as usize].status = SegmentStatus::Reserved;
-                state.log.reserved_segments[stream] = Some(segment);
+            if state.log.reserved_segments[stream].is_none() && !Self::reserve_successor(state, stream) {
+                return;
             }
         }
     }
@@ -250,10 +246,18 @@ impl Core {
             Some(segment) => segment,
             None => state.space.free_segments.pop_front().expect("counted above"),
         };
-        let successor = state.space.free_segments.pop_front().expect("counted above");
-        state.space.segments[successor as usize].status = SegmentStatus::Reserved;
-        state.log.reserved_segments[stream] = Some(successor);
+        Self::reserve_successor(state, stream);
         self.start_stream_segment(state, stream, segment, sequence);
+        true
+    }
+
+    /// Take the next free segment as `stream`'s reserved successor; `false`: none is free.
+    fn reserve_successor(state: &mut WriteState, stream: usize) -> bool {
+        let Some(segment) = state.space.free_segments.pop_front() else {
+            return false;
+        };
+        state.space.segments[segment as usize].status = SegmentStatus::Reserved;
+        state.log.reserved_segments[stream] = Some(segment);
         true
     }
 

@@ -589,6 +589,12 @@ impl Summary {
         if entry_count > ENTRIES_PER_SUMMARY {
             return None;
         }
+        // Version 1 wrote zeros from 96: no link, clock or stream.
+        let (next_segment, write_clock, stream) = if version == SUMMARY_VERSION_WITHOUT_CLOCKS {
+            (NO_SEGMENT, 0, 0)
+        } else {
+            (read_u64(block, 96), read_u64(block, 104), block[112])
+        };
         let header = BatchHeader {
             volume_uuid: *volume_uuid,
             sequence: read_u64(block, 32),
@@ -601,9 +607,9 @@ impl Summary {
             summary_count: read_u32(block, 76),
             epoch: read_u64(block, 80),
             previous_segment: read_u64(block, 88),
-            next_segment: if version == SUMMARY_VERSION_WITHOUT_CLOCKS { NO_SEGMENT } else { read_u64(block, 96) },
-            write_clock: if version == SUMMARY_VERSION_WITHOUT_CLOCKS { 0 } else { read_u64(block, 104) },
-            stream: if version == SUMMARY_VERSION_WITHOUT_CLOCKS { 0 } else { block[112] },
+            next_segment,
+            write_clock,
+            stream,
         };
         let mut entries = Vec::with_capacity(entry_count);
         for index in 0..entry_count {
