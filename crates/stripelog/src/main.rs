@@ -804,24 +804,32 @@ fn open_read_only(paths: &[PathBuf], degraded: DegradedArgument) -> Result<Volum
 }
 
 fn upgrade(arguments: UpgradeArguments) -> Result<ExitCode, String> {
-    let read_only = open_read_only(&arguments.members, arguments.degraded)?;
-    let from = read_only.stats().superblock_version;
-    drop(read_only);
-    if from == stripelog_engine::format::SUPERBLOCK_VERSION {
-        println!("already at format version {from}: nothing to do");
-        return Ok(ExitCode::SUCCESS);
-    }
-    let members = open_members(&arguments.members, None, false, arguments.degraded.degraded)?;
-    let options = OpenOptions {
-        upgrade_format: true,
-        flush_interval: None,
-        holder_program: "stripelog upgrade".into(),
-        ..OpenOptions::default()
+    let open = |upgrade_format: bool| -> Result<stripelog_engine::Result<Volume>, String> {
+        let members = open_members(&arguments.members, None, false, arguments.degraded.degraded)?;
+        let options = OpenOptions {
+            upgrade_format,
+            flush_interval: None,
+            holder_program: "stripelog upgrade".into(),
+            ..OpenOptions::default()
+        };
+        let bar = spinner("reading segment summaries");
+        let volume = Volume::open(members, &options);
+        bar.finish_and_clear();
+        Ok(volume)
     };
-    let bar = spinner("reading segment summaries");
-    let volume = Volume::open(members, &options).map_err(engine_error);
-    bar.finish_and_clear();
-    let volume = volume?;
+    // The refusal names the version before anything is read beyond the superblocks; a
+    // volume that opens without it is current already.
+    let from = match open(false)? {
+        Ok(volume) => {
+            let version = volume.stats().superblock_version;
+            volume.close().map_err(engine_error)?;
+            println!("already at format version {version}: nothing to do");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(stripelog_engine::Error::FormatUpgradeNeeded { version, .. }) => version,
+        Err(error) => return Err(engine_error(error)),
+    };
+    let volume = open(true)?.map_err(engine_error)?;
     let to = volume.stats().superblock_version;
     volume.close().map_err(engine_error)?;
     println!("upgraded from format version {from} to {to}");
