@@ -5,6 +5,9 @@
 //! wrong data), and nothing written and flushed before may be harmed: a failed open or
 //! create writes nothing, and the correct members open afterwards with the data intact.
 
+mod common;
+
+use common::{members, memory_members};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use stripelog_blockdev::{AlignedBuffer, BlockDevice, MemoryDevice, Prng, SimulatedArray, SimulatedDevice};
@@ -22,17 +25,8 @@ const SUPERBLOCK_COPY_OFFSETS_BYTES: [u64; 2] = [0, 32 << 10];
 /// What the test wrote: logical block → content (all blocks not in it read as zeros).
 type Model = BTreeMap<u64, Vec<u8>>;
 
-fn memory_members(count: usize, size_bytes: u64) -> Vec<Arc<dyn BlockDevice>> {
-    (0..count).map(|_| Arc::new(MemoryDevice::new(size_bytes)) as Arc<dyn BlockDevice>).collect()
-}
-
 fn member_name(index: usize) -> String {
     format!("member{index}")
-}
-
-/// The devices as members, in the order given, named by position.
-fn members(devices: &[Arc<dyn BlockDevice>]) -> Vec<MemberDevice> {
-    members_without(devices, &[])
 }
 
 /// The devices as members, with the members at `missing` positions absent.

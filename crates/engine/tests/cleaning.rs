@@ -5,12 +5,12 @@
 //! would run out of space. A record it moved that was no longer current would bring old
 //! data back.
 
+mod common;
+
+use common::{members, memory_members};
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use stripelog_blockdev::{BlockDevice, MemoryDevice, Prng};
-use stripelog_engine::{
-    CreateOptions, IoMode, Mapping, MemberDevice, OpenOptions, RaidLevel, Volume, BLOCK_SIZE_BYTES,
-};
+use stripelog_blockdev::Prng;
+use stripelog_engine::{CreateOptions, IoMode, Mapping, OpenOptions, RaidLevel, Volume, BLOCK_SIZE_BYTES};
 
 const BLOCK_BYTES: u64 = BLOCK_SIZE_BYTES as u64;
 
@@ -20,14 +20,6 @@ enum Expected {
     Data(Vec<u8>),
     Zeros,
     Hole,
-}
-
-fn members(devices: &[Arc<dyn BlockDevice>]) -> Vec<MemberDevice> {
-    devices
-        .iter()
-        .enumerate()
-        .map(|(index, device)| MemberDevice { name: format!("member{index}"), device: Some(device.clone()) })
-        .collect()
 }
 
 /// Deterministic: the calling thread writes and cleans.
@@ -75,8 +67,7 @@ fn zeroed(model: &mut BTreeMap<u64, Expected>, block: u64) {
 /// before and after a reopen (which replays the relocated records).
 #[test]
 fn cleaning_moves_data_zero_and_trim_records_and_frees_every_victim() {
-    let devices: Vec<Arc<dyn BlockDevice>> =
-        (0..3).map(|_| Arc::new(MemoryDevice::new(4 << 20)) as Arc<dyn BlockDevice>).collect();
+    let devices = memory_members(3, 4 << 20);
     let create_options = CreateOptions {
         raid_level: RaidLevel::Raid5,
         chunk_size_bytes: 64 << 10,
@@ -137,8 +128,7 @@ fn cleaning_moves_data_zero_and_trim_records_and_frees_every_victim() {
 /// opened, and the segment the stream then opens.
 #[test]
 fn each_segment_names_the_next_segment_of_its_stream() {
-    let devices: Vec<Arc<dyn BlockDevice>> =
-        (0..4).map(|_| Arc::new(MemoryDevice::new(8 << 20)) as Arc<dyn BlockDevice>).collect();
+    let devices = memory_members(4, 8 << 20);
     let create_options =
         CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..CreateOptions::default() };
     let volume = Volume::create(members(&devices), &create_options, &open_options()).expect("create");

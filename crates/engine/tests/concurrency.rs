@@ -8,20 +8,19 @@
 //!   and versions never go backwards for one reader.
 //! - The flush timer, FUA and the byte accounting of `stats()`.
 
+mod common;
+
+use common::{members, memory_members};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use stripelog_blockdev::{BlockDevice, FileDevice, FileDeviceOptions, MemoryDevice, Prng, SimulatedArray};
+use stripelog_blockdev::{BlockDevice, FileDevice, FileDeviceOptions, Prng, SimulatedArray};
 use stripelog_engine::{CreateOptions, MemberDevice, OpenOptions, RaidLevel, Volume, BLOCK_SIZE_BYTES};
 
 const CHUNK_SIZE_BYTES: u32 = 64 << 10;
 const BLOCK_BYTES: u64 = BLOCK_SIZE_BYTES as u64;
 const FLUSH_INTERVAL: Duration = Duration::from_millis(50);
-
-fn memory_members(count: usize, size_bytes: u64) -> Vec<Arc<dyn BlockDevice>> {
-    (0..count).map(|_| Arc::new(MemoryDevice::new(size_bytes)) as Arc<dyn BlockDevice>).collect()
-}
 
 /// Members that forget what was not flushed when `SimulatedArray::crash` is called: what
 /// a test reads back after a reopen was really made durable (memory members, which keep
@@ -69,14 +68,6 @@ fn file_members(directory: &Path, count: usize, size_bytes: Option<u64>) -> Vec<
                 FileDevice::open(&directory.join(format!("member{index}.img")), &options).expect("open a file");
             Arc::new(device) as Arc<dyn BlockDevice>
         })
-        .collect()
-}
-
-fn members(devices: &[Arc<dyn BlockDevice>]) -> Vec<MemberDevice> {
-    devices
-        .iter()
-        .enumerate()
-        .map(|(index, device)| MemberDevice { name: format!("member{index}"), device: Some(device.clone()) })
         .collect()
 }
 
