@@ -769,15 +769,21 @@ mod tests {
         assert_eq!(Superblock::decode(&[0u8; BLOCK_SIZE_BYTES], 0), Err(SuperblockProblem::NotStripelog));
     }
 
+    /// `superblock` as an older `version` wrote it: zeros from `zero_from` on.
+    fn older_superblock_block(superblock: &Superblock, version: u32, zero_from: usize) -> Vec<u8> {
+        let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+        superblock.encode(&mut block);
+        block[8..12].copy_from_slice(&version.to_le_bytes());
+        block[zero_from..CHECKSUM_OFFSET].fill(0);
+        seal(&mut block);
+        block
+    }
+
     #[test]
     fn a_version_1_superblock_is_read_without_identity() {
         let superblock = sample_superblock();
-        let mut block = vec![0u8; BLOCK_SIZE_BYTES];
-        superblock.encode(&mut block);
         // Version 1 wrote zeros from offset 120 on.
-        block[8..12].copy_from_slice(&SUPERBLOCK_VERSION_WITHOUT_IDENTITY.to_le_bytes());
-        block[120..CHECKSUM_OFFSET].fill(0);
-        seal(&mut block);
+        let mut block = older_superblock_block(&superblock, SUPERBLOCK_VERSION_WITHOUT_IDENTITY, 120);
         let decoded = Superblock::decode(&block, 1).unwrap();
         assert_eq!(decoded.version, SUPERBLOCK_VERSION_WITHOUT_IDENTITY);
         assert_eq!(decoded.member_uuid, [0; 16]);
@@ -792,12 +798,8 @@ mod tests {
     #[test]
     fn a_version_2_superblock_is_read_without_index_fields() {
         let superblock = sample_superblock();
-        let mut block = vec![0u8; BLOCK_SIZE_BYTES];
-        superblock.encode(&mut block);
         // Version 2 wrote zeros from offset 2304 on.
-        block[8..12].copy_from_slice(&SUPERBLOCK_VERSION_WITHOUT_INDEX.to_le_bytes());
-        block[2304..CHECKSUM_OFFSET].fill(0);
-        seal(&mut block);
+        let block = older_superblock_block(&superblock, SUPERBLOCK_VERSION_WITHOUT_INDEX, 2304);
         let decoded = Superblock::decode(&block, 1).unwrap();
         assert_eq!(decoded.version, SUPERBLOCK_VERSION_WITHOUT_INDEX);
         assert_eq!((decoded.index_entry_width_bits, decoded.checkpoint), (0, None));
