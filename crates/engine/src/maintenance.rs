@@ -207,7 +207,9 @@ impl<'a> Maintenance<'a> {
         for (column, slot) in data.iter_mut().enumerate() {
             for member in geometry.members_of_column(segment, column) {
                 match read.block(member, row) {
-                    Some(block) if Some(format::block_checksum(block)) == expected[column] => {
+                    Some(block)
+                        if expected[column].is_some_and(|expected| format::checksum_proves(block, expected)) =>
+                    {
                         slot.get_or_insert_with(|| block.to_vec());
                     }
                     Some(_) => damaged_members.push(member),
@@ -225,7 +227,7 @@ impl<'a> Maintenance<'a> {
         for &column in &missing {
             let view: Vec<Option<&[u8]>> = data.iter().map(|block| block.as_deref()).collect();
             let rebuilt = crate::array::parity::reconstruct(geometry.raid_level, &view, &parity, column)
-                .filter(|block| Some(format::block_checksum(block)) == expected[column]);
+                .filter(|block| expected[column].is_some_and(|expected| format::checksum_proves(block, expected)));
             data[column] = rebuilt.or_else(|| {
                 let mut out = vec![0u8; BLOCK_SIZE_BYTES];
                 let location = BlockLocation { segment, row, column };
@@ -236,7 +238,7 @@ impl<'a> Maintenance<'a> {
                         geometry,
                         &self.core.counters,
                         location,
-                        &|block| Some(format::block_checksum(block)) == expected[column],
+                        &|block| expected[column].is_some_and(|expected| format::checksum_proves(block, expected)),
                         &checksum_of,
                         ReadPurpose::Verify,
                         &mut out,

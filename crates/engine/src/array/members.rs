@@ -670,7 +670,7 @@ impl Members {
             .map(|(column, block)| {
                 let block = block?;
                 match checksum_of(column) {
-                    Some(expected) if crate::layout::format::block_checksum(&block) != expected => {
+                    Some(expected) if !crate::layout::format::checksum_proves(&block, expected) => {
                         Counters::add(&counters.checksum_mismatches, 1);
                         None
                     }

@@ -779,7 +779,7 @@ impl Core {
             let other = self.geometry.position(location.segment, location.row, column);
             Some(table.get(other % per_segment))
         };
-        self.read_verified(location, &|block| format::block_checksum(block) == expected, &checksum_of, out)
+        self.read_verified(location, &|block| format::checksum_proves(block, expected), &checksum_of, out)
             .map_err(unrecoverable)?;
         if let Some(cache) = &self.cache {
             cache.insert(position, generation, out);

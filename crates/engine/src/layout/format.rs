@@ -46,8 +46,34 @@ const RETIRED_OFFSET: usize = MEMBER_UUIDS_OFFSET + MEMBER_UUID_SLOTS * 16;
 const RETIRED_RECORD_BYTES: usize = 32;
 const HOLDER_FLAG_OPEN: u32 = 1;
 
+/// The checksum that identifies a block's content (docs/on-disk-format.md, "Block
+/// checksums"): the CRC32C of the whole block, except for a block that carries the CRC32C
+/// of its first 4092 bytes in its last 4 (a summary, a checkpoint page), whose own CRC is
+/// its identity. The CRC32C of a whole self-checksummed block is the same constant (the
+/// CRC's residue) for every such block, so it would let any stale summary pass for any
+/// other.
 pub fn block_checksum(block: &[u8]) -> u32 {
-    crc32c::crc32c(block)
+    if block.len() != BLOCK_SIZE_BYTES {
+        return crc32c::crc32c(block);
+    }
+    let head = crc32c::crc32c(&block[..CHECKSUM_OFFSET]);
+    if head == read_u32(block, CHECKSUM_OFFSET) {
+        head
+    } else {
+        crc32c::crc32c_append(head, &block[CHECKSUM_OFFSET..])
+    }
+}
+
+/// Whether `block` is the block whose checksum was recorded as `expected`. Besides
+/// [`block_checksum`], the whole-block CRC32C proves a block: what volumes recorded for a
+/// self-checksummed client block before the rule above existed.
+pub fn checksum_proves(block: &[u8], expected: u32) -> bool {
+    if block.len() != BLOCK_SIZE_BYTES {
+        return crc32c::crc32c(block) == expected;
+    }
+    let head = crc32c::crc32c(&block[..CHECKSUM_OFFSET]);
+    (head == expected && head == read_u32(block, CHECKSUM_OFFSET))
+        || crc32c::crc32c_append(head, &block[CHECKSUM_OFFSET..]) == expected
 }
 
 /// CRC32C of an all-zero block (padding).
@@ -708,6 +734,26 @@ mod tests {
             (any::<u64>(), 1u32..).prop_map(|(logical_block, block_count)| Entry::Zero { logical_block, block_count }),
             (any::<u64>(), 1u32..).prop_map(|(logical_block, block_count)| Entry::Trim { logical_block, block_count }),
         ]
+    }
+
+    /// Self-checksummed blocks share one whole-block CRC32C (the residue): each is told
+    /// apart by its own CRC, and none proves another's checksum.
+    #[test]
+    fn self_checksummed_blocks_are_told_apart() {
+        let mut first = vec![1u8; BLOCK_SIZE_BYTES];
+        let mut second = vec![2u8; BLOCK_SIZE_BYTES];
+        seal(&mut first);
+        seal(&mut second);
+        assert_eq!(crc32c::crc32c(&first), crc32c::crc32c(&second), "the residue");
+        assert_ne!(block_checksum(&first), block_checksum(&second));
+        assert!(checksum_proves(&first, block_checksum(&first)));
+        assert!(!checksum_proves(&second, block_checksum(&first)));
+        assert!(!checksum_proves(&first, block_checksum(&second)));
+        let plain = vec![3u8; BLOCK_SIZE_BYTES];
+        assert_eq!(block_checksum(&plain), crc32c::crc32c(&plain));
+        assert!(checksum_proves(&plain, crc32c::crc32c(&plain)));
+        // What an older volume recorded for a self-checksummed client block still proves it.
+        assert!(checksum_proves(&first, crc32c::crc32c(&first)));
     }
 
     fn sample_superblock() -> Superblock {
