@@ -202,14 +202,16 @@ impl<'a> Maintenance<'a> {
         let expected: Vec<Option<u32>> = (0..data_columns)
             .map(|column| table.map(|table| table.get(geometry.position(segment, row, column) % per_segment)))
             .collect();
+        // A block of `column` is good when it proves the checksum recorded for its place.
+        let proves = |column: usize, block: &[u8]| {
+            expected[column].is_some_and(|expected| format::checksum_proves(block, expected))
+        };
         let mut damaged_members = Vec::new();
         let mut data: Vec<Option<Vec<u8>>> = vec![None; data_columns];
         for (column, slot) in data.iter_mut().enumerate() {
             for member in geometry.members_of_column(segment, column) {
                 match read.block(member, row) {
-                    Some(block)
-                        if expected[column].is_some_and(|expected| format::checksum_proves(block, expected)) =>
-                    {
+                    Some(block) if proves(column, block) => {
                         slot.get_or_insert_with(|| block.to_vec());
                     }
                     Some(_) => damaged_members.push(member),
@@ -227,7 +229,7 @@ impl<'a> Maintenance<'a> {
         for &column in &missing {
             let view: Vec<Option<&[u8]>> = data.iter().map(|block| block.as_deref()).collect();
             let rebuilt = crate::array::parity::reconstruct(geometry.raid_level, &view, &parity, column)
-                .filter(|block| expected[column].is_some_and(|expected| format::checksum_proves(block, expected)));
+                .filter(|block| proves(column, block));
             data[column] = rebuilt.or_else(|| {
                 let mut out = vec![0u8; BLOCK_SIZE_BYTES];
                 let location = BlockLocation { segment, row, column };
@@ -238,7 +240,7 @@ impl<'a> Maintenance<'a> {
                         geometry,
                         &self.core.counters,
                         location,
-                        &|block| expected[column].is_some_and(|expected| format::checksum_proves(block, expected)),
+                        &|block| proves(column, block),
                         &checksum_of,
                         ReadPurpose::Verify,
                         &mut out,

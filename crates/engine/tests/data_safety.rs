@@ -460,14 +460,20 @@ fn raid10_survives_one_more_loss_while_every_mirror_pair_is_whole() {
     }
 }
 
-/// Flip one byte of the summary of the batch whose first data block is `logical_block`
-/// (RAID-0 on one member: the summary is the block in front of it).
-fn damage_summary_of(volume: &Volume, device: &dyn BlockDevice, logical_block: u64) {
+/// The member offset of the summary in front of `logical_block` (one data column: the
+/// block before it in the data space).
+fn summary_offset(volume: &Volume, logical_block: u64) -> u64 {
     let Ok(Mapping::Data { position }) = volume.mapping(logical_block) else {
         panic!("block {logical_block} is mapped")
     };
     let summary = volume.geometry().locate(position - 1);
-    let offset = volume.geometry().member_offset_bytes(summary.segment, summary.row);
+    volume.geometry().member_offset_bytes(summary.segment, summary.row)
+}
+
+/// Flip one byte of the summary of the batch whose first data block is `logical_block`
+/// (RAID-0 on one member: the summary is the block in front of it).
+fn damage_summary_of(volume: &Volume, device: &dyn BlockDevice, logical_block: u64) {
+    let offset = summary_offset(volume, logical_block);
     let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
     device.read_at(&mut block, offset).unwrap();
     block[200] ^= 0x40;
@@ -554,15 +560,6 @@ fn lifetime_counters_survive_a_close_and_a_crash() {
     let third = volume.stats();
     assert!(third.lifetime.host_bytes_written >= second.lifetime.host_bytes_written);
     assert!(third.lifetime.batches_written >= second.lifetime.batches_written);
-}
-
-/// The data-space offset on `device`'s member of the summary in front of `logical_block`.
-fn summary_offset(volume: &Volume, logical_block: u64) -> u64 {
-    let Ok(Mapping::Data { position }) = volume.mapping(logical_block) else {
-        panic!("block {logical_block} is mapped")
-    };
-    let summary = volume.geometry().locate(position - 1);
-    volume.geometry().member_offset_bytes(summary.segment, summary.row)
 }
 
 /// A mirror (RAID-10 on two members) after a crash: one side holds, where the last batch's summary belongs, another

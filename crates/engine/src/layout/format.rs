@@ -53,27 +53,27 @@ const HOLDER_FLAG_OPEN: u32 = 1;
 /// CRC's residue) for every such block, so it would let any stale summary pass for any
 /// other.
 pub fn block_checksum(block: &[u8]) -> u32 {
-    if block.len() != BLOCK_SIZE_BYTES {
-        return crc32c::crc32c(block);
-    }
-    let head = crc32c::crc32c(&block[..CHECKSUM_OFFSET]);
-    if head == read_u32(block, CHECKSUM_OFFSET) {
-        head
-    } else {
-        crc32c::crc32c_append(head, &block[CHECKSUM_OFFSET..])
-    }
+    let (own, whole) = checksums_of(block);
+    own.unwrap_or(whole)
 }
 
 /// Whether `block` is the block whose checksum was recorded as `expected`. Besides
 /// [`block_checksum`], the whole-block CRC32C proves a block: what volumes recorded for a
 /// self-checksummed client block before the rule above existed.
 pub fn checksum_proves(block: &[u8], expected: u32) -> bool {
+    let (own, whole) = checksums_of(block);
+    own == Some(expected) || whole == expected
+}
+
+/// A block's own CRC (when its last 4 bytes hold the CRC32C of the rest) and its
+/// whole-block CRC32C, from one pass over it.
+fn checksums_of(block: &[u8]) -> (Option<u32>, u32) {
     if block.len() != BLOCK_SIZE_BYTES {
-        return crc32c::crc32c(block) == expected;
+        return (None, crc32c::crc32c(block));
     }
     let head = crc32c::crc32c(&block[..CHECKSUM_OFFSET]);
-    (head == expected && head == read_u32(block, CHECKSUM_OFFSET))
-        || crc32c::crc32c_append(head, &block[CHECKSUM_OFFSET..]) == expected
+    let own = (head == read_u32(block, CHECKSUM_OFFSET)).then_some(head);
+    (own, crc32c::crc32c_append(head, &block[CHECKSUM_OFFSET..]))
 }
 
 /// CRC32C of an all-zero block (padding).
