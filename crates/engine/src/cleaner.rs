@@ -24,7 +24,7 @@ use crate::io::{Core, SegmentEntry, WriteState};
 use crate::layout::format;
 use crate::layout::format::Entry;
 use crate::layout::geometry::BLOCK_SIZE_BYTES;
-use crate::log::{HOST_STREAM, RELOCATION_STREAMS};
+use crate::log::{HOST_STREAM, METADATA_STREAM, RELOCATION_STREAMS};
 use crate::space::{watermarks, SegmentStatus, MINIMUM_WON_SEGMENTS, ROUND_SEGMENTS};
 use crate::stats::Counters;
 use std::collections::VecDeque;
@@ -129,7 +129,7 @@ const BACKGROUND_TICK: std::time::Duration = std::time::Duration::from_millis(20
 /// if this thread cannot keep up, and reports `OutOfSpace` when nothing can be gained.
 pub(crate) fn background_cleaner(cleaner: std::sync::Arc<Cleaner>) {
     let shared = &cleaner.core;
-    let (low_watermark, high_watermark) = watermarks(shared.geometry.segment_count());
+    let (low_watermark, high_watermark) = watermarks(&shared.geometry);
     let mut nothing_to_gain = false;
     let net_segments = || shared.cleaning_net_segments.load(std::sync::atomic::Ordering::SeqCst);
     let mut progress = ProgressWindow::new(net_segments());
@@ -153,6 +153,18 @@ pub(crate) fn background_cleaner(cleaner: std::sync::Arc<Cleaner>) {
                 // A new burst of rounds is judged afresh.
                 progress = ProgressWindow::new(net_segments());
                 shared.cleaner_wakeup.wait_for(&mut state, BACKGROUND_TICK);
+            }
+        }
+        // Dead segments waiting only for a checkpoint come free without a round.
+        match shared.checkpoint_for_space() {
+            Ok(true) => {
+                shared.progress.notify_all();
+                continue;
+            }
+            Ok(false) | Err(Error::OutOfSpace) => {}
+            Err(error) => {
+                shared.fail(crate::error::Shutdown::Checkpoint(std::sync::Arc::new(error)));
+                return;
             }
         }
         let gained = match cleaner.clean_round() {
@@ -300,19 +312,32 @@ impl Cleaner {
                 .map(|usage| per_segment.saturating_sub(usage.live_blocks))
                 .sum();
             drop(state);
+            // Dead segments a stream left since the last checkpoint come free once the
+            // next one is committed: cheaper than a round, and a round may need them.
+            if self.core.checkpoint_for_space()? {
+                continue;
+            }
             // Clean until there is room; nothing left to clean means the volume is full, and
-            // so do rounds that win no room (a spare too small for the cleaner's overheads).
-            if dead >= 2 * per_segment
-                && self.clean_round()?
-                && progress.after_round(self.core.cleaning_net_segments.load(Ordering::SeqCst))
-            {
+            // so do rounds that win no room (a spare too small for the cleaner's overheads)
+            // or find no free segment to relocate into.
+            let gained = dead >= 2 * per_segment
+                && match self.clean_round() {
+                    Ok(gained) => gained,
+                    Err(Error::OutOfSpace) => false,
+                    Err(error) => return Err(error),
+                };
+            if gained && progress.after_round(self.core.cleaning_net_segments.load(Ordering::SeqCst)) {
                 continue;
             }
             let mut state = self.core.state.lock();
             let durable = state.log.durable_through_sequence;
+            let checkpoints = state.space.checkpoints;
+            // (One that waits for a checkpoint too is not coming: one was just tried.)
             let coming_free = state.space.segments.iter().any(|segment| match segment.status {
                 SegmentStatus::Releasing => true,
-                SegmentStatus::WaitingForFlush(tag) => tag <= durable,
+                SegmentStatus::WaitingForFlush(tag) => {
+                    tag <= durable && checkpoints.allows_reuse(segment.left_at_generation)
+                }
                 _ => false,
             });
             if !coming_free {
@@ -508,7 +533,10 @@ impl Cleaner {
                 .iter()
                 .enumerate()
                 .filter(|(_, usage)| {
-                    usage.status == SegmentStatus::Used && usage.live_blocks < capacity && !usage.pinned
+                    usage.status == SegmentStatus::Used
+                        && usage.live_blocks < capacity
+                        && !usage.pinned
+                        && usage.stream as usize != METADATA_STREAM
                 })
                 .map(|(segment, usage)| {
                     let utilisation = usage.live_blocks as f64 / per_segment as f64;
@@ -639,57 +667,10 @@ impl Cleaner {
                     None => {}
                 }
             }
-            // A segment with room for less than one record (a summary and a block) is given up.
             let stream = live[next].stream;
-            let rows_per_chunk = self.core.geometry.rows_per_chunk();
-            let data_columns = self.core.geometry.data_columns() as u32;
-            if state.log.current_segments[stream]
-                .as_ref()
-                .is_some_and(|current| (rows_per_chunk - current.next_row) * data_columns < 2)
-            {
-                self.core.retire_stream_segment(state, stream);
-            }
-            if state.log.current_segments[stream].is_none() {
-                let free_before = state.space.free_segments.len();
-                if !self.core.open_stream_segment(state, stream, u64::MAX) {
-                    return Err(Error::OutOfSpace);
-                }
-                let taken = (free_before - state.space.free_segments.len()) as i64;
-                self.core.cleaning_net_segments.fetch_sub(taken, std::sync::atomic::Ordering::SeqCst);
-            }
-            // The relocation batch takes the clients' open batch's place in the log order;
-            // the clients' batch (which holds nothing written after these records were
-            // chosen that they depend on) moves one sequence number up.
-            let moved = state.log.next_sequence;
-            let sequence = match state.log.open.as_mut() {
-                Some(client) => {
-                    let taken = client.sequence;
-                    client.sequence = moved;
-                    if client.segment_open_sequence == taken {
-                        client.segment_open_sequence = moved;
-                    }
-                    if let Some(current) = state.log.current_segments[HOST_STREAM].as_mut() {
-                        if current.open_sequence == taken {
-                            current.open_sequence = moved;
-                        }
-                    }
-                    for usage in state.space.segments.iter_mut() {
-                        if usage.status == SegmentStatus::WaitingForFlush(taken) {
-                            usage.status = SegmentStatus::WaitingForFlush(moved);
-                        }
-                    }
-                    taken
-                }
-                None => state.log.next_sequence,
-            };
-            state.log.next_sequence += 1;
-            let current = state.log.current_segments[stream].as_mut().expect("set above");
-            if current.open_sequence == u64::MAX {
-                current.open_sequence = sequence;
-            }
-            let mut batch = self.core.batch_in(current, sequence, buffers, stream);
-            batch.relocation = true;
-            let client = state.log.open.replace(batch);
+            let (client, taken) = self.core.begin_side_batch(state, stream, buffers)?;
+            self.core.cleaning_net_segments.fetch_sub(taken as i64, std::sync::atomic::Ordering::SeqCst);
+            state.log.open.as_mut().expect("the side batch").relocation = true;
             let mut relocated = 0u64;
             while next < live.len() && live[next].stream == stream {
                 let record = &live[next];
@@ -732,8 +713,7 @@ impl Cleaner {
                 relocated += 1;
             }
             // Never empty: the segment had room for a record and the first one was current.
-            let sealed = self.core.seal(state);
-            state.log.open = client;
+            let sealed = self.core.end_side_batch(state, client);
             drop(guard);
             Counters::add(&self.core.counters.blocks_relocated, relocated);
             blocks_moved += relocated;

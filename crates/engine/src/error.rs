@@ -121,6 +121,11 @@ pub enum LostMetadata {
          stale or zeros"
     )]
     DamagedSummary { segment: u64, row: u32, batch: u64 },
+    #[error(
+        "the checkpoint's {what} at data-space position {position} cannot be read (nor rebuilt from its stripe \
+         row) or is not the block the checkpoint names; the part of the index it holds is lost"
+    )]
+    CheckpointBlock { what: &'static str, position: u64 },
 }
 
 /// What makes a log one the engine cannot have written.
@@ -146,6 +151,8 @@ pub enum Shutdown {
     Members(Arc<Error>),
     #[error("the cleaner failed: {0}")]
     Cleaner(Arc<Error>),
+    #[error("writing a checkpoint failed: {0}")]
+    Checkpoint(Arc<Error>),
     #[error("abandoned (simulated crash)")]
     Abandoned,
     #[error("dropped while unwinding a panic")]

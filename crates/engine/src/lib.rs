@@ -21,6 +21,7 @@ pub mod error;
 pub mod stats;
 
 pub mod array;
+mod checkpoint;
 pub mod cleaner;
 pub mod index;
 mod io;
@@ -43,7 +44,7 @@ pub use log::IoMode;
 pub use maintenance::{MaintenanceOptions, MaintenanceProgress, RebuildReport, ReplaceOptions, ScrubReport};
 pub use map::Mapping;
 pub use mount::CheckReport;
-pub use space::{watermarks, CLEANING_RESERVE_SEGMENTS, WORKING_SPARE_SEGMENTS};
+pub use space::{checkpoint_headroom_segments, watermarks, working_spare_segments, CLEANING_RESERVE_SEGMENTS};
 pub use stats::{RecoveryReport, VolumeStats};
 pub use volume::{
     OpenOptions, Volume, DEFAULT_FLUSH_INTERVAL, DEFAULT_WRITE_QUEUE_BYTES, SECTOR_SIZE_BYTES,

@@ -29,7 +29,7 @@ impl FoundBatch {
         let slots = self.header.row_count as usize * data_columns;
         let mut checksums = vec![format::zero_block_checksum(); slots];
         for (index, entry) in self.data_blocks() {
-            if let Entry::Data { checksum, .. } = entry {
+            if let Entry::Data { checksum, .. } | Entry::Page { checksum, .. } = entry {
                 checksums[index as usize] = checksum;
             }
         }
@@ -80,6 +80,10 @@ pub(crate) struct Recovered {
     pub last_segment: u64,
     /// The write clock of the last client batch replayed (0: none known).
     pub write_clock: u64,
+    /// Per stream: the segment it goes on in (mounted from a checkpoint: where the walk
+    /// ended, so that the next mount's walk finds what is written after this one).
+    pub reserved_segments: [Option<u64>; crate::log::STREAM_COUNT],
+    pub checkpoints: crate::space::CheckpointGenerations,
     pub report: RecoveryReport,
 }
 
@@ -513,25 +517,18 @@ pub(crate) fn recover(
     let logical_blocks = geometry.logical_block_count();
     let map = BlockMap::for_geometry(geometry);
     let rows_on_media: Vec<AtomicU32> = (0..geometry.segment_count()).map(|_| AtomicU32::new(0)).collect();
-    let mut segments = vec![
-        SegmentUse {
-            live_blocks: 0,
-            status: SegmentStatus::Free,
-            age_clock: 0,
-            // The oldest clock of its batches: the minimum over them, from the top.
-            opened_clock: u64::MAX,
-            stream: 0,
-            pinned: false,
-            sealed_rows: 0,
-        };
-        geometry.segment_count() as usize
-    ];
+    // The oldest clock of its batches: the minimum over them, from the top.
+    let mut segments =
+        vec![SegmentUse { opened_clock: u64::MAX, ..SegmentUse::FREE }; geometry.segment_count() as usize];
     // Replay, taking clocks and streams from the batches' headers (0 where summaries of
     // version 1 do not say): a segment is as old as its oldest batch's clock.
     let mut replayed = 0;
     let mut write_clock = 0;
     for (_, batch) in log.batches.range(..=log.last_sequence) {
-        replay(geometry, batch, &map, logical_blocks).map_err(Error::InconsistentLog)?;
+        replay(geometry, batch, logical_blocks, &mut |block, mapping| {
+            map.set(block, mapping);
+        })
+        .map_err(Error::InconsistentLog)?;
         let header = &batch.header;
         rows_on_media[header.segment as usize].fetch_max(header.first_row + header.row_count, Ordering::Relaxed);
         let usage = &mut segments[header.segment as usize];
@@ -581,6 +578,7 @@ pub(crate) fn recover(
         .map(|(_, batch)| (batch.header.segment, batch.header.first_row))
         .collect();
     let report = RecoveryReport {
+        checkpoint_generation: None,
         segments_scanned: log.segments_scanned,
         batches_found: log.batches.len() as u64,
         batches_replayed: replayed,
@@ -601,6 +599,8 @@ pub(crate) fn recover(
         release,
         last_segment,
         write_clock,
+        reserved_segments: Default::default(),
+        checkpoints: Default::default(),
         report,
     })
 }
@@ -609,12 +609,14 @@ pub(crate) fn recover(
 fn replay(
     geometry: &Geometry,
     batch: &FoundBatch,
-    map: &BlockMap,
     logical_blocks: u64,
+    apply: &mut dyn FnMut(u64, Mapping),
 ) -> std::result::Result<(), LogInconsistency> {
     let segment = batch.header.segment;
     for (index, entry) in batch.entries() {
         let (first, count, mapping) = match entry {
+            // Checkpoint blocks change no logical block.
+            Entry::Page { .. } => continue,
             Entry::Data { logical_block, .. } => {
                 let index = index.expect("a data entry describes a block");
                 (logical_block, 1, Mapping::Data { position: batch.position(geometry, index) })
@@ -635,7 +637,7 @@ fn replay(
             });
         }
         for logical_block in first..first + count {
-            map.set(logical_block, mapping);
+            apply(logical_block, mapping);
         }
     }
     Ok(())
@@ -762,4 +764,415 @@ pub(crate) fn check(
         }
     }
     Ok(report)
+}
+
+/// One stream's walk after a checkpoint, along the forward links.
+#[derive(Default)]
+struct StreamWalk {
+    /// Where each of its chains stops before its segment's end, and what is there.
+    ends: Vec<(u64, ChainEnd)>,
+    /// The head of the segment the walk stopped at, where no chain starts, and what it
+    /// holds.
+    head: Option<(u64, Option<DamagedHead>)>,
+    /// The walk stopped at a damaged summary of its own chain: the highest durable
+    /// frontier the batches beyond it record (they prove whether it was durable).
+    durable_beyond_damage: u64,
+}
+
+impl Reader<'_> {
+    /// After a damaged summary of batch `damaged` (this epoch and segment open sequence) at
+    /// `row` of `segment`: the highest durable frontier recorded by the batches that follow
+    /// it — later in the segment (found row by row, since the damaged header's length is
+    /// not to be trusted), then along the forward links, starting from `reserved` (every
+    /// batch of a segment names the same successor). Only read when damage is found.
+    fn durable_beyond_damage(&self, segment: u64, row: u32, damaged: u64, epoch: u64, reserved: Option<u64>) -> u64 {
+        let rows = self.geometry.rows_per_chunk();
+        let segment_count = self.geometry.segment_count();
+        let mut durable = 0;
+        let mut last_sequence = damaged;
+        let mut next = reserved;
+        let mut probe_row = row + 1;
+        while probe_row < rows {
+            match self.read_batch(segment, probe_row) {
+                Some(batch) if batch.header.sequence > last_sequence && batch.header.epoch == epoch => {
+                    let header = batch.header;
+                    durable = durable.max(header.durable_through_sequence);
+                    last_sequence = header.sequence;
+                    next = (header.next_segment != NO_SEGMENT).then_some(header.next_segment).or(next);
+                    probe_row = header.first_row + header.row_count;
+                }
+                _ => probe_row += 1,
+            }
+        }
+        let mut entered = vec![segment];
+        while let Some(segment) = next.take().filter(|&segment| segment < segment_count && !entered.contains(&segment))
+        {
+            entered.push(segment);
+            let mut row = 0;
+            while row < rows {
+                let Some(batch) = self.read_batch(segment, row) else { break };
+                let header = batch.header;
+                if header.sequence <= last_sequence || header.epoch < epoch {
+                    break;
+                }
+                durable = durable.max(header.durable_through_sequence);
+                last_sequence = header.sequence;
+                next = (header.next_segment != NO_SEGMENT).then_some(header.next_segment);
+                row = header.first_row + header.row_count;
+            }
+        }
+        durable
+    }
+
+    /// Follow one stream from its position in the root (docs/index-and-checkpoints.md,
+    /// "Mount", step 3): the batches after `checkpoint_sequence` at the recorded row of its
+    /// current segment, then at the head of the segment each names as the next, and so on.
+    /// Batches found go to `found` with the stream's number.
+    fn walk_stream(
+        &self,
+        stream: usize,
+        position: &crate::layout::checkpoint::StreamPosition,
+        checkpoint_sequence: u64,
+        checkpoint_epoch: u64,
+        found: &mut Vec<(usize, FoundBatch)>,
+    ) -> StreamWalk {
+        let rows = self.geometry.rows_per_chunk();
+        let segment_count = self.geometry.segment_count();
+        let mut walk = StreamWalk::default();
+        let mut last_sequence = checkpoint_sequence;
+        // Epochs never go down along a stream: a batch of an older session in a segment
+        // the stream enters is stale (left there by a crash, beyond that session's end).
+        let mut last_epoch = checkpoint_epoch;
+        let mut entered = Vec::new();
+        let mut reserved = position.reserved_segment;
+        let mut next = match position.current_segment {
+            Some(segment) => Some((segment, position.next_row.min(rows))),
+            None => reserved.map(|segment| (segment, 0)),
+        };
+        while let Some((segment, first_row)) = next.take() {
+            // A link out of the volume or back to a segment already walked: no engine
+            // wrote it; the walk stops (what it found so far is checked as usual).
+            if segment >= segment_count || entered.contains(&segment) {
+                break;
+            }
+            entered.push(segment);
+            let mut chain: Vec<BatchHeader> = Vec::new();
+            let mut row = first_row;
+            while row < rows {
+                let Some(batch) = self.read_batch(segment, row) else { break };
+                let header = batch.header;
+                let continues = header.sequence > last_sequence
+                    && header.epoch >= last_epoch
+                    && header.stream as usize == stream
+                    && match chain.first() {
+                        // A segment the stream entered: its first batch opened it.
+                        None if row == 0 => header.sequence == header.segment_open_sequence,
+                        // The root's current segment: opened before the checkpoint.
+                        None => header.segment_open_sequence <= checkpoint_sequence,
+                        Some(first) => {
+                            header.epoch == first.epoch && header.segment_open_sequence == first.segment_open_sequence
+                        }
+                    };
+                if !continues {
+                    break;
+                }
+                last_sequence = header.sequence;
+                last_epoch = header.epoch;
+                row = header.first_row + header.row_count;
+                chain.push(header);
+                found.push((stream, batch));
+            }
+            // A damaged summary where the stream would go on, of a batch after the ones
+            // found: a torn write the crash left, or a batch destroyed beyond repair that
+            // the ones after it recorded as durable; look beyond it to tell.
+            let continues_chain = |found: Option<DamagedHead>| match found {
+                Some(DamagedHead::DamagedSummary { sequence, epoch, segment_open_sequence }) => {
+                    sequence > last_sequence
+                        && epoch >= last_epoch
+                        && chain.first().is_none_or(|first| {
+                            first.epoch == epoch && first.segment_open_sequence == segment_open_sequence
+                        })
+                }
+                _ => false,
+            };
+            if chain.is_empty() && first_row == 0 {
+                // The stream never went on here: the walk ends at this head.
+                let found = self.classify_row(segment, 0);
+                if let (true, Some(DamagedHead::DamagedSummary { sequence, epoch, .. })) =
+                    (continues_chain(found), found)
+                {
+                    walk.durable_beyond_damage =
+                        walk.durable_beyond_damage.max(self.durable_beyond_damage(segment, 0, sequence, epoch, None));
+                }
+                walk.head = Some((segment, found));
+                break;
+            }
+            if row < rows {
+                let (epoch, open_sequence) =
+                    chain.first().map_or((0, u64::MAX), |first| (first.epoch, first.segment_open_sequence));
+                let found = self.classify_row(segment, row);
+                if let (true, Some(DamagedHead::DamagedSummary { sequence, epoch, .. })) =
+                    (continues_chain(found), found)
+                {
+                    let successor = chain
+                        .last()
+                        .map_or(reserved, |last| (last.next_segment != NO_SEGMENT).then_some(last.next_segment));
+                    walk.durable_beyond_damage = walk
+                        .durable_beyond_damage
+                        .max(self.durable_beyond_damage(segment, row, sequence, epoch, successor));
+                }
+                walk.ends.push((segment, ChainEnd { row, found, epoch, open_sequence }));
+            }
+            if let Some(last) = chain.last() {
+                reserved = (last.next_segment != NO_SEGMENT).then_some(last.next_segment);
+            }
+            next = reserved.map(|segment| (segment, 0));
+        }
+        walk
+    }
+}
+
+/// Recover from the checkpoint the superblocks name: load it, follow every stream's links
+/// from its position there, and replay the ordered prefix after it (steps as in
+/// [`recover`], over the batches the walk finds).
+pub(crate) fn recover_from_checkpoint(
+    geometry: &Geometry,
+    members: &Members,
+    volume_uuid: &[u8; 16],
+    superblock_durable_through: u64,
+    reference: &format::CheckpointReference,
+) -> Result<(Recovered, crate::checkpoint::CheckpointState)> {
+    let started = Instant::now();
+    let reader = Reader { geometry, members, volume_uuid, counters: Counters::default() };
+    let map = BlockMap::for_geometry(geometry);
+    let loaded = crate::checkpoint::load(geometry, members, volume_uuid, reference, &map)?;
+    let root = &loaded.root;
+    let checkpoint_sequence = root.sequence;
+    let generation = root.generation;
+    // Step 3: the walk.
+    let mut found = Vec::new();
+    let mut walks = Vec::new();
+    for stream in 0..crate::log::STREAM_COUNT {
+        walks.push(reader.walk_stream(stream, &root.streams[stream], checkpoint_sequence, root.epoch, &mut found));
+    }
+    let mut batches: BTreeMap<u64, FoundBatch> = BTreeMap::new();
+    let mut stream_of: BTreeMap<u64, usize> = BTreeMap::new();
+    for (stream, batch) in found {
+        stream_of.insert(batch.header.sequence, stream);
+        let sequence = batch.header.sequence;
+        match batches.get(&sequence) {
+            Some(other) if other.header.epoch == batch.header.epoch => {
+                return Err(Error::InconsistentLog(LogInconsistency::DuplicateSequence {
+                    sequence,
+                    first_segment: other.header.segment,
+                    second_segment: batch.header.segment,
+                }));
+            }
+            Some(other) if other.header.epoch > batch.header.epoch => {}
+            _ => {
+                batches.insert(sequence, batch);
+            }
+        }
+    }
+    let durable = batches
+        .values()
+        .map(|batch| batch.header.durable_through_sequence)
+        .max()
+        .unwrap_or(0)
+        .max(superblock_durable_through)
+        .max(root.durable_through_sequence)
+        .max(walks.iter().map(|walk| walk.durable_beyond_damage).max().unwrap_or(0));
+    const SEQUENCE_LIMIT: u64 = u64::MAX / 4;
+    if durable >= SEQUENCE_LIMIT || batches.keys().next_back().is_some_and(|&last| last >= SEQUENCE_LIMIT) {
+        let sequence = durable.max(batches.keys().next_back().copied().unwrap_or(0));
+        return Err(Error::InconsistentLog(LogInconsistency::SequenceBeyondLimit { sequence }));
+    }
+    // No segment a stream used after the checkpoint is reused before the next one is
+    // committed: every batch after it up to the durable frontier is on the walk.
+    if let Some(missing) = (checkpoint_sequence + 1..=durable).find(|sequence| !batches.contains_key(sequence)) {
+        return Err(Error::MetadataLost(LostMetadata::DurableBatchMissing { batch: missing }));
+    }
+    let mut last_sequence = durable.max(checkpoint_sequence);
+    let mut repairs = Vec::new();
+    let mut tail_verified = 0;
+    let mut ended_at_unreadable_batch = None;
+    while let Some(batch) = batches.get(&(last_sequence + 1)) {
+        let verification = reader.verify(batch);
+        tail_verified += 1;
+        if !verification.blocks_unrecoverable.is_empty() {
+            ended_at_unreadable_batch = Some(batch.header.sequence);
+            break;
+        }
+        repairs.extend(verification.repairs);
+        last_sequence += 1;
+    }
+    // Per stream, what the kept prefix says: the segments it wrote after the checkpoint
+    // (and the root's current one), and the segment it goes on in — named by its last
+    // kept batch. Batches beyond the end are made unreadable; the next walk from this
+    // checkpoint stops where this one's kept chains stop and goes on where they go on.
+    let segment_count = geometry.segment_count();
+    let mut visited = vec![false; segment_count as usize];
+    let mut reserved_segments: [Option<u64>; crate::log::STREAM_COUNT] =
+        std::array::from_fn(|stream| root.streams[stream].reserved_segment);
+    let mut chain_rows: BTreeMap<u64, u32> = BTreeMap::new();
+    for position in root.streams.iter().take(crate::log::STREAM_COUNT) {
+        if let Some(segment) = position.current_segment.filter(|&segment| segment < segment_count) {
+            visited[segment as usize] = true;
+            chain_rows.insert(segment, position.next_row.min(geometry.rows_per_chunk()));
+        }
+    }
+    let mut complete = [true; crate::log::STREAM_COUNT];
+    for (&sequence, batch) in &batches {
+        let stream = stream_of[&sequence];
+        let header = &batch.header;
+        if sequence > last_sequence {
+            complete[stream] = false;
+            continue;
+        }
+        visited[header.segment as usize] = true;
+        let end = chain_rows.entry(header.segment).or_insert(0);
+        *end = (*end).max(header.first_row + header.row_count);
+        reserved_segments[stream] = (header.next_segment != NO_SEGMENT).then_some(header.next_segment);
+    }
+    // Where a kept chain stops, or the head a stream goes on at. Every batch from the
+    // checkpoint to the end of the log was found by its sequence, so a damaged summary
+    // there is not one of them (a stale or torn batch); a head nothing can read could hide
+    // the stream's next batch: refused, as a full scan refuses it.
+    for (stream, walk) in walks.iter().enumerate() {
+        if let Some((segment, None)) = walk.head.filter(|_| complete[stream]) {
+            return Err(Error::MetadataLost(LostMetadata::UnreadableRow { segment, row: 0 }));
+        }
+    }
+    // Step 6 from the checkpoint's table: replay what came after it, moving live counts
+    // from the version each entry replaces to the new one.
+    let per_segment = geometry.blocks_per_segment();
+    let logical_blocks = geometry.logical_block_count();
+    let mut segments: Vec<SegmentUse> = loaded
+        .records
+        .iter()
+        .map(|record| SegmentUse {
+            live_blocks: record.live_blocks as u64,
+            // Free and reserved segments were free at the checkpoint.
+            status: if matches!(record.status, 0 | 4) { SegmentStatus::Free } else { SegmentStatus::Used },
+            age_clock: record.age_clock,
+            opened_clock: record.opened_clock,
+            stream: record.stream,
+            pinned: record.pinned,
+            sealed_rows: record.sealed_rows.min(geometry.rows_per_chunk()),
+            left_at_generation: 0,
+        })
+        .collect();
+    let mut replayed = 0;
+    let mut write_clock = root.write_clock;
+    for (_, batch) in batches.range(checkpoint_sequence + 1..=last_sequence) {
+        let header = &batch.header;
+        {
+            let usage = &mut segments[header.segment as usize];
+            if header.first_row == 0 {
+                // Entered after the checkpoint: what the table said of it is an older use
+                // (its blocks' deaths, replayed before, took its count to zero).
+                *usage =
+                    SegmentUse { live_blocks: usage.live_blocks, opened_clock: header.write_clock, ..SegmentUse::FREE };
+            }
+            usage.status = SegmentStatus::Used;
+            usage.stream = header.stream;
+            usage.opened_clock = usage.opened_clock.min(header.write_clock);
+            usage.age_clock = usage.age_clock.max(header.write_clock);
+            usage.sealed_rows = usage.sealed_rows.max(header.first_row + header.row_count);
+        }
+        replay(geometry, batch, logical_blocks, &mut |block, mapping| {
+            let old = map.set(block, mapping);
+            if let Some(segment) = old.segment(per_segment) {
+                let usage = &mut segments[segment as usize];
+                usage.live_blocks = usage.live_blocks.saturating_sub(1);
+            }
+            if let Some(segment) = mapping.segment(per_segment) {
+                segments[segment as usize].live_blocks += 1;
+            }
+        })
+        .map_err(Error::InconsistentLog)?;
+        write_clock = write_clock.max(header.write_clock);
+        replayed += 1;
+    }
+    // Checkpoint blocks are live where the committed checkpoint names them.
+    for usage in segments.iter_mut() {
+        if usage.stream as usize == crate::log::METADATA_STREAM {
+            usage.live_blocks = 0;
+        }
+    }
+    for position in loaded.state.live_positions() {
+        let usage = &mut segments[(position / per_segment) as usize];
+        usage.live_blocks += 1;
+        usage.stream = crate::log::METADATA_STREAM as u8;
+        if usage.status == SegmentStatus::Free {
+            usage.status = SegmentStatus::Used;
+        }
+    }
+    // Status: a segment the walk passed through is not released before the next
+    // checkpoint is committed ("Segment reuse"); the streams go on in their reserved
+    // successors; a segment emptied since the checkpoint is released (its head zeroed).
+    let reserved_segments = reserved_segments.map(|segment| segment.filter(|&segment| segment < segment_count));
+    let mut release = Vec::new();
+    let rows = geometry.rows_per_chunk();
+    for (index, usage) in segments.iter_mut().enumerate() {
+        let segment = index as u64;
+        let was_free = matches!(loaded.records[index].status, 0 | 4);
+        if reserved_segments.contains(&Some(segment)) {
+            *usage = SegmentUse { status: SegmentStatus::Reserved, ..SegmentUse::FREE };
+            release.push((segment, 0));
+            continue;
+        }
+        if visited[index] {
+            usage.left_at_generation = generation;
+            if usage.live_blocks == 0 {
+                usage.status = SegmentStatus::WaitingForFlush(last_sequence);
+            } else {
+                usage.status = SegmentStatus::Used;
+            }
+        } else if usage.live_blocks == 0 {
+            if !was_free || usage.status != SegmentStatus::Free {
+                release.push((segment, 0));
+            }
+            *usage = SegmentUse::FREE;
+        }
+    }
+    for (&segment, &row) in &chain_rows {
+        if row < rows && !reserved_segments.contains(&Some(segment)) {
+            release.push((segment, row));
+        }
+    }
+    let rows_on_media: Vec<AtomicU32> = segments
+        .iter()
+        .map(|usage| AtomicU32::new(if usage.status == SegmentStatus::Free { 0 } else { usage.sealed_rows }))
+        .collect();
+    let discarded: Vec<(u64, u32)> =
+        batches.range(last_sequence + 1..).map(|(_, batch)| (batch.header.segment, batch.header.first_row)).collect();
+    let last_segment = batches.get(&last_sequence).map_or(root.last_segment, |batch| batch.header.segment);
+    let report = RecoveryReport {
+        checkpoint_generation: Some(generation),
+        segments_scanned: visited.iter().filter(|&&visited| visited).count() as u64,
+        batches_found: batches.len() as u64,
+        batches_replayed: replayed,
+        tail_batches_verified: tail_verified,
+        batches_discarded: discarded.len() as u64,
+        shards_repaired: repairs.len() as u64,
+        last_sequence,
+        ended_at_unreadable_batch,
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    let recovered = Recovered {
+        map,
+        rows_on_media,
+        segments,
+        last_sequence,
+        discarded,
+        repairs,
+        release,
+        last_segment,
+        write_clock,
+        reserved_segments,
+        checkpoints: crate::space::CheckpointGenerations { snapshot: generation, committed: generation },
+        report,
+    };
+    Ok((recovered, loaded.state))
 }

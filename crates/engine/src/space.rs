@@ -1,6 +1,7 @@
 //! Layer 5: space. The segment table (status, live counts, ages, pins), the reserve and
 //! watermarks that say how much free space is kept for whom.
 
+use crate::layout::geometry::Geometry;
 use crate::log::RELOCATION_STREAMS;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +37,41 @@ pub(crate) struct SegmentUse {
     /// Rows its sealed batches occupy (its summaries say what each position holds: the
     /// cleaner reads them up to here).
     pub sealed_rows: u32,
+    /// The generation of the latest checkpoint snapshot taken when it last stopped being
+    /// a stream's current segment (0: none). Mount follows streams through the segments
+    /// they used after the committed checkpoint's snapshot, so the segment is not released
+    /// until a checkpoint of a later generation is committed ("Segment reuse").
+    pub left_at_generation: u64,
+}
+
+impl SegmentUse {
+    pub(crate) const FREE: SegmentUse = SegmentUse {
+        live_blocks: 0,
+        status: SegmentStatus::Free,
+        age_clock: 0,
+        opened_clock: 0,
+        stream: 0,
+        pinned: false,
+        sealed_rows: 0,
+        left_at_generation: 0,
+    };
+}
+
+/// Where checkpoints stand, kept with the segment table (the reuse rule needs both).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CheckpointGenerations {
+    /// The latest snapshot taken (its checkpoint may still be being written).
+    pub snapshot: u64,
+    /// The latest checkpoint the superblocks name (0: none; mount scans every segment).
+    pub committed: u64,
+}
+
+impl CheckpointGenerations {
+    /// Whether a segment that left its stream at `left_at_generation` may be reused: no
+    /// committed checkpoint's walk can pass through it.
+    pub(crate) fn allows_reuse(&self, left_at_generation: u64) -> bool {
+        left_at_generation == 0 || self.committed > left_at_generation
+    }
 }
 /// A round relocates at most this many segments' worth of blocks. Each round ends its
 /// relocation batches (one or more per stream, each with a summary and a partly padded
@@ -54,9 +90,38 @@ pub const CLEANING_RESERVE_SEGMENTS: usize = RELOCATION_STREAMS.len() + ROUND_SE
 /// Under a steady write load the free count settles at the low watermark, so every free
 /// segment it holds above the reserve is spare space the cleaner cannot use: it stays a
 /// small constant. The high watermark (reached only when idle) scales with the volume.
-pub fn watermarks(segment_count: u64) -> (usize, usize) {
-    let segments = segment_count as usize;
-    (CLEANING_RESERVE_SEGMENTS + LOW_WATERMARK_ABOVE_RESERVE, CLEANING_RESERVE_SEGMENTS + (segments / 64).max(4))
+pub fn watermarks(geometry: &Geometry) -> (usize, usize) {
+    let segments = geometry.segment_count() as usize;
+    let reserve = CLEANING_RESERVE_SEGMENTS + checkpoint_headroom_segments(geometry);
+    (reserve + LOW_WATERMARK_ABOVE_RESERVE, reserve + (segments / 64).max(4))
+}
+
+/// Free segments only the checkpoint may take: room for one that rewrites every index,
+/// segment table and directory page the volume can have, with the summaries and padding
+/// of its batches, plus one for a current segment with little room left. The segments a
+/// stream leaves come free only once a checkpoint is committed (docs/index-and-
+/// checkpoints.md, "Segment reuse"), so a full volume must always be able to write one.
+/// About 0.1 % of the capacity (the index's own size) on a large volume.
+pub fn checkpoint_headroom_segments(geometry: &Geometry) -> usize {
+    use crate::layout::checkpoint::{DIRECTORY_FANOUT, INDEX_PAGE_PAYLOAD_BYTES, SEGMENT_RECORDS_PER_PAGE};
+    let entries_per_page = (INDEX_PAGE_PAYLOAD_BYTES as u64 * 8) / u64::from(geometry.index_entry_width_bits()).max(1);
+    let index_pages = geometry.logical_block_count().div_ceil(entries_per_page.max(1));
+    let table_pages = geometry.segment_count().div_ceil(SEGMENT_RECORDS_PER_PAGE as u64);
+    let directory_pages = |leaves: u64| {
+        let (mut level, mut pages) = (leaves, 1);
+        while level > 1 {
+            level = level.div_ceil(DIRECTORY_FANOUT as u64);
+            pages += level;
+        }
+        pages
+    };
+    let pages = index_pages + table_pages + directory_pages(index_pages) + directory_pages(table_pages) + 1;
+    // Four kinds of page, at least one batch each, each ending in a padded row.
+    const BATCHES: u64 = 4;
+    let summaries = pages.div_ceil(crate::layout::format::ENTRIES_PER_SUMMARY as u64) + BATCHES;
+    let padding = BATCHES * geometry.data_columns() as u64;
+    let blocks = pages + summaries + padding;
+    blocks.div_ceil(geometry.blocks_per_segment()) as usize + 1
 }
 
 /// Net segments a window of rounds must win (the streams' open segments can hide a few).
@@ -66,26 +131,37 @@ pub const MINIMUM_WON_SEGMENTS: usize = 2;
 /// new segment), so that they rarely reach the reserve and wait for a whole round.
 const LOW_WATERMARK_ABOVE_RESERVE: usize = 2;
 
-/// Spare segments below which a full volume cannot clean: the cleaner's reserve, one open
-/// and one reserved segment per write stream, and the net room a window of rounds must
-/// win. A volume with
-/// fewer works until its logical space has been written, then reports ENOSPC; `stripelog
-/// create` warns about it (docs/garbage-collection.md).
-pub const WORKING_SPARE_SEGMENTS: u64 =
-    (CLEANING_RESERVE_SEGMENTS + 2 * (RELOCATION_STREAMS.len() + 1) + MINIMUM_WON_SEGMENTS) as u64;
+/// Spare segments below which a full volume cannot clean: the cleaner's reserve, the
+/// checkpoint's headroom, one open and one reserved segment per stream, and the net room a
+/// window of rounds must win. A volume with fewer works until its logical space has been
+/// written, then reports ENOSPC; `stripelog create` warns about it
+/// (docs/garbage-collection.md).
+pub fn working_spare_segments(geometry: &Geometry) -> u64 {
+    (CLEANING_RESERVE_SEGMENTS
+        + checkpoint_headroom_segments(geometry)
+        + 2 * crate::log::STREAM_COUNT
+        + MINIMUM_WON_SEGMENTS) as u64
+}
 
 /// Every segment's use, and the free ones in the order they will be taken.
 pub(crate) struct SegmentTable {
     pub(crate) segments: Vec<SegmentUse>,
     pub(crate) free_segments: std::collections::VecDeque<u64>,
+    pub(crate) checkpoints: CheckpointGenerations,
+    /// Free segments only the metadata stream may take ([`checkpoint_headroom_segments`]).
+    pub(crate) checkpoint_headroom: usize,
 }
 
 impl SegmentTable {
     /// The table as recovered: the free list is every segment whose status is free.
-    pub(crate) fn new(segments: Vec<SegmentUse>) -> SegmentTable {
+    pub(crate) fn new(
+        segments: Vec<SegmentUse>,
+        checkpoints: CheckpointGenerations,
+        checkpoint_headroom: usize,
+    ) -> SegmentTable {
         let free_segments = (0..segments.len() as u64)
             .filter(|&segment| segments[segment as usize].status == SegmentStatus::Free)
             .collect();
-        SegmentTable { segments, free_segments }
+        SegmentTable { segments, free_segments, checkpoints, checkpoint_headroom }
     }
 }

@@ -28,6 +28,8 @@ pub struct Counters {
     pub unrecoverable_reads: AtomicU64,
     /// Direct reads of a lagging member given up at the hedge deadline.
     pub late_reads: AtomicU64,
+    /// Checkpoints committed.
+    pub checkpoints: AtomicU64,
 }
 
 impl Counters {
@@ -194,6 +196,9 @@ pub struct RetiredMemberStatus {
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RecoveryReport {
+    /// The checkpoint mount started from (its generation; `None`: every segment scanned).
+    pub checkpoint_generation: Option<u64>,
+    /// Batches after the checkpoint the walk along the streams' links read.
     pub segments_scanned: u64,
     pub batches_found: u64,
     pub batches_replayed: u64,

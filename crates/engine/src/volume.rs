@@ -71,6 +71,14 @@ pub struct OpenOptions {
     /// Open read-write a volume of an older format version, converting it to the current
     /// one (`stripelog upgrade`); without it such an open is refused.
     pub upgrade_format: bool,
+    /// A checkpoint is written when this long has passed since the last one with any
+    /// batch written (besides the dirty-page and replay-size bounds); threaded volumes
+    /// check at every flush-timer tick, inline ones at every flush.
+    pub checkpoint_interval: Duration,
+    /// Ignore the checkpoint and rebuild the map from every segment's summaries, as a
+    /// volume without one mounts (to compare the two: `stripelog bench scale`). Read-only
+    /// opens only: a read-write open always mounts from the checkpoint.
+    pub mount_by_scan: bool,
 }
 
 /// Default write queue: 64 MiB of sealed batches and their parity.
@@ -100,6 +108,8 @@ impl Default for OpenOptions {
             upgrade_format: false,
             memory_limit_bytes: None,
             checksum_cache_bytes: DEFAULT_CHECKSUM_CACHE_BYTES,
+            checkpoint_interval: crate::checkpoint::CHECKPOINT_INTERVAL,
+            mount_by_scan: false,
         }
     }
 }
@@ -182,8 +192,22 @@ impl Volume {
                 geometry.index_entry_width_bits()
             )));
         }
-        let recovered =
-            mount::recover(&geometry, &members, &superblock.volume_uuid, superblock.durable_through_sequence)?;
+        let by_scan = options.mount_by_scan && options.read_only;
+        let (recovered, checkpoint_state) = match superblock.checkpoint.as_ref().filter(|_| !by_scan) {
+            Some(reference) => mount::recover_from_checkpoint(
+                &geometry,
+                &members,
+                &superblock.volume_uuid,
+                superblock.durable_through_sequence,
+                reference,
+            )?,
+            None => {
+                let recovered =
+                    mount::recover(&geometry, &members, &superblock.volume_uuid, superblock.durable_through_sequence)?;
+                let state = crate::checkpoint::CheckpointState::empty(&geometry, &recovered.map);
+                (recovered, state)
+            }
+        };
         let superblock = if options.read_only {
             superblock
         } else {
@@ -218,10 +242,14 @@ impl Volume {
             cache: crate::io::cache::BlockCache::new(options.cache_size_bytes),
             reuse_fence: RwLock::new(()),
             state: Mutex::new(WriteState {
-                log: LogState::recovered(recovered.last_sequence, recovered.last_segment),
-                space: SegmentTable::new(recovered.segments),
+                log: LogState::recovered(recovered.last_sequence, recovered.last_segment, recovered.reserved_segments),
+                space: SegmentTable::new(
+                    recovered.segments,
+                    recovered.checkpoints,
+                    crate::space::checkpoint_headroom_segments(&geometry),
+                ),
                 lifetimes: Lifetimes::new(recovered.write_clock),
-                current_checksums: [None, None, None, None],
+                current_checksums: Default::default(),
             }),
             progress: Condvar::new(),
             data_pool,
@@ -239,6 +267,8 @@ impl Volume {
             counters: members.counters.clone(),
             closed: AtomicBool::new(false),
             recovery_report: recovered.report,
+            checkpoint: Mutex::new(checkpoint_state),
+            checkpoint_interval: options.checkpoint_interval,
             members,
             geometry,
         });
@@ -253,6 +283,14 @@ impl Volume {
             volume.shared.reserve_stream_segments(&mut volume.shared.state.lock());
             Maintenance::new(&volume.cleaner).prepare_rebuilding_members()?;
             volume.start_threads();
+            // Every mount that replayed anything (and a new or upgraded volume) ends
+            // with a checkpoint: the next mount's walk starts here, and the segments this
+            // one's walk passed through may be reused once it is committed.
+            if volume.shared.recovery_report.batches_replayed > 0
+                || volume.shared.recovery_report.checkpoint_generation.is_none()
+            {
+                volume.shared.write_checkpoint()?;
+            }
         }
         Ok(volume)
     }
@@ -439,7 +477,15 @@ impl Volume {
 
     /// Return when every write accepted before the call is durable on the members.
     pub fn flush(&self) -> Result<()> {
-        self.shared.flush()
+        self.shared.flush()?;
+        // Threaded volumes checkpoint from their flush timer, off the clients' path.
+        if self.shared.io_mode == IoMode::Inline && !self.shared.read_only {
+            match self.shared.checkpoint_if_due(self.shared.checkpoint_interval) {
+                Ok(()) | Err(Error::OutOfSpace) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
     }
 
     pub fn stats(&self) -> VolumeStats {
@@ -483,7 +529,7 @@ impl Volume {
         let result = if self.shared.read_only || self.abandoned.load(Ordering::SeqCst) {
             Ok(())
         } else {
-            self.flush().and_then(|()| {
+            self.flush().and_then(|()| self.shared.write_checkpoint()).and_then(|_| {
                 let durable = self.shared.state.lock().log.durable_through_sequence;
                 members::record_clean_close(&self.shared.members, durable)
             })
@@ -550,11 +596,16 @@ fn flush_timer(cleaner: Arc<Cleaner>, interval: Duration) {
             // A failure is recorded in `failure` and reported to the next client call.
             let _ = shared.flush();
         }
+        match shared.checkpoint_if_due(shared.checkpoint_interval) {
+            // No room for the checkpoint's blocks now: it is tried again at the next tick.
+            Ok(()) | Err(Error::OutOfSpace) | Err(Error::Closed) => {}
+            Err(error) => shared.fail(Shutdown::Checkpoint(Arc::new(error))),
+        }
         // Idle (nothing accepted for a tick): make free segments ahead of the next burst,
         // up to the high watermark.
         let idle = {
             let state = shared.state.lock();
-            let (_, high_watermark) = crate::space::watermarks(shared.geometry.segment_count());
+            let (_, high_watermark) = crate::space::watermarks(&shared.geometry);
             state.log.open.as_ref().is_none_or(|open| open.opened_at.elapsed() >= tick && open.is_empty())
                 && state.space.free_segments.len() < high_watermark
         };

@@ -625,7 +625,7 @@ fn the_cleaner_thread_keeps_up_with_writers_on_a_full_volume() {
     assert!(stats.cleaning_rounds > 0, "the cleaner never ran");
     // Idle, the cleaner thread makes free segments ahead of the next burst, up to the high
     // watermark.
-    let (_, high_watermark) = stripelog_engine::watermarks(volume.geometry().segment_count());
+    let (_, high_watermark) = stripelog_engine::watermarks(volume.geometry());
     let deadline = Instant::now() + Duration::from_secs(10);
     while (volume.stats().segments_free as usize) < high_watermark && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));

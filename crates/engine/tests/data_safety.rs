@@ -340,11 +340,15 @@ fn an_interrupted_upgrade_opens_and_a_replaced_version_1_device_is_refused() {
     downgrade_to_version_1(&devices);
     let version_1 = snapshot(&devices);
     Volume::open(members(&devices), &upgrade()).unwrap().close().unwrap();
-    // Members 2 and 3 are back to what version 1 wrote: the upgrade never reached them.
+    // The superblocks of members 2 and 3 are back to what version 1 wrote: the upgrade's
+    // superblock writes never reached them (what it wrote in the log, its checkpoint, did).
     for index in [2, 3] {
-        let mut buffer = AlignedBuffer::zeroed(version_1[index].len());
-        buffer.copy_from_slice(&version_1[index]);
-        devices[index].write_at(&buffer, 0).unwrap();
+        for &offset in &SUPERBLOCK_OFFSETS_BYTES {
+            let at = offset as usize;
+            let mut buffer = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+            buffer.copy_from_slice(&version_1[index][at..at + BLOCK_SIZE_BYTES]);
+            devices[index].write_at(&buffer, offset).unwrap();
+        }
     }
     let volume = Volume::open(members(&devices), &open_options()).expect("an interrupted upgrade");
     assert!(volume.stats().members.iter().all(|member| !member.member_uuid.is_empty()));
@@ -481,8 +485,9 @@ fn damage_summary_of(volume: &Volume, device: &dyn BlockDevice, logical_block: u
 }
 
 /// RAID-0 (no redundancy): a batch's summary rots after the batch that followed it in the
-/// log was cleaned away, so no surviving batch names its segment. Recovery must refuse,
-/// not serve its blocks as never written (zeros).
+/// log was cleaned away, so no surviving batch names its segment. The volume opens from its
+/// checkpoint (which holds the batch's map entries), but the blocks of that segment can no
+/// longer be proven: reads fail, never serve them as never written (zeros) or stale.
 #[test]
 fn a_rotten_summary_that_no_later_batch_names_is_refused_not_read_as_zeros() {
     let devices = memory_members(1);
@@ -493,36 +498,41 @@ fn a_rotten_summary_that_no_later_batch_names_is_refused_not_read_as_zeros() {
     prng.fill(&mut data);
     volume.write(0, &data, false).unwrap();
     volume.flush().unwrap();
-    // Batch 2 fills the next with blocks 100-114; batch 3 overwrites them, killing batch 2,
-    // whose segment is then released.
+    // Batch 2 fills the next with blocks 100-114; batch 3 overwrites them, killing batch 2.
     for _ in 0..2 {
         prng.fill(&mut data);
         volume.write(100 * BLOCK_BYTES, &data, false).unwrap();
         volume.flush().unwrap();
     }
     volume.flush().unwrap();
-    assert_eq!(volume.stats().segments_waiting_for_flush, 0, "batch 2's segment is released");
     damage_summary_of(&volume, devices[0].as_ref(), 0);
     volume.close().unwrap();
-    let error = expect_error(Volume::open(members(&devices), &open_options()), "batch 1 lost");
-    assert!(error.to_string().contains("metadata damaged beyond repair"), "{error}");
+    let volume = Volume::open(members(&devices), &open_options()).expect("the checkpoint holds the map");
+    let mut back = vec![0u8; BLOCK_SIZE_BYTES];
+    for block in 0..15 {
+        let error = expect_error(volume.read(block * BLOCK_BYTES, &mut back), "a block of the rotten batch");
+        assert!(error.to_string().contains("cannot be read"), "block {block}: {error}");
+    }
+    volume.read(100 * BLOCK_BYTES, &mut back).expect("the other segment's blocks");
 }
 
-/// The batch at the recorded durable frontier (the superblock of a clean close records it)
-/// loses its summary: refused, not a log that silently ends before it.
+/// The batch at the recorded durable frontier loses its summary: the batch after it records
+/// it as durable, a crash follows. Refused, not a log that silently ends before it (the
+/// walk from the checkpoint stops at the damaged batch; it looks beyond for batches that
+/// prove it was durable).
 #[test]
 fn a_lost_batch_at_the_recorded_durable_frontier_is_refused() {
     let devices = memory_members(1);
     let volume = Volume::create(members(&devices), &options(RaidLevel::Raid0), &open_options()).unwrap();
     let mut data = vec![0u8; (4 * BLOCK_BYTES) as usize];
     Prng::new(6).fill(&mut data);
-    volume.write(0, &data, false).unwrap();
-    volume.flush().unwrap();
-    volume.write(200 * BLOCK_BYTES, &data, false).unwrap();
-    volume.flush().unwrap();
+    for block in [0, 200, 300] {
+        volume.write(block * BLOCK_BYTES, &data, false).unwrap();
+        volume.flush().unwrap();
+    }
     damage_summary_of(&volume, devices[0].as_ref(), 200);
-    volume.close().unwrap();
-    let error = expect_error(Volume::open(members(&devices), &open_options()), "the last batch lost");
+    volume.abandon();
+    let error = expect_error(Volume::open(members(&devices), &open_options()), "a durable batch lost");
     assert!(error.to_string().contains("metadata damaged beyond repair"), "{error}");
 }
 

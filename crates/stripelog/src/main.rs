@@ -676,7 +676,8 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let open = OpenOptions { holder_program: "stripelog create".into(), ..OpenOptions::default() };
             let volume = Volume::create(members, &options, &open).map_err(engine_error)?;
             let geometry = volume.geometry();
-            if geometry.spare_segments() < stripelog_engine::WORKING_SPARE_SEGMENTS {
+            let working_spare_segments = stripelog_engine::working_spare_segments(geometry);
+            if geometry.spare_segments() < working_spare_segments {
                 eprintln!(
                     "warning: a spare of {} % leaves {} spare segments of {}; the cleaner needs {} to make room, so \
                      soon after the whole logical space has been written, writes will fail with ENOSPC \
@@ -684,7 +685,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                     f64::from(geometry.spare_ppm) / 10_000.0,
                     geometry.spare_segments(),
                     geometry.segment_count(),
-                    stripelog_engine::WORKING_SPARE_SEGMENTS
+                    working_spare_segments
                 );
             }
             let stats = volume.stats();

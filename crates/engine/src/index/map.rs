@@ -5,7 +5,7 @@
 //! again. Writers are the engine's state-lock holders, one at a time per page.
 
 use crate::layout::geometry::Geometry;
-use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// Bytes of entries in an index page (a 4 KiB block less its 64-byte header and CRC).
 pub const PAGE_ENTRY_BYTES: usize = 4028;
@@ -79,6 +79,11 @@ impl EntryCodec {
         }
     }
 
+    /// Whether `value` is an entry of this volume (below `1 + P + 2S`).
+    pub fn is_valid(&self, value: u64) -> bool {
+        value <= self.positions + 2 * self.segments
+    }
+
     /// Entries in one index page.
     pub fn entries_per_page(&self) -> u64 {
         (PAGE_ENTRY_BYTES as u64 * 8) / self.width_bits as u64
@@ -89,12 +94,18 @@ impl EntryCodec {
 struct Page {
     /// Even: stable; odd: its writer is changing it.
     sequence: AtomicU32,
+    /// Changed since the last checkpoint took it.
+    dirty: AtomicBool,
     words: Box<[AtomicU64]>,
 }
 
 impl Page {
     fn new(word_count: usize) -> Page {
-        Page { sequence: AtomicU32::new(0), words: (0..word_count).map(|_| AtomicU64::new(0)).collect() }
+        Page {
+            sequence: AtomicU32::new(0),
+            dirty: AtomicBool::new(false),
+            words: (0..word_count).map(|_| AtomicU64::new(0)).collect(),
+        }
     }
 
     /// The `width` bits at `bit` (they may straddle two words).
@@ -171,6 +182,8 @@ pub struct BlockMap {
     /// Entries that are data, and zero records, kept by `set` (no scan for statistics).
     data_blocks: AtomicU64,
     zero_blocks: AtomicU64,
+    /// Pages changed since the last checkpoint took them.
+    dirty_pages: AtomicU64,
 }
 
 impl BlockMap {
@@ -187,6 +200,7 @@ impl BlockMap {
             pages_allocated: AtomicU64::new(0),
             data_blocks: AtomicU64::new(0),
             zero_blocks: AtomicU64::new(0),
+            dirty_pages: AtomicU64::new(0),
         }
     }
 
@@ -255,7 +269,11 @@ impl BlockMap {
         if value == 0 && self.page(page).is_none() {
             return Mapping::Unmapped;
         }
-        let old = self.codec.decode(self.page_or_new(page).write(bit, self.codec.width_bits, value));
+        let page = self.page_or_new(page);
+        let old = self.codec.decode(page.write(bit, self.codec.width_bits, value));
+        if !page.dirty.swap(true, Ordering::Relaxed) {
+            self.dirty_pages.fetch_add(1, Ordering::Relaxed);
+        }
         let counter = |mapping: Mapping| match mapping {
             Mapping::Data { .. } => Some(&self.data_blocks),
             Mapping::Zero { .. } => Some(&self.zero_blocks),
@@ -270,6 +288,84 @@ impl BlockMap {
             }
         }
         old
+    }
+
+    /// Pages in the map (written or not).
+    pub fn page_count(&self) -> u64 {
+        self.pages.len() as u64
+    }
+
+    pub fn entries_per_page(&self) -> u64 {
+        self.entries_per_page
+    }
+
+    /// Pages changed since a checkpoint last took them.
+    pub fn dirty_page_count(&self) -> u64 {
+        self.dirty_pages.load(Ordering::Relaxed)
+    }
+
+    /// Whether page `index` changed since a checkpoint last took it.
+    pub fn is_dirty(&self, index: u64) -> bool {
+        self.page(index).is_some_and(|page| page.dirty.load(Ordering::Relaxed))
+    }
+
+    /// The packed entries of page `index` as stored on media (`INDEX_PAGE_PAYLOAD_BYTES`,
+    /// little-endian), marking it clean; `None`: never written. Callers hold the state lock
+    /// (no writer changes the page meanwhile).
+    pub fn take_page(&self, index: u64) -> Option<Vec<u8>> {
+        let page = self.page(index)?;
+        if page.dirty.swap(false, Ordering::Relaxed) {
+            self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
+        }
+        let mut bytes: Vec<u8> =
+            page.words.iter().flat_map(|word| word.load(Ordering::Relaxed).to_le_bytes()).collect();
+        bytes.resize(PAGE_ENTRY_BYTES, 0);
+        Some(bytes)
+    }
+
+    /// Mark page `index` changed again (a checkpoint that took it failed before it
+    /// committed).
+    pub fn mark_dirty(&self, index: u64) {
+        if let Some(page) = self.page(index) {
+            if !page.dirty.swap(true, Ordering::Relaxed) {
+                self.dirty_pages.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Install page `index` from its packed entries as stored on media (mount, before the
+    /// map is shared). Entries beyond what the volume can hold are refused: `false`.
+    pub fn install_page(&self, index: u64, packed: &[u8]) -> bool {
+        let page = self.page_or_new(index);
+        for (word, chunk) in page.words.iter().zip(packed.chunks(8)) {
+            let mut bytes = [0u8; 8];
+            bytes[..chunk.len()].copy_from_slice(chunk);
+            word.store(u64::from_le_bytes(bytes), Ordering::Relaxed);
+        }
+        let width = self.codec.width_bits;
+        let first = index * self.entries_per_page;
+        let end = (first + self.entries_per_page).min(self.block_count);
+        let (mut data, mut zero) = (0, 0);
+        for slot in 0..end - first {
+            let value = page.bits(slot * width as u64, width);
+            if !self.codec.is_valid(value) {
+                return false;
+            }
+            match self.codec.decode(value) {
+                Mapping::Data { .. } => data += 1,
+                Mapping::Zero { .. } => zero += 1,
+                _ => {}
+            }
+        }
+        // Entries past the volume's last block must be unmapped.
+        for slot in end - first..self.entries_per_page {
+            if page.bits(slot * width as u64, width) != 0 {
+                return false;
+            }
+        }
+        self.data_blocks.fetch_add(data, Ordering::Relaxed);
+        self.zero_blocks.fetch_add(zero, Ordering::Relaxed);
+        true
     }
 
     /// Logical blocks mapped to data, and recorded as zeros.

@@ -5,4 +5,5 @@
 pub mod map;
 
 pub(crate) mod checksums;
+pub(crate) mod directory;
 pub(crate) mod lifetimes;

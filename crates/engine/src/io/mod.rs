@@ -23,7 +23,7 @@ use crate::index::map::{BlockMap, Mapping};
 use crate::layout::format::{self, Entry};
 use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
 use crate::log::batch::{BufferPool, OpenBatch, PooledBuffers, SealedBatch, Slot};
-use crate::log::{CurrentSegment, InFlight, IoMode, LogState, HOST_STREAM, STREAM_COUNT};
+use crate::log::{CurrentSegment, InFlight, IoMode, LogState, HOST_STREAM, METADATA_STREAM, STREAM_COUNT};
 use crate::space::{SegmentStatus, SegmentTable};
 use crate::stats::{Counters, RecoveryReport};
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -49,7 +49,7 @@ impl WriteState {
     /// Client writes can go on: their segment is open, or a free one lies above the
     /// cleaner's reserve.
     pub(crate) fn has_room_for_clients(&self) -> bool {
-        self.space.free_segments.len() > crate::space::CLEANING_RESERVE_SEGMENTS
+        self.space.free_segments.len() > crate::space::CLEANING_RESERVE_SEGMENTS + self.space.checkpoint_headroom
             || self.log.current_segments[HOST_STREAM].is_some()
     }
 }
@@ -100,6 +100,9 @@ pub(crate) struct Core {
     pub(crate) counters: Arc<Counters>,
     pub(crate) closed: AtomicBool,
     pub(crate) recovery_report: RecoveryReport,
+    /// The checkpoint writer's state; held while a checkpoint is written (one at a time).
+    pub(crate) checkpoint: Mutex<crate::index::directory::CheckpointState>,
+    pub(crate) checkpoint_interval: Duration,
 }
 
 /// One unit of work for the write loop, per logical block.
@@ -200,9 +203,9 @@ impl Core {
     pub(crate) fn open_batch(&self, state: &mut WriteState, cleaned: bool) -> std::result::Result<bool, OpenProblem> {
         let sequence = state.log.next_sequence;
         if state.log.current_segments[HOST_STREAM].is_none() {
-            let (low_watermark, _) = crate::space::watermarks(self.geometry.segment_count());
+            let (low_watermark, _) = crate::space::watermarks(&self.geometry);
             let free = state.space.free_segments.len();
-            if free <= crate::space::CLEANING_RESERVE_SEGMENTS {
+            if free <= crate::space::CLEANING_RESERVE_SEGMENTS + state.space.checkpoint_headroom {
                 return Err(OpenProblem::Space);
             }
             if free < low_watermark && self.background_cleaning {
@@ -236,9 +239,11 @@ impl Core {
 
     /// Give `stream` a new current segment: the one it reserved (or, the first time, a free
     /// one), reserving a free one to follow it. `false` (nothing changed): the free list
-    /// cannot give both.
+    /// cannot give both, or only by taking the checkpoint's headroom (the metadata stream
+    /// alone may).
     pub(crate) fn open_stream_segment(&self, state: &mut WriteState, stream: usize, sequence: u64) -> bool {
-        let needed = if state.log.reserved_segments[stream].is_some() { 1 } else { 2 };
+        let headroom = if stream == METADATA_STREAM { 0 } else { state.space.checkpoint_headroom };
+        let needed = headroom + if state.log.reserved_segments[stream].is_some() { 1 } else { 2 };
         if state.space.free_segments.len() < needed {
             return false;
         }
@@ -424,6 +429,98 @@ impl Core {
         }
     }
 
+    /// Open a batch of `stream` (the cleaner's relocations, the checkpoint's pages) in the
+    /// clients' open batch's place in the log order: it takes the clients' sequence number
+    /// and theirs moves one up (they hold nothing the side batch depends on). Gives the
+    /// clients' batch back, to be put back by [`Core::end_side_batch`], and the free
+    /// segments taken. A segment with room for less than a summary and a block is given up.
+    pub(crate) fn begin_side_batch(
+        &self,
+        state: &mut WriteState,
+        stream: usize,
+        buffers: PooledBuffers,
+    ) -> Result<(Option<OpenBatch>, usize)> {
+        let rows_per_chunk = self.geometry.rows_per_chunk();
+        let data_columns = self.geometry.data_columns() as u32;
+        if state.log.current_segments[stream]
+            .as_ref()
+            .is_some_and(|current| (rows_per_chunk - current.next_row) * data_columns < 2)
+        {
+            self.retire_stream_segment(state, stream);
+        }
+        let free_before = state.space.free_segments.len();
+        if state.log.current_segments[stream].is_none() && !self.open_stream_segment(state, stream, u64::MAX) {
+            return Err(Error::OutOfSpace);
+        }
+        let taken = free_before - state.space.free_segments.len();
+        let moved = state.log.next_sequence;
+        let sequence = match state.log.open.as_mut() {
+            Some(client) => {
+                let taken = client.sequence;
+                client.sequence = moved;
+                if client.segment_open_sequence == taken {
+                    client.segment_open_sequence = moved;
+                }
+                if let Some(current) = state.log.current_segments[HOST_STREAM].as_mut() {
+                    if current.open_sequence == taken {
+                        current.open_sequence = moved;
+                    }
+                }
+                for usage in state.space.segments.iter_mut() {
+                    if usage.status == SegmentStatus::WaitingForFlush(taken) {
+                        usage.status = SegmentStatus::WaitingForFlush(moved);
+                    }
+                }
+                taken
+            }
+            None => state.log.next_sequence,
+        };
+        state.log.next_sequence += 1;
+        let current = state.log.current_segments[stream].as_mut().expect("opened above");
+        if current.open_sequence == u64::MAX {
+            current.open_sequence = sequence;
+        }
+        let batch = self.batch_in(current, sequence, buffers, stream);
+        let client = state.log.open.replace(batch);
+        Ok((client, taken))
+    }
+
+    /// Seal the side batch (it must hold an entry) and put the clients' batch back.
+    pub(crate) fn end_side_batch(&self, state: &mut WriteState, client: Option<OpenBatch>) -> Arc<SealedBatch> {
+        let sealed = self.seal(state);
+        state.log.open = client;
+        sealed
+    }
+
+    /// Accept a checkpoint block into the open (side) batch; its position, or `None`
+    /// when the batch is full. The copy counts as live in its segment from now on: it
+    /// dies when a later checkpoint that replaces it is committed.
+    pub(crate) fn accept_page(
+        &self,
+        state: &mut WriteState,
+        kind: format::PageKind,
+        number: u64,
+        block: &[u8],
+    ) -> Option<u64> {
+        let open = state.log.open.as_mut().expect("an open batch");
+        let Some(Slot::Block(index)) = open.reserve(true) else {
+            return None;
+        };
+        open.block_mut(index).copy_from_slice(block);
+        let (row, column) = open.place(index);
+        let position = self.geometry.position(open.segment, open.first_row + row, column);
+        let checksum = format::block_checksum(block);
+        open.push_entry(Entry::Page { kind, number, checksum });
+        let segment = open.segment;
+        let offset = position % self.geometry.blocks_per_segment();
+        match &state.current_checksums[open.stream] {
+            Some((current, table)) if *current == segment => table.set(offset, checksum),
+            _ => self.current_table(segment).set(offset, checksum),
+        }
+        state.space.segments[segment as usize].live_blocks += 1;
+        Some(position)
+    }
+
     /// Give up the rest of the current segment (and the empty open batch in it).
     pub(crate) fn retire_current_segment(&self, state: &mut WriteState) {
         state.log.open = None;
@@ -458,6 +555,7 @@ impl Core {
             state.current_checksums[stream] = None;
             self.checksums.unpin(current.segment);
             let usage = &mut state.space.segments[current.segment as usize];
+            usage.left_at_generation = state.space.checkpoints.snapshot;
             usage.status = if usage.live_blocks == 0 {
                 SegmentStatus::WaitingForFlush(state.log.last_sealed_sequence)
             } else {
@@ -511,6 +609,7 @@ impl Core {
             state.log.current_segments[stream] = None;
             state.current_checksums[stream] = None;
             self.checksums.unpin(header.segment);
+            usage.left_at_generation = state.space.checkpoints.snapshot;
             usage.status = if usage.live_blocks == 0 {
                 SegmentStatus::WaitingForFlush(header.sequence)
             } else {
@@ -591,7 +690,7 @@ impl Core {
         }
         // Relocated blocks are the ones nobody wrote for a while: they would only push
         // recently written blocks out (reads cache them again when they are wanted).
-        if batch.relocation {
+        if batch.relocation || batch.metadata {
             return;
         }
         let generation = self.generation(header.segment);
@@ -621,6 +720,8 @@ impl Core {
         }
         if batch.relocation {
             Counters::add(&counters.member_bytes_relocated, data_blocks * block);
+        } else if batch.metadata {
+            Counters::add(&counters.member_bytes_metadata, data_blocks * block);
         } else {
             Counters::add(&counters.member_bytes_data, data_blocks * block);
         }
@@ -701,9 +802,12 @@ impl Core {
             let mut guard = self.state.lock();
             let state = &mut *guard;
             let durable = state.log.durable_through_sequence;
+            let checkpoints = state.space.checkpoints;
             let mut releasing = Vec::new();
             for (index, segment) in state.space.segments.iter_mut().enumerate() {
-                if matches!(segment.status, SegmentStatus::WaitingForFlush(tag) if tag <= durable) {
+                if matches!(segment.status, SegmentStatus::WaitingForFlush(tag) if tag <= durable)
+                    && checkpoints.allows_reuse(segment.left_at_generation)
+                {
                     segment.status = SegmentStatus::Releasing;
                     releasing.push(index as u64);
                 }
@@ -918,7 +1022,9 @@ impl Core {
         self.for_each_summary(segment, sealed_rows, held, &mut |(summary, index), checksum, position_of| {
             table.set(position_of(index) % per_segment, checksum);
             for (data_index, entry) in format::batch_entries(std::iter::once((summary, index))) {
-                if let (Some(data_index), Entry::Data { checksum, .. }) = (data_index, entry) {
+                if let (Some(data_index), Entry::Data { checksum, .. } | Entry::Page { checksum, .. }) =
+                    (data_index, entry)
+                {
                     table.set(position_of(data_index) % per_segment, checksum);
                 }
             }

@@ -19,8 +19,8 @@ pub const CHECKPOINT_ROOT_MAGIC: &[u8; 8] = b"SLCKPT\0\0";
 pub const INDEX_PAGE_PAYLOAD_BYTES: usize = BLOCK_SIZE_BYTES - HEADER_BYTES - 4;
 /// Pointers in a directory page: 12 bytes each.
 pub const DIRECTORY_FANOUT: usize = 335;
-/// Segment records in a segment table page: 24 bytes each.
-pub const SEGMENT_RECORDS_PER_PAGE: usize = 167;
+/// Segment records in a segment table page: 28 bytes each.
+pub const SEGMENT_RECORDS_PER_PAGE: usize = 143;
 /// Pointers of each tree the root holds.
 pub const ROOT_TOP_POINTERS: usize = 64;
 /// Stream positions the root records (clients, three relocation streams, metadata).
@@ -28,7 +28,7 @@ pub const ROOT_STREAMS: usize = 5;
 
 const HEADER_BYTES: usize = 64;
 const POINTER_BYTES: usize = 12;
-const SEGMENT_RECORD_BYTES: usize = 24;
+const SEGMENT_RECORD_BYTES: usize = 28;
 const CHECKSUM_OFFSET: usize = BLOCK_SIZE_BYTES - 4;
 
 /// Where a checkpoint block is, and the CRC32C it must have.
@@ -165,6 +165,8 @@ pub struct SegmentRecord {
     pub pinned: bool,
     pub age_clock: u64,
     pub opened_clock: u64,
+    /// Rows its sealed batches occupy.
+    pub sealed_rows: u32,
 }
 
 /// A page of the segment table: records of segments `first_segment …`.
@@ -188,6 +190,7 @@ impl SegmentTablePage {
             block[offset + 6] = record.pinned as u8;
             put(block, offset + 8, &record.age_clock.to_le_bytes());
             put(block, offset + 16, &record.opened_clock.to_le_bytes());
+            put(block, offset + 24, &record.sealed_rows.to_le_bytes());
         }
         seal(block);
     }
@@ -208,6 +211,7 @@ impl SegmentTablePage {
                 pinned: block[offset + 6] == 1,
                 age_clock: read_u64(block, offset + 8),
                 opened_clock: read_u64(block, offset + 16),
+                sealed_rows: read_u32(block, offset + 24),
             });
         }
         Some(SegmentTablePage { first_segment, generation, records })
@@ -239,6 +243,11 @@ pub struct CheckpointRoot {
     /// At most `ROOT_TOP_POINTERS` each.
     pub index_top: Vec<Option<PagePointer>>,
     pub segment_top: Vec<Option<PagePointer>>,
+    /// The segment of batch `sequence` (the next batch names it as its predecessor's).
+    pub last_segment: u64,
+    /// The volume's epoch when the snapshot was taken: every batch a stream wrote after it
+    /// has this epoch or a later one (older batches in free segments are stale).
+    pub epoch: u64,
 }
 
 const ROOT_STREAMS_OFFSET: usize = 64;
@@ -247,6 +256,8 @@ const ROOT_DEPTHS_OFFSET: usize = 184;
 const ROOT_INDEX_TOP_OFFSET: usize = 192;
 const ROOT_SEGMENT_TOP_OFFSET: usize = ROOT_INDEX_TOP_OFFSET + ROOT_TOP_POINTERS * POINTER_BYTES;
 const NONE_SEGMENT: u64 = u64::MAX;
+/// After the lifetime counters' reserved area (1728, 24 × 8).
+const ROOT_LAST_SEGMENT_OFFSET: usize = 1920;
 
 impl CheckpointRoot {
     pub fn encode(&self, block: &mut [u8], uuid: &[u8; 16]) {
@@ -268,6 +279,8 @@ impl CheckpointRoot {
         for (index, pointer) in self.segment_top.iter().enumerate() {
             put_pointer(block, ROOT_SEGMENT_TOP_OFFSET + index * POINTER_BYTES, *pointer);
         }
+        put(block, ROOT_LAST_SEGMENT_OFFSET, &self.last_segment.to_le_bytes());
+        put(block, ROOT_LAST_SEGMENT_OFFSET + 8, &self.epoch.to_le_bytes());
         seal(block);
     }
 
@@ -295,6 +308,8 @@ impl CheckpointRoot {
             segment_tree_depth: block[ROOT_DEPTHS_OFFSET + 1],
             index_top: pointers(ROOT_INDEX_TOP_OFFSET),
             segment_top: pointers(ROOT_SEGMENT_TOP_OFFSET),
+            last_segment: read_u64(block, ROOT_LAST_SEGMENT_OFFSET),
+            epoch: read_u64(block, ROOT_LAST_SEGMENT_OFFSET + 8),
         })
     }
 }
@@ -368,11 +383,11 @@ mod tests {
         #[test]
         fn segment_table_pages_round_trip(first_segment in any::<u64>(), generation in any::<u64>(),
                                           records in proptest::collection::vec(
-                                              (any::<u32>(), 0u8..5, 0u8..5, any::<bool>(), any::<u64>(), any::<u64>()),
+                                              (any::<u32>(), 0u8..5, 0u8..5, any::<bool>(), any::<u64>(), any::<u64>(), any::<u32>()),
                                               SEGMENT_RECORDS_PER_PAGE),
                                           flip in 0usize..BLOCK_SIZE_BYTES * 8) {
-            let records = records.into_iter().map(|(live_blocks, status, stream, pinned, age_clock, opened_clock)| {
-                SegmentRecord { live_blocks, status, stream, pinned, age_clock, opened_clock }
+            let records = records.into_iter().map(|(live_blocks, status, stream, pinned, age_clock, opened_clock, sealed_rows)| {
+                SegmentRecord { live_blocks, status, stream, pinned, age_clock, opened_clock, sealed_rows }
             }).collect();
             let page = SegmentTablePage { first_segment, generation, records };
             let mut block = vec![0u8; BLOCK_SIZE_BYTES];
@@ -394,7 +409,7 @@ mod tests {
             });
             let root = CheckpointRoot {
                 generation, sequence, write_clock: clock, durable_through_sequence: sequence / 2, streams,
-                index_tree_depth: 2, segment_tree_depth: 1, index_top, segment_top,
+                index_tree_depth: 2, segment_tree_depth: 1, index_top, segment_top, last_segment: generation ^ 7, epoch: clock ^ 3,
             };
             let mut block = vec![0u8; BLOCK_SIZE_BYTES];
             root.encode(&mut block, &UUID);

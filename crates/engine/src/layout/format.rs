@@ -479,11 +479,28 @@ pub enum Entry {
     Zero { logical_block: u64, block_count: u32 },
     /// `block_count` blocks from `logical_block` are unmapped (trimmed).
     Trim { logical_block: u64, block_count: u32 },
+    /// The next block of the group is a checkpoint block (docs/index-and-checkpoints.md):
+    /// the page numbered `number` of its kind. Replay and the cleaner pass over it; only
+    /// the checkpoint that names it gives it meaning.
+    Page { kind: PageKind, number: u64, checksum: u32 },
+}
+
+/// What a checkpoint block in the log is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageKind {
+    Index,
+    Directory,
+    SegmentTable,
+    Root,
 }
 
 const ENTRY_KIND_DATA: u8 = 1;
 const ENTRY_KIND_ZERO: u8 = 2;
 const ENTRY_KIND_TRIM: u8 = 3;
+const ENTRY_KIND_INDEX_PAGE: u8 = 4;
+const ENTRY_KIND_DIRECTORY_PAGE: u8 = 5;
+const ENTRY_KIND_SEGMENT_TABLE_PAGE: u8 = 6;
+const ENTRY_KIND_CHECKPOINT_ROOT: u8 = 7;
 
 impl Entry {
     fn encode(&self, bytes: &mut [u8]) {
@@ -493,6 +510,15 @@ impl Entry {
             }
             Entry::Zero { logical_block, block_count } => (ENTRY_KIND_ZERO, 0, block_count, logical_block),
             Entry::Trim { logical_block, block_count } => (ENTRY_KIND_TRIM, 0, block_count, logical_block),
+            Entry::Page { kind, number, checksum } => {
+                let kind = match kind {
+                    PageKind::Index => ENTRY_KIND_INDEX_PAGE,
+                    PageKind::Directory => ENTRY_KIND_DIRECTORY_PAGE,
+                    PageKind::SegmentTable => ENTRY_KIND_SEGMENT_TABLE_PAGE,
+                    PageKind::Root => ENTRY_KIND_CHECKPOINT_ROOT,
+                };
+                (kind, 0, checksum, number)
+            }
         };
         bytes[..ENTRY_SIZE_BYTES].fill(0);
         bytes[0] = kind;
@@ -509,12 +535,23 @@ impl Entry {
             ENTRY_KIND_DATA => Some(Entry::Data { logical_block, checksum: value, lifetime_class }),
             ENTRY_KIND_ZERO if value > 0 => Some(Entry::Zero { logical_block, block_count: value }),
             ENTRY_KIND_TRIM if value > 0 => Some(Entry::Trim { logical_block, block_count: value }),
+            kind @ ENTRY_KIND_INDEX_PAGE..=ENTRY_KIND_CHECKPOINT_ROOT if version > SUMMARY_VERSION_WITHOUT_CLOCKS => {
+                let kind = match kind {
+                    ENTRY_KIND_INDEX_PAGE => PageKind::Index,
+                    ENTRY_KIND_DIRECTORY_PAGE => PageKind::Directory,
+                    ENTRY_KIND_SEGMENT_TABLE_PAGE => PageKind::SegmentTable,
+                    _ => PageKind::Root,
+                };
+                Some(Entry::Page { kind, number: logical_block, checksum: value })
+            }
             _ => None,
         }
     }
 
-    pub fn is_data(&self) -> bool {
-        matches!(self, Entry::Data { .. })
+    /// Whether the entry describes the next block of its group (data or a checkpoint page),
+    /// rather than a range of logical blocks.
+    pub fn has_block(&self) -> bool {
+        matches!(self, Entry::Data { .. } | Entry::Page { .. })
     }
 }
 
@@ -682,7 +719,7 @@ impl Summary {
     }
 
     pub fn data_block_count(&self) -> usize {
-        self.entries.iter().filter(|entry| entry.is_data()).count()
+        self.entries.iter().filter(|entry| entry.has_block()).count()
     }
 }
 
@@ -701,7 +738,7 @@ pub fn batch_entries<'a>(
     summaries.into_iter().flat_map(|(summary, summary_index)| {
         let mut next_block = summary_index + 1;
         summary.entries.iter().map(move |entry| {
-            if entry.is_data() {
+            if entry.has_block() {
                 next_block += 1;
                 (Some(next_block - 1), *entry)
             } else {
@@ -733,6 +770,11 @@ mod tests {
             }),
             (any::<u64>(), 1u32..).prop_map(|(logical_block, block_count)| Entry::Zero { logical_block, block_count }),
             (any::<u64>(), 1u32..).prop_map(|(logical_block, block_count)| Entry::Trim { logical_block, block_count }),
+            (0u8..4, any::<u64>(), any::<u32>()).prop_map(|(kind, number, checksum)| {
+                let kind =
+                    [PageKind::Index, PageKind::Directory, PageKind::SegmentTable, PageKind::Root][kind as usize];
+                Entry::Page { kind, number, checksum }
+            }),
         ]
     }
 

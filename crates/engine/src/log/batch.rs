@@ -112,6 +112,8 @@ pub struct OpenBatch {
     pub stream: usize,
     /// Written by the cleaner (relocated blocks), not by a client.
     pub relocation: bool,
+    /// Holds checkpoint blocks (no client data).
+    pub metadata: bool,
     /// The oldest write clock of the blocks a relocation batch moves (its header's clock).
     pub oldest_clock: u64,
 }
@@ -143,6 +145,7 @@ impl OpenBatch {
             killed_positions: Vec::new(),
             stream: crate::log::HOST_STREAM,
             relocation: false,
+            metadata: false,
             oldest_clock: u64::MAX,
         }
     }
@@ -290,6 +293,7 @@ impl OpenBatch {
             data_columns: self.buffers,
             killed_positions: self.killed_positions,
             relocation: self.relocation,
+            metadata: self.metadata,
         };
         (sealed, metadata_checksums)
     }
@@ -302,6 +306,7 @@ pub struct SealedBatch {
     data_columns: PooledBuffers,
     pub killed_positions: Vec<u64>,
     pub relocation: bool,
+    pub metadata: bool,
 }
 
 impl SealedBatch {

@@ -20,7 +20,10 @@ pub enum IoMode {
 /// full, cold segments (docs/garbage-collection.md).
 pub(crate) const HOST_STREAM: usize = 0;
 pub(crate) const RELOCATION_STREAMS: [usize; 3] = [1, 2, 3];
-pub(crate) const STREAM_COUNT: usize = 4;
+/// Checkpoint blocks (index, directory and segment table pages, roots): never cleaning
+/// victims, emptied by later checkpoints instead (docs/index-and-checkpoints.md).
+pub(crate) const METADATA_STREAM: usize = 4;
+pub(crate) const STREAM_COUNT: usize = 5;
 
 /// A stream's segment receiving batches.
 pub(crate) struct CurrentSegment {
@@ -57,11 +60,15 @@ pub(crate) struct LogState {
 impl LogState {
     /// The log as recovered: batch `last_sequence` (in `last_segment`) is the last one,
     /// and durable.
-    pub(crate) fn recovered(last_sequence: u64, last_segment: u64) -> LogState {
+    pub(crate) fn recovered(
+        last_sequence: u64,
+        last_segment: u64,
+        reserved_segments: [Option<u64>; STREAM_COUNT],
+    ) -> LogState {
         LogState {
             open: None,
-            current_segments: [None, None, None, None],
-            reserved_segments: [None; STREAM_COUNT],
+            current_segments: Default::default(),
+            reserved_segments,
             next_sequence: last_sequence + 1,
             last_sealed_sequence: last_sequence,
             last_sealed_segment: last_segment,

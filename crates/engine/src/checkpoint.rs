@@ -1,0 +1,516 @@
+//! Layer 7 (mount): checkpoints. Writing the index pages, the segment table and a root
+//! into the log and naming the root in the superblocks; loading them at mount
+//! (docs/index-and-checkpoints.md, "Writing a checkpoint", "Mount"; the crash analysis is
+//! in docs/crash-consistency.md, "Checkpoints").
+
+use crate::error::{Error, LostMetadata, Result};
+pub(crate) use crate::index::directory::{records_digest, CheckpointState, PointerArray};
+use crate::index::map::BlockMap;
+use crate::io::{Core, WriteState};
+use crate::layout::checkpoint::{
+    self as codec, CheckpointRoot, DirectoryPage, PagePointer, SegmentRecord, SegmentTablePage, StreamPosition, Tree,
+    DIRECTORY_FANOUT, ROOT_STREAMS, ROOT_TOP_POINTERS, SEGMENT_RECORDS_PER_PAGE,
+};
+use crate::layout::format::{self, CheckpointReference, PageKind};
+use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
+use crate::log::{METADATA_STREAM, STREAM_COUNT};
+use crate::space::{SegmentStatus, SegmentUse};
+use crate::stats::Counters;
+use std::time::{Duration, Instant};
+use stripelog_blockdev::AlignedBuffer;
+
+/// ... or when this long has passed with any batch written.
+pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
+
+/// The segment table record of a segment, as a checkpoint stores it.
+fn record_of(usage: &SegmentUse) -> SegmentRecord {
+    SegmentRecord {
+        live_blocks: usage.live_blocks.min(u32::MAX as u64) as u32,
+        status: match usage.status {
+            SegmentStatus::Free => 0,
+            SegmentStatus::Used => 1,
+            SegmentStatus::Current => 2,
+            SegmentStatus::WaitingForFlush(_) | SegmentStatus::Releasing => 3,
+            SegmentStatus::Reserved => 4,
+        },
+        stream: usage.stream,
+        pinned: usage.pinned,
+        age_clock: usage.age_clock,
+        opened_clock: usage.opened_clock,
+        sealed_rows: usage.sealed_rows,
+    }
+}
+
+/// What a snapshot (taken under the state lock) says the checkpoint holds.
+struct Snapshot {
+    generation: u64,
+    sequence: u64,
+    last_segment: u64,
+    write_clock: u64,
+    durable_through_sequence: u64,
+    streams: [StreamPosition; ROOT_STREAMS],
+    /// (page number, packed entries)
+    index_pages: Vec<(u64, Vec<u8>)>,
+    /// (page number, encoded block, digest of its records)
+    table_pages: Vec<(u64, AlignedBuffer, u32)>,
+}
+
+impl Core {
+    /// Write a checkpoint when one is due (`interval`: the time rule).
+    pub(crate) fn checkpoint_if_due(&self, interval: Duration) -> Result<()> {
+        let due = {
+            let checkpoint = self.checkpoint.lock();
+            checkpoint.due(&self.map, self.batch_bytes_written(), interval)
+        };
+        if due {
+            self.write_checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// Write a checkpoint when dead segments wait only for one to be committed (the reuse
+    /// rule) — the cleaner and writers short of space call it. `true`: one was written.
+    pub(crate) fn checkpoint_for_space(&self) -> Result<bool> {
+        let blocked = {
+            let state = self.state.lock();
+            let durable = state.log.durable_through_sequence;
+            let checkpoints = state.space.checkpoints;
+            state.space.segments.iter().any(|usage| {
+                matches!(usage.status, SegmentStatus::WaitingForFlush(tag) if tag <= durable)
+                    && !checkpoints.allows_reuse(usage.left_at_generation)
+            })
+        };
+        Ok(blocked && self.write_checkpoint()?.is_some())
+    }
+
+    /// Bytes of batches (data columns) written since the volume was opened.
+    fn batch_bytes_written(&self) -> u64 {
+        let counters = &self.counters;
+        Counters::get(&counters.member_bytes_data)
+            + Counters::get(&counters.member_bytes_relocated)
+            + Counters::get(&counters.member_bytes_metadata)
+    }
+
+    /// Write a checkpoint and commit it (docs/index-and-checkpoints.md, "Writing a
+    /// checkpoint"). Returns its generation; `None` when no checkpoint can be taken now
+    /// (a stream has no reserved successor: no free segment is left).
+    pub(crate) fn write_checkpoint(&self) -> Result<Option<u64>> {
+        self.check_writable()?;
+        let mut checkpoint = self.checkpoint.lock();
+        let batch_bytes = self.batch_bytes_written();
+        // 1. Snapshot: the clients' open batch is sealed, so that the map and the table
+        // reflect exactly the batches up to `sequence`.
+        let (snapshot, sealed) = {
+            let mut guard = self.state.lock();
+            let state = &mut *guard;
+            self.reserve_stream_segments(state);
+            if state.log.reserved_segments.iter().any(Option::is_none) {
+                return Ok(None);
+            }
+            let sealed = match &state.log.open {
+                Some(open) if !open.is_empty() => Some(self.seal(state)),
+                _ => None,
+            };
+            (self.snapshot(state, &checkpoint), sealed)
+        };
+        if let Some(batch) = sealed {
+            self.dispatch(batch)?;
+        }
+        let taken_pages: Vec<u64> = snapshot.index_pages.iter().map(|(page, _)| *page).collect();
+        let result = self.write_snapshot(&mut checkpoint, snapshot, batch_bytes);
+        if result.is_err() {
+            // Not committed: what the snapshot took is still to be written.
+            for page in taken_pages {
+                self.map.mark_dirty(page);
+            }
+        }
+        drop(checkpoint);
+        let generation = result?;
+        Counters::add(&self.counters.checkpoints, 1);
+        self.reclaim()?;
+        Ok(Some(generation))
+    }
+
+    /// Steps 2–5 of a checkpoint whose snapshot is taken.
+    fn write_snapshot(&self, checkpoint: &mut CheckpointState, snapshot: Snapshot, batch_bytes: u64) -> Result<u64> {
+        let generation = snapshot.generation;
+        let uuid = self.volume_uuid;
+        // 2. The pages, then the directories above them, then the root.
+        let mut dying: Vec<u64> = Vec::new();
+        let index_blocks: Vec<(PageKind, u64, AlignedBuffer)> = snapshot
+            .index_pages
+            .iter()
+            .map(|(page, packed)| {
+                let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+                codec::encode_index_page(
+                    &mut block,
+                    &uuid,
+                    *page,
+                    generation,
+                    self.map.codec().width_bits as u8,
+                    packed,
+                );
+                (PageKind::Index, *page, block)
+            })
+            .collect();
+        drop(snapshot.index_pages);
+        let (written, _) = self.write_blocks(index_blocks)?;
+        for (page, pointer) in written {
+            dying.extend(checkpoint.index_pages.set(page, pointer).map(|old| old.position));
+        }
+        let (table_blocks, digests): (Vec<_>, Vec<_>) = snapshot
+            .table_pages
+            .into_iter()
+            .map(|(page, block, digest)| ((PageKind::SegmentTable, page, block), digest))
+            .unzip();
+        let (written, _) = self.write_blocks(table_blocks)?;
+        for ((page, pointer), digest) in written.into_iter().zip(digests) {
+            dying.extend(checkpoint.table_pages.set(page, pointer).map(|old| old.position));
+            checkpoint.table_digests[page as usize] = digest;
+        }
+        let mut directory_positions = Vec::new();
+        let (index_depth, index_top) =
+            self.write_tree(Tree::Index, &checkpoint.index_pages, generation, &mut directory_positions)?;
+        let (segment_depth, segment_top) =
+            self.write_tree(Tree::SegmentTable, &checkpoint.table_pages, generation, &mut directory_positions)?;
+        let root = CheckpointRoot {
+            generation,
+            sequence: snapshot.sequence,
+            write_clock: snapshot.write_clock,
+            durable_through_sequence: snapshot.durable_through_sequence,
+            streams: snapshot.streams,
+            index_tree_depth: index_depth,
+            segment_tree_depth: segment_depth,
+            index_top,
+            segment_top,
+            last_segment: snapshot.last_segment,
+            epoch: self.epoch,
+        };
+        let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+        root.encode(&mut block, &uuid);
+        let (written, root_batch) = self.write_blocks(vec![(PageKind::Root, generation, block)])?;
+        let root_pointer = written[0].1;
+        // 3. Every batch up to the root's durable.
+        self.make_durable(root_batch)?;
+        // 4. The commit point: the superblocks name the new root.
+        self.members.update_superblock(|superblock| {
+            superblock.checkpoint = Some(CheckpointReference {
+                root_position: root_pointer.position,
+                root_checksum: root_pointer.checksum,
+                generation,
+                sequence: snapshot.sequence,
+            });
+            superblock.durable_through_sequence = superblock.durable_through_sequence.max(root_batch);
+        })?;
+        // 5. The copies the previous checkpoint named and this one replaced are dead.
+        dying.append(&mut checkpoint.directory_positions);
+        dying.extend(checkpoint.root.map(|root| root.position));
+        checkpoint.directory_positions = directory_positions;
+        checkpoint.root = Some(root_pointer);
+        checkpoint.generation = generation;
+        checkpoint.committed_at = Instant::now();
+        checkpoint.batch_bytes_at_commit = batch_bytes;
+        {
+            let mut guard = self.state.lock();
+            let state = &mut *guard;
+            state.space.checkpoints.committed = generation;
+            let per_segment = self.geometry.blocks_per_segment();
+            let durable = state.log.durable_through_sequence;
+            for position in dying {
+                let usage = &mut state.space.segments[(position / per_segment) as usize];
+                usage.live_blocks = usage.live_blocks.saturating_sub(1);
+                if usage.live_blocks == 0 && usage.status == SegmentStatus::Used {
+                    usage.status = SegmentStatus::WaitingForFlush(durable);
+                }
+            }
+        }
+        Ok(generation)
+    }
+
+    /// Step 1 under the state lock: the dirty index pages (and those whose copy sits in a
+    /// mostly dead metadata segment, so that metadata segments empty out), the changed
+    /// segment table pages, the streams' positions.
+    fn snapshot(&self, state: &mut WriteState, checkpoint: &CheckpointState) -> Snapshot {
+        let generation = state.space.checkpoints.snapshot.max(checkpoint.generation) + 1;
+        state.space.checkpoints.snapshot = generation;
+        let per_segment = self.geometry.blocks_per_segment();
+        let sparse = |pointer: Option<PagePointer>| {
+            pointer.is_some_and(|pointer| {
+                let usage = &state.space.segments[(pointer.position / per_segment) as usize];
+                usage.status == SegmentStatus::Used && usage.live_blocks * 2 < per_segment
+            })
+        };
+        let mut index_pages = Vec::new();
+        for page in 0..self.map.page_count() {
+            if self.map.is_dirty(page) || sparse(checkpoint.index_pages.get(page)) {
+                if let Some(packed) = self.map.take_page(page) {
+                    index_pages.push((page, packed));
+                }
+            }
+        }
+        let mut table_pages = Vec::new();
+        let segments = &state.space.segments;
+        for page in 0..checkpoint.table_pages.len() {
+            let first = page * SEGMENT_RECORDS_PER_PAGE as u64;
+            let end = (first + SEGMENT_RECORDS_PER_PAGE as u64).min(segments.len() as u64);
+            let records: Vec<SegmentRecord> = segments[first as usize..end as usize].iter().map(record_of).collect();
+            let digest = records_digest(&records);
+            let pointer = checkpoint.table_pages.get(page);
+            let unchanged = match pointer {
+                Some(_) => digest == checkpoint.table_digests[page as usize],
+                // Never written: every record free, as mount takes a missing page.
+                None => records.iter().all(|record| *record == record_of(&SegmentUse::FREE)),
+            };
+            if !unchanged || sparse(pointer) {
+                let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+                SegmentTablePage { first_segment: first, generation, records }.encode(&mut block, &self.volume_uuid);
+                table_pages.push((page, block, digest));
+            }
+        }
+        let streams = std::array::from_fn(|stream| {
+            if stream >= STREAM_COUNT {
+                return StreamPosition::default();
+            }
+            let current = state.log.current_segments[stream].as_ref();
+            StreamPosition {
+                current_segment: current.map(|current| current.segment),
+                next_row: current.map_or(0, |current| current.next_row),
+                reserved_segment: state.log.reserved_segments[stream],
+            }
+        });
+        Snapshot {
+            generation,
+            sequence: state.log.last_sealed_sequence,
+            last_segment: state.log.last_sealed_segment,
+            write_clock: state.lifetimes.write_clock,
+            durable_through_sequence: state.log.durable_through_sequence,
+            streams,
+            index_pages,
+            table_pages,
+        }
+    }
+
+    /// Write the directory pages of one tree over `leaves`, bottom up; returns the tree's
+    /// depth and the root's top pointers. Their positions go to `positions`.
+    fn write_tree(
+        &self,
+        tree: Tree,
+        leaves: &PointerArray,
+        generation: u64,
+        positions: &mut Vec<u64>,
+    ) -> Result<(u8, Vec<Option<PagePointer>>)> {
+        let depth = codec::tree_depth(leaves.len());
+        let mut level_pointers: Vec<Option<PagePointer>> = (0..leaves.len()).map(|page| leaves.get(page)).collect();
+        for level in 1..=depth {
+            let mut blocks = Vec::new();
+            let mut numbers = Vec::new();
+            for (index, children) in level_pointers.chunks(DIRECTORY_FANOUT).enumerate() {
+                if children.iter().all(Option::is_none) {
+                    continue;
+                }
+                let page = DirectoryPage {
+                    tree,
+                    level,
+                    first_page: (index * DIRECTORY_FANOUT) as u64,
+                    generation,
+                    pointers: children.to_vec(),
+                };
+                let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+                page.encode(&mut block, &self.volume_uuid);
+                // The page number in the summary: the level in the top byte.
+                blocks.push((PageKind::Directory, (level as u64) << 56 | index as u64, block));
+                numbers.push(index);
+            }
+            let parent_count = level_pointers.len().div_ceil(DIRECTORY_FANOUT);
+            let mut parents = vec![None; parent_count];
+            let (written, _) = self.write_blocks(blocks)?;
+            for ((_, pointer), index) in written.into_iter().zip(numbers) {
+                positions.push(pointer.position);
+                parents[index] = Some(pointer);
+            }
+            level_pointers = parents;
+        }
+        debug_assert!(level_pointers.len() <= ROOT_TOP_POINTERS);
+        Ok((depth, level_pointers))
+    }
+
+    /// Write checkpoint blocks into the metadata stream, in batches of their own that take
+    /// their place in the log order like the cleaner's. Returns each block's pointer (by
+    /// its number) and the sequence of the last batch.
+    fn write_blocks(&self, blocks: Vec<(PageKind, u64, AlignedBuffer)>) -> Result<(Vec<(u64, PagePointer)>, u64)> {
+        let mut written = Vec::with_capacity(blocks.len());
+        let mut last_batch = 0;
+        let mut next = 0;
+        while next < blocks.len() {
+            let buffers = self.data_pool.take();
+            let mut guard = self.state.lock();
+            let state = &mut *guard;
+            self.members.check_running()?;
+            let (client, _) = self.begin_side_batch(state, METADATA_STREAM, buffers)?;
+            state.log.open.as_mut().expect("the side batch").metadata = true;
+            while next < blocks.len() {
+                let (kind, number, block) = &blocks[next];
+                let Some(position) = self.accept_page(state, *kind, *number, block) else {
+                    break;
+                };
+                written.push((*number, PagePointer { position, checksum: format::block_checksum(block) }));
+                next += 1;
+            }
+            // Never empty: a fresh side batch has room for a summary and a block.
+            let sealed = self.end_side_batch(state, client);
+            last_batch = sealed.header.sequence;
+            drop(guard);
+            self.dispatch(sealed)?;
+        }
+        Ok((written, last_batch))
+    }
+}
+
+/// Read the checkpoint block at `pointer` (verified against the pointer's CRC32C,
+/// rebuilt from its row when needed) into `out`.
+pub(crate) fn read_block(
+    geometry: &Geometry,
+    members: &crate::array::members::Members,
+    pointer: PagePointer,
+    what: &'static str,
+    out: &mut [u8],
+) -> Result<()> {
+    use crate::array::members::ReadPurpose;
+    if pointer.position >= geometry.physical_data_blocks() {
+        return Err(Error::MetadataLost(LostMetadata::CheckpointBlock { what, position: pointer.position }));
+    }
+    let valid = |bytes: &[u8]| format::checksum_proves(bytes, pointer.checksum);
+    members
+        .read_verified(
+            geometry,
+            &Counters::default(),
+            geometry.locate(pointer.position),
+            &valid,
+            &|_| None,
+            ReadPurpose::Scan,
+            out,
+        )
+        .map(|_| ())
+        .map_err(|_| Error::MetadataLost(LostMetadata::CheckpointBlock { what, position: pointer.position }))
+}
+
+/// A checkpoint loaded at mount: the map, the segment table, and where its blocks are.
+pub(crate) struct Loaded {
+    pub root: CheckpointRoot,
+    pub records: Vec<SegmentRecord>,
+    pub state: CheckpointState,
+}
+
+/// Load the checkpoint `reference` names: its root, its segment table and every index
+/// page into `map` (fully resident).
+pub(crate) fn load(
+    geometry: &Geometry,
+    members: &crate::array::members::Members,
+    volume_uuid: &[u8; 16],
+    reference: &CheckpointReference,
+    map: &BlockMap,
+) -> Result<Loaded> {
+    let lost = |what, position| Error::MetadataLost(LostMetadata::CheckpointBlock { what, position });
+    let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+    let root_pointer = PagePointer { position: reference.root_position, checksum: reference.root_checksum };
+    read_block(geometry, members, root_pointer, "root", &mut block)?;
+    let root = CheckpointRoot::decode(&block, volume_uuid)
+        .filter(|root| root.generation == reference.generation && root.sequence == reference.sequence)
+        .ok_or(lost("root", reference.root_position))?;
+    let mut state = CheckpointState::empty(geometry, map);
+    state.root = Some(root_pointer);
+    state.generation = root.generation;
+    let mut directory_positions = Vec::new();
+    load_tree(
+        geometry,
+        members,
+        volume_uuid,
+        Tree::Index,
+        root.index_tree_depth,
+        &root.index_top,
+        &mut state.index_pages,
+        &mut directory_positions,
+    )?;
+    load_tree(
+        geometry,
+        members,
+        volume_uuid,
+        Tree::SegmentTable,
+        root.segment_tree_depth,
+        &root.segment_top,
+        &mut state.table_pages,
+        &mut directory_positions,
+    )?;
+    state.directory_positions = directory_positions;
+    let width = map.codec().width_bits as u8;
+    for page in 0..state.index_pages.len() {
+        let Some(pointer) = state.index_pages.get(page) else { continue };
+        read_block(geometry, members, pointer, "index page", &mut block)?;
+        let payload = codec::decode_index_page(&block, volume_uuid)
+            .filter(|(number, _, page_width, _)| *number == page && *page_width == width)
+            .map(|(_, _, _, payload)| payload)
+            .ok_or(lost("index page", pointer.position))?;
+        if !map.install_page(page, payload) {
+            return Err(lost("index page", pointer.position));
+        }
+    }
+    let segment_count = geometry.segment_count();
+    let mut records = vec![record_of(&SegmentUse::FREE); segment_count as usize];
+    for page in 0..state.table_pages.len() {
+        let Some(pointer) = state.table_pages.get(page) else { continue };
+        read_block(geometry, members, pointer, "segment table page", &mut block)?;
+        let first = page * SEGMENT_RECORDS_PER_PAGE as u64;
+        let decoded = SegmentTablePage::decode(&block, volume_uuid)
+            .filter(|decoded| decoded.first_segment == first)
+            .ok_or(lost("segment table page", pointer.position))?;
+        let end = (first + SEGMENT_RECORDS_PER_PAGE as u64).min(segment_count);
+        let page_records = &decoded.records[..(end - first) as usize];
+        if page_records.iter().any(|record| record.status > 4 || record.stream as usize >= STREAM_COUNT) {
+            return Err(lost("segment table page", pointer.position));
+        }
+        records[first as usize..end as usize].copy_from_slice(page_records);
+        state.table_digests[page as usize] = records_digest(page_records);
+    }
+    Ok(Loaded { root, records, state })
+}
+
+/// Read one tree's directory pages from the root's top pointers down, filling `leaves`.
+#[allow(clippy::too_many_arguments)]
+fn load_tree(
+    geometry: &Geometry,
+    members: &crate::array::members::Members,
+    volume_uuid: &[u8; 16],
+    tree: Tree,
+    depth: u8,
+    top: &[Option<PagePointer>],
+    leaves: &mut PointerArray,
+    directory_positions: &mut Vec<u64>,
+) -> Result<()> {
+    let lost = |position| Error::MetadataLost(LostMetadata::CheckpointBlock { what: "directory page", position });
+    // (level, index at that level, pointer)
+    let mut pending: Vec<(u8, u64, PagePointer)> =
+        top.iter().enumerate().filter_map(|(index, pointer)| Some((depth, index as u64, (*pointer)?))).collect();
+    let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+    while let Some((level, index, pointer)) = pending.pop() {
+        if level == 0 {
+            if index >= leaves.len() {
+                return Err(lost(pointer.position));
+            }
+            leaves.set(index, pointer);
+            continue;
+        }
+        read_block(geometry, members, pointer, "directory page", &mut block)?;
+        let page = DirectoryPage::decode(&block, volume_uuid)
+            .filter(|page| {
+                page.tree == tree && page.level == level && page.first_page == index * DIRECTORY_FANOUT as u64
+            })
+            .ok_or(lost(pointer.position))?;
+        directory_positions.push(pointer.position);
+        for (child, pointer) in page.pointers.iter().enumerate() {
+            if let Some(pointer) = pointer {
+                pending.push((level - 1, index * DIRECTORY_FANOUT as u64 + child as u64, *pointer));
+            }
+        }
+    }
+    Ok(())
+}

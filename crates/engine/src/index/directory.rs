@@ -1,0 +1,118 @@
+//! Where the checkpoint's blocks are: per index page and per segment table page, the
+//! position and CRC32C of its latest copy, and what the checkpoint writer keeps between
+//! checkpoints (docs/index-and-checkpoints.md). The writer is the checkpoint module, a later layer.
+
+use crate::index::map::BlockMap;
+use crate::layout::checkpoint::{PagePointer, SegmentRecord, SEGMENT_RECORDS_PER_PAGE};
+use crate::layout::geometry::Geometry;
+use std::time::{Duration, Instant};
+
+/// A checkpoint is written when the index pages changed since the last one reach this
+/// many (they are copied while writers wait, and mount may have to read them back).
+pub const CHECKPOINT_DIRTY_PAGES_MAXIMUM: u64 = 16 * 1024;
+/// ... or when this many bytes of batches were written since (what a mount after a
+/// crash reads the summaries of).
+pub const CHECKPOINT_REPLAY_BUDGET_BYTES: u64 = 1 << 30;
+
+/// Where the latest copy of each page of one kind is: data-space position + 1 (0: never
+/// written) and its CRC32C. Made of zeroed vectors, which the system gives lazily: a large
+/// volume's untouched pages cost no resident memory.
+pub(crate) struct PointerArray {
+    positions: Vec<u64>,
+    checksums: Vec<u32>,
+}
+
+impl PointerArray {
+    pub(crate) fn new(length: u64) -> PointerArray {
+        PointerArray { positions: vec![0; length as usize], checksums: vec![0; length as usize] }
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.positions.len() as u64
+    }
+
+    pub(crate) fn get(&self, index: u64) -> Option<PagePointer> {
+        let position = self.positions[index as usize];
+        (position != 0).then(|| PagePointer { position: position - 1, checksum: self.checksums[index as usize] })
+    }
+
+    /// Point page `index` at `pointer`; returns the pointer it replaces.
+    pub(crate) fn set(&mut self, index: u64, pointer: PagePointer) -> Option<PagePointer> {
+        let old = self.get(index);
+        self.positions[index as usize] = pointer.position + 1;
+        self.checksums[index as usize] = pointer.checksum;
+        old
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = PagePointer> + '_ {
+        (0..self.len()).filter_map(|index| self.get(index))
+    }
+}
+
+/// What the checkpoint writer keeps between checkpoints (under `Core::checkpoint`, which
+/// also serialises checkpoints).
+pub(crate) struct CheckpointState {
+    pub(crate) index_pages: PointerArray,
+    pub(crate) table_pages: PointerArray,
+    /// Per segment table page: CRC32C of the records it was last written with (a page
+    /// whose records did not change is not written again).
+    pub(crate) table_digests: Vec<u32>,
+    /// Directory pages and root of the latest checkpoint written: they all die when the
+    /// next one is committed (every directory page is written again each time).
+    pub(crate) directory_positions: Vec<u64>,
+    pub(crate) root: Option<PagePointer>,
+    /// The latest committed generation (0: none).
+    pub(crate) generation: u64,
+    /// When the latest checkpoint was committed, and the batches written by then.
+    pub(crate) committed_at: Instant,
+    pub(crate) batch_bytes_at_commit: u64,
+}
+
+impl CheckpointState {
+    /// No checkpoint yet: every page is written by the first one.
+    pub(crate) fn empty(geometry: &Geometry, map: &BlockMap) -> CheckpointState {
+        let table_page_count = geometry.segment_count().div_ceil(SEGMENT_RECORDS_PER_PAGE as u64);
+        CheckpointState {
+            index_pages: PointerArray::new(map.page_count()),
+            table_pages: PointerArray::new(table_page_count),
+            table_digests: vec![0; table_page_count as usize],
+            directory_positions: Vec::new(),
+            root: None,
+            generation: 0,
+            committed_at: Instant::now(),
+            batch_bytes_at_commit: 0,
+        }
+    }
+
+    /// Whether a checkpoint is due: many dirty pages, a large replay, or a long time with
+    /// writes. `batch_bytes`: bytes of batches written since the volume was opened.
+    pub(crate) fn due(&self, map: &BlockMap, batch_bytes: u64, interval: Duration) -> bool {
+        let replay_bytes = batch_bytes.saturating_sub(self.batch_bytes_at_commit);
+        map.dirty_page_count() >= CHECKPOINT_DIRTY_PAGES_MAXIMUM
+            || replay_bytes >= CHECKPOINT_REPLAY_BUDGET_BYTES
+            || (replay_bytes > 0 && self.committed_at.elapsed() >= interval)
+    }
+
+    /// Where every checkpoint block of the committed checkpoint is (its live copies).
+    pub(crate) fn live_positions(&self) -> impl Iterator<Item = u64> + '_ {
+        self.index_pages
+            .iter()
+            .chain(self.table_pages.iter())
+            .map(|pointer| pointer.position)
+            .chain(self.directory_positions.iter().copied())
+            .chain(self.root.map(|root| root.position))
+    }
+}
+
+/// Digest of a segment table page's records (what decides whether it is written again).
+pub(crate) fn records_digest(records: &[SegmentRecord]) -> u32 {
+    let mut bytes = Vec::with_capacity(records.len() * 32);
+    for record in records {
+        bytes.extend_from_slice(&record.live_blocks.to_le_bytes());
+        bytes.extend_from_slice(&[record.status, record.stream, record.pinned as u8, 0]);
+        bytes.extend_from_slice(&record.age_clock.to_le_bytes());
+        bytes.extend_from_slice(&record.opened_clock.to_le_bytes());
+        bytes.extend_from_slice(&record.sealed_rows.to_le_bytes());
+    }
+    crc32c::crc32c(&bytes)
+}
