@@ -21,6 +21,7 @@ pub mod nbd_client;
 pub mod run;
 pub mod saturate;
 pub mod saturation;
+pub mod scale;
 mod side_by_side;
 pub mod slow_member;
 pub mod target;

@@ -257,6 +257,17 @@ enum BenchCommand {
     /// cleaner's amplification and free segments per interval.
     #[command(after_help = SATURATE_EXAMPLES)]
     Saturate(SaturateArguments),
+    /// What a volume costs in RAM and how fast it mounts (issue 20): resident memory of an
+    /// empty volume of --empty-size logical (sparse members) and of a written one, per TiB;
+    /// clean mount and mount after SIGKILL under random writes, from the checkpoint against
+    /// scanning every segment, each in its own process.
+    #[command(
+        after_help = "Example:\n  stripelog bench scale --dir /var/tmp/sl-scale --members 4 --member-size 14GiB --write 40GiB --empty-size 1TiB --json scale.json"
+    )]
+    Scale(ScaleArguments),
+    /// One measurement of `bench scale`, in a process of its own (used by it).
+    #[command(hide = true)]
+    ScaleStep(ScaleStepArguments),
     /// One configurable run on any target: read share, block sizes, queue depth,
     /// threads, time; IOPS, bandwidth and latency percentiles (fio-like JSON).
     #[command(after_help = MIX_EXAMPLES)]
@@ -320,6 +331,51 @@ const SATURATE_EXAMPLES: &str = concat!(
     "  stripelog bench saturate --dir /var/tmp/sl --member-size 2GiB --spare 27% --passes 4 --json saturate.json --csv saturate.csv --chart saturate.svg\n\n",
     target_forms!()
 );
+
+#[derive(Args)]
+struct ScaleArguments {
+    /// Directory for the member files (created; files removed afterwards unless --keep).
+    #[arg(long, default_value = "stripelog-bench")]
+    dir: PathBuf,
+    #[arg(long, default_value_t = 4)]
+    members: usize,
+    #[arg(long, default_value = "14GiB", value_parser = units::parse_size)]
+    member_size: u64,
+    #[arg(long, default_value = "1MiB", value_parser = units::parse_size)]
+    chunk: u64,
+    #[arg(long, default_value = "5")]
+    raid: String,
+    /// Spare fraction of the data space.
+    #[arg(long, default_value = "20%", value_parser = units::parse_fraction_ppm)]
+    spare: u32,
+    /// Bytes written sequentially before the mounts are measured.
+    #[arg(long, default_value = "40GiB", value_parser = units::parse_size)]
+    write: u64,
+    /// Logical size of the empty volume whose memory is measured (sparse members).
+    #[arg(long, default_value = "64TiB", value_parser = units::parse_size)]
+    empty_size: u64,
+    /// How long random writes run before the writer is killed.
+    #[arg(long, default_value = "20s", value_parser = units::parse_duration)]
+    load: std::time::Duration,
+    /// Keep the written volume's member files.
+    #[arg(long)]
+    keep: bool,
+    /// Write over member files that already exist in --dir.
+    #[arg(long)]
+    force: bool,
+    /// Also write the report as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct ScaleStepArguments {
+    /// open, open-by-scan, open-read-write or load.
+    step: String,
+    #[arg(long, value_parser = units::parse_size)]
+    member_size: u64,
+    members: Vec<PathBuf>,
+}
 
 #[derive(Args)]
 struct SaturateArguments {
@@ -717,6 +773,11 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Scrub(arguments) => maintenance::scrub(arguments),
         Command::Bench(BenchCommand::Engine(arguments)) => bench_engine(arguments),
         Command::Bench(BenchCommand::Saturate(arguments)) => bench_saturate(arguments),
+        Command::Bench(BenchCommand::Scale(arguments)) => bench_scale(arguments),
+        Command::Bench(BenchCommand::ScaleStep(arguments)) => {
+            stripelog_bench::scale::step(&arguments.step, &arguments.members, arguments.member_size)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Bench(BenchCommand::Mix(arguments)) => bench::mix(arguments),
         Command::Bench(BenchCommand::Grid(arguments)) => bench::grid(arguments),
         Command::Bench(BenchCommand::Latency(arguments)) => bench::latency(arguments),
@@ -851,6 +912,32 @@ pub(crate) fn engine_error(error: stripelog_engine::Error) -> String {
 /// A chunk size from the command line as the engine takes it.
 fn chunk_size(bytes: u64) -> Result<u32, String> {
     u32::try_from(bytes).map_err(|_| "chunk size is too large".to_string())
+}
+
+fn bench_scale(arguments: ScaleArguments) -> Result<ExitCode, String> {
+    let options = stripelog_bench::scale::Options {
+        directory: arguments.dir,
+        members: arguments.members,
+        member_size_bytes: arguments.member_size,
+        raid_level: parse_raid(&arguments.raid)?,
+        chunk_size_bytes: u32::try_from(arguments.chunk).map_err(|_| "--chunk is too large".to_string())?,
+        spare_ppm: arguments.spare,
+        write_bytes: arguments.write,
+        load: arguments.load,
+        empty_logical_bytes: arguments.empty_size,
+        program: std::env::current_exe().map_err(|error| error.to_string())?,
+        keep: arguments.keep,
+        force: arguments.force,
+    };
+    let bar = spinner("bench scale");
+    let report = stripelog_bench::scale::run(&options, &|message| bar.set_message(message.to_string()))?;
+    bar.finish_and_clear();
+    print!("{}", stripelog_bench::scale::describe(&report));
+    if let Some(path) = &arguments.json {
+        let text = serde_json::to_string_pretty(&report).map_err(|error| error.to_string())?;
+        std::fs::write(path, text).map_err(|error| format!("{}: {error}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
