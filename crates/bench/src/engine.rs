@@ -118,15 +118,19 @@ pub(crate) fn create_on(
     create: &CreateOptions,
     open: &OpenOptions,
 ) -> Result<Volume, String> {
-    let members = devices
+    Volume::create(member_devices(devices), create, open).map_err(|error| error.to_string())
+}
+
+/// The engine's view of the run's member files.
+pub(crate) fn member_devices(devices: &[Arc<FileDevice>]) -> Vec<MemberDevice> {
+    devices
         .iter()
         .enumerate()
         .map(|(index, device)| MemberDevice {
             name: format!("member-{index}"),
             device: Some(device.clone() as Arc<dyn BlockDevice>),
         })
-        .collect();
-    Volume::create(members, create, open).map_err(|error| error.to_string())
+        .collect()
 }
 
 pub(crate) fn open_devices(paths: &[PathBuf], size_bytes: u64) -> Result<Vec<Arc<FileDevice>>, String> {

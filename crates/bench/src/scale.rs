@@ -8,14 +8,14 @@
 //! what every mount did before checkpoints) are measured on the same state, read-only;
 //! then a writer child is killed with SIGKILL under load and both are measured again.
 
-use crate::engine::{create_on, open_devices, with_member_files};
+use crate::engine::{create_on, member_devices, open_devices, with_member_files};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use stripelog_blockdev::{BlockDevice, FileDevice, Prng};
-use stripelog_engine::{CreateOptions, IoMode, MemberDevice, OpenOptions, RaidLevel, Volume, BLOCK_SIZE_BYTES};
+use stripelog_blockdev::{FileDevice, Prng};
+use stripelog_engine::{CreateOptions, IoMode, OpenOptions, RaidLevel, Volume, BLOCK_SIZE_BYTES};
 
 const TIB: f64 = (1u64 << 40) as f64;
 const GIB: f64 = (1u64 << 30) as f64;
@@ -225,14 +225,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
 /// line) or `load` (print `open`, then write random 4 KiB blocks until killed).
 pub fn step(step: &str, paths: &[PathBuf], member_size_bytes: u64) -> Result<(), String> {
     let devices: Vec<Arc<FileDevice>> = open_devices(paths, member_size_bytes)?;
-    let members: Vec<MemberDevice> = devices
-        .iter()
-        .enumerate()
-        .map(|(index, device)| MemberDevice {
-            name: format!("member-{index}"),
-            device: Some(device.clone() as Arc<dyn BlockDevice>),
-        })
-        .collect();
+    let members = member_devices(&devices);
     let read_only = matches!(step, "open" | "open-by-scan");
     let options = OpenOptions {
         read_only,

@@ -351,6 +351,36 @@ enum SegmentHead {
     Damaged(Option<DamagedHead>),
 }
 
+/// Add a batch found on the members: two of one sequence number and epoch are an
+/// inconsistent log; of two epochs, the newer one's is the log's.
+fn add_found(batches: &mut BTreeMap<u64, FoundBatch>, batch: FoundBatch) -> Result<()> {
+    let sequence = batch.header.sequence;
+    match batches.get(&sequence) {
+        Some(other) if other.header.epoch == batch.header.epoch => {
+            Err(Error::InconsistentLog(LogInconsistency::DuplicateSequence {
+                sequence,
+                first_segment: other.header.segment,
+                second_segment: batch.header.segment,
+            }))
+        }
+        Some(other) if other.header.epoch > batch.header.epoch => Ok(()),
+        _ => {
+            batches.insert(sequence, batch);
+            Ok(())
+        }
+    }
+}
+
+/// Sequence numbers grow by one per batch: no real log comes near the top of u64.
+fn check_sequence_limit(batches: &BTreeMap<u64, FoundBatch>, durable: u64) -> Result<()> {
+    const SEQUENCE_LIMIT: u64 = u64::MAX / 4;
+    let last = batches.keys().next_back().copied().unwrap_or(0);
+    if durable >= SEQUENCE_LIMIT || last >= SEQUENCE_LIMIT {
+        return Err(Error::InconsistentLog(LogInconsistency::SequenceBeyondLimit { sequence: durable.max(last) }));
+    }
+    Ok(())
+}
+
 fn read_log(reader: &Reader, verify_tail: bool, superblock_durable_through: u64) -> Result<Log> {
     let geometry = reader.geometry;
     let mut batches: BTreeMap<u64, FoundBatch> = BTreeMap::new();
@@ -366,20 +396,7 @@ fn read_log(reader: &Reader, verify_tail: bool, superblock_durable_through: u64)
             None => SegmentHead::Damaged(scan.head),
         });
         for batch in scan.batches {
-            let sequence = batch.header.sequence;
-            match batches.get(&sequence) {
-                Some(other) if other.header.epoch == batch.header.epoch => {
-                    return Err(Error::InconsistentLog(LogInconsistency::DuplicateSequence {
-                        sequence,
-                        first_segment: other.header.segment,
-                        second_segment: batch.header.segment,
-                    }));
-                }
-                Some(other) if other.header.epoch > batch.header.epoch => {}
-                _ => {
-                    batches.insert(sequence, batch);
-                }
-            }
+            add_found(&mut batches, batch)?;
         }
     }
     let durable = batches
@@ -388,12 +405,7 @@ fn read_log(reader: &Reader, verify_tail: bool, superblock_durable_through: u64)
         .max()
         .unwrap_or(0)
         .max(superblock_durable_through);
-    // Sequence numbers grow by one per batch: no real log comes near the top of u64.
-    const SEQUENCE_LIMIT: u64 = u64::MAX / 4;
-    if durable >= SEQUENCE_LIMIT || batches.keys().next_back().is_some_and(|&last| last >= SEQUENCE_LIMIT) {
-        let sequence = durable.max(batches.keys().next_back().copied().unwrap_or(0));
-        return Err(Error::InconsistentLog(LogInconsistency::SequenceBeyondLimit { sequence }));
-    }
+    check_sequence_limit(&batches, durable)?;
     // The batch at the durable frontier is never released: that takes a later frontier,
     // recorded first (docs/crash-consistency.md). Missing, its metadata was destroyed
     // beyond repair, and the blocks it wrote would read stale: refuse.
@@ -959,20 +971,7 @@ pub(crate) fn recover_from_checkpoint(
     let mut stream_of: BTreeMap<u64, usize> = BTreeMap::new();
     for (stream, batch) in found {
         stream_of.insert(batch.header.sequence, stream);
-        let sequence = batch.header.sequence;
-        match batches.get(&sequence) {
-            Some(other) if other.header.epoch == batch.header.epoch => {
-                return Err(Error::InconsistentLog(LogInconsistency::DuplicateSequence {
-                    sequence,
-                    first_segment: other.header.segment,
-                    second_segment: batch.header.segment,
-                }));
-            }
-            Some(other) if other.header.epoch > batch.header.epoch => {}
-            _ => {
-                batches.insert(sequence, batch);
-            }
-        }
+        add_found(&mut batches, batch)?;
     }
     let durable = batches
         .values()
@@ -982,11 +981,7 @@ pub(crate) fn recover_from_checkpoint(
         .max(superblock_durable_through)
         .max(root.durable_through_sequence)
         .max(walks.iter().map(|walk| walk.durable_beyond_damage).max().unwrap_or(0));
-    const SEQUENCE_LIMIT: u64 = u64::MAX / 4;
-    if durable >= SEQUENCE_LIMIT || batches.keys().next_back().is_some_and(|&last| last >= SEQUENCE_LIMIT) {
-        let sequence = durable.max(batches.keys().next_back().copied().unwrap_or(0));
-        return Err(Error::InconsistentLog(LogInconsistency::SequenceBeyondLimit { sequence }));
-    }
+    check_sequence_limit(&batches, durable)?;
     // No segment a stream used after the checkpoint is reused before the next one is
     // committed: every batch after it up to the durable frontier is on the walk.
     if let Some(missing) = (checkpoint_sequence + 1..=durable).find(|sequence| !batches.contains_key(sequence)) {
