@@ -500,8 +500,10 @@ impl Volume {
             self.flush()?;
         }
         let shared = &self.shared;
-        // Writers pause while the log is read, so that it does not change under the scan.
-        let _state = shared.state.lock();
+        // Writers pause while the log is read, so that it does not change under the scan,
+        // and batches sealed before (the cleaner's, a checkpoint's) finish writing first: a
+        // batch on some members and not yet on others is not damage.
+        let _state = shared.lock_with_batches_written();
         let durable = shared.members.superblock().durable_through_sequence;
         let mut report =
             crate::mount::check(&shared.geometry, &shared.members, &shared.volume_uuid, durable, &shared.map)?;

@@ -757,6 +757,16 @@ impl Core {
         self.make_durable(target)
     }
 
+    /// The state lock, taken once every sealed batch is written on the members: while it
+    /// is held no batch is sealed, so the log on the members does not change.
+    pub(crate) fn lock_with_batches_written(&self) -> parking_lot::MutexGuard<'_, WriteState> {
+        let mut state = self.state.lock();
+        while !state.log.in_flight.is_empty() && self.members.check_running().is_ok() {
+            self.progress.wait(&mut state);
+        }
+        state
+    }
+
     /// Wait until every batch up to `target` is written, flush the members, record the
     /// new durable point and release the segments it frees.
     pub(crate) fn make_durable(&self, target: u64) -> Result<()> {
