@@ -40,6 +40,8 @@ pub struct Options {
     pub force: bool,
     /// The engine's block cache (0: none).
     pub cache_size_bytes: u64,
+    /// The engine's index page cache (`None`: its default).
+    pub map_cache_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -205,7 +207,11 @@ fn create_volume(devices: &[Arc<FileDevice>], options: &Options) -> Result<Volum
         force: true,
         ..CreateOptions::default()
     };
-    let open = OpenOptions { cache_size_bytes: options.cache_size_bytes, ..OpenOptions::default() };
+    let open = OpenOptions {
+        cache_size_bytes: options.cache_size_bytes,
+        map_cache_bytes: options.map_cache_bytes,
+        ..OpenOptions::default()
+    };
     create_on(devices, &create, &open)
 }
 

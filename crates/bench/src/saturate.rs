@@ -43,6 +43,8 @@ pub struct Options {
     /// Latency and amplification are reported per interval of this length.
     pub interval: Duration,
     pub cache_size_bytes: u64,
+    /// The engine's index page cache (`None`: its default).
+    pub map_cache_bytes: Option<u64>,
     pub keep_files: bool,
     /// Allow member files that already exist in `directory` (they are overwritten).
     pub force: bool,
@@ -197,6 +199,7 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
     };
     let open = OpenOptions {
         cache_size_bytes: options.cache_size_bytes,
+        map_cache_bytes: options.map_cache_bytes,
         cleaning_policy: options.policy,
         ..OpenOptions::default()
     };

@@ -3,9 +3,10 @@
 //! (docs/index-and-checkpoints.md, "Writing a checkpoint", "Mount"; the crash analysis is
 //! in docs/crash-consistency.md, "Checkpoints").
 
+use crate::array::members::Members;
 use crate::error::{Error, LostMetadata, Result};
-pub(crate) use crate::index::directory::{records_digest, CheckpointState, PointerArray};
-use crate::index::map::BlockMap;
+pub(crate) use crate::index::directory::{records_digest, CheckpointState};
+use crate::index::map::{BlockMap, PageSource};
 use crate::io::{Core, WriteState};
 use crate::layout::checkpoint::{
     self as codec, CheckpointRoot, DirectoryPage, PagePointer, SegmentRecord, SegmentTablePage, StreamPosition, Tree,
@@ -16,6 +17,7 @@ use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
 use crate::log::{METADATA_STREAM, STREAM_COUNT};
 use crate::space::{SegmentStatus, SegmentUse};
 use crate::stats::Counters;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stripelog_blockdev::AlignedBuffer;
 
@@ -49,6 +51,9 @@ struct Snapshot {
     write_clock: u64,
     durable_through_sequence: u64,
     streams: [StreamPosition; ROOT_STREAMS],
+    /// The map's data and zero entries.
+    data_blocks: u64,
+    zero_blocks: u64,
     /// (page number, packed entries)
     index_pages: Vec<(u64, Vec<u8>)>,
     /// (page number, encoded block, digest of its records)
@@ -98,6 +103,9 @@ impl Core {
         self.check_writable()?;
         let mut checkpoint = self.checkpoint.lock();
         let batch_bytes = self.batch_bytes_written();
+        // Pages whose copy sits in a mostly dead metadata segment are written again, so
+        // that the segment empties: in RAM first (no eviction while this lock is held).
+        let sparse_pages = self.sparse_pages()?;
         // 1. Snapshot: the clients' open batch is sealed, so that the map and the table
         // reflect exactly the batches up to `sequence`.
         let (snapshot, sealed) = {
@@ -111,7 +119,7 @@ impl Core {
                 Some(open) if !open.is_empty() => Some(self.seal(state)),
                 _ => None,
             };
-            (self.snapshot(state, &checkpoint), sealed)
+            (self.snapshot(state, &checkpoint, &sparse_pages), sealed)
         };
         if let Some(batch) = sealed {
             self.dispatch(batch)?;
@@ -123,6 +131,10 @@ impl Core {
             for page in taken_pages {
                 self.map.mark_dirty(page);
             }
+        }
+        if result.is_ok() {
+            // Committed: every clean page's copy is durable and named, so pages may go.
+            self.evict_map_pages(&checkpoint);
         }
         drop(checkpoint);
         let generation = result?;
@@ -156,7 +168,7 @@ impl Core {
         drop(snapshot.index_pages);
         let (written, _) = self.write_blocks(index_blocks)?;
         for (page, pointer) in written {
-            dying.extend(checkpoint.index_pages.set(page, pointer).map(|old| old.position));
+            dying.extend(self.map.set_copy(page, pointer).map(|old| old.position));
         }
         let (table_blocks, digests): (Vec<_>, Vec<_>) = snapshot
             .table_pages
@@ -169,10 +181,21 @@ impl Core {
             checkpoint.table_digests[page as usize] = digest;
         }
         let mut directory_positions = Vec::new();
-        let (index_depth, index_top) =
-            self.write_tree(Tree::Index, &checkpoint.index_pages, generation, &mut directory_positions)?;
-        let (segment_depth, segment_top) =
-            self.write_tree(Tree::SegmentTable, &checkpoint.table_pages, generation, &mut directory_positions)?;
+        let (index_depth, index_top) = self.write_tree(
+            Tree::Index,
+            self.map.page_count(),
+            &|page| self.map.copy(page),
+            generation,
+            &mut directory_positions,
+        )?;
+        let table_pages = &checkpoint.table_pages;
+        let (segment_depth, segment_top) = self.write_tree(
+            Tree::SegmentTable,
+            table_pages.len(),
+            &|page| table_pages.get(page),
+            generation,
+            &mut directory_positions,
+        )?;
         let root = CheckpointRoot {
             generation,
             sequence: snapshot.sequence,
@@ -185,6 +208,8 @@ impl Core {
             segment_top,
             last_segment: snapshot.last_segment,
             epoch: self.epoch,
+            data_blocks: snapshot.data_blocks,
+            zero_blocks: snapshot.zero_blocks,
         };
         let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
         root.encode(&mut block, &uuid);
@@ -227,10 +252,55 @@ impl Core {
         Ok(generation)
     }
 
-    /// Step 1 under the state lock: the dirty index pages (and those whose copy sits in a
-    /// mostly dead metadata segment, so that metadata segments empty out), the changed
+    /// The index pages whose copy sits in a mostly dead metadata segment, brought into RAM
+    /// (callers hold the checkpoint lock, so they stay there until the snapshot takes them).
+    fn sparse_pages(&self) -> Result<Vec<u64>> {
+        let per_segment = self.geometry.blocks_per_segment();
+        let sparse: Vec<bool> = {
+            let state = self.state.lock();
+            state
+                .space
+                .segments
+                .iter()
+                .map(|usage| usage.status == SegmentStatus::Used && usage.live_blocks * 2 < per_segment)
+                .collect()
+        };
+        let pages: Vec<u64> = self
+            .map
+            .copies()
+            .filter(|(_, pointer)| sparse[(pointer.position / per_segment) as usize])
+            .map(|(page, _)| page)
+            .collect();
+        for &page in &pages {
+            self.map.ensure_resident(page)?;
+        }
+        Ok(pages)
+    }
+
+    /// Evict clean index pages beyond the map cache (callers hold the checkpoint lock: no
+    /// checkpoint is between its snapshot and its commit) — when no writer holds the state
+    /// lock, which keeps the pages writers looked up in RAM.
+    pub(crate) fn evict_map_pages(&self, _checkpoint: &CheckpointState) {
+        if self.map.over_capacity() {
+            if let Some(_state) = self.state.try_lock() {
+                self.map.evict();
+            }
+        }
+    }
+
+    /// Evict beyond the map cache if no checkpoint is being written (readers and writers
+    /// call it after their work, holding no lock).
+    pub(crate) fn evict_map_pages_if_needed(&self) {
+        if self.map.over_capacity() {
+            if let Some(checkpoint) = self.checkpoint.try_lock() {
+                self.evict_map_pages(&checkpoint);
+            }
+        }
+    }
+
+    /// Step 1 under the state lock: the dirty index pages and `sparse_pages`, the changed
     /// segment table pages, the streams' positions.
-    fn snapshot(&self, state: &mut WriteState, checkpoint: &CheckpointState) -> Snapshot {
+    fn snapshot(&self, state: &mut WriteState, checkpoint: &CheckpointState, sparse_pages: &[u64]) -> Snapshot {
         let generation = state.space.checkpoints.snapshot.max(checkpoint.generation) + 1;
         state.space.checkpoints.snapshot = generation;
         let per_segment = self.geometry.blocks_per_segment();
@@ -240,14 +310,13 @@ impl Core {
                 usage.status == SegmentStatus::Used && usage.live_blocks * 2 < per_segment
             })
         };
-        let mut index_pages = Vec::new();
-        for page in 0..self.map.page_count() {
-            if self.map.is_dirty(page) || sparse(checkpoint.index_pages.get(page)) {
-                if let Some(packed) = self.map.take_page(page) {
-                    index_pages.push((page, packed));
-                }
-            }
-        }
+        let mut pages = self.map.take_dirty_list();
+        pages.extend_from_slice(sparse_pages);
+        pages.sort_unstable();
+        pages.dedup();
+        let index_pages: Vec<(u64, Vec<u8>)> =
+            pages.into_iter().filter_map(|page| Some((page, self.map.take_page(page)?))).collect();
+        let (data_blocks, zero_blocks) = self.map.counts();
         let mut table_pages = Vec::new();
         let segments = &state.space.segments;
         for page in 0..checkpoint.table_pages.len() {
@@ -285,6 +354,8 @@ impl Core {
             write_clock: state.lifetimes.write_clock,
             durable_through_sequence: state.log.durable_through_sequence,
             streams,
+            data_blocks,
+            zero_blocks,
             index_pages,
             table_pages,
         }
@@ -295,25 +366,38 @@ impl Core {
     fn write_tree(
         &self,
         tree: Tree,
-        leaves: &PointerArray,
+        leaf_count: u64,
+        leaf: &dyn Fn(u64) -> Option<PagePointer>,
         generation: u64,
         positions: &mut Vec<u64>,
     ) -> Result<(u8, Vec<Option<PagePointer>>)> {
-        let depth = codec::tree_depth(leaves.len());
-        let mut level_pointers: Vec<Option<PagePointer>> = (0..leaves.len()).map(|page| leaves.get(page)).collect();
+        let depth = codec::tree_depth(leaf_count);
+        // The leaves are read a directory page's worth at a time (a large volume has
+        // millions): the levels above are small.
+        let mut level_pointers: Vec<Option<PagePointer>> = Vec::new();
+        let mut level_count = leaf_count;
         for level in 1..=depth {
             let mut blocks = Vec::new();
             let mut numbers = Vec::new();
-            for (index, children) in level_pointers.chunks(DIRECTORY_FANOUT).enumerate() {
+            let parent_count = level_count.div_ceil(DIRECTORY_FANOUT as u64);
+            for index in 0..parent_count {
+                let first = index * DIRECTORY_FANOUT as u64;
+                let end = (first + DIRECTORY_FANOUT as u64).min(level_count);
+                let children: Vec<Option<PagePointer>> = if level == 1 {
+                    (first..end).map(leaf).collect()
+                } else {
+                    level_pointers[first as usize..end as usize].to_vec()
+                };
                 if children.iter().all(Option::is_none) {
                     continue;
                 }
+                let index = index as usize;
                 let page = DirectoryPage {
                     tree,
                     level,
                     first_page: (index * DIRECTORY_FANOUT) as u64,
                     generation,
-                    pointers: children.to_vec(),
+                    pointers: children,
                 };
                 let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
                 page.encode(&mut block, &self.volume_uuid);
@@ -321,14 +405,17 @@ impl Core {
                 blocks.push((PageKind::Directory, (level as u64) << 56 | index as u64, block));
                 numbers.push(index);
             }
-            let parent_count = level_pointers.len().div_ceil(DIRECTORY_FANOUT);
-            let mut parents = vec![None; parent_count];
+            let mut parents = vec![None; parent_count as usize];
             let (written, _) = self.write_blocks(blocks)?;
             for ((_, pointer), index) in written.into_iter().zip(numbers) {
                 positions.push(pointer.position);
                 parents[index] = Some(pointer);
             }
             level_pointers = parents;
+            level_count = parent_count;
+        }
+        if depth == 0 {
+            level_pointers = (0..leaf_count).map(leaf).collect();
         }
         debug_assert!(level_pointers.len() <= ROOT_TOP_POINTERS);
         Ok((depth, level_pointers))
@@ -401,8 +488,31 @@ pub(crate) struct Loaded {
     pub state: CheckpointState,
 }
 
-/// Load the checkpoint `reference` names: its root, its segment table and every index
-/// page into `map` (fully resident).
+/// Where a paged map reads its pages: the copies checkpoints wrote, verified like every
+/// member read (and rebuilt from their rows when damaged).
+pub(crate) struct MediaPages {
+    pub(crate) geometry: Geometry,
+    pub(crate) members: Arc<Members>,
+    pub(crate) volume_uuid: [u8; 16],
+    pub(crate) width_bits: u8,
+}
+
+impl PageSource for MediaPages {
+    fn read_page(&self, page: u64, pointer: PagePointer) -> Result<Vec<u8>> {
+        let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+        read_block(&self.geometry, &self.members, pointer, "index page", &mut block)?;
+        codec::decode_index_page(&block, &self.volume_uuid)
+            .filter(|(number, _, width, _)| *number == page && *width == self.width_bits)
+            .map(|(_, _, _, payload)| payload.to_vec())
+            .ok_or(Error::MetadataLost(LostMetadata::CheckpointBlock {
+                what: "index page",
+                position: pointer.position,
+            }))
+    }
+}
+
+/// Load the checkpoint `reference` names: its root, its segment table and the directory;
+/// `map` learns where each index page is (pages load on demand) and the counts.
 pub(crate) fn load(
     geometry: &Geometry,
     members: &crate::array::members::Members,
@@ -417,10 +527,11 @@ pub(crate) fn load(
     let root = CheckpointRoot::decode(&block, volume_uuid)
         .filter(|root| root.generation == reference.generation && root.sequence == reference.sequence)
         .ok_or(lost("root", reference.root_position))?;
-    let mut state = CheckpointState::empty(geometry, map);
+    let mut state = CheckpointState::empty(geometry);
     state.root = Some(root_pointer);
     state.generation = root.generation;
     let mut directory_positions = Vec::new();
+    let index_page_count = map.page_count();
     load_tree(
         geometry,
         members,
@@ -428,9 +539,10 @@ pub(crate) fn load(
         Tree::Index,
         root.index_tree_depth,
         &root.index_top,
-        &mut state.index_pages,
+        &mut |page, pointer| page < index_page_count && map.set_copy(page, pointer).is_none(),
         &mut directory_positions,
     )?;
+    let table_pages = &mut state.table_pages;
     load_tree(
         geometry,
         members,
@@ -438,22 +550,14 @@ pub(crate) fn load(
         Tree::SegmentTable,
         root.segment_tree_depth,
         &root.segment_top,
-        &mut state.table_pages,
+        &mut |page, pointer| page < table_pages.len() && table_pages.set(page, pointer).is_none(),
         &mut directory_positions,
     )?;
     state.directory_positions = directory_positions;
-    let width = map.codec().width_bits as u8;
-    for page in 0..state.index_pages.len() {
-        let Some(pointer) = state.index_pages.get(page) else { continue };
-        read_block(geometry, members, pointer, "index page", &mut block)?;
-        let payload = codec::decode_index_page(&block, volume_uuid)
-            .filter(|(number, _, page_width, _)| *number == page && *page_width == width)
-            .map(|(_, _, _, payload)| payload)
-            .ok_or(lost("index page", pointer.position))?;
-        if !map.install_page(page, payload) {
-            return Err(lost("index page", pointer.position));
-        }
+    if root.data_blocks + root.zero_blocks > geometry.logical_block_count() {
+        return Err(lost("root", reference.root_position));
     }
+    map.start_counts(root.data_blocks, root.zero_blocks);
     let segment_count = geometry.segment_count();
     let mut records = vec![record_of(&SegmentUse::FREE); segment_count as usize];
     for page in 0..state.table_pages.len() {
@@ -483,7 +587,8 @@ fn load_tree(
     tree: Tree,
     depth: u8,
     top: &[Option<PagePointer>],
-    leaves: &mut PointerArray,
+    // Record leaf `page`'s pointer; `false`: beyond the tree, or named twice.
+    set_leaf: &mut dyn FnMut(u64, PagePointer) -> bool,
     directory_positions: &mut Vec<u64>,
 ) -> Result<()> {
     let lost = |position| Error::MetadataLost(LostMetadata::CheckpointBlock { what: "directory page", position });
@@ -493,10 +598,9 @@ fn load_tree(
     let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
     while let Some((level, index, pointer)) = pending.pop() {
         if level == 0 {
-            if index >= leaves.len() {
+            if !set_leaf(index, pointer) {
                 return Err(lost(pointer.position));
             }
-            leaves.set(index, pointer);
             continue;
         }
         read_block(geometry, members, pointer, "directory page", &mut block)?;

@@ -359,7 +359,7 @@ impl Cleaner {
         let mut runs: std::collections::BTreeMap<(u64, usize), Vec<BlockToRead>> = Default::default();
         for (index, record) in live.iter_mut().enumerate() {
             if let Mapping::Data { position } = record.mapping {
-                if self.core.map.get(record.logical_block) != record.mapping {
+                if self.core.map.get(record.logical_block)? != record.mapping {
                     continue; // overwritten meanwhile: skipped when appending
                 }
                 let location = self.core.geometry.locate(position);
@@ -433,7 +433,7 @@ impl Cleaner {
         }
         for (index, record) in live.iter_mut().enumerate() {
             if let (Mapping::Data { position }, false) = (record.mapping, done[index]) {
-                if self.core.map.get(record.logical_block) == record.mapping {
+                if self.core.map.get(record.logical_block)? == record.mapping {
                     let content = &mut contents[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES];
                     match self.core.read_position(position, record.logical_block, content, None) {
                         Ok(()) => {}
@@ -463,7 +463,7 @@ impl Cleaner {
     /// refers to (`data_only`: data blocks alone). A segment whose summaries can be
     /// neither read nor rebuilt is pinned (its blocks cannot be found to move them) and
     /// yields nothing.
-    fn live_records(&self, segment: u64, data_only: bool) -> Vec<Live> {
+    fn live_records(&self, segment: u64, data_only: bool) -> Result<Vec<Live>> {
         let core = &self.core;
         let entries = {
             let _fence = core.reuse_fence.read();
@@ -471,7 +471,7 @@ impl Cleaner {
         };
         let Ok(entries) = entries else {
             core.state.lock().space.segments[segment as usize].pinned = true;
-            return Vec::new();
+            return Ok(Vec::new());
         };
         let record = |logical_block: u64, mapping: Mapping, write_clock: u64, lifetime_class: u8| Live {
             logical_block,
@@ -490,7 +490,7 @@ impl Cleaner {
             match (entry, position) {
                 (Entry::Data { logical_block, lifetime_class, .. }, Some(position)) => {
                     let mapping = Mapping::Data { position };
-                    if logical_block < logical_blocks && core.map.get(logical_block) == mapping {
+                    if logical_block < logical_blocks && core.map.get(logical_block)? == mapping {
                         records.push(record(logical_block, mapping, write_clock, lifetime_class));
                     }
                 }
@@ -504,7 +504,7 @@ impl Cleaner {
                     };
                     let end = logical_block.saturating_add(block_count as u64).min(logical_blocks);
                     for block in logical_block..end {
-                        if core.map.get(block) == mapping && ranged.insert(block) {
+                        if core.map.get(block)? == mapping && ranged.insert(block) {
                             records.push(record(block, mapping, write_clock, format::LIFETIME_CLASS_UNKNOWN));
                         }
                     }
@@ -512,7 +512,7 @@ impl Cleaner {
                 _ => {}
             }
         }
-        records
+        Ok(records)
     }
 
     /// Run one cleaning round. `Ok(false)`: nothing could be gained (no used segment has
@@ -595,9 +595,12 @@ impl Cleaner {
         // summaries say each position holds, where the index still points there.
         let mut live: Vec<Live> = Vec::new();
         for &segment in victims {
-            live.extend(self.live_records(segment, false));
+            live.extend(self.live_records(segment, false)?);
         }
-        let mut fillers: Vec<Live> = filler.map(|segment| self.live_records(segment, true)).unwrap_or_default();
+        let mut fillers: Vec<Live> = match filler {
+            Some(segment) => self.live_records(segment, true)?,
+            None => Vec::new(),
+        };
         {
             let state = self.core.state.lock();
             for record in live.iter_mut() {
@@ -638,8 +641,10 @@ impl Cleaner {
             let state: &mut crate::io::WriteState = &mut guard;
             self.core.members.check_running()?;
             // Skip what the clients overwrote since it was read.
+            // (An index page that cannot be read: the block stays where it is, and so does
+            // its segment, whose live count it keeps.)
             let still_current = |record: &Live| {
-                self.core.map.get(record.logical_block) == record.mapping
+                self.core.map.get(record.logical_block).is_ok_and(|mapping| mapping == record.mapping)
                     && match record.mapping {
                         Mapping::Data { position } => {
                             self.core.generation(self.core.geometry.locate(position).segment) == record.generation

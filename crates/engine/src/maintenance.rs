@@ -548,14 +548,14 @@ impl<'a> Maintenance<'a> {
         let mut pinned = Vec::new();
         if !unrecoverable_positions.is_empty() {
             unrecoverable_positions.sort_unstable();
-            for (logical_block, mapping) in self.core.map.iter().enumerate() {
+            self.core.map.for_each(|logical_block, mapping| {
                 if let Mapping::Data { position } = mapping {
                     if unrecoverable_positions.binary_search(&position).is_ok() {
-                        report.logical_blocks_unrecoverable.push(logical_block as u64);
+                        report.logical_blocks_unrecoverable.push(logical_block);
                         pinned.push(self.core.geometry.locate(position).segment);
                     }
                 }
-            }
+            })?;
         }
         if !self.core.read_only {
             for segment in damaged_segments {

@@ -522,12 +522,12 @@ pub(crate) fn recover(
     members: &Members,
     volume_uuid: &[u8; 16],
     superblock_durable_through: u64,
+    map: BlockMap,
 ) -> Result<Recovered> {
     let started = Instant::now();
     let reader = Reader { geometry, members, volume_uuid, counters: Counters::default() };
     let log = read_log(&reader, true, superblock_durable_through)?;
     let logical_blocks = geometry.logical_block_count();
-    let map = BlockMap::for_geometry(geometry);
     let rows_on_media: Vec<AtomicU32> = (0..geometry.segment_count()).map(|_| AtomicU32::new(0)).collect();
     // The oldest clock of its batches: the minimum over them, from the top.
     let mut segments =
@@ -537,10 +537,17 @@ pub(crate) fn recover(
     let mut replayed = 0;
     let mut write_clock = 0;
     for (_, batch) in log.batches.range(..=log.last_sequence) {
+        // A map with no page in the log yet: every page is in RAM, no set reads one.
+        let mut failure = None;
         replay(geometry, batch, logical_blocks, &mut |block, mapping| {
-            map.set(block, mapping);
+            if let Err(error) = map.set(block, mapping) {
+                failure.get_or_insert(error);
+            }
         })
         .map_err(Error::InconsistentLog)?;
+        if let Some(error) = failure {
+            return Err(error);
+        }
         let header = &batch.header;
         rows_on_media[header.segment as usize].fetch_max(header.first_row + header.row_count, Ordering::Relaxed);
         let usage = &mut segments[header.segment as usize];
@@ -551,11 +558,11 @@ pub(crate) fn recover(
         replayed += 1;
     }
     let per_segment = geometry.blocks_per_segment();
-    for mapping in map.iter() {
+    map.for_each(|_, mapping| {
         if let Some(segment) = mapping.segment(per_segment) {
             segments[segment as usize].live_blocks += 1;
         }
-    }
+    })?;
     for (index, segment) in segments.iter_mut().enumerate() {
         if segment.opened_clock == u64::MAX {
             segment.opened_clock = 0;
@@ -746,11 +753,11 @@ pub(crate) fn check(
     let log = read_log(&reader, false, superblock_durable_through)?;
     let per_segment = geometry.blocks_per_segment();
     let mut live_segments = vec![false; geometry.segment_count() as usize];
-    for mapping in map.iter() {
+    map.for_each(|_, mapping| {
         if let Some(segment) = mapping.segment(per_segment) {
             live_segments[segment as usize] = true;
         }
-    }
+    })?;
     let mut report = CheckReport {
         segments_scanned: log.segments_scanned,
         batches_after_log_end: log.batches.range(log.last_sequence + 1..).count() as u64,
@@ -768,7 +775,7 @@ pub(crate) fn check(
         report.rows_with_bad_redundancy += verification.rows_with_bad_redundancy;
         for (index, entry) in batch.data_blocks() {
             if let Entry::Data { logical_block, .. } = entry {
-                let live = map.get(logical_block) == (Mapping::Data { position: batch.position(geometry, index) });
+                let live = map.get(logical_block)? == (Mapping::Data { position: batch.position(geometry, index) });
                 if live && verification.blocks_unrecoverable.contains(&index) {
                     report.logical_blocks_unrecoverable.push(logical_block);
                 }
@@ -953,10 +960,10 @@ pub(crate) fn recover_from_checkpoint(
     volume_uuid: &[u8; 16],
     superblock_durable_through: u64,
     reference: &format::CheckpointReference,
+    map: BlockMap,
 ) -> Result<(Recovered, crate::checkpoint::CheckpointState)> {
     let started = Instant::now();
     let reader = Reader { geometry, members, volume_uuid, counters: Counters::default() };
-    let map = BlockMap::for_geometry(geometry);
     let loaded = crate::checkpoint::load(geometry, members, volume_uuid, reference, &map)?;
     let root = &loaded.root;
     let checkpoint_sequence = root.sequence;
@@ -1075,8 +1082,16 @@ pub(crate) fn recover_from_checkpoint(
             usage.age_clock = usage.age_clock.max(header.write_clock);
             usage.sealed_rows = usage.sealed_rows.max(header.first_row + header.row_count);
         }
+        // Replay loads the index pages its batches touch (and only those).
+        let mut failure = None;
         replay(geometry, batch, logical_blocks, &mut |block, mapping| {
-            let old = map.set(block, mapping);
+            let old = match map.set(block, mapping) {
+                Ok(old) => old,
+                Err(error) => {
+                    failure.get_or_insert(error);
+                    return;
+                }
+            };
             if let Some(segment) = old.segment(per_segment) {
                 let usage = &mut segments[segment as usize];
                 usage.live_blocks = usage.live_blocks.saturating_sub(1);
@@ -1086,6 +1101,9 @@ pub(crate) fn recover_from_checkpoint(
             }
         })
         .map_err(Error::InconsistentLog)?;
+        if let Some(error) = failure {
+            return Err(error);
+        }
         write_clock = write_clock.max(header.write_clock);
         replayed += 1;
     }
@@ -1095,7 +1113,7 @@ pub(crate) fn recover_from_checkpoint(
             usage.live_blocks = 0;
         }
     }
-    for position in loaded.state.live_positions() {
+    for position in loaded.state.live_positions(&map) {
         let usage = &mut segments[(position / per_segment) as usize];
         usage.live_blocks += 1;
         usage.stream = crate::log::METADATA_STREAM as u8;

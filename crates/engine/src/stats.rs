@@ -305,6 +305,12 @@ pub struct VolumeStats {
     pub map_memory_bytes: u64,
     /// The same per logical block with every index page resident.
     pub map_bytes_per_logical_block: f64,
+    /// The map cache (`--map-cache`): RAM index pages may take, and what they take now.
+    pub map_cache_bytes: u64,
+    pub map_cache_used_bytes: u64,
+    /// Index pages read from the log since the open (misses), and evicted.
+    pub map_page_loads: u64,
+    pub map_page_evictions: u64,
     /// Bits of one index entry (as narrow as the volume's positions and segments allow).
     pub index_entry_bits: u32,
     pub checksum_memory_bytes: u64,

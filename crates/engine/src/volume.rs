@@ -7,7 +7,7 @@ use crate::cleaner::Cleaner;
 use crate::error::{Error, Result, Shutdown};
 use crate::index::checksums::ChecksumCache;
 use crate::index::lifetimes::Lifetimes;
-use crate::index::map::Mapping;
+use crate::index::map::{BlockMap, Mapping};
 use crate::io::{block_pieces, BlockWrite, Core, Lookup, OpenProblem, WriteState};
 use crate::layout::format;
 use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
@@ -79,6 +79,9 @@ pub struct OpenOptions {
     /// volume without one mounts (to compare the two: `stripelog bench scale`). Read-only
     /// opens only: a read-write open always mounts from the checkpoint.
     pub mount_by_scan: bool,
+    /// RAM for index pages (`--map-cache`); `None`: [`default_map_cache_bytes`]. Clean
+    /// pages beyond it are evicted and read again from the log when needed.
+    pub map_cache_bytes: Option<u64>,
 }
 
 /// Default write queue: 64 MiB of sealed batches and their parity.
@@ -110,7 +113,37 @@ impl Default for OpenOptions {
             checksum_cache_bytes: DEFAULT_CHECKSUM_CACHE_BYTES,
             checkpoint_interval: crate::checkpoint::CHECKPOINT_INTERVAL,
             mount_by_scan: false,
+            map_cache_bytes: None,
         }
+    }
+}
+
+/// The map cache when none is given: the whole index when it fits a quarter of the
+/// memory the machine has, else that quarter, and at least 64 MiB.
+pub fn default_map_cache_bytes(geometry: &Geometry) -> u64 {
+    let resident = crate::index::map::BlockMap::resident_size_for(
+        geometry.logical_block_count(),
+        crate::index::map::EntryCodec::for_geometry(geometry),
+    );
+    let quarter = machine_memory_bytes().map_or(u64::MAX, |total| total / 4);
+    resident.min(quarter).max(MAP_CACHE_DEFAULT_MINIMUM_BYTES)
+}
+
+/// The smallest default map cache.
+pub const MAP_CACHE_DEFAULT_MINIMUM_BYTES: u64 = 64 << 20;
+
+/// The map cache of this open, refused when larger than the machine's memory.
+fn map_cache_bytes(geometry: &Geometry, options: &OpenOptions) -> Result<u64> {
+    match options.map_cache_bytes {
+        None => Ok(default_map_cache_bytes(geometry)),
+        Some(bytes) => match machine_memory_bytes() {
+            Some(total) if bytes > total => Err(Error::InvalidRequest(format!(
+                "a map cache of {} is more than this machine's memory ({})",
+                crate::error::gibibytes(bytes),
+                crate::error::gibibytes(total)
+            ))),
+            _ => Ok(bytes),
+        },
     }
 }
 
@@ -154,14 +187,18 @@ impl Volume {
     /// Write fresh superblocks to `members` (any previous content is forgotten) and open
     /// the new volume.
     pub fn create(members: Vec<MemberDevice>, options: &CreateOptions, open_options: &OpenOptions) -> Result<Volume> {
-        members::create(&members, options, &|geometry| check_memory(geometry, open_options))?;
+        members::create(&members, options, &|geometry| {
+            check_memory(geometry, open_options, map_cache_bytes(geometry, open_options)?)
+        })?;
         Volume::open(members, open_options)
     }
 
     /// Open a volume: check its members, recover the log, rebuild the map.
     pub fn open(members: Vec<MemberDevice>, options: &OpenOptions) -> Result<Volume> {
         let (members, superblock) = members::open(members)?;
-        check_memory(&superblock.geometry(), options)?;
+        let members = Arc::new(members);
+        let map_cache_bytes = map_cache_bytes(&superblock.geometry(), options)?;
+        check_memory(&superblock.geometry(), options, map_cache_bytes)?;
         let holder = &superblock.holder;
         if !options.read_only
             && !options.take_over_from_another_host
@@ -193,6 +230,20 @@ impl Volume {
             )));
         }
         let by_scan = options.mount_by_scan && options.read_only;
+        let codec = crate::index::map::EntryCodec::for_geometry(&geometry);
+        let source = crate::checkpoint::MediaPages {
+            geometry: geometry.clone(),
+            members: members.clone(),
+            volume_uuid: superblock.volume_uuid,
+            width_bits: codec.width_bits as u8,
+        };
+        let (_, page_bytes) = BlockMap::pages_for(geometry.logical_block_count(), codec);
+        let map = BlockMap::paged(
+            geometry.logical_block_count(),
+            codec,
+            Some(Arc::new(source)),
+            map_cache_bytes / page_bytes.max(1),
+        );
         let (recovered, checkpoint_state) = match superblock.checkpoint.as_ref().filter(|_| !by_scan) {
             Some(reference) => mount::recover_from_checkpoint(
                 &geometry,
@@ -200,12 +251,17 @@ impl Volume {
                 &superblock.volume_uuid,
                 superblock.durable_through_sequence,
                 reference,
+                map,
             )?,
             None => {
-                let recovered =
-                    mount::recover(&geometry, &members, &superblock.volume_uuid, superblock.durable_through_sequence)?;
-                let state = crate::checkpoint::CheckpointState::empty(&geometry, &recovered.map);
-                (recovered, state)
+                let recovered = mount::recover(
+                    &geometry,
+                    &members,
+                    &superblock.volume_uuid,
+                    superblock.durable_through_sequence,
+                    map,
+                )?;
+                (recovered, crate::checkpoint::CheckpointState::empty(&geometry))
             }
         };
         let superblock = if options.read_only {
@@ -365,6 +421,7 @@ impl Volume {
             })
             .collect();
         apply(&self.cleaner, &blocks)?;
+        self.shared.evict_map_pages_if_needed();
         Counters::add(&self.shared.counters.host_bytes_written, data.len() as u64);
         if fua {
             self.flush()?;
@@ -441,6 +498,8 @@ impl Volume {
             buffer[range].copy_from_slice(&scratch[within..within + count]);
         }
         Counters::add(&self.shared.counters.host_bytes_read, buffer.len() as u64);
+        drop(_fence);
+        self.shared.evict_map_pages_if_needed();
         Ok(())
     }
 
@@ -472,7 +531,7 @@ impl Volume {
         if logical_block >= self.shared.map.block_count() {
             return Err(Error::InvalidRequest(format!("block {logical_block} is beyond the end of the volume")));
         }
-        Ok(self.shared.map.get(logical_block))
+        self.shared.map.get(logical_block)
     }
 
     /// Return when every write accepted before the call is durable on the members.
@@ -603,6 +662,7 @@ fn flush_timer(cleaner: Arc<Cleaner>, interval: Duration) {
             Ok(()) | Err(Error::OutOfSpace) | Err(Error::Closed) => {}
             Err(error) => shared.fail(Shutdown::Checkpoint(Arc::new(error))),
         }
+        shared.evict_map_pages_if_needed();
         // Idle (nothing accepted for a tick): make free segments ahead of the next burst,
         // up to the high watermark.
         let idle = {
@@ -689,6 +749,7 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
     let geometry = &core.geometry;
     // Kept by the map as it changes: no scan of the volume per call.
     let (blocks_mapped, blocks_zero) = core.map.counts();
+    let map_cache = core.map.cache_stats();
     let state = core.state.lock();
     let count_status = |wanted: fn(&SegmentStatus) -> bool| {
         state.space.segments.iter().filter(|segment| wanted(&segment.status)).count() as u64
@@ -784,6 +845,10 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         member_failures: core.members.failures_while_open(),
         map_memory_bytes: core.map.size_bytes(),
         map_bytes_per_logical_block: core.map.resident_size_bytes() as f64 / core.map.block_count().max(1) as f64,
+        map_cache_bytes: map_cache.capacity_pages.saturating_mul(core.map.page_size_bytes()),
+        map_cache_used_bytes: map_cache.resident_pages * core.map.page_size_bytes(),
+        map_page_loads: map_cache.loads,
+        map_page_evictions: map_cache.evictions,
         index_entry_bits: core.map.codec().width_bits,
         checksum_memory_bytes: core.checksums.size_bytes(),
         write_buffer_memory_bytes: ((core.write_queue_batches + 1) * geometry.data_columns()
@@ -843,11 +908,10 @@ impl Volume {
 /// What an open volume of `geometry` allocates whatever its use: the index with every page
 /// resident (it is not paged yet), the checksum cache, and the per-segment tables. (Buffers and the block cache are
 /// fixed budgets of their own.)
-pub(crate) fn memory_needed(geometry: &Geometry, checksum_cache_bytes: u64) -> (u64, String) {
-    let map = crate::index::map::BlockMap::resident_size_for(
-        geometry.logical_block_count(),
-        crate::index::map::EntryCodec::for_geometry(geometry),
-    );
+pub(crate) fn memory_needed(geometry: &Geometry, checksum_cache_bytes: u64, map_cache_bytes: u64) -> (u64, String) {
+    let codec = crate::index::map::EntryCodec::for_geometry(geometry);
+    let (_, page_bytes) = BlockMap::pages_for(geometry.logical_block_count(), codec);
+    let map = BlockMap::size_with_cache(geometry.logical_block_count(), codec, map_cache_bytes / page_bytes.max(1));
     // The cache's budget, or every table when fewer fill it (the tables of the segments
     // receiving batches are pinned besides: a few).
     let checksums = (geometry.physical_data_blocks() * 4).min(checksum_cache_bytes);
@@ -863,11 +927,11 @@ pub(crate) fn memory_needed(geometry: &Geometry, checksum_cache_bytes: u64) -> (
 }
 
 /// Refuse a volume whose index and tables need more RAM than allowed.
-fn check_memory(geometry: &Geometry, options: &OpenOptions) -> Result<()> {
+fn check_memory(geometry: &Geometry, options: &OpenOptions, map_cache_bytes: u64) -> Result<()> {
     let Some(available_bytes) = options.memory_limit_bytes.or_else(available_memory_bytes) else {
         return Ok(()); // the machine does not say: nothing to judge by
     };
-    let (needed_bytes, detail) = memory_needed(geometry, options.checksum_cache_bytes);
+    let (needed_bytes, detail) = memory_needed(geometry, options.checksum_cache_bytes, map_cache_bytes);
     if needed_bytes > available_bytes {
         return Err(Error::NotEnoughMemory { needed_bytes, available_bytes, detail });
     }
@@ -876,8 +940,17 @@ fn check_memory(geometry: &Geometry, options: &OpenOptions) -> Result<()> {
 
 /// The memory the kernel says new work can have (`MemAvailable` in /proc/meminfo).
 fn available_memory_bytes() -> Option<u64> {
+    meminfo_bytes("MemAvailable:")
+}
+
+/// The machine's memory (`MemTotal`).
+fn machine_memory_bytes() -> Option<u64> {
+    meminfo_bytes("MemTotal:")
+}
+
+fn meminfo_bytes(field: &str) -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = meminfo.lines().find(|line| line.starts_with("MemAvailable:"))?;
+    let line = meminfo.lines().find(|line| line.starts_with(field))?;
     let kibibytes: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kibibytes * 1024)
 }

@@ -227,6 +227,11 @@ pub(crate) struct ServeArguments {
     /// RAM per volume for caching blocks (recent writes and reads).
     #[arg(long, default_value = "256MiB", value_parser = units::parse_size)]
     cache: u64,
+    /// RAM per volume for index pages (clean pages beyond it are evicted and read back
+    /// from the log when needed); default: the whole index when it fits a quarter of the
+    /// machine's memory, else that quarter. More than the machine has is refused.
+    #[arg(long, value_parser = units::parse_size)]
+    map_cache: Option<u64>,
     /// Control socket for `stripelog replace/scrub --control` (default: SOCKET.control
     /// when serving on a Unix socket; none on TCP unless given).
     #[arg(long)]
@@ -433,6 +438,9 @@ struct SaturateArguments {
     /// The engine's block cache; 0 for none.
     #[arg(long, default_value = "256MiB", value_parser = units::parse_size)]
     cache: u64,
+    /// The engine's index page cache (as `serve --map-cache`).
+    #[arg(long, value_parser = units::parse_size)]
+    map_cache: Option<u64>,
     #[arg(long)]
     keep: bool,
     #[arg(long, default_value_t = 1)]
@@ -483,6 +491,9 @@ struct EngineBenchArguments {
     /// The engine's block cache (as `serve --cache`); 0 for none.
     #[arg(long, default_value = "256MiB", value_parser = units::parse_size)]
     cache: u64,
+    /// The engine's index page cache (as `serve --map-cache`).
+    #[arg(long, value_parser = units::parse_size)]
+    map_cache: Option<u64>,
     /// Also write the report as JSON to FILE.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -639,6 +650,13 @@ fn print_info(stats: &VolumeStats) {
         stats.map_bytes_per_logical_block,
         format_bytes(stats.checksum_memory_bytes),
         format_bytes(stats.write_buffer_memory_bytes)
+    );
+    println!(
+        "  map cache      {} of {} in use; {} pages read from the log, {} evicted since the open",
+        format_bytes(stats.map_cache_used_bytes),
+        format_bytes(stats.map_cache_bytes),
+        stats.map_page_loads,
+        stats.map_page_evictions
     );
     let recovery = &stats.recovery;
     println!(
@@ -976,6 +994,7 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
         duration_limit: arguments.time_limit,
         interval: arguments.interval,
         cache_size_bytes: arguments.cache,
+        map_cache_bytes: arguments.map_cache,
         keep_files: arguments.keep,
         force: arguments.force,
         seed: arguments.seed,
@@ -1064,6 +1083,7 @@ fn bench_engine(arguments: EngineBenchArguments) -> Result<ExitCode, String> {
         keep_files: arguments.keep,
         force: arguments.force,
         cache_size_bytes: arguments.cache,
+        map_cache_bytes: arguments.map_cache,
     };
     let bar = spinner("starting");
     let report = stripelog_bench::engine::run(&options, &|line| {

@@ -317,6 +317,7 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
         let options = OpenOptions {
             read_only: arguments.read_only,
             cache_size_bytes: arguments.cache,
+            map_cache_bytes: arguments.map_cache,
             holder_program: "stripelog serve".into(),
             take_over_from_another_host: arguments.force,
             ..OpenOptions::default()

@@ -50,9 +50,9 @@ impl PointerArray {
 }
 
 /// What the checkpoint writer keeps between checkpoints (under `Core::checkpoint`, which
-/// also serialises checkpoints).
+/// also serialises checkpoints). Where each index page's copy is, the map keeps itself
+/// (its loaders read it without this lock).
 pub(crate) struct CheckpointState {
-    pub(crate) index_pages: PointerArray,
     pub(crate) table_pages: PointerArray,
     /// Per segment table page: CRC32C of the records it was last written with (a page
     /// whose records did not change is not written again).
@@ -70,10 +70,9 @@ pub(crate) struct CheckpointState {
 
 impl CheckpointState {
     /// No checkpoint yet: every page is written by the first one.
-    pub(crate) fn empty(geometry: &Geometry, map: &BlockMap) -> CheckpointState {
+    pub(crate) fn empty(geometry: &Geometry) -> CheckpointState {
         let table_page_count = geometry.segment_count().div_ceil(SEGMENT_RECORDS_PER_PAGE as u64);
         CheckpointState {
-            index_pages: PointerArray::new(map.page_count()),
             table_pages: PointerArray::new(table_page_count),
             table_digests: vec![0; table_page_count as usize],
             directory_positions: Vec::new(),
@@ -84,19 +83,20 @@ impl CheckpointState {
         }
     }
 
-    /// Whether a checkpoint is due: many dirty pages, a large replay, or a long time with
-    /// writes. `batch_bytes`: bytes of batches written since the volume was opened.
+    /// Whether a checkpoint is due: many dirty pages (or half the map cache: they cannot
+    /// be evicted before one), a large replay, or a long time with writes. `batch_bytes`:
+    /// bytes of batches written since the volume was opened.
     pub(crate) fn due(&self, map: &BlockMap, batch_bytes: u64, interval: Duration) -> bool {
         let replay_bytes = batch_bytes.saturating_sub(self.batch_bytes_at_commit);
-        map.dirty_page_count() >= CHECKPOINT_DIRTY_PAGES_MAXIMUM
+        map.dirty_page_count() >= CHECKPOINT_DIRTY_PAGES_MAXIMUM.min(map.dirty_pages_due())
             || replay_bytes >= CHECKPOINT_REPLAY_BUDGET_BYTES
             || (replay_bytes > 0 && self.committed_at.elapsed() >= interval)
     }
 
     /// Where every checkpoint block of the committed checkpoint is (its live copies).
-    pub(crate) fn live_positions(&self) -> impl Iterator<Item = u64> + '_ {
-        self.index_pages
-            .iter()
+    pub(crate) fn live_positions<'a>(&'a self, map: &'a BlockMap) -> impl Iterator<Item = u64> + 'a {
+        map.copies()
+            .map(|(_, pointer)| pointer)
             .chain(self.table_pages.iter())
             .map(|pointer| pointer.position)
             .chain(self.directory_positions.iter().copied())

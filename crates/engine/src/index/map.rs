@@ -1,11 +1,20 @@
 //! The logical-to-physical map: one entry per logical 4 KiB block, bit-packed as narrow
-//! as the volume allows, in pages allocated on first write (docs/index-and-checkpoints.md,
-//! "Decisions" 1). Readers take no lock: each page has a sequence counter (a seqlock) that
-//! its writer makes odd while it changes the page; a reader that saw it change reads
-//! again. Writers are the engine's state-lock holders, one at a time per page.
+//! as the volume allows, in pages (docs/index-and-checkpoints.md, "Decisions" 1 and
+//! "Paging, as built"). A page is in RAM or only in the log: the map knows where each
+//! page's latest copy is, loads a missing page on demand from a [`PageSource`], and
+//! evicts clean pages to stay within its cache. Readers take no lock: each page has a
+//! sequence counter (a seqlock) that its writer makes odd while it changes the page; a
+//! reader that saw it change reads again. Writers are the engine's state-lock holders, one
+//! at a time per page; an evictor takes a page as a writer would.
 
+use crate::error::{Error, LostMetadata, Result};
+use crate::layout::checkpoint::PagePointer;
 use crate::layout::geometry::Geometry;
+use crossbeam_epoch as epoch;
+use parking_lot::Mutex;
+use std::collections::VecDeque;
 use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Bytes of entries in an index page (a 4 KiB block less its 64-byte header and CRC).
 pub const PAGE_ENTRY_BYTES: usize = 4028;
@@ -90,12 +99,26 @@ impl EntryCodec {
     }
 }
 
+/// Load locks (a loader holds its page's while it reads and installs it; an evictor
+/// only evicts a page whose lock is free).
+const LOAD_LOCK_COUNT: usize = 256;
+
+/// Where the map reads a page that is not in RAM: the copy a pointer names, verified,
+/// returned as its packed entries (`PAGE_ENTRY_BYTES`, little-endian).
+pub trait PageSource: Send + Sync {
+    fn read_page(&self, page: u64, pointer: PagePointer) -> Result<Vec<u8>>;
+}
+
 /// One page of entries in RAM.
 struct Page {
-    /// Even: stable; odd: its writer is changing it.
+    /// Even: stable; odd: its writer (or evictor) is changing it.
     sequence: AtomicU32,
     /// Changed since the last checkpoint took it.
     dirty: AtomicBool,
+    /// Looked up since the eviction clock last passed it.
+    referenced: AtomicBool,
+    /// Taken out of the map: writers look the page up again.
+    evicted: AtomicBool,
     words: Box<[AtomicU64]>,
 }
 
@@ -104,6 +127,8 @@ impl Page {
         Page {
             sequence: AtomicU32::new(0),
             dirty: AtomicBool::new(false),
+            referenced: AtomicBool::new(true),
+            evicted: AtomicBool::new(false),
             words: (0..word_count).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -133,6 +158,9 @@ impl Page {
 
     /// Read the entry at `bit` consistently with respect to its writer.
     fn read(&self, bit: u64, width: u32) -> u64 {
+        if !self.referenced.load(Ordering::Relaxed) {
+            self.referenced.store(true, Ordering::Relaxed);
+        }
         loop {
             let before = self.sequence.load(Ordering::Acquire);
             if before % 2 == 1 {
@@ -147,9 +175,9 @@ impl Page {
         }
     }
 
-    /// Replace the entry at `bit`, returning the old one. One writer per page at a time:
-    /// it makes the sequence odd (waiting while another writer has it so).
-    fn write(&self, bit: u64, width: u32, value: u64) -> u64 {
+    /// Make the sequence odd (waiting while another writer has it so); returns the even
+    /// value it had.
+    fn lock(&self) -> u32 {
         let mut current = self.sequence.load(Ordering::Relaxed);
         loop {
             if current % 2 == 1 {
@@ -163,11 +191,77 @@ impl Page {
             }
         }
         fence(Ordering::Release);
+        current
+    }
+
+    fn unlock(&self, locked_at: u32) {
+        self.sequence.store(locked_at + 2, Ordering::Release);
+    }
+
+    /// Replace the entry at `bit`: the old entry and whether the page became dirty.
+    /// `None`: the page was evicted meanwhile (look it up again).
+    fn write(&self, bit: u64, width: u32, value: u64) -> Option<(u64, bool)> {
+        let locked_at = self.lock();
+        if self.evicted.load(Ordering::Relaxed) {
+            self.unlock(locked_at);
+            return None;
+        }
         let old = self.bits(bit, width);
         self.set_bits(bit, width, value);
-        self.sequence.store(current + 2, Ordering::Release);
-        old
+        self.referenced.store(true, Ordering::Relaxed);
+        let became_dirty = !self.dirty.swap(true, Ordering::Relaxed);
+        self.unlock(locked_at);
+        Some((old, became_dirty))
     }
+
+    /// Mark the page evicted unless it is dirty (then `false`).
+    fn evict(&self) -> bool {
+        let locked_at = self.lock();
+        let clean = !self.dirty.load(Ordering::Relaxed);
+        if clean {
+            self.evicted.store(true, Ordering::Relaxed);
+        }
+        self.unlock(locked_at);
+        clean
+    }
+
+    fn packed(&self) -> Vec<u8> {
+        let mut bytes: Vec<u8> =
+            self.words.iter().flat_map(|word| word.load(Ordering::Relaxed).to_le_bytes()).collect();
+        bytes.resize(PAGE_ENTRY_BYTES, 0);
+        bytes
+    }
+}
+
+/// A slice of `length` zeroed values, from zeroed memory the system gives lazily: the
+/// slots of pages never used cost no resident memory.
+///
+/// # Safety
+/// All-zero bytes must be a valid `T` (an atomic integer or an atomic pointer: zero, null).
+unsafe fn zeroed_slice<T>(length: usize) -> Box<[T]> {
+    if length == 0 || std::mem::size_of::<T>() == 0 {
+        return Vec::new().into_boxed_slice();
+    }
+    let layout = std::alloc::Layout::array::<T>(length).expect("slice size overflows");
+    // SAFETY: the layout has a non-zero size (checked above).
+    let memory = unsafe { std::alloc::alloc_zeroed(layout) } as *mut T;
+    if memory.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: `memory` is an allocation of `length` values of `T` made with the global
+    // allocator and `Layout::array::<T>(length)` (what `Box<[T]>` frees with), and every
+    // value is valid because zeroed memory is a valid `T` (the caller's promise).
+    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(memory, length)) }
+}
+
+/// Cache figures for `info` and the benchmarks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MapCacheStats {
+    pub capacity_pages: u64,
+    pub resident_pages: u64,
+    pub dirty_pages: u64,
+    pub loads: u64,
+    pub evictions: u64,
 }
 
 pub struct BlockMap {
@@ -175,36 +269,74 @@ pub struct BlockMap {
     block_count: u64,
     entries_per_page: u64,
     words_per_page: usize,
-    /// One pointer per page; null: never written (every entry unmapped). Pages live until
-    /// the map is dropped.
+    /// One pointer per page; null: not in RAM. A page is freed once evicted and no thread
+    /// can still hold it (epoch-based reclamation).
     pages: Box<[AtomicPtr<Page>]>,
-    pages_allocated: AtomicU64,
+    /// Per page: data-space position + 1 of its latest checkpoint copy (0: never written),
+    /// and that copy's CRC32C.
+    copy_positions: Box<[AtomicU64]>,
+    copy_checksums: Box<[AtomicU32]>,
+    source: Option<Arc<dyn PageSource>>,
+    load_locks: Box<[Mutex<()>]>,
+    /// Pages the map may hold (clean ones are evicted beyond it); `u64::MAX`: no bound.
+    capacity_pages: AtomicU64,
+    resident_pages: AtomicU64,
+    /// Resident pages in the order the eviction clock visits them.
+    clock: Mutex<VecDeque<u64>>,
+    loads: AtomicU64,
+    evictions: AtomicU64,
     /// Entries that are data, and zero records, kept by `set` (no scan for statistics).
     data_blocks: AtomicU64,
     zero_blocks: AtomicU64,
-    /// Pages changed since the last checkpoint took them.
+    /// Pages changed since the last checkpoint took them, and their numbers.
     dirty_pages: AtomicU64,
+    dirty_list: Mutex<Vec<u64>>,
 }
 
 impl BlockMap {
+    /// A map with every page in RAM and nowhere else (tests, and a volume mounted by
+    /// scanning its log before its first checkpoint).
     pub fn new(block_count: u64, codec: EntryCodec) -> Self {
+        BlockMap::paged(block_count, codec, None, u64::MAX)
+    }
+
+    /// A map whose pages not in RAM are read from `source`, holding at most about
+    /// `capacity_pages` of them (0: none stays once clean — the simulation's setting).
+    pub fn paged(
+        block_count: u64,
+        codec: EntryCodec,
+        source: Option<Arc<dyn PageSource>>,
+        capacity_pages: u64,
+    ) -> Self {
         let entries_per_page = codec.entries_per_page();
         let words_per_page = (entries_per_page * codec.width_bits as u64).div_ceil(64) as usize;
-        let page_count = block_count.div_ceil(entries_per_page);
+        let page_count = block_count.div_ceil(entries_per_page) as usize;
         BlockMap {
             codec,
             block_count,
             entries_per_page,
             words_per_page,
-            pages: (0..page_count).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
-            pages_allocated: AtomicU64::new(0),
+            // SAFETY: a zeroed `AtomicPtr` is null, a zeroed atomic integer is zero.
+            pages: unsafe { zeroed_slice(page_count) },
+            // SAFETY: as above.
+            copy_positions: unsafe { zeroed_slice(page_count) },
+            // SAFETY: as above.
+            copy_checksums: unsafe { zeroed_slice(page_count) },
+            source,
+            load_locks: (0..LOAD_LOCK_COUNT).map(|_| Mutex::new(())).collect(),
+            capacity_pages: AtomicU64::new(capacity_pages),
+            resident_pages: AtomicU64::new(0),
+            clock: Mutex::new(VecDeque::new()),
+            loads: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
             data_blocks: AtomicU64::new(0),
             zero_blocks: AtomicU64::new(0),
             dirty_pages: AtomicU64::new(0),
+            dirty_list: Mutex::new(Vec::new()),
         }
     }
 
-    /// The map of a volume with `geometry`.
+    /// The map of a volume with `geometry`, every page in RAM.
     pub fn for_geometry(geometry: &Geometry) -> Self {
         BlockMap::new(geometry.logical_block_count(), EntryCodec::for_geometry(geometry))
     }
@@ -217,18 +349,19 @@ impl BlockMap {
         self.codec
     }
 
-    fn page(&self, index: u64) -> Option<&Page> {
+    /// Page `index` if it is in RAM, valid while `guard` is held.
+    fn resident<'g>(&self, index: u64, guard: &'g epoch::Guard) -> Option<&'g Page> {
+        let _ = guard;
         let pointer = self.pages[index as usize].load(Ordering::Acquire);
-        // SAFETY: a non-null pointer was made by `Box::into_raw` in `page_or_new` and is
-        // freed only by `drop`, which has `&mut self`: it outlives every `&self` borrow.
+        // SAFETY: a non-null pointer was made by `Box::into_raw` in `install` and is freed
+        // only after it was replaced by null and every guard pinned before then is gone
+        // (`evict_page` defers the free through the epoch; `drop` has `&mut self`).
         (!pointer.is_null()).then(|| unsafe { &*pointer })
     }
 
-    fn page_or_new(&self, index: u64) -> &Page {
-        if let Some(page) = self.page(index) {
-            return page;
-        }
-        let fresh = Box::into_raw(Box::new(Page::new(self.words_per_page)));
+    /// Put `page` in RAM as page `index`; `false`: another one got there first.
+    fn install(&self, index: u64, page: Page) -> bool {
+        let fresh = Box::into_raw(Box::new(page));
         match self.pages[index as usize].compare_exchange(
             std::ptr::null_mut(),
             fresh,
@@ -236,17 +369,101 @@ impl BlockMap {
             Ordering::Acquire,
         ) {
             Ok(_) => {
-                self.pages_allocated.fetch_add(1, Ordering::Relaxed);
-                // SAFETY: just stored; see `page`.
-                unsafe { &*fresh }
+                self.resident_pages.fetch_add(1, Ordering::Relaxed);
+                self.clock.lock().push_back(index);
+                true
             }
-            Err(existing) => {
+            Err(_) => {
                 // SAFETY: `fresh` came from `Box::into_raw` above and was never shared.
                 drop(unsafe { Box::from_raw(fresh) });
-                // SAFETY: see `page`.
-                unsafe { &*existing }
+                false
             }
         }
+    }
+
+    /// The pointer to page `index`'s latest checkpoint copy.
+    pub fn copy(&self, index: u64) -> Option<PagePointer> {
+        let position = self.copy_positions[index as usize].load(Ordering::Acquire);
+        (position != 0).then(|| PagePointer {
+            position: position - 1,
+            checksum: self.copy_checksums[index as usize].load(Ordering::Acquire),
+        })
+    }
+
+    /// Point page `index` at a new copy (the checkpoint writer, which holds its lock);
+    /// returns the pointer it replaces.
+    pub fn set_copy(&self, index: u64, pointer: PagePointer) -> Option<PagePointer> {
+        let old = self.copy(index);
+        self.copy_checksums[index as usize].store(pointer.checksum, Ordering::Release);
+        self.copy_positions[index as usize].store(pointer.position + 1, Ordering::Release);
+        old
+    }
+
+    /// Every page copy (page number, pointer).
+    pub fn copies(&self) -> impl Iterator<Item = (u64, PagePointer)> + '_ {
+        (0..self.page_count()).filter_map(|index| Some((index, self.copy(index)?)))
+    }
+
+    /// Read page `index`'s copy and check it: its entries, or lost metadata.
+    fn read_copy(&self, index: u64, pointer: PagePointer) -> Result<Vec<u8>> {
+        let lost =
+            || Error::MetadataLost(LostMetadata::CheckpointBlock { what: "index page", position: pointer.position });
+        let source = self.source.as_ref().ok_or_else(lost)?;
+        let packed = source.read_page(index, pointer)?;
+        self.page_counts(index, &self.page_from(&packed)).ok_or_else(lost)?;
+        Ok(packed)
+    }
+
+    fn page_from(&self, packed: &[u8]) -> Page {
+        let page = Page::new(self.words_per_page);
+        for (word, chunk) in page.words.iter().zip(packed.chunks(8)) {
+            let mut bytes = [0u8; 8];
+            bytes[..chunk.len()].copy_from_slice(chunk);
+            word.store(u64::from_le_bytes(bytes), Ordering::Relaxed);
+        }
+        page
+    }
+
+    /// Data and zero entries of page `index`; `None` when an entry is beyond what the
+    /// volume can hold (or set past its last block).
+    fn page_counts(&self, index: u64, page: &Page) -> Option<(u64, u64)> {
+        let width = self.codec.width_bits;
+        let first = index * self.entries_per_page;
+        let end = (first + self.entries_per_page).min(self.block_count);
+        let (mut data, mut zero) = (0, 0);
+        for slot in 0..end - first {
+            let value = page.bits(slot * width as u64, width);
+            if !self.codec.is_valid(value) {
+                return None;
+            }
+            match self.codec.decode(value) {
+                Mapping::Data { .. } => data += 1,
+                Mapping::Zero { .. } => zero += 1,
+                _ => {}
+            }
+        }
+        for slot in end - first..self.entries_per_page {
+            if page.bits(slot * width as u64, width) != 0 {
+                return None;
+            }
+        }
+        Some((data, zero))
+    }
+
+    /// Bring page `index` into RAM from its copy (it has one).
+    fn load(&self, index: u64) -> Result<()> {
+        let _load = self.load_locks[index as usize % LOAD_LOCK_COUNT].lock();
+        if !self.pages[index as usize].load(Ordering::Acquire).is_null() {
+            return Ok(());
+        }
+        let Some(pointer) = self.copy(index) else {
+            return Ok(());
+        };
+        let packed = self.read_copy(index, pointer)?;
+        let installed = self.install(index, self.page_from(&packed));
+        debug_assert!(installed, "a page is only installed under its load lock or with no copy");
+        self.loads.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     fn place(&self, logical_block: u64) -> (u64, u64) {
@@ -254,26 +471,62 @@ impl BlockMap {
         (logical_block / self.entries_per_page, (logical_block % self.entries_per_page) * self.codec.width_bits as u64)
     }
 
-    pub fn get(&self, logical_block: u64) -> Mapping {
-        let (page, bit) = self.place(logical_block);
-        match self.page(page) {
-            None => Mapping::Unmapped,
-            Some(page) => self.codec.decode(page.read(bit, self.codec.width_bits)),
+    /// The mapping of `logical_block`, loading its page when it is only in the log.
+    pub fn get(&self, logical_block: u64) -> Result<Mapping> {
+        let (index, bit) = self.place(logical_block);
+        loop {
+            {
+                let guard = epoch::pin();
+                if let Some(page) = self.resident(index, &guard) {
+                    return Ok(self.codec.decode(page.read(bit, self.codec.width_bits)));
+                }
+            }
+            if self.copy(index).is_none() {
+                return Ok(Mapping::Unmapped);
+            }
+            self.load(index)?;
+        }
+    }
+
+    /// The mapping of `logical_block` when its page is in RAM or was never written;
+    /// `None`: it would have to be read.
+    pub fn get_if_resident(&self, logical_block: u64) -> Option<Mapping> {
+        let (index, bit) = self.place(logical_block);
+        let guard = epoch::pin();
+        match self.resident(index, &guard) {
+            Some(page) => Some(self.codec.decode(page.read(bit, self.codec.width_bits))),
+            None => self.copy(index).is_none().then_some(Mapping::Unmapped),
         }
     }
 
     /// Replace a mapping and return the old one. Callers hold the state lock.
-    pub fn set(&self, logical_block: u64, mapping: Mapping) -> Mapping {
-        let (page, bit) = self.place(logical_block);
+    pub fn set(&self, logical_block: u64, mapping: Mapping) -> Result<Mapping> {
+        let (index, bit) = self.place(logical_block);
         let value = self.codec.encode(mapping);
-        if value == 0 && self.page(page).is_none() {
-            return Mapping::Unmapped;
-        }
-        let page = self.page_or_new(page);
-        let old = self.codec.decode(page.write(bit, self.codec.width_bits, value));
-        if !page.dirty.swap(true, Ordering::Relaxed) {
+        let (old, became_dirty) = loop {
+            {
+                let guard = epoch::pin();
+                if let Some(page) = self.resident(index, &guard) {
+                    match page.write(bit, self.codec.width_bits, value) {
+                        Some(done) => break done,
+                        None => continue, // evicted meanwhile
+                    }
+                }
+            }
+            if self.copy(index).is_some() {
+                self.load(index)?;
+            } else if value == 0 {
+                return Ok(Mapping::Unmapped);
+            } else {
+                // Never written: a page of unmapped entries.
+                self.install(index, Page::new(self.words_per_page));
+            }
+        };
+        if became_dirty {
             self.dirty_pages.fetch_add(1, Ordering::Relaxed);
+            self.dirty_list.lock().push(index);
         }
+        let old = self.codec.decode(old);
         let counter = |mapping: Mapping| match mapping {
             Mapping::Data { .. } => Some(&self.data_blocks),
             Mapping::Zero { .. } => Some(&self.zero_blocks),
@@ -287,10 +540,10 @@ impl BlockMap {
                 counter.fetch_add(1, Ordering::Relaxed);
             }
         }
-        old
+        Ok(old)
     }
 
-    /// Pages in the map (written or not).
+    /// Pages in the map (in RAM or not).
     pub fn page_count(&self) -> u64 {
         self.pages.len() as u64
     }
@@ -304,68 +557,51 @@ impl BlockMap {
         self.dirty_pages.load(Ordering::Relaxed)
     }
 
-    /// Whether page `index` changed since a checkpoint last took it.
-    pub fn is_dirty(&self, index: u64) -> bool {
-        self.page(index).is_some_and(|page| page.dirty.load(Ordering::Relaxed))
+    /// The pages changed since a checkpoint last took them (the list empties; a page
+    /// taken by [`BlockMap::take_page`] is clean again, one that is not stays dirty and
+    /// listed by [`BlockMap::mark_dirty`] if needed).
+    pub fn take_dirty_list(&self) -> Vec<u64> {
+        let mut list = std::mem::take(&mut *self.dirty_list.lock());
+        list.sort_unstable();
+        list.dedup();
+        list
     }
 
-    /// The packed entries of page `index` as stored on media (`INDEX_PAGE_PAYLOAD_BYTES`,
-    /// little-endian), marking it clean; `None`: never written. Callers hold the state lock
-    /// (no writer changes the page meanwhile).
+    /// Make sure page `index` is in RAM (the checkpoint writer, before its snapshot, for
+    /// pages it rewrites to empty a metadata segment).
+    pub fn ensure_resident(&self, index: u64) -> Result<()> {
+        self.load(index)
+    }
+
+    /// The packed entries of page `index` as stored on media (`PAGE_ENTRY_BYTES`,
+    /// little-endian), marking it clean; `None`: not in RAM. Callers hold the state lock
+    /// (no writer changes the page meanwhile) and the checkpoint lock (no eviction).
     pub fn take_page(&self, index: u64) -> Option<Vec<u8>> {
-        let page = self.page(index)?;
+        let guard = epoch::pin();
+        let page = self.resident(index, &guard)?;
         if page.dirty.swap(false, Ordering::Relaxed) {
             self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
         }
-        let mut bytes: Vec<u8> =
-            page.words.iter().flat_map(|word| word.load(Ordering::Relaxed).to_le_bytes()).collect();
-        bytes.resize(PAGE_ENTRY_BYTES, 0);
-        Some(bytes)
+        Some(page.packed())
     }
 
     /// Mark page `index` changed again (a checkpoint that took it failed before it
     /// committed).
     pub fn mark_dirty(&self, index: u64) {
-        if let Some(page) = self.page(index) {
+        let guard = epoch::pin();
+        if let Some(page) = self.resident(index, &guard) {
             if !page.dirty.swap(true, Ordering::Relaxed) {
                 self.dirty_pages.fetch_add(1, Ordering::Relaxed);
+                self.dirty_list.lock().push(index);
             }
         }
     }
 
-    /// Install page `index` from its packed entries as stored on media (mount, before the
-    /// map is shared). Entries beyond what the volume can hold are refused: `false`.
-    pub fn install_page(&self, index: u64, packed: &[u8]) -> bool {
-        let page = self.page_or_new(index);
-        for (word, chunk) in page.words.iter().zip(packed.chunks(8)) {
-            let mut bytes = [0u8; 8];
-            bytes[..chunk.len()].copy_from_slice(chunk);
-            word.store(u64::from_le_bytes(bytes), Ordering::Relaxed);
-        }
-        let width = self.codec.width_bits;
-        let first = index * self.entries_per_page;
-        let end = (first + self.entries_per_page).min(self.block_count);
-        let (mut data, mut zero) = (0, 0);
-        for slot in 0..end - first {
-            let value = page.bits(slot * width as u64, width);
-            if !self.codec.is_valid(value) {
-                return false;
-            }
-            match self.codec.decode(value) {
-                Mapping::Data { .. } => data += 1,
-                Mapping::Zero { .. } => zero += 1,
-                _ => {}
-            }
-        }
-        // Entries past the volume's last block must be unmapped.
-        for slot in end - first..self.entries_per_page {
-            if page.bits(slot * width as u64, width) != 0 {
-                return false;
-            }
-        }
-        self.data_blocks.fetch_add(data, Ordering::Relaxed);
-        self.zero_blocks.fetch_add(zero, Ordering::Relaxed);
-        true
+    /// Start from a checkpoint's counts (mount, before the map is shared; the directory
+    /// gave each page's copy through [`BlockMap::set_copy`]).
+    pub fn start_counts(&self, data: u64, zero: u64) {
+        self.data_blocks.store(data, Ordering::Relaxed);
+        self.zero_blocks.store(zero, Ordering::Relaxed);
     }
 
     /// Logical blocks mapped to data, and recorded as zeros.
@@ -373,48 +609,157 @@ impl BlockMap {
         (self.data_blocks.load(Ordering::Relaxed), self.zero_blocks.load(Ordering::Relaxed))
     }
 
-    /// RAM the map holds: the page pointers and the pages written so far.
-    pub fn size_bytes(&self) -> u64 {
-        let page_bytes = (self.words_per_page * 8 + std::mem::size_of::<Page>()) as u64;
-        self.pages.len() as u64 * std::mem::size_of::<AtomicPtr<Page>>() as u64
-            + self.pages_allocated.load(Ordering::Relaxed) * page_bytes
+    /// Whether more pages are in RAM than the cache allows.
+    pub fn over_capacity(&self) -> bool {
+        self.resident_pages.load(Ordering::Relaxed) > self.capacity_pages.load(Ordering::Relaxed)
     }
 
-    /// RAM the map would hold with every page written.
+    /// The dirty pages at which a checkpoint is due: half the cache (they cannot be
+    /// evicted until one writes them).
+    pub fn dirty_pages_due(&self) -> u64 {
+        (self.capacity_pages.load(Ordering::Relaxed) / 2).max(1)
+    }
+
+    /// Evict clean pages not used since the clock last passed them, down to 15/16 of the
+    /// cache. Callers hold the checkpoint lock (no checkpoint between its snapshot and
+    /// its commit). Returns the pages evicted.
+    pub fn evict(&self) -> u64 {
+        let capacity = self.capacity_pages.load(Ordering::Relaxed);
+        let target = capacity - capacity / 16;
+        let mut evicted = 0;
+        // Each resident page is visited at most twice (once to clear its bit).
+        let mut visits = 2 * self.resident_pages.load(Ordering::Relaxed);
+        while self.resident_pages.load(Ordering::Relaxed) > target && visits > 0 {
+            visits -= 1;
+            let Some(index) = self.clock.lock().pop_front() else { break };
+            match self.try_evict(index) {
+                Some(true) => evicted += 1,
+                Some(false) => self.clock.lock().push_back(index),
+                None => {} // no longer resident: its clock entry goes
+            }
+        }
+        self.evictions.fetch_add(evicted, Ordering::Relaxed);
+        evicted
+    }
+
+    /// Evict page `index` if it may go: `Some(true)` evicted, `Some(false)` kept, `None`
+    /// not in RAM.
+    fn try_evict(&self, index: u64) -> Option<bool> {
+        let Some(_load) = self.load_locks[index as usize % LOAD_LOCK_COUNT].try_lock() else {
+            return Some(false);
+        };
+        let guard = epoch::pin();
+        let pointer = self.pages[index as usize].load(Ordering::Acquire);
+        let page = self.resident(index, &guard)?;
+        if self.copy(index).is_none()
+            || page.dirty.load(Ordering::Relaxed)
+            || page.referenced.swap(false, Ordering::Relaxed)
+            || !page.evict()
+        {
+            return Some(false);
+        }
+        self.pages[index as usize].store(std::ptr::null_mut(), Ordering::Release);
+        self.resident_pages.fetch_sub(1, Ordering::Relaxed);
+        // SAFETY: `pointer` came from `Box::into_raw` in `install`; it is no longer in
+        // the map, and the epoch frees it once every guard that could have loaded it is
+        // gone. Evicting needs the load lock, so nothing installs it again.
+        unsafe { guard.defer_unchecked(move || drop(Box::from_raw(pointer))) };
+        Some(true)
+    }
+
+    /// Visit every entry in logical order without filling the cache: pages not in RAM
+    /// are read from their copies and dropped (scans: check, scrub, counts).
+    pub fn for_each(&self, mut visit: impl FnMut(u64, Mapping)) -> Result<()> {
+        let width = self.codec.width_bits;
+        for index in 0..self.page_count() {
+            let first = index * self.entries_per_page;
+            let end = (first + self.entries_per_page).min(self.block_count);
+            let guard = epoch::pin();
+            let loaded;
+            let page = match self.resident(index, &guard) {
+                Some(page) => Some(page),
+                None => match self.copy(index) {
+                    None => None,
+                    Some(pointer) => {
+                        loaded = self.page_from(&self.read_copy(index, pointer)?);
+                        Some(&loaded)
+                    }
+                },
+            };
+            for logical_block in first..end {
+                let mapping = match page {
+                    None => Mapping::Unmapped,
+                    Some(page) => self.codec.decode(page.read((logical_block - first) * width as u64, width)),
+                };
+                visit(logical_block, mapping);
+            }
+        }
+        Ok(())
+    }
+
+    /// Every mapping in logical order (a map with every page in RAM: tests).
+    pub fn iter(&self) -> impl Iterator<Item = Mapping> + '_ {
+        let mut all = Vec::with_capacity(self.block_count as usize);
+        self.for_each(|_, mapping| all.push(mapping)).expect("a map in RAM reads no page");
+        all.into_iter()
+    }
+
+    pub fn cache_stats(&self) -> MapCacheStats {
+        MapCacheStats {
+            capacity_pages: self.capacity_pages.load(Ordering::Relaxed),
+            resident_pages: self.resident_pages.load(Ordering::Relaxed),
+            dirty_pages: self.dirty_page_count(),
+            loads: self.loads.load(Ordering::Relaxed),
+            evictions: self.evictions.load(Ordering::Relaxed),
+        }
+    }
+
+    /// RAM one page in the cache takes.
+    pub fn page_size_bytes(&self) -> u64 {
+        (self.words_per_page * 8 + std::mem::size_of::<Page>()) as u64
+    }
+
+    /// RAM the map holds: the per-page slots and the pages in RAM.
+    pub fn size_bytes(&self) -> u64 {
+        self.pages.len() as u64 * SLOT_BYTES + self.resident_pages.load(Ordering::Relaxed) * self.page_size_bytes()
+    }
+
+    /// RAM the map would hold with every page in RAM.
     pub fn resident_size_bytes(&self) -> u64 {
         BlockMap::resident_size_for(self.block_count, self.codec)
     }
 
-    /// RAM a map of `block_count` entries would hold with every page written, computed
+    /// RAM a map of `block_count` entries would hold with every page in RAM, computed
     /// without making one.
     pub fn resident_size_for(block_count: u64, codec: EntryCodec) -> u64 {
-        let entries_per_page = codec.entries_per_page();
-        let words_per_page = (entries_per_page * codec.width_bits as u64).div_ceil(64);
-        let page_bytes = words_per_page * 8 + std::mem::size_of::<Page>() as u64;
-        block_count.div_ceil(entries_per_page) * (std::mem::size_of::<AtomicPtr<Page>>() as u64 + page_bytes)
+        let (pages, page_bytes) = BlockMap::pages_for(block_count, codec);
+        pages * (SLOT_BYTES + page_bytes)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = Mapping> + '_ {
-        (0..self.pages.len() as u64).flat_map(move |page_index| {
-            let first = page_index * self.entries_per_page;
-            let end = (first + self.entries_per_page).min(self.block_count);
-            let page = self.page(page_index);
-            (first..end).map(move |logical_block| match page {
-                None => Mapping::Unmapped,
-                Some(page) => self
-                    .codec
-                    .decode(page.read((logical_block - first) * self.codec.width_bits as u64, self.codec.width_bits)),
-            })
-        })
+    /// Pages of a map of `block_count` entries, and the RAM each takes in the cache.
+    pub fn pages_for(block_count: u64, codec: EntryCodec) -> (u64, u64) {
+        let entries_per_page = codec.entries_per_page();
+        let words_per_page = (entries_per_page * codec.width_bits as u64).div_ceil(64);
+        (block_count.div_ceil(entries_per_page), words_per_page * 8 + std::mem::size_of::<Page>() as u64)
+    }
+
+    /// RAM a map of `block_count` entries holds with at most `capacity_pages` in RAM.
+    pub fn size_with_cache(block_count: u64, codec: EntryCodec, capacity_pages: u64) -> u64 {
+        let (pages, page_bytes) = BlockMap::pages_for(block_count, codec);
+        pages * SLOT_BYTES + pages.min(capacity_pages) * page_bytes
     }
 }
+
+/// Per page whether in RAM or not: its slot (8 bytes) and its copy's pointer (12).
+const SLOT_BYTES: u64 = 20;
 
 impl Drop for BlockMap {
     fn drop(&mut self) {
         for pointer in self.pages.iter() {
             let pointer = pointer.load(Ordering::Acquire);
             if !pointer.is_null() {
-                // SAFETY: made by `Box::into_raw` in `page_or_new`, freed once, here.
+                // SAFETY: made by `Box::into_raw` in `install`, still in the map (evicted
+                // pages were replaced by null), freed once, here.
                 drop(unsafe { Box::from_raw(pointer) });
             }
         }
@@ -476,12 +821,12 @@ mod tests {
                     2 => Mapping::Zero { segment: value % segments },
                     _ => Mapping::Trimmed { segment: value % segments },
                 };
-                let old = map.set(block, mapping);
+                let old = map.set(block, mapping).expect("in RAM");
                 prop_assert_eq!(old, reference[block as usize]);
                 reference[block as usize] = mapping;
             }
             for (block, expected) in reference.iter().enumerate() {
-                prop_assert_eq!(map.get(block as u64), *expected);
+                prop_assert_eq!(map.get(block as u64).expect("in RAM"), *expected);
             }
             let data = reference.iter().filter(|mapping| matches!(mapping, Mapping::Data { .. })).count() as u64;
             let zero = reference.iter().filter(|mapping| matches!(mapping, Mapping::Zero { .. })).count() as u64;
@@ -510,7 +855,7 @@ mod tests {
                     let mut reads = 0u64;
                     while !stop.load(Ordering::Relaxed) {
                         for block in 0..4000 {
-                            match map.get(block) {
+                            match map.get(block).expect("in RAM") {
                                 Mapping::Unmapped => {}
                                 // Every value written is all ones or all zeros below bit 34.
                                 Mapping::Data { position } => {
@@ -528,7 +873,7 @@ mod tests {
         for round in 0..200u64 {
             for block in 0..4000 {
                 let position = if (block + round) % 2 == 0 { (1 << 34) - 1 } else { 0 };
-                map.set(block, Mapping::Data { position });
+                map.set(block, Mapping::Data { position }).expect("in RAM");
             }
         }
         stop.store(true, Ordering::Relaxed);

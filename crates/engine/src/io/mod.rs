@@ -60,7 +60,7 @@ pub(crate) struct Core {
     pub(crate) volume_uuid: [u8; 16],
     pub(crate) epoch: u64,
     pub(crate) read_only: bool,
-    pub(crate) members: Members,
+    pub(crate) members: Arc<Members>,
     pub(crate) map: BlockMap,
     /// CRC32C of every data-space position of every written batch.
     pub(crate) checksums: ChecksumCache,
@@ -306,16 +306,19 @@ impl Core {
     pub(crate) fn accept(&self, state: &mut WriteState, block: &BlockWrite) -> Result<bool> {
         match *block {
             BlockWrite::Data(logical_block, data, checksum) => {
+                // The block's index page in RAM before the batch changes: it stays there
+                // while the state lock is held (eviction takes it too), so `remap` cannot fail.
+                self.map.get(logical_block)?;
                 Ok(self.accept_data(state, logical_block, data, checksum, None))
             }
-            BlockWrite::Zero(logical_block) => Ok(self.accept_range(state, logical_block, false)),
-            BlockWrite::Trim(logical_block) => Ok(self.accept_range(state, logical_block, true)),
+            BlockWrite::Zero(logical_block) => self.accept_range(state, logical_block, false),
+            BlockWrite::Trim(logical_block) => self.accept_range(state, logical_block, true),
             BlockWrite::Patch(logical_block, within, data) => {
                 let mut merged = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
                 self.read_block(logical_block, &mut merged, Some(state))?;
                 merged[within..within + data.len()].copy_from_slice(data);
                 if format::is_all_zero(&merged) {
-                    Ok(self.accept_range(state, logical_block, false))
+                    self.accept_range(state, logical_block, false)
                 } else {
                     let checksum = format::block_checksum(&merged);
                     Ok(self.accept_data(state, logical_block, &merged, checksum, None))
@@ -361,8 +364,8 @@ impl Core {
         true
     }
 
-    pub(crate) fn accept_range(&self, state: &mut WriteState, logical_block: u64, trim: bool) -> bool {
-        let current = self.map.get(logical_block);
+    pub(crate) fn accept_range(&self, state: &mut WriteState, logical_block: u64, trim: bool) -> Result<bool> {
+        let current = self.map.get(logical_block)?;
         let redundant = match current {
             Mapping::Unmapped => true,
             Mapping::Trimmed { .. } => true,
@@ -370,9 +373,9 @@ impl Core {
             Mapping::Data { .. } => false,
         };
         if redundant {
-            return true;
+            return Ok(true);
         }
-        self.record_range(state, logical_block, trim)
+        Ok(self.record_range(state, logical_block, trim))
     }
 
     /// Add a zero or trim record for `logical_block` to the open batch (`false`: full).
@@ -394,10 +397,14 @@ impl Core {
         true
     }
 
-    /// Point `logical_block` at `mapping`, keeping segment live counts.
+    /// Point `logical_block` at `mapping`, keeping segment live counts. Its index page is
+    /// in RAM: callers looked the block up under the state lock they still hold.
     pub(crate) fn remap(&self, state: &mut WriteState, logical_block: u64, mapping: Mapping) {
         let per_segment = self.geometry.blocks_per_segment();
-        let old = self.map.set(logical_block, mapping);
+        let old = self
+            .map
+            .set(logical_block, mapping)
+            .expect("the index page is in RAM: looked up under the state lock, which eviction needs");
         if let Some(open) = state.log.open.as_mut().filter(|open| !open.relocation) {
             // The old version lived since its segment's oldest clock (no per-block time).
             if let (Mapping::Data { .. }, Some(segment)) = (mapping, old.segment(per_segment)) {
@@ -858,7 +865,7 @@ impl Core {
     /// Read logical block `logical_block` into `out` (4096 bytes). Callers hold the reuse
     /// fence, or pass the state they hold (which also keeps segments from being reused).
     pub(crate) fn read_block(&self, logical_block: u64, out: &mut [u8], held: Option<&WriteState>) -> Result<()> {
-        match self.map.get(logical_block) {
+        match self.map.get(logical_block)? {
             Mapping::Data { position } => self.read_position(position, logical_block, out, held),
             _ => {
                 out.fill(0);
@@ -909,9 +916,11 @@ impl Core {
         out: &mut [u8],
         held: Option<&WriteState>,
     ) -> Lookup {
-        match self.map.get(logical_block) {
-            Mapping::Data { position } => self.position_from_memory(position, out, held),
-            _ => {
+        // An index page only in the log would need a member read.
+        match self.map.get_if_resident(logical_block) {
+            None => Lookup::OnMembers,
+            Some(Mapping::Data { position }) => self.position_from_memory(position, out, held),
+            Some(_) => {
                 out.fill(0);
                 Lookup::Served
             }

@@ -248,6 +248,10 @@ pub struct CheckpointRoot {
     /// The volume's epoch when the snapshot was taken: every batch a stream wrote after it
     /// has this epoch or a later one (older batches in free segments are stale).
     pub epoch: u64,
+    /// The map's entries that are data, and zero records, at `sequence` (mount does not
+    /// read every index page to count them).
+    pub data_blocks: u64,
+    pub zero_blocks: u64,
 }
 
 const ROOT_STREAMS_OFFSET: usize = 64;
@@ -281,6 +285,8 @@ impl CheckpointRoot {
         }
         put(block, ROOT_LAST_SEGMENT_OFFSET, &self.last_segment.to_le_bytes());
         put(block, ROOT_LAST_SEGMENT_OFFSET + 8, &self.epoch.to_le_bytes());
+        put(block, ROOT_LAST_SEGMENT_OFFSET + 16, &self.data_blocks.to_le_bytes());
+        put(block, ROOT_LAST_SEGMENT_OFFSET + 24, &self.zero_blocks.to_le_bytes());
         seal(block);
     }
 
@@ -310,6 +316,8 @@ impl CheckpointRoot {
             segment_top: pointers(ROOT_SEGMENT_TOP_OFFSET),
             last_segment: read_u64(block, ROOT_LAST_SEGMENT_OFFSET),
             epoch: read_u64(block, ROOT_LAST_SEGMENT_OFFSET + 8),
+            data_blocks: read_u64(block, ROOT_LAST_SEGMENT_OFFSET + 16),
+            zero_blocks: read_u64(block, ROOT_LAST_SEGMENT_OFFSET + 24),
         })
     }
 }
@@ -410,6 +418,7 @@ mod tests {
             let root = CheckpointRoot {
                 generation, sequence, write_clock: clock, durable_through_sequence: sequence / 2, streams,
                 index_tree_depth: 2, segment_tree_depth: 1, index_top, segment_top, last_segment: generation ^ 7, epoch: clock ^ 3,
+                data_blocks: generation ^ 11, zero_blocks: sequence ^ 13,
             };
             let mut block = vec![0u8; BLOCK_SIZE_BYTES];
             root.encode(&mut block, &UUID);

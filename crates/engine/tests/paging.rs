@@ -1,0 +1,122 @@
+//! The paged index (docs/index-and-checkpoints.md, "Paging, as built"): a volume whose map
+//! cache holds two index pages serves every block right — written, overwritten, trimmed,
+//! after a checkpoint, a crash and a reopen — reading pages back from the log and evicting
+//! them as it goes; a map cache larger than the machine is refused.
+
+mod common;
+
+use common::{members, memory_members};
+use std::collections::BTreeMap;
+use stripelog_blockdev::Prng;
+use stripelog_engine::{CreateOptions, Error, IoMode, OpenOptions, RaidLevel, Volume, BLOCK_SIZE_BYTES};
+
+const MEMBER_SIZE_BYTES: u64 = 24 << 20;
+const CHUNK_SIZE_BYTES: u32 = 64 << 10;
+const BLOCK_BYTES: u64 = BLOCK_SIZE_BYTES as u64;
+
+fn create_options() -> CreateOptions {
+    CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: CHUNK_SIZE_BYTES, ..CreateOptions::default() }
+}
+
+/// Two index pages in RAM at most; a checkpoint at every flush.
+fn small_cache() -> OpenOptions {
+    OpenOptions {
+        flush_interval: None,
+        io_mode: IoMode::Inline,
+        cache_size_bytes: 0,
+        checkpoint_interval: std::time::Duration::ZERO,
+        map_cache_bytes: Some(2 * 4200),
+        ..OpenOptions::default()
+    }
+}
+
+/// Logical block → content (absent: reads zeros).
+type Model = BTreeMap<u64, Vec<u8>>;
+
+fn verify(volume: &Volume, model: &Model, logical_blocks: u64, what: &str) {
+    let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+    for logical_block in 0..logical_blocks {
+        volume.read(logical_block * BLOCK_BYTES, &mut block).unwrap_or_else(|error| panic!("{what}: {error}"));
+        match model.get(&logical_block) {
+            Some(content) => assert!(block == *content, "{what}: block {logical_block} differs"),
+            None => assert!(block.iter().all(|&byte| byte == 0), "{what}: block {logical_block} should be zeros"),
+        }
+    }
+}
+
+#[test]
+fn a_map_cache_of_two_pages_serves_every_block_through_checkpoints_a_crash_and_a_reopen() {
+    let devices = memory_members(4, MEMBER_SIZE_BYTES);
+    let volume = Volume::create(members(&devices), &create_options(), &small_cache()).expect("create");
+    let logical_blocks = volume.logical_size_bytes() / BLOCK_BYTES;
+    let pages = logical_blocks.div_ceil(1000);
+    assert!(pages >= 8, "the volume spans {pages} index pages: too few to page");
+    let mut prng = Prng::new(20);
+    let mut model = Model::new();
+    // Every block written once, in runs, a flush (and a checkpoint) now and then.
+    let run_blocks = 64;
+    for first in (0..logical_blocks).step_by(run_blocks as usize) {
+        let count = run_blocks.min(logical_blocks - first);
+        let mut data = vec![0u8; (count * BLOCK_BYTES) as usize];
+        prng.fill(&mut data);
+        volume.write(first * BLOCK_BYTES, &data, false).expect("write");
+        for (index, content) in data.chunks(BLOCK_SIZE_BYTES).enumerate() {
+            model.insert(first + index as u64, content.to_vec());
+        }
+        if prng.below(8) == 0 {
+            volume.flush().expect("flush");
+        }
+    }
+    volume.flush().expect("flush");
+    // Random overwrites and trims all over the volume: each touches a page that is
+    // probably not in RAM.
+    for _ in 0..600 {
+        let block = prng.below(logical_blocks);
+        if prng.below(5) == 0 {
+            volume.trim(block * BLOCK_BYTES, BLOCK_BYTES).expect("trim");
+            model.remove(&block);
+        } else {
+            let mut data = vec![0u8; BLOCK_SIZE_BYTES];
+            prng.fill(&mut data);
+            volume.write(block * BLOCK_BYTES, &data, false).expect("overwrite");
+            model.insert(block, data);
+        }
+        if prng.below(50) == 0 {
+            volume.flush().expect("flush");
+        }
+    }
+    volume.flush().expect("flush");
+    verify(&volume, &model, logical_blocks, "after the overwrites");
+    let stats = volume.stats();
+    assert!(stats.map_page_loads > 0 && stats.map_page_evictions > 0, "nothing was paged: {stats:?}");
+    assert!(
+        stats.map_cache_used_bytes <= 4 * stats.map_cache_bytes,
+        "{} of index pages in RAM for a cache of {}",
+        stats.map_cache_used_bytes,
+        stats.map_cache_bytes
+    );
+    assert_eq!(stats.blocks_mapped, model.len() as u64, "the counts follow the pages");
+    // A crash: the mount starts from the last checkpoint, reading only the pages it needs.
+    volume.abandon();
+    let volume = Volume::open(members(&devices), &small_cache()).expect("reopen after the crash");
+    let stats = volume.stats();
+    assert_eq!(stats.blocks_mapped, model.len() as u64, "the counts come from the checkpoint");
+    assert!(stats.map_cache_used_bytes <= 4 * stats.map_cache_bytes, "mount loaded every page: {stats:?}");
+    verify(&volume, &model, logical_blocks, "after the crash");
+    assert!(volume.check().expect("check").is_clean());
+    volume.close().expect("close");
+    // A cache that holds everything reads the same.
+    let whole = OpenOptions { map_cache_bytes: None, ..small_cache() };
+    let volume = Volume::open(members(&devices), &whole).expect("reopen with the default cache");
+    verify(&volume, &model, logical_blocks, "with the default cache");
+    volume.close().expect("close");
+}
+
+#[test]
+fn a_map_cache_larger_than_the_machine_is_refused() {
+    let devices = memory_members(4, MEMBER_SIZE_BYTES);
+    let huge = OpenOptions { map_cache_bytes: Some(u64::MAX / 2), ..small_cache() };
+    let error = Volume::create(members(&devices), &create_options(), &huge).err().expect("create refused");
+    assert!(matches!(error, Error::InvalidRequest(_)), "{error}");
+    assert!(error.to_string().contains("more than this machine's memory"), "{error}");
+}
