@@ -119,12 +119,7 @@ fn measure(program: &Path, paths: &[PathBuf], member_size_bytes: u64, step: &str
 pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String> {
     let mut report = Report::default();
     // The empty volume: sparse members of the size that gives the logical size asked for.
-    let data_columns = match options.raid_level {
-        RaidLevel::Raid0 => options.members as u64,
-        RaidLevel::Raid5 => options.members as u64 - 1,
-        RaidLevel::Raid6 => options.members as u64 - 2,
-        RaidLevel::Raid10 => options.members as u64 / 2,
-    };
+    let data_columns = options.raid_level.data_columns(options.members).max(1) as u64;
     let spare = f64::from(options.spare_ppm) / 1e6;
     let empty_member_bytes = ((options.empty_logical_bytes as f64 / (1.0 - spare) / data_columns as f64) as u64)
         .next_multiple_of(u64::from(options.chunk_size_bytes))

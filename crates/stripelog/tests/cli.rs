@@ -257,3 +257,47 @@ fn a_volume_whose_index_does_not_fit_in_memory_is_refused_with_the_figures() {
         assert_eq!(std::os::unix::fs::MetadataExt::blocks(&metadata), 0, "{member} was written");
     }
 }
+
+/// `bench scale` end to end on a small volume: every step's child opens what it should
+/// (the empty volume, the written one, from the checkpoint and by scanning, after SIGKILL)
+/// and the report says so.
+#[test]
+fn bench_scale_measures_every_open_of_a_small_volume() {
+    let directory = Directory::new("scale");
+    let json = directory.0.join("scale.json");
+    let dir = directory.0.join("members");
+    let output = stripelog(&[
+        "bench",
+        "scale",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--members",
+        "3",
+        "--member-size",
+        "96MiB",
+        "--chunk",
+        "64KiB",
+        "--write",
+        "64MiB",
+        "--empty-size",
+        "16GiB",
+        "--load",
+        "1s",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "bench scale: {}", text(&output));
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("the JSON report")).expect("JSON");
+    for open in ["written_resident", "clean_mount", "clean_scan_mount", "killed_mount", "killed_scan_mount"] {
+        assert!(report[open]["error"].is_null(), "{open} failed: {}", report[open]);
+        assert!(report[open]["seconds"].as_f64().unwrap() > 0.0, "{open}: {}", report[open]);
+    }
+    assert!(report["empty"]["open"]["error"].is_null(), "the empty 16 GiB volume: {}", report["empty"]);
+    assert!(report["killed_read_write_open"]["error"].is_null(), "{}", report["killed_read_write_open"]);
+    assert_eq!(report["clean_mount"]["from_checkpoint"], true, "{}", report["clean_mount"]);
+    assert_eq!(report["clean_scan_mount"]["from_checkpoint"], false, "{}", report["clean_scan_mount"]);
+    assert!(report["clean_scan_mount"]["segments_scanned"].as_u64().unwrap() > 0);
+    assert!(report["written_bytes"].as_u64().unwrap() >= 64 << 20, "{report}");
+    assert!(text(&output).contains("per TiB"), "the report prints per-TiB figures: {}", text(&output));
+}

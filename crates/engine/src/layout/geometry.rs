@@ -43,6 +43,16 @@ impl RaidLevel {
     }
 
     /// How many failed members this level always survives.
+    /// Members of a stripe row that hold data, for `member_count` members.
+    pub fn data_columns(self, member_count: usize) -> usize {
+        match self {
+            RaidLevel::Raid0 => member_count,
+            RaidLevel::Raid10 => member_count / 2,
+            RaidLevel::Raid5 => member_count.saturating_sub(1),
+            RaidLevel::Raid6 => member_count.saturating_sub(2),
+        }
+    }
+
     pub fn failures_tolerated(self) -> usize {
         match self {
             RaidLevel::Raid0 => 0,
@@ -136,12 +146,7 @@ impl Geometry {
     }
 
     pub fn data_columns(&self) -> usize {
-        match self.raid_level {
-            RaidLevel::Raid0 => self.member_count,
-            RaidLevel::Raid10 => self.member_count / 2,
-            RaidLevel::Raid5 => self.member_count - 1,
-            RaidLevel::Raid6 => self.member_count - 2,
-        }
+        self.raid_level.data_columns(self.member_count)
     }
 
     pub fn parity_shards(&self) -> usize {
