@@ -523,10 +523,24 @@ pub(crate) fn recover(
     volume_uuid: &[u8; 16],
     superblock_durable_through: u64,
     map: BlockMap,
+    new_volume: bool,
 ) -> Result<Recovered> {
     let started = Instant::now();
     let reader = Reader { geometry, members, volume_uuid, counters: Counters::default() };
-    let log = read_log(&reader, true, superblock_durable_through)?;
+    // A volume `create` just made has no batch: nothing on its members carries its UUID,
+    // so there is nothing to scan (millions of segment heads on a large volume).
+    let log = if new_volume {
+        Log {
+            batches: BTreeMap::new(),
+            last_sequence: 0,
+            repairs: Vec::new(),
+            tail_verified: 0,
+            segments_scanned: 0,
+            ended_at_unreadable_batch: None,
+        }
+    } else {
+        read_log(&reader, true, superblock_durable_through)?
+    };
     let logical_blocks = geometry.logical_block_count();
     let rows_on_media: Vec<AtomicU32> = (0..geometry.segment_count()).map(|_| AtomicU32::new(0)).collect();
     // The oldest clock of its batches: the minimum over them, from the top.
@@ -584,6 +598,7 @@ pub(crate) fn recover(
         *slot = (*slot).max(end);
     }
     let release: Vec<(u64, u32)> = (0..geometry.segment_count())
+        .filter(|_| !new_volume)
         .filter_map(|segment| {
             let row =
                 if segments[segment as usize].status == SegmentStatus::Free { 0 } else { chain_ends[segment as usize] };

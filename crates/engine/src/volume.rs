@@ -190,11 +190,16 @@ impl Volume {
         members::create(&members, options, &|geometry| {
             check_memory(geometry, open_options, map_cache_bytes(geometry, open_options)?)
         })?;
-        Volume::open(members, open_options)
+        Volume::open_volume(members, open_options, true)
     }
 
     /// Open a volume: check its members, recover the log, rebuild the map.
     pub fn open(members: Vec<MemberDevice>, options: &OpenOptions) -> Result<Volume> {
+        Volume::open_volume(members, options, false)
+    }
+
+    /// `new_volume`: `create` just wrote the superblocks (no log to recover).
+    fn open_volume(members: Vec<MemberDevice>, options: &OpenOptions, new_volume: bool) -> Result<Volume> {
         let (members, superblock) = members::open(members)?;
         let members = Arc::new(members);
         let map_cache_bytes = map_cache_bytes(&superblock.geometry(), options)?;
@@ -260,6 +265,7 @@ impl Volume {
                     &superblock.volume_uuid,
                     superblock.durable_through_sequence,
                     map,
+                    new_volume && superblock.checkpoint.is_none(),
                 )?;
                 (recovered, crate::checkpoint::CheckpointState::empty(&geometry))
             }
