@@ -71,7 +71,11 @@ pub(crate) fn deadline<'a>(latencies: impl Iterator<Item = &'a ReadLatency>) -> 
         return HEDGE_DEADLINE_FLOOR;
     }
     means.sort_unstable();
-    let median = means[means.len() / 2];
+    // The lower median: with two members read so far (a RAID-10 volume reads one side of
+    // each mirror), the upper one would be the slow member itself, which then never looks
+    // late. (Until the first open of a new volume stopped scanning every segment, every
+    // member had been read before any client read.)
+    let median = means[(means.len() - 1) / 2];
     HEDGE_DEADLINE_FLOOR.max(Duration::from_nanos(median.saturating_mul(HEDGE_LATENCY_FACTOR)))
 }
 
@@ -198,6 +202,12 @@ mod tests {
         let fast = ReadLatency::default();
         fast.record(Duration::from_micros(10), || Duration::from_secs(1));
         assert_eq!(deadline(std::iter::once(&fast)), HEDGE_DEADLINE_FLOOR);
+        // Two members read so far, one of them the slow one: the deadline follows the
+        // other (RAID-10 reads one side of each mirror).
+        let pair = [ReadLatency::default(), ReadLatency::default()];
+        pair[0].record(Duration::from_millis(20), || Duration::from_secs(1));
+        pair[1].record(Duration::from_millis(1), || Duration::from_secs(1));
+        assert_eq!(deadline(pair.iter()), Duration::from_millis(3));
     }
 
     #[test]
