@@ -75,6 +75,7 @@ pub struct Report {
     pub random_read: Vec<Phase>,
     pub logical_size_bytes: u64,
     pub map_bytes_per_logical_block: f64,
+    pub map_cache: crate::MapCacheUse,
     /// Map, checksums, write buffers and block cache.
     pub engine_memory_bytes: u64,
     pub cache_size_bytes: u64,
@@ -374,6 +375,7 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         random_read,
         logical_size_bytes,
         map_bytes_per_logical_block: stats.map_bytes_per_logical_block,
+        map_cache: crate::MapCacheUse::of(&stats),
         engine_memory_bytes: engine_memory,
         cache_size_bytes: stats.cache_memory_bytes,
         engine_memory_bytes_per_logical_gib: engine_memory as f64 / logical_gib,

@@ -29,6 +29,44 @@ mod workload;
 
 pub use memory::resident_memory_bytes;
 
+/// How the engine's index page cache did during a benchmark (`--map-cache`).
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct MapCacheUse {
+    /// The cache, and the whole index with every page in RAM.
+    pub cache_bytes: u64,
+    pub whole_index_bytes: u64,
+    /// Index pages read back from the log, and evicted, during the open.
+    pub page_loads: u64,
+    pub page_evictions: u64,
+    pub checkpoints: u64,
+}
+
+impl MapCacheUse {
+    pub fn of(stats: &stripelog_engine::VolumeStats) -> MapCacheUse {
+        MapCacheUse {
+            cache_bytes: stats.map_cache_bytes,
+            whole_index_bytes: (stats.map_bytes_per_logical_block
+                * (stats.logical_size_bytes / stripelog_engine::BLOCK_SIZE_BYTES as u64) as f64)
+                as u64,
+            page_loads: stats.map_page_loads,
+            page_evictions: stats.map_page_evictions,
+            checkpoints: stats.checkpoints,
+        }
+    }
+
+    /// One line for a report.
+    pub fn describe(&self) -> String {
+        format!(
+            "map cache {:.1} MiB of a {:.1} MiB index: {} pages read back, {} evicted, {} checkpoints",
+            self.cache_bytes as f64 / (1 << 20) as f64,
+            self.whole_index_bytes as f64 / (1 << 20) as f64,
+            self.page_loads,
+            self.page_evictions,
+            self.checkpoints
+        )
+    }
+}
+
 /// A size for tables: `512B`, `4KiB`, `1MiB`.
 pub fn format_size(bytes: u64) -> String {
     match bytes {

@@ -103,6 +103,7 @@ pub struct Report {
     pub write_amplification_total: f64,
     pub latency_p99_ns: u64,
     pub latency_max_ns: u64,
+    pub map_cache: crate::MapCacheUse,
 }
 
 /// Per-thread records, merged at the end (nothing shared on the write path but one counter).
@@ -371,6 +372,7 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         write_amplification_total: if data_written > 0.0 { members_written / data_written } else { 0.0 },
         latency_p99_ns: overall.value_at_quantile(0.99),
         latency_max_ns: overall.max(),
+        map_cache: crate::MapCacheUse::of(&end),
     };
     volume.close().map_err(|error| error.to_string())?;
     Ok(report)

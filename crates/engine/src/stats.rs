@@ -286,6 +286,8 @@ pub struct VolumeStats {
     /// Everything written to the members / new data.
     pub write_amplification_total: f64,
     pub flushes: u64,
+    /// Checkpoints committed since the open.
+    pub checkpoints: u64,
     pub batches_written: u64,
     pub full_stripes: u64,
     pub short_stripes: u64,

@@ -839,6 +839,7 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         member_bytes_metadata: Counters::get(&counters.member_bytes_metadata),
         member_bytes_padding: Counters::get(&counters.member_bytes_padding),
         flushes: Counters::get(&counters.flushes),
+        checkpoints: Counters::get(&counters.checkpoints),
         batches_written: Counters::get(&counters.batches_written),
         full_stripes: Counters::get(&counters.full_stripes),
         short_stripes: Counters::get(&counters.short_stripes),

@@ -1055,6 +1055,7 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
         report.latency_p99_ns as f64 / 1e3,
         report.latency_max_ns as f64 / 1e6
     );
+    println!("{}", report.map_cache.describe());
     write_json_file(arguments.json.as_deref(), &report)?;
     if let Some(path) = &arguments.csv {
         let mut text = String::from("second,iops\n");
@@ -1144,6 +1145,7 @@ fn bench_engine(arguments: EngineBenchArguments) -> Result<ExitCode, String> {
             .map(|bytes| format!("; process resident growth {:.2} MiB per logical GiB", bytes / (1 << 20) as f64))
             .unwrap_or_default()
     );
+    println!("{}", report.map_cache.describe());
     write_json_file(arguments.json.as_deref(), &report)?;
     Ok(ExitCode::SUCCESS)
 }
