@@ -412,24 +412,8 @@ fn read_log(reader: &Reader, verify_tail: bool, superblock_durable_through: u64)
     if durable > 0 && !batches.contains_key(&durable) {
         return Err(Error::MetadataLost(LostMetadata::DurableBatchMissing { batch: durable }));
     }
-    let mut last_sequence = durable;
-    let mut repairs = Vec::new();
-    let mut tail_verified = 0;
-    let mut ended_at_unreadable_batch = None;
-    while let Some(batch) = batches.get(&(last_sequence + 1)) {
-        if verify_tail {
-            let verification = reader.verify(batch);
-            tail_verified += 1;
-            if !verification.blocks_unrecoverable.is_empty() {
-                // A crash tore it — or, if the last flush made it durable and nothing
-                // recorded that yet, damage beyond redundancy struck it: no way to tell.
-                ended_at_unreadable_batch = Some(batch.header.sequence);
-                break;
-            }
-            repairs.extend(verification.repairs);
-        }
-        last_sequence += 1;
-    }
+    let Tail { last_sequence, repairs, tail_verified, ended_at_unreadable_batch } =
+        reader.tail(&batches, durable, verify_tail);
     check_predecessors(&batches, &heads, last_sequence)?;
     check_chain_ends(&heads, &ends, last_sequence)?;
     Ok(Log {
@@ -800,6 +784,41 @@ pub(crate) fn check(
     Ok(report)
 }
 
+/// The log's end after the durable frontier.
+struct Tail {
+    /// The last batch kept.
+    last_sequence: u64,
+    /// Damaged shards of the kept tail batches, to rewrite in place.
+    repairs: Vec<(usize, u64, AlignedBuffer)>,
+    tail_verified: u64,
+    /// The first batch after the end that was found but could not be read.
+    ended_at_unreadable_batch: Option<u64>,
+}
+
+impl Reader<'_> {
+    /// Keep the batches that follow `durable` in sequence, each verified (when `verify`)
+    /// and repaired, up to the first one that cannot be read: a crash tore it — or, if the
+    /// last flush made it durable and nothing recorded that yet, damage beyond redundancy
+    /// struck it (no way to tell).
+    fn tail(&self, batches: &BTreeMap<u64, FoundBatch>, durable: u64, verify: bool) -> Tail {
+        let mut tail =
+            Tail { last_sequence: durable, repairs: Vec::new(), tail_verified: 0, ended_at_unreadable_batch: None };
+        while let Some(batch) = batches.get(&(tail.last_sequence + 1)) {
+            if verify {
+                let verification = self.verify(batch);
+                tail.tail_verified += 1;
+                if !verification.blocks_unrecoverable.is_empty() {
+                    tail.ended_at_unreadable_batch = Some(batch.header.sequence);
+                    break;
+                }
+                tail.repairs.extend(verification.repairs);
+            }
+            tail.last_sequence += 1;
+        }
+        tail
+    }
+}
+
 /// One stream's walk after a checkpoint, along the forward links.
 #[derive(Default)]
 struct StreamWalk {
@@ -1009,20 +1028,8 @@ pub(crate) fn recover_from_checkpoint(
     if let Some(missing) = (checkpoint_sequence + 1..=durable).find(|sequence| !batches.contains_key(sequence)) {
         return Err(Error::MetadataLost(LostMetadata::DurableBatchMissing { batch: missing }));
     }
-    let mut last_sequence = durable.max(checkpoint_sequence);
-    let mut repairs = Vec::new();
-    let mut tail_verified = 0;
-    let mut ended_at_unreadable_batch = None;
-    while let Some(batch) = batches.get(&(last_sequence + 1)) {
-        let verification = reader.verify(batch);
-        tail_verified += 1;
-        if !verification.blocks_unrecoverable.is_empty() {
-            ended_at_unreadable_batch = Some(batch.header.sequence);
-            break;
-        }
-        repairs.extend(verification.repairs);
-        last_sequence += 1;
-    }
+    let Tail { last_sequence, repairs, tail_verified, ended_at_unreadable_batch } =
+        reader.tail(&batches, durable.max(checkpoint_sequence), true);
     // Per stream, what the kept prefix says: the segments it wrote after the checkpoint
     // (and the root's current one), and the segment it goes on in — named by its last
     // kept batch. Batches beyond the end are made unreadable; the next walk from this

@@ -573,6 +573,16 @@ impl BlockMap {
         self.load(index)
     }
 
+    /// Make sure the page of `logical_block` is in RAM if it has a copy (writers, under the
+    /// state lock, before they change the open batch): one atomic load when it is there.
+    pub fn ensure_resident_for(&self, logical_block: u64) -> Result<()> {
+        let (index, _) = self.place(logical_block);
+        if self.pages[index as usize].load(Ordering::Acquire).is_null() && self.copy(index).is_some() {
+            self.load(index)?;
+        }
+        Ok(())
+    }
+
     /// The packed entries of page `index` as stored on media (`PAGE_ENTRY_BYTES`,
     /// little-endian), marking it clean; `None`: not in RAM. Callers hold the state lock
     /// (no writer changes the page meanwhile) and the checkpoint lock (no eviction).

@@ -308,7 +308,7 @@ impl Core {
             BlockWrite::Data(logical_block, data, checksum) => {
                 // The block's index page in RAM before the batch changes: it stays there
                 // while the state lock is held (eviction takes it too), so `remap` cannot fail.
-                self.map.get(logical_block)?;
+                self.map.ensure_resident_for(logical_block)?;
                 Ok(self.accept_data(state, logical_block, data, checksum, None))
             }
             BlockWrite::Zero(logical_block) => self.accept_range(state, logical_block, false),
@@ -339,29 +339,37 @@ impl Core {
         relocated: Option<(u8, u64)>,
     ) -> bool {
         debug_assert_eq!(checksum, format::block_checksum(data));
-        let open = state.log.open.as_mut().expect("an open batch");
-        let Some(Slot::Block(index)) = open.reserve(true) else {
+        let lifetime_class = relocated.map_or(format::LIFETIME_CLASS_UNKNOWN, |(class, _)| class);
+        let entry = Entry::Data { logical_block, checksum, lifetime_class };
+        let Some(position) = self.append_block(state, data, checksum, entry) else {
             return false;
         };
-        open.block_mut(index).copy_from_slice(data);
+        if let Some((_, clock)) = relocated {
+            let open = state.log.open.as_mut().expect("an open batch");
+            open.oldest_clock = open.oldest_clock.min(clock);
+        }
+        self.remap(state, logical_block, Mapping::Data { position });
+        true
+    }
+
+    /// Put `block` in the open batch's next data slot, described by `entry`, and record its
+    /// checksum for its position: the position, or `None` when the batch is full.
+    fn append_block(&self, state: &mut WriteState, block: &[u8], checksum: u32, entry: Entry) -> Option<u64> {
+        let open = state.log.open.as_mut().expect("an open batch");
+        let Some(Slot::Block(index)) = open.reserve(true) else {
+            return None;
+        };
+        open.block_mut(index).copy_from_slice(block);
         let (row, column) = open.place(index);
         let position = self.geometry.position(open.segment, open.first_row + row, column);
-        let lifetime_class = match relocated {
-            Some((class, clock)) => {
-                open.oldest_clock = open.oldest_clock.min(clock);
-                class
-            }
-            None => format::LIFETIME_CLASS_UNKNOWN,
-        };
-        open.push_entry(Entry::Data { logical_block, checksum, lifetime_class });
+        open.push_entry(entry);
         let segment = open.segment;
         let offset = position % self.geometry.blocks_per_segment();
         match &state.current_checksums[open.stream] {
             Some((current, table)) if *current == segment => table.set(offset, checksum),
             _ => self.current_table(segment).set(offset, checksum),
         }
-        self.remap(state, logical_block, Mapping::Data { position });
-        true
+        Some(position)
     }
 
     pub(crate) fn accept_range(&self, state: &mut WriteState, logical_block: u64, trim: bool) -> Result<bool> {
@@ -509,22 +517,9 @@ impl Core {
         number: u64,
         block: &[u8],
     ) -> Option<u64> {
-        let open = state.log.open.as_mut().expect("an open batch");
-        let Some(Slot::Block(index)) = open.reserve(true) else {
-            return None;
-        };
-        open.block_mut(index).copy_from_slice(block);
-        let (row, column) = open.place(index);
-        let position = self.geometry.position(open.segment, open.first_row + row, column);
         let checksum = format::block_checksum(block);
-        open.push_entry(Entry::Page { kind, number, checksum });
-        let segment = open.segment;
-        let offset = position % self.geometry.blocks_per_segment();
-        match &state.current_checksums[open.stream] {
-            Some((current, table)) if *current == segment => table.set(offset, checksum),
-            _ => self.current_table(segment).set(offset, checksum),
-        }
-        state.space.segments[segment as usize].live_blocks += 1;
+        let position = self.append_block(state, block, checksum, Entry::Page { kind, number, checksum })?;
+        state.space.segments[(position / self.geometry.blocks_per_segment()) as usize].live_blocks += 1;
         Some(position)
     }
 
