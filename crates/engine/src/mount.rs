@@ -371,14 +371,18 @@ fn add_found(batches: &mut BTreeMap<u64, FoundBatch>, batch: FoundBatch) -> Resu
     }
 }
 
-/// Sequence numbers grow by one per batch: no real log comes near the top of u64.
-fn check_sequence_limit(batches: &BTreeMap<u64, FoundBatch>, durable: u64) -> Result<()> {
+/// The durable frontier: the highest one the found batches record, or `floor` (what the
+/// superblocks, a checkpoint root or a walk past damage say) if higher. Sequence numbers
+/// grow by one per batch: no real log comes near the top of u64, and one that does is
+/// refused.
+fn durable_frontier(batches: &BTreeMap<u64, FoundBatch>, floor: u64) -> Result<u64> {
     const SEQUENCE_LIMIT: u64 = u64::MAX / 4;
+    let durable = batches.values().map(|batch| batch.header.durable_through_sequence).max().unwrap_or(0).max(floor);
     let last = batches.keys().next_back().copied().unwrap_or(0);
     if durable >= SEQUENCE_LIMIT || last >= SEQUENCE_LIMIT {
         return Err(Error::InconsistentLog(LogInconsistency::SequenceBeyondLimit { sequence: durable.max(last) }));
     }
-    Ok(())
+    Ok(durable)
 }
 
 fn read_log(reader: &Reader, verify_tail: bool, superblock_durable_through: u64) -> Result<Log> {
@@ -399,13 +403,7 @@ fn read_log(reader: &Reader, verify_tail: bool, superblock_durable_through: u64)
             add_found(&mut batches, batch)?;
         }
     }
-    let durable = batches
-        .values()
-        .map(|batch| batch.header.durable_through_sequence)
-        .max()
-        .unwrap_or(0)
-        .max(superblock_durable_through);
-    check_sequence_limit(&batches, durable)?;
+    let durable = durable_frontier(&batches, superblock_durable_through)?;
     // The batch at the durable frontier is never released: that takes a later frontier,
     // recorded first (docs/crash-consistency.md). Missing, its metadata was destroyed
     // beyond repair, and the blocks it wrote would read stale: refuse.
@@ -1014,15 +1012,9 @@ pub(crate) fn recover_from_checkpoint(
         stream_of.insert(batch.header.sequence, stream);
         add_found(&mut batches, batch)?;
     }
-    let durable = batches
-        .values()
-        .map(|batch| batch.header.durable_through_sequence)
-        .max()
-        .unwrap_or(0)
-        .max(superblock_durable_through)
-        .max(root.durable_through_sequence)
-        .max(walks.iter().map(|walk| walk.durable_beyond_damage).max().unwrap_or(0));
-    check_sequence_limit(&batches, durable)?;
+    let beyond_damage = walks.iter().map(|walk| walk.durable_beyond_damage).max().unwrap_or(0);
+    let durable =
+        durable_frontier(&batches, superblock_durable_through.max(root.durable_through_sequence).max(beyond_damage))?;
     // No segment a stream used after the checkpoint is reused before the next one is
     // committed: every batch after it up to the durable frontier is on the walk.
     if let Some(missing) = (checkpoint_sequence + 1..=durable).find(|sequence| !batches.contains_key(sequence)) {
