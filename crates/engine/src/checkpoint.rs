@@ -258,12 +258,7 @@ impl Core {
         let per_segment = self.geometry.blocks_per_segment();
         let sparse: Vec<bool> = {
             let state = self.state.lock();
-            state
-                .space
-                .segments
-                .iter()
-                .map(|usage| usage.status == SegmentStatus::Used && usage.live_blocks * 2 < per_segment)
-                .collect()
+            state.space.segments.iter().map(|usage| usage.is_mostly_dead(per_segment)).collect()
         };
         let pages: Vec<u64> = self
             .map
@@ -306,8 +301,7 @@ impl Core {
         let per_segment = self.geometry.blocks_per_segment();
         let sparse = |pointer: Option<PagePointer>| {
             pointer.is_some_and(|pointer| {
-                let usage = &state.space.segments[(pointer.position / per_segment) as usize];
-                usage.status == SegmentStatus::Used && usage.live_blocks * 2 < per_segment
+                state.space.segments[(pointer.position / per_segment) as usize].is_mostly_dead(per_segment)
             })
         };
         let mut pages = self.map.take_dirty_list();
@@ -542,7 +536,7 @@ pub(crate) fn load(
         &mut |page, pointer| page < index_page_count && map.set_copy(page, pointer).is_none(),
         &mut directory_positions,
     )?;
-    let table_pages = &mut state.table_pages;
+    let table_pages = &state.table_pages;
     load_tree(
         geometry,
         members,

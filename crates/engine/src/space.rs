@@ -45,6 +45,12 @@ pub(crate) struct SegmentUse {
 }
 
 impl SegmentUse {
+    /// Filled and now less than half live: a checkpoint rewrites the pages it holds, so
+    /// that a metadata segment empties out.
+    pub(crate) fn is_mostly_dead(&self, blocks_per_segment: u64) -> bool {
+        self.status == SegmentStatus::Used && self.live_blocks * 2 < blocks_per_segment
+    }
+
     pub(crate) const FREE: SegmentUse = SegmentUse {
         live_blocks: 0,
         status: SegmentStatus::Free,
@@ -163,5 +169,11 @@ impl SegmentTable {
             .filter(|&segment| segments[segment as usize].status == SegmentStatus::Free)
             .collect();
         SegmentTable { segments, free_segments, checkpoints, checkpoint_headroom }
+    }
+
+    /// Free segments client writes leave alone: the cleaner's reserve and the checkpoint's
+    /// headroom.
+    pub(crate) fn reserve(&self) -> usize {
+        CLEANING_RESERVE_SEGMENTS + self.checkpoint_headroom
     }
 }

@@ -242,12 +242,11 @@ impl Volume {
             volume_uuid: superblock.volume_uuid,
             width_bits: codec.width_bits as u8,
         };
-        let (_, page_bytes) = BlockMap::pages_for(geometry.logical_block_count(), codec);
         let map = BlockMap::paged(
             geometry.logical_block_count(),
             codec,
             Some(Arc::new(source)),
-            map_cache_bytes / page_bytes.max(1),
+            BlockMap::cache_pages(geometry.logical_block_count(), codec, map_cache_bytes),
         );
         let (recovered, checkpoint_state) = match superblock.checkpoint.as_ref().filter(|_| !by_scan) {
             Some(reference) => mount::recover_from_checkpoint(
@@ -917,8 +916,7 @@ impl Volume {
 /// fixed budgets of their own.)
 pub(crate) fn memory_needed(geometry: &Geometry, checksum_cache_bytes: u64, map_cache_bytes: u64) -> (u64, String) {
     let codec = crate::index::map::EntryCodec::for_geometry(geometry);
-    let (_, page_bytes) = BlockMap::pages_for(geometry.logical_block_count(), codec);
-    let map = BlockMap::size_with_cache(geometry.logical_block_count(), codec, map_cache_bytes / page_bytes.max(1));
+    let map = BlockMap::size_with_cache(geometry.logical_block_count(), codec, map_cache_bytes);
     // The cache's budget, or every table when fewer fill it (the tables of the segments
     // receiving batches are pinned besides: a few).
     let checksums = (geometry.physical_data_blocks() * 4).min(checksum_cache_bytes);

@@ -1,8 +1,8 @@
-//! Where the checkpoint's blocks are: per index page and per segment table page, the
-//! position and CRC32C of its latest copy, and what the checkpoint writer keeps between
-//! checkpoints (docs/index-and-checkpoints.md). The writer is the checkpoint module, a later layer.
+//! Where the checkpoint's blocks are: per segment table page the position and CRC32C of
+//! its latest copy (each index page's is kept by the map, `BlockMap::copy`), and what the
+//! checkpoint writer keeps between checkpoints (docs/index-and-checkpoints.md). The writer is the checkpoint module, a later layer.
 
-use crate::index::map::BlockMap;
+use crate::index::map::{BlockMap, PointerArray};
 use crate::layout::checkpoint::{PagePointer, SegmentRecord, SEGMENT_RECORDS_PER_PAGE};
 use crate::layout::geometry::Geometry;
 use std::time::{Duration, Instant};
@@ -13,41 +13,6 @@ pub const CHECKPOINT_DIRTY_PAGES_MAXIMUM: u64 = 16 * 1024;
 /// ... or when this many bytes of batches were written since (what a mount after a
 /// crash reads the summaries of).
 pub const CHECKPOINT_REPLAY_BUDGET_BYTES: u64 = 1 << 30;
-
-/// Where the latest copy of each page of one kind is: data-space position + 1 (0: never
-/// written) and its CRC32C. Made of zeroed vectors, which the system gives lazily: a large
-/// volume's untouched pages cost no resident memory.
-pub(crate) struct PointerArray {
-    positions: Vec<u64>,
-    checksums: Vec<u32>,
-}
-
-impl PointerArray {
-    pub(crate) fn new(length: u64) -> PointerArray {
-        PointerArray { positions: vec![0; length as usize], checksums: vec![0; length as usize] }
-    }
-
-    pub(crate) fn len(&self) -> u64 {
-        self.positions.len() as u64
-    }
-
-    pub(crate) fn get(&self, index: u64) -> Option<PagePointer> {
-        let position = self.positions[index as usize];
-        (position != 0).then(|| PagePointer { position: position - 1, checksum: self.checksums[index as usize] })
-    }
-
-    /// Point page `index` at `pointer`; returns the pointer it replaces.
-    pub(crate) fn set(&mut self, index: u64, pointer: PagePointer) -> Option<PagePointer> {
-        let old = self.get(index);
-        self.positions[index as usize] = pointer.position + 1;
-        self.checksums[index as usize] = pointer.checksum;
-        old
-    }
-
-    pub(crate) fn iter(&self) -> impl Iterator<Item = PagePointer> + '_ {
-        (0..self.len()).filter_map(|index| self.get(index))
-    }
-}
 
 /// What the checkpoint writer keeps between checkpoints (under `Core::checkpoint`, which
 /// also serialises checkpoints). Where each index page's copy is, the map keeps itself
@@ -96,9 +61,8 @@ impl CheckpointState {
     /// Where every checkpoint block of the committed checkpoint is (its live copies).
     pub(crate) fn live_positions<'a>(&'a self, map: &'a BlockMap) -> impl Iterator<Item = u64> + 'a {
         map.copies()
-            .map(|(_, pointer)| pointer)
             .chain(self.table_pages.iter())
-            .map(|pointer| pointer.position)
+            .map(|(_, pointer)| pointer.position)
             .chain(self.directory_positions.iter().copied())
             .chain(self.root.map(|root| root.position))
     }

@@ -254,12 +254,57 @@ unsafe fn zeroed_slice<T>(length: usize) -> Box<[T]> {
     unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(memory, length)) }
 }
 
+/// Where the latest copy of each page of one kind is (index pages, segment table pages):
+/// data-space position + 1 (0: never written) and its CRC32C. Atomic, so that the map's
+/// loaders read it without the checkpoint writer's lock; made of zeroed memory, which the
+/// system gives lazily: a large volume's untouched pages cost no resident memory.
+pub(crate) struct PointerArray {
+    positions: Box<[AtomicU64]>,
+    checksums: Box<[AtomicU32]>,
+}
+
+impl PointerArray {
+    pub(crate) fn new(length: u64) -> PointerArray {
+        PointerArray {
+            // SAFETY: a zeroed atomic integer is zero.
+            positions: unsafe { zeroed_slice(length as usize) },
+            // SAFETY: as above.
+            checksums: unsafe { zeroed_slice(length as usize) },
+        }
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.positions.len() as u64
+    }
+
+    pub(crate) fn get(&self, index: u64) -> Option<PagePointer> {
+        let position = self.positions[index as usize].load(Ordering::Acquire);
+        (position != 0).then(|| PagePointer {
+            position: position - 1,
+            checksum: self.checksums[index as usize].load(Ordering::Acquire),
+        })
+    }
+
+    /// Point page `index` at `pointer` (one writer at a time: the checkpoint writer, or
+    /// mount); returns the pointer it replaces.
+    pub(crate) fn set(&self, index: u64, pointer: PagePointer) -> Option<PagePointer> {
+        let old = self.get(index);
+        self.checksums[index as usize].store(pointer.checksum, Ordering::Release);
+        self.positions[index as usize].store(pointer.position + 1, Ordering::Release);
+        old
+    }
+
+    /// Every page that has a copy, and the copy's pointer.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, PagePointer)> + '_ {
+        (0..self.len()).filter_map(|index| Some((index, self.get(index)?)))
+    }
+}
+
 /// Cache figures for `info` and the benchmarks.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MapCacheStats {
     pub capacity_pages: u64,
     pub resident_pages: u64,
-    pub dirty_pages: u64,
     pub loads: u64,
     pub evictions: u64,
 }
@@ -272,10 +317,8 @@ pub struct BlockMap {
     /// One pointer per page; null: not in RAM. A page is freed once evicted and no thread
     /// can still hold it (epoch-based reclamation).
     pages: Box<[AtomicPtr<Page>]>,
-    /// Per page: data-space position + 1 of its latest checkpoint copy (0: never written),
-    /// and that copy's CRC32C.
-    copy_positions: Box<[AtomicU64]>,
-    copy_checksums: Box<[AtomicU32]>,
+    /// Per page: its latest checkpoint copy.
+    copies: PointerArray,
     source: Option<Arc<dyn PageSource>>,
     load_locks: Box<[Mutex<()>]>,
     /// Pages the map may hold (clean ones are evicted beyond it); `u64::MAX`: no bound.
@@ -318,10 +361,7 @@ impl BlockMap {
             words_per_page,
             // SAFETY: a zeroed `AtomicPtr` is null, a zeroed atomic integer is zero.
             pages: unsafe { zeroed_slice(page_count) },
-            // SAFETY: as above.
-            copy_positions: unsafe { zeroed_slice(page_count) },
-            // SAFETY: as above.
-            copy_checksums: unsafe { zeroed_slice(page_count) },
+            copies: PointerArray::new(page_count as u64),
             source,
             load_locks: (0..LOAD_LOCK_COUNT).map(|_| Mutex::new(())).collect(),
             capacity_pages: AtomicU64::new(capacity_pages),
@@ -350,8 +390,7 @@ impl BlockMap {
     }
 
     /// Page `index` if it is in RAM, valid while `guard` is held.
-    fn resident<'g>(&self, index: u64, guard: &'g epoch::Guard) -> Option<&'g Page> {
-        let _ = guard;
+    fn resident<'g>(&self, index: u64, _guard: &'g epoch::Guard) -> Option<&'g Page> {
         let pointer = self.pages[index as usize].load(Ordering::Acquire);
         // SAFETY: a non-null pointer was made by `Box::into_raw` in `install` and is freed
         // only after it was replaced by null and every guard pinned before then is gone
@@ -383,35 +422,31 @@ impl BlockMap {
 
     /// The pointer to page `index`'s latest checkpoint copy.
     pub fn copy(&self, index: u64) -> Option<PagePointer> {
-        let position = self.copy_positions[index as usize].load(Ordering::Acquire);
-        (position != 0).then(|| PagePointer {
-            position: position - 1,
-            checksum: self.copy_checksums[index as usize].load(Ordering::Acquire),
-        })
+        self.copies.get(index)
     }
 
     /// Point page `index` at a new copy (the checkpoint writer, which holds its lock);
     /// returns the pointer it replaces.
     pub fn set_copy(&self, index: u64, pointer: PagePointer) -> Option<PagePointer> {
-        let old = self.copy(index);
-        self.copy_checksums[index as usize].store(pointer.checksum, Ordering::Release);
-        self.copy_positions[index as usize].store(pointer.position + 1, Ordering::Release);
-        old
+        self.copies.set(index, pointer)
     }
 
     /// Every page copy (page number, pointer).
     pub fn copies(&self) -> impl Iterator<Item = (u64, PagePointer)> + '_ {
-        (0..self.page_count()).filter_map(|index| Some((index, self.copy(index)?)))
+        self.copies.iter()
     }
 
-    /// Read page `index`'s copy and check it: its entries, or lost metadata.
-    fn read_copy(&self, index: u64, pointer: PagePointer) -> Result<Vec<u8>> {
+    /// Read page `index`'s copy and check its entries: the page (not yet in the map), or
+    /// lost metadata.
+    fn read_copy(&self, index: u64, pointer: PagePointer) -> Result<Page> {
         let lost =
             || Error::MetadataLost(LostMetadata::CheckpointBlock { what: "index page", position: pointer.position });
         let source = self.source.as_ref().ok_or_else(lost)?;
-        let packed = source.read_page(index, pointer)?;
-        self.page_counts(index, &self.page_from(&packed)).ok_or_else(lost)?;
-        Ok(packed)
+        let page = self.page_from(&source.read_page(index, pointer)?);
+        if !self.holds_valid_entries(index, &page) {
+            return Err(lost());
+        }
+        Ok(page)
     }
 
     fn page_from(&self, packed: &[u8]) -> Page {
@@ -424,30 +459,14 @@ impl BlockMap {
         page
     }
 
-    /// Data and zero entries of page `index`; `None` when an entry is beyond what the
-    /// volume can hold (or set past its last block).
-    fn page_counts(&self, index: u64, page: &Page) -> Option<(u64, u64)> {
+    /// Whether every entry of page `index` is one the volume can hold, and those past its
+    /// last block are unmapped.
+    fn holds_valid_entries(&self, index: u64, page: &Page) -> bool {
         let width = self.codec.width_bits;
         let first = index * self.entries_per_page;
         let end = (first + self.entries_per_page).min(self.block_count);
-        let (mut data, mut zero) = (0, 0);
-        for slot in 0..end - first {
-            let value = page.bits(slot * width as u64, width);
-            if !self.codec.is_valid(value) {
-                return None;
-            }
-            match self.codec.decode(value) {
-                Mapping::Data { .. } => data += 1,
-                Mapping::Zero { .. } => zero += 1,
-                _ => {}
-            }
-        }
-        for slot in end - first..self.entries_per_page {
-            if page.bits(slot * width as u64, width) != 0 {
-                return None;
-            }
-        }
-        Some((data, zero))
+        (0..end - first).all(|slot| self.codec.is_valid(page.bits(slot * width as u64, width)))
+            && (end - first..self.entries_per_page).all(|slot| page.bits(slot * width as u64, width) == 0)
     }
 
     /// Bring page `index` into RAM from its copy (it has one).
@@ -459,8 +478,7 @@ impl BlockMap {
         let Some(pointer) = self.copy(index) else {
             return Ok(());
         };
-        let packed = self.read_copy(index, pointer)?;
-        let installed = self.install(index, self.page_from(&packed));
+        let installed = self.install(index, self.read_copy(index, pointer)?);
         debug_assert!(installed, "a page is only installed under its load lock or with no copy");
         self.loads.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -691,7 +709,7 @@ impl BlockMap {
                 None => match self.copy(index) {
                     None => None,
                     Some(pointer) => {
-                        loaded = self.page_from(&self.read_copy(index, pointer)?);
+                        loaded = self.read_copy(index, pointer)?;
                         Some(&loaded)
                     }
                 },
@@ -718,7 +736,6 @@ impl BlockMap {
         MapCacheStats {
             capacity_pages: self.capacity_pages.load(Ordering::Relaxed),
             resident_pages: self.resident_pages.load(Ordering::Relaxed),
-            dirty_pages: self.dirty_page_count(),
             loads: self.loads.load(Ordering::Relaxed),
             evictions: self.evictions.load(Ordering::Relaxed),
         }
@@ -753,10 +770,16 @@ impl BlockMap {
         (block_count.div_ceil(entries_per_page), words_per_page * 8 + std::mem::size_of::<Page>() as u64)
     }
 
-    /// RAM a map of `block_count` entries holds with at most `capacity_pages` in RAM.
-    pub fn size_with_cache(block_count: u64, codec: EntryCodec, capacity_pages: u64) -> u64 {
+    /// The pages a cache of `cache_bytes` holds, for a map of `block_count` entries.
+    pub fn cache_pages(block_count: u64, codec: EntryCodec, cache_bytes: u64) -> u64 {
+        let (_, page_bytes) = BlockMap::pages_for(block_count, codec);
+        cache_bytes / page_bytes.max(1)
+    }
+
+    /// RAM a map of `block_count` entries holds with a cache of `cache_bytes`.
+    pub fn size_with_cache(block_count: u64, codec: EntryCodec, cache_bytes: u64) -> u64 {
         let (pages, page_bytes) = BlockMap::pages_for(block_count, codec);
-        pages * SLOT_BYTES + pages.min(capacity_pages) * page_bytes
+        pages * SLOT_BYTES + pages.min(BlockMap::cache_pages(block_count, codec, cache_bytes)) * page_bytes
     }
 }
 

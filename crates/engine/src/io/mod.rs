@@ -49,8 +49,7 @@ impl WriteState {
     /// Client writes can go on: their segment is open, or a free one lies above the
     /// cleaner's reserve.
     pub(crate) fn has_room_for_clients(&self) -> bool {
-        self.space.free_segments.len() > crate::space::CLEANING_RESERVE_SEGMENTS + self.space.checkpoint_headroom
-            || self.log.current_segments[HOST_STREAM].is_some()
+        self.space.free_segments.len() > self.space.reserve() || self.log.current_segments[HOST_STREAM].is_some()
     }
 }
 
@@ -205,7 +204,7 @@ impl Core {
         if state.log.current_segments[HOST_STREAM].is_none() {
             let (low_watermark, _) = crate::space::watermarks(&self.geometry);
             let free = state.space.free_segments.len();
-            if free <= crate::space::CLEANING_RESERVE_SEGMENTS + state.space.checkpoint_headroom {
+            if free <= state.space.reserve() {
                 return Err(OpenProblem::Space);
             }
             if free < low_watermark && self.background_cleaning {
