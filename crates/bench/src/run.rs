@@ -176,6 +176,22 @@ impl Shared<'_> {
         let submitted = self.counters.write_bytes_submitted.load(Ordering::Relaxed);
         self.workload.write_limit_bytes.is_some_and(|limit| submitted >= limit)
     }
+
+    /// Reserves `length_bytes` of the write limit for one write; false when the limit is
+    /// reached. Reserving in one atomic step keeps workers on other threads from all seeing
+    /// room for one more write and overshooting the limit together.
+    fn reserve_write(&self, length_bytes: u64) -> bool {
+        let Some(limit) = self.workload.write_limit_bytes else {
+            self.counters.write_bytes_submitted.fetch_add(length_bytes, Ordering::Relaxed);
+            return true;
+        };
+        self.counters
+            .write_bytes_submitted
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |submitted| {
+                (submitted < limit).then_some(submitted + length_bytes)
+            })
+            .is_ok()
+    }
 }
 
 /// What one worker thread measured.
@@ -448,7 +464,8 @@ fn work(mut queue: Box<dyn IoQueue>, worker: usize, shared: &Shared) -> Result<W
         // Refill every free slot, unless the run is ending (then only drain).
         if !ending {
             while let Some(slot) = free.pop() {
-                // The write limit is checked before each request, so it is not overshot.
+                // Once the write limit is reached no request of either kind is started; each
+                // write also reserves its bytes (`reserve_write`), so the limit is not overshot.
                 if shared.write_limit_reached() {
                     free.push(slot);
                     ending = true;
@@ -460,8 +477,12 @@ fn work(mut queue: Box<dyn IoQueue>, worker: usize, shared: &Shared) -> Result<W
                     if prng.below(100) < workload.read_percent as u64 { Operation::Read } else { Operation::Write };
                 let request = Request { operation, offset_bytes: chooser.next(&mut prng, length_bytes), length_bytes };
                 if operation == Operation::Write {
+                    if !shared.reserve_write(length_bytes as u64) {
+                        free.push(slot);
+                        ending = true;
+                        break;
+                    }
                     fill(&mut queue.buffer(slot)[..length_bytes], workload.data, &shared.random, &mut prng);
-                    counters.write_bytes_submitted.fetch_add(length_bytes as u64, Ordering::Relaxed);
                 }
                 queue.submit(slot, request)?;
                 issued[slot] = (Instant::now(), request);
