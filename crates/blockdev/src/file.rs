@@ -93,6 +93,8 @@ pub struct FileDevice {
     io_uring_unavailable_reason: Option<String>,
     /// This process's claim on the member (its lock goes with `file`, dropped first).
     _claim: crate::exclusive::MemberClaim,
+    /// A writable regular file: the filesystem it is on (`st_dev`).
+    filesystem_key: Option<u64>,
 }
 
 impl FileDevice {
@@ -158,6 +160,7 @@ impl FileDevice {
             ring_abandoned: AtomicBool::new(false),
             io_uring_unavailable_reason,
             _claim: claim,
+            filesystem_key: (kind == MemberKind::RegularFile && !options.read_only).then(|| metadata.dev()),
         })
     }
 
@@ -448,17 +451,20 @@ impl BlockDevice for FileDevice {
         if self.read_only {
             return Ok(());
         }
-        loop {
-            // SAFETY: fdatasync only takes a file descriptor, which `self.file` keeps open.
-            let status = unsafe { libc::fdatasync(self.file.as_raw_fd()) };
-            if status == 0 {
-                return Ok(());
-            }
-            let error = io::Error::last_os_error();
-            if error.kind() != io::ErrorKind::Interrupted {
-                return Err(DeviceError::Io { offset_bytes: 0, source: error });
-            }
+        // SAFETY: fdatasync only takes a file descriptor, which `self.file` keeps open.
+        retry_interrupted(|| unsafe { libc::fdatasync(self.file.as_raw_fd()) })
+    }
+
+    fn filesystem_key(&self) -> Option<u64> {
+        self.filesystem_key
+    }
+
+    fn flush_filesystem(&self) -> Result<()> {
+        if self.filesystem_key.is_none() {
+            return self.flush();
         }
+        // SAFETY: syncfs only takes a file descriptor, which `self.file` keeps open.
+        retry_interrupted(|| unsafe { libc::syncfs(self.file.as_raw_fd()) })
     }
 
     fn discard(&self, offset_bytes: u64, length_bytes: u64) -> Result<()> {
@@ -574,6 +580,19 @@ fn prepare_path(path: &Path, options: &FileDeviceOptions) -> io::Result<()> {
             // locked (set_len allocates nothing: the new range is a hole).
             OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
             Ok(())
+        }
+    }
+}
+
+/// Run a system call that returns 0 or -1 (with `errno`) until it is not interrupted.
+fn retry_interrupted(mut call: impl FnMut() -> libc::c_int) -> Result<()> {
+    loop {
+        if call() == 0 {
+            return Ok(());
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(DeviceError::Io { offset_bytes: 0, source: error });
         }
     }
 }

@@ -117,6 +117,21 @@ pub trait BlockDevice: Send + Sync {
     /// Make every write completed before this call durable.
     fn flush(&self) -> Result<()>;
 
+    /// Devices that return the same key are files on one filesystem: one
+    /// [`BlockDevice::flush_filesystem`] on any of them makes all of them durable, at the
+    /// cost of one flush of the drive underneath instead of one per file. `None` (the
+    /// default): flush this device on its own.
+    fn filesystem_key(&self) -> Option<u64> {
+        None
+    }
+
+    /// Make every write completed before this call durable on this device and on every
+    /// device with the same [`BlockDevice::filesystem_key`]: the data and metadata of the
+    /// whole filesystem (`syncfs(2)`), which also writes back other files' dirty pages.
+    fn flush_filesystem(&self) -> Result<()> {
+        self.flush()
+    }
+
     /// Tell the device a range no longer holds data (advisory).
     fn discard(&self, offset_bytes: u64, length_bytes: u64) -> Result<()>;
 

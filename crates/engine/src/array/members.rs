@@ -359,19 +359,50 @@ impl Members {
     /// Flush every written member, in parallel when `parallel`. A member whose flush
     /// fails is failed.
     pub(crate) fn flush_all(&self, parallel: bool) -> Result<()> {
-        let flush_one = |member: usize| match self.writable(member) {
-            Some(device) => device.flush().or_else(|error| self.write_failed(member, error)),
-            None => Ok(()),
-        };
-        if !parallel {
-            return (0..self.count()).try_for_each(flush_one);
+        let groups = self.flush_groups();
+        if !parallel || groups.len() == 1 {
+            return groups.iter().try_for_each(|group| self.flush_group(group));
         }
         std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..self.count()).map(|member| scope.spawn(move || flush_one(member))).collect();
+            let handles: Vec<_> = groups.iter().map(|group| scope.spawn(move || self.flush_group(group))).collect();
             handles
                 .into_iter()
                 .try_for_each(|handle| handle.join().unwrap_or(Err(Error::Internal("a flush thread panicked"))))
         })
+    }
+
+    /// The writable members in groups that one flush makes durable together: files on
+    /// one filesystem (`BlockDevice::filesystem_key`), each other member alone.
+    pub(crate) fn flush_groups(&self) -> Vec<Vec<usize>> {
+        let mut groups: Vec<(Option<u64>, Vec<usize>)> = Vec::new();
+        for member in 0..self.count() {
+            let Some(device) = self.writable(member) else { continue };
+            let key = device.filesystem_key();
+            match groups.iter_mut().find(|(group_key, _)| key.is_some() && *group_key == key) {
+                Some((_, group)) => group.push(member),
+                None => groups.push((key, vec![member])),
+            }
+        }
+        groups.into_iter().map(|(_, group)| group).collect()
+    }
+
+    /// Make every write completed on the members of `group` durable: one flush of their
+    /// filesystem when they share one (one flush of the drive underneath rather than one
+    /// per file), else each member's own. A failed filesystem flush is retried member by
+    /// member, so that a failure is charged to the member that has it.
+    pub(crate) fn flush_group(&self, group: &[usize]) -> Result<()> {
+        let flush_one = |member: usize| match self.writable(member) {
+            Some(device) => device.flush().or_else(|error| self.write_failed(member, error)),
+            None => Ok(()),
+        };
+        if let [first, _, ..] = group {
+            if let Some(device) = self.writable(*first) {
+                if device.flush_filesystem().is_ok() {
+                    return Ok(());
+                }
+            }
+        }
+        group.iter().try_for_each(|&member| flush_one(member))
     }
 
     /// Write `block` at each of `offsets_bytes` on every written member.

@@ -91,7 +91,7 @@ pub(crate) struct Core {
     /// Sealed batches the write pipeline may hold (the parity pool's sets; each member's
     /// queue bound): how far a slow member may lag.
     pub(crate) write_queue_batches: usize,
-    pub(crate) stripe_queue: Mutex<Option<crossbeam_channel::Sender<Arc<SealedBatch>>>>,
+    pub(crate) stripe_queue: Mutex<Option<crossbeam_channel::Sender<crate::log::pipeline::PipelineJob>>>,
     pub(crate) io_mode: IoMode,
     pub(crate) flush_interval: Option<Duration>,
     /// Since this open (shared with `members`, which persists them at every superblock
@@ -640,7 +640,7 @@ impl Core {
             IoMode::Threaded => {
                 let sender = self.stripe_queue.lock().clone().ok_or(Error::Closed)?;
                 // Never blocks: the queue holds as many batches as the data pool has sets.
-                sender.send(batch).map_err(|_| Error::Closed)?;
+                sender.send(crate::log::pipeline::PipelineJob::Stripe(batch)).map_err(|_| Error::Closed)?;
             }
         }
         self.members.check_running()
@@ -768,30 +768,67 @@ impl Core {
         state
     }
 
-    /// Wait until every batch up to `target` is written, flush the members, record the
-    /// new durable point and release the segments it frees.
+    /// Make every batch up to `target` durable on the members, by group commit: one
+    /// thread at a time syncs the members, for every batch sealed when its round began;
+    /// flushes that arrive meanwhile wait and are covered by that round or the next one,
+    /// so concurrent flushes cost at most two rounds, not one each. Then release the
+    /// segments the new durable point frees.
     pub(crate) fn make_durable(&self, target: u64) -> Result<()> {
-        {
+        let mut sent_a_round = false;
+        loop {
+            let round_through = {
+                let mut state = self.state.lock();
+                loop {
+                    self.members.check_running()?;
+                    if state.log.durable_through_sequence >= target {
+                        drop(state);
+                        // The thread that ran a round releases what it freed.
+                        return if sent_a_round { self.stop_on_error(self.reclaim()) } else { Ok(()) };
+                    }
+                    // A round starts once this flush's batches are on their way; a second
+                    // one only when they are written (a round may have missed a batch
+                    // sealed before it but queued after it).
+                    let ready = if sent_a_round {
+                        state.log.written_through_sequence >= target
+                    } else {
+                        self.io_mode == IoMode::Threaded || state.log.written_through_sequence >= target
+                    };
+                    if !state.log.sync_in_progress && ready {
+                        state.log.sync_in_progress = true;
+                        break state.log.last_sealed_sequence;
+                    }
+                    self.progress.wait(&mut state);
+                }
+            };
+            sent_a_round = true;
+            let result = self.sync_members();
             let mut state = self.state.lock();
-            loop {
-                self.members.check_running()?;
-                if state.log.durable_through_sequence >= target {
-                    return Ok(());
-                }
-                if state.log.written_through_sequence >= target {
-                    break;
-                }
-                self.progress.wait(&mut state);
+            state.log.sync_in_progress = false;
+            if result.is_ok() {
+                // Only batches written when the round finished are covered by it.
+                let durable = round_through.min(state.log.written_through_sequence);
+                state.log.durable_through_sequence = state.log.durable_through_sequence.max(durable);
+            }
+            self.progress.notify_all();
+            drop(state);
+            self.stop_on_error(result)?;
+            Counters::add(&self.counters.flushes, 1);
+        }
+    }
+
+    /// One sync of every member. Threaded: through the write pipeline, behind the batches
+    /// already queued (each member's worker syncs its own device); inline: one by one.
+    fn sync_members(&self) -> Result<()> {
+        match self.io_mode {
+            IoMode::Inline => self.members.flush_all(false),
+            IoMode::Threaded => {
+                let round =
+                    crate::log::pipeline::SyncRound::new(self.geometry.member_count, self.members.flush_groups());
+                let sender = self.stripe_queue.lock().clone().ok_or(Error::Closed)?;
+                sender.send(crate::log::pipeline::PipelineJob::Sync(round.clone())).map_err(|_| Error::Closed)?;
+                round.wait()
             }
         }
-        self.stop_on_error(self.members.flush_all(self.io_mode == IoMode::Threaded))?;
-        Counters::add(&self.counters.flushes, 1);
-        {
-            let mut state = self.state.lock();
-            state.log.durable_through_sequence = state.log.durable_through_sequence.max(target);
-        }
-        self.stop_on_error(self.reclaim())?;
-        Ok(())
     }
 
     /// Record in the superblocks that every batch through `durable` is durable, unless

@@ -54,6 +54,8 @@ pub(crate) struct LogState {
     pub(crate) last_sealed_segment: u64,
     pub(crate) written_through_sequence: u64,
     pub(crate) durable_through_sequence: u64,
+    /// A thread is syncing the members (group commit: one round at a time).
+    pub(crate) sync_in_progress: bool,
     pub(crate) in_flight: std::collections::VecDeque<InFlight>,
 }
 
@@ -74,6 +76,7 @@ impl LogState {
             last_sealed_segment: last_segment,
             written_through_sequence: last_sequence,
             durable_through_sequence: last_sequence,
+            sync_in_progress: false,
             in_flight: std::collections::VecDeque::new(),
         }
     }

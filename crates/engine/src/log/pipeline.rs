@@ -1,13 +1,15 @@
 //! The threaded write pipeline: one stripe writer computes parity and fans a sealed
 //! batch out to one worker per member; each worker drains its queue and submits what it
 //! has as one batch (io_uring), and the last worker to finish a stripe completes it.
+//! A sync round travels the same queues: each member's worker syncs its device after the
+//! writes queued before the round, so a round costs one message per member and no thread.
 
 use crate::array::members::Members;
 use crate::layout::geometry::Geometry;
 use crate::log::batch::BufferPool;
 use crate::log::batch::{PooledBuffers, SealedBatch};
 use crossbeam_channel::{Receiver, Sender};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -21,7 +23,111 @@ pub(crate) struct StripeJob {
     first_error: Mutex<Option<crate::error::Error>>,
 }
 
-type MemberQueue = Sender<Arc<StripeJob>>;
+/// What the stripe writer receives.
+pub(crate) enum PipelineJob {
+    Stripe(Arc<SealedBatch>),
+    Sync(Arc<SyncRound>),
+}
+
+/// What one member's worker receives.
+pub(crate) enum MemberJob {
+    Stripe(Arc<StripeJob>),
+    Sync(Arc<SyncRound>),
+}
+
+pub(crate) type MemberQueue = Sender<MemberJob>;
+
+/// One sync of every member, ordered after every batch queued before it. Members are
+/// synced in groups (`Members::flush_groups`: files on one filesystem share one flush):
+/// each member's worker arrives once it has written what was queued before the round,
+/// and the last of a group to arrive syncs the group. The round completes when every
+/// group has synced.
+pub(crate) struct SyncRound {
+    /// Per member: its group (`None`: nothing to sync, e.g. a failed member).
+    group_of: Vec<Option<usize>>,
+    progress: Mutex<RoundProgress>,
+    finished: Condvar,
+}
+
+struct RoundProgress {
+    groups: Vec<Vec<usize>>,
+    /// Per group: members that have not arrived yet.
+    waiting: Vec<usize>,
+    members_remaining: usize,
+    first_error: Option<crate::error::Error>,
+}
+
+impl SyncRound {
+    pub(crate) fn new(member_count: usize, groups: Vec<Vec<usize>>) -> Arc<SyncRound> {
+        let mut group_of = vec![None; member_count];
+        for (index, group) in groups.iter().enumerate() {
+            for &member in group {
+                group_of[member] = Some(index);
+            }
+        }
+        let waiting = groups.iter().map(Vec::len).collect();
+        Arc::new(SyncRound {
+            group_of,
+            progress: Mutex::new(RoundProgress { groups, waiting, members_remaining: member_count, first_error: None }),
+            finished: Condvar::new(),
+        })
+    }
+
+    /// `member` has written everything queued before the round: the group to sync when
+    /// it is the last of its group to arrive.
+    fn arrive(&self, member: usize) -> Option<Vec<usize>> {
+        let mut progress = self.progress.lock();
+        let Some(group) = self.group_of.get(member).copied().flatten() else {
+            Self::count_done(&mut progress, 1, Ok(()), &self.finished);
+            return None;
+        };
+        progress.waiting[group] -= 1;
+        (progress.waiting[group] == 0).then(|| progress.groups[group].clone())
+    }
+
+    fn group_synced(&self, group: &[usize], result: crate::error::Result<()>) {
+        Self::count_done(&mut self.progress.lock(), group.len(), result, &self.finished);
+    }
+
+    /// A member that will never arrive (its worker is gone).
+    fn member_lost(&self, member: usize) {
+        let group = self.arrive(member);
+        let error = Err(crate::error::Error::Internal("a member worker stopped"));
+        match group {
+            Some(group) => self.group_synced(&group, error),
+            None if self.group_of.get(member).copied().flatten().is_some() => {
+                self.progress
+                    .lock()
+                    .first_error
+                    .get_or_insert(crate::error::Error::Internal("a member worker stopped"));
+            }
+            None => {}
+        }
+    }
+
+    fn count_done(progress: &mut RoundProgress, members: usize, result: crate::error::Result<()>, finished: &Condvar) {
+        if let Err(error) = result {
+            progress.first_error.get_or_insert(error);
+        }
+        progress.members_remaining -= members;
+        if progress.members_remaining == 0 {
+            finished.notify_all();
+        }
+    }
+
+    /// Wait until every member has synced; the first failure, if any (for the one caller
+    /// that sent the round).
+    pub(crate) fn wait(&self) -> crate::error::Result<()> {
+        let mut progress = self.progress.lock();
+        while progress.members_remaining > 0 {
+            self.finished.wait(&mut progress);
+        }
+        match progress.first_error.take() {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+}
 
 /// What the pipeline writes for and reports to: the layer that owns the volume's state
 /// (`io::Core`) implements it, so the log knows nothing above it.
@@ -72,12 +178,19 @@ pub(crate) fn fail_on_panic<S: BatchSink + ?Sized>(shared: &S, body: impl FnOnce
     }
 }
 
-pub(crate) fn stripe_writer<S: BatchSink>(
-    shared: Arc<S>,
-    batches: Receiver<Arc<SealedBatch>>,
-    members: Vec<MemberQueue>,
-) {
-    while let Ok(batch) = batches.recv() {
+pub(crate) fn stripe_writer<S: BatchSink>(shared: Arc<S>, jobs: Receiver<PipelineJob>, members: Vec<MemberQueue>) {
+    while let Ok(job) = jobs.recv() {
+        let batch = match job {
+            PipelineJob::Stripe(batch) => batch,
+            PipelineJob::Sync(round) => {
+                for (member, queue) in members.iter().enumerate() {
+                    if queue.send(MemberJob::Sync(round.clone())).is_err() {
+                        round.member_lost(member);
+                    }
+                }
+                continue;
+            }
+        };
         let mut parity = shared.parity_pool().take();
         batch.compute_parity(shared.geometry(), &mut parity);
         let job = Arc::new(StripeJob {
@@ -87,43 +200,70 @@ pub(crate) fn stripe_writer<S: BatchSink>(
             first_error: Mutex::new(None),
         });
         for queue in &members {
-            if queue.send(job.clone()).is_err() {
+            if queue.send(MemberJob::Stripe(job.clone())).is_err() {
                 finish_one(&*shared, &job, Some(crate::error::Error::Internal("a member worker stopped")));
             }
         }
     }
 }
 
-fn member_worker<S: BatchSink>(shared: Arc<S>, member: usize, jobs: Receiver<Arc<StripeJob>>) {
-    while let Ok(first) = jobs.recv() {
+fn member_worker<S: BatchSink>(shared: Arc<S>, member: usize, jobs: Receiver<MemberJob>) {
+    let mut next = None;
+    loop {
+        let job = match next.take() {
+            Some(job) => job,
+            None => match jobs.recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            },
+        };
+        let first = match job {
+            MemberJob::Stripe(first) => first,
+            MemberJob::Sync(round) => {
+                if let Some(group) = round.arrive(member) {
+                    round.group_synced(&group, shared.members().flush_group(&group));
+                }
+                continue;
+            }
+        };
+        // Stripes queued behind the first go in the same submission, up to a sync round
+        // (which must follow the writes queued before it).
         let mut taken = vec![first];
         while taken.len() < MEMBER_SUBMIT_BATCHES_MAXIMUM {
             match jobs.try_recv() {
-                Ok(job) => taken.push(job),
+                Ok(MemberJob::Stripe(job)) => taken.push(job),
+                Ok(sync) => {
+                    next = Some(sync);
+                    break;
+                }
                 Err(_) => break,
             }
         }
-        // Looked up per batch: the member may fail, or be replaced, between batches.
-        let Some(device) = shared.members().writable(member) else {
-            taken.iter().for_each(|job| finish_one(&*shared, job, None));
-            continue;
-        };
-        let results = {
-            let mut requests: Vec<IoRequest> = taken
-                .iter()
-                .map(|job| {
-                    let (buffer, offset_bytes) = job.batch.member_part(shared.geometry(), &job.parity, member);
-                    IoRequest::Write { buffer, offset_bytes }
-                })
-                .collect();
-            device.submit_batch(&mut requests)
-        };
-        for (job, result) in taken.iter().zip(results) {
-            // A failed write fails the member (recorded durably before the batch counts as
-            // written on the others); only a loss beyond the RAID level is the batch's error.
-            let error = result.err().and_then(|error| shared.members().write_failed(member, error).err());
-            finish_one(&*shared, job, error);
-        }
+        write_stripes(&*shared, member, &taken);
+    }
+}
+
+fn write_stripes<S: BatchSink>(shared: &S, member: usize, taken: &[Arc<StripeJob>]) {
+    // Looked up per batch: the member may fail, or be replaced, between batches.
+    let Some(device) = shared.members().writable(member) else {
+        taken.iter().for_each(|job| finish_one(shared, job, None));
+        return;
+    };
+    let results = {
+        let mut requests: Vec<IoRequest> = taken
+            .iter()
+            .map(|job| {
+                let (buffer, offset_bytes) = job.batch.member_part(shared.geometry(), &job.parity, member);
+                IoRequest::Write { buffer, offset_bytes }
+            })
+            .collect();
+        device.submit_batch(&mut requests)
+    };
+    for (job, result) in taken.iter().zip(results) {
+        // A failed write fails the member (recorded durably before the batch counts as
+        // written on the others); only a loss beyond the RAID level is the batch's error.
+        let error = result.err().and_then(|error| shared.members().write_failed(member, error).err());
+        finish_one(shared, job, error);
     }
 }
 
