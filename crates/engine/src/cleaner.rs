@@ -293,7 +293,7 @@ impl Cleaner {
                 self.core.progress.wait_for(&mut state, Duration::from_millis(10));
             }
         }
-        self.core.flush()?;
+        self.core.flush_members()?;
         let mut progress = ProgressWindow::new(self.core.cleaning_net_segments.load(Ordering::SeqCst));
         loop {
             self.core.stop_on_error(self.core.reclaim())?;

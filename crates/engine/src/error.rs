@@ -55,6 +55,17 @@ pub enum Error {
     FormatUpgradeNeeded { volume: String, version: u32, current: u32 },
     #[error("the volume is read-only")]
     ReadOnly,
+    /// The volume's write log cannot be read or written.
+    #[error("write log: {0}")]
+    WriteLogUnavailable(String),
+    /// The volume was not closed cleanly and its write log cannot be read: the writes
+    /// acknowledged since the members were last synced may only be there.
+    #[error(
+        "the volume was not closed cleanly and its write log cannot be read ({0}): writes acknowledged since the \
+         members were last synced would be lost; bring the log device back, or open with --force-without-log to \
+         accept that loss"
+    )]
+    WriteLogMissing(String),
     #[error("too many members are missing or failed for {level}: {reason}")]
     TooManyFailures { level: String, reason: String },
     /// The volume stopped writing (a member write the RAID level cannot survive, a crash

@@ -31,6 +31,7 @@ pub mod maintenance;
 mod mount;
 mod space;
 mod volume;
+mod write_log;
 
 pub use array::{identity, parity};
 pub use index::map;
@@ -47,6 +48,7 @@ pub use mount::CheckReport;
 pub use space::{checkpoint_headroom_segments, watermarks, working_spare_segments, CLEANING_RESERVE_SEGMENTS};
 pub use stats::{RecoveryReport, VolumeStats};
 pub use volume::{
-    OpenOptions, Volume, DEFAULT_FLUSH_INTERVAL, DEFAULT_WRITE_QUEUE_BYTES, SECTOR_SIZE_BYTES,
+    OpenOptions, Volume, WriteLogDevices, DEFAULT_FLUSH_INTERVAL, DEFAULT_WRITE_QUEUE_BYTES, SECTOR_SIZE_BYTES,
     WRITE_QUEUE_BATCHES_MAXIMUM,
 };
+pub use write_log::LOG_MIRRORS_MAXIMUM;

@@ -435,7 +435,7 @@ impl<'a> Maintenance<'a> {
         }
         // Batches sealed before the replacement was attached may have skipped it: they
         // must be on the members (below `rows_on_media`) before the walk reads them.
-        self.core.flush()?;
+        self.core.flush_members()?;
         let segment_count = self.core.geometry.segment_count();
         let walk = SegmentWalk::new(options, segment_count, progress);
         for segment in 0..segment_count {
@@ -511,7 +511,7 @@ impl<'a> Maintenance<'a> {
         let started = Instant::now();
         let mut report = ScrubReport::default();
         if !self.core.read_only {
-            self.core.flush()?;
+            self.core.flush_members()?;
         }
         let segment_count = self.core.geometry.segment_count();
         let walk = SegmentWalk::new(options, segment_count, progress);

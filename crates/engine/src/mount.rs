@@ -604,6 +604,7 @@ pub(crate) fn recover(
         last_sequence: log.last_sequence,
         ended_at_unreadable_batch: log.ended_at_unreadable_batch,
         seconds: started.elapsed().as_secs_f64(),
+        ..RecoveryReport::default()
     };
     Ok(Recovered {
         map,
@@ -1186,6 +1187,7 @@ pub(crate) fn recover_from_checkpoint(
         last_sequence,
         ended_at_unreadable_batch,
         seconds: started.elapsed().as_secs_f64(),
+        ..RecoveryReport::default()
     };
     let recovered = Recovered {
         map,

@@ -214,10 +214,34 @@ pub struct RecoveryReport {
     /// durable and no later record says so yet — damage beyond what the RAID level covers.
     pub ended_at_unreadable_batch: Option<u64>,
     pub seconds: f64,
+    /// Write log entries the members lacked, replayed at this (read-write) open.
+    pub write_log_entries_replayed: u64,
+    /// Write log entries the members lack, not replayed by this read-only open: reads
+    /// show the volume without them until a read-write open replays them.
+    pub write_log_entries_pending: u64,
+}
+
+/// The write log's state (`info`, `--json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct WriteLogStatus {
+    pub devices: Vec<String>,
+    /// Devices that failed, with why.
+    pub failed_devices: Vec<(String, String)>,
+    /// Records are written: false once every device failed (flushes sync the members).
+    pub active: bool,
+    pub size_bytes: u64,
+    pub used_bytes: u64,
+    pub records_appended: u64,
+    pub bytes_appended: u64,
+    pub syncs: u64,
+    /// Mean time of one sync of the log device(s), since the open.
+    pub mean_sync_microseconds: f64,
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct VolumeStats {
+    /// The write log, when the volume has one.
+    pub write_log: Option<WriteLogStatus>,
     pub volume_uuid: String,
     pub raid_level: String,
     pub member_count: usize,

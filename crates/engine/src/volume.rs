@@ -82,6 +82,23 @@ pub struct OpenOptions {
     /// RAM for index pages (`--map-cache`); `None`: [`default_map_cache_bytes`]. Clean
     /// pages beyond it are evicted and read again from the log when needed.
     pub map_cache_bytes: Option<u64>,
+    /// The write log's devices, in the order the superblocks list them; `None`: open the
+    /// paths the superblocks record (O_DIRECT files or block devices).
+    pub write_log_devices: Option<WriteLogDevices>,
+    /// Open a volume that was not closed cleanly although its write log cannot be read,
+    /// accepting the loss of the writes acknowledged since the members were last synced.
+    pub force_without_log: bool,
+}
+
+/// Devices given for a volume's write log (by the simulation and tests; the CLI opens
+/// the recorded paths).
+#[derive(Clone)]
+pub struct WriteLogDevices(pub Vec<Option<Arc<dyn stripelog_blockdev::BlockDevice>>>);
+
+impl std::fmt::Debug for WriteLogDevices {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(formatter, "{} write log device(s)", self.0.len())
+    }
 }
 
 /// Default write queue: 64 MiB of sealed batches and their parity.
@@ -114,6 +131,8 @@ impl Default for OpenOptions {
             checkpoint_interval: crate::checkpoint::CHECKPOINT_INTERVAL,
             mount_by_scan: false,
             map_cache_bytes: None,
+            write_log_devices: None,
+            force_without_log: false,
         }
     }
 }
@@ -144,6 +163,65 @@ fn map_cache_bytes(geometry: &Geometry, options: &OpenOptions) -> Result<u64> {
             ))),
             _ => Ok(bytes),
         },
+    }
+}
+
+/// Changing a volume's write log needs a volume closed cleanly: one that crashed may
+/// have writes only in its log.
+fn check_closed_cleanly(superblock: &format::Superblock, what: &str) -> Result<()> {
+    if superblock.holder.open {
+        return Err(Error::InvalidRequest(format!(
+            "the volume is open, or was not closed cleanly ({}): open and close it (or stop the server using \
+             it) before it can be {what}",
+            crate::array::identity::describe_holder(&superblock.holder)
+        )));
+    }
+    Ok(())
+}
+
+/// Entries of the write log replayed per call of the write path at mount.
+const REPLAY_CHUNK_ENTRIES: usize = 256;
+
+/// Open the volume's write log, if it has one: the log and what it holds. A log that
+/// cannot be read is an error after a crash (acknowledged writes may be only there)
+/// unless `force_without_log`; after a clean close the volume opens without it.
+#[allow(clippy::type_complexity)]
+fn open_write_log(
+    superblock: &format::Superblock,
+    options: &OpenOptions,
+    closed_cleanly: bool,
+) -> Result<(Option<Arc<crate::write_log::WriteLog>>, Option<crate::write_log::LogContents>)> {
+    let Some(reference) = &superblock.write_log else {
+        return Ok((None, None));
+    };
+    let devices: Vec<(String, Option<Arc<dyn stripelog_blockdev::BlockDevice>>)> = match &options.write_log_devices {
+        Some(given) => reference
+            .paths
+            .iter()
+            .enumerate()
+            .map(|(index, path)| (path.clone(), given.0.get(index).cloned().flatten()))
+            .collect(),
+        None => reference.paths.iter().map(|path| (path.clone(), open_log_device(path, options.read_only))).collect(),
+    };
+    match crate::write_log::WriteLog::open(devices, superblock.volume_uuid, reference.log_uuid) {
+        Ok((log, contents)) => Ok((Some(Arc::new(log)), Some(contents))),
+        Err(error) if closed_cleanly || options.force_without_log || options.read_only => {
+            eprintln!("stripelog: {error}: the volume opens without its write log (flushes sync the members)");
+            Ok((None, None))
+        }
+        Err(error) => Err(Error::WriteLogMissing(error.to_string())),
+    }
+}
+
+/// A write log device by its recorded path (`None` when it cannot be opened).
+fn open_log_device(path: &str, read_only: bool) -> Option<Arc<dyn stripelog_blockdev::BlockDevice>> {
+    let options = stripelog_blockdev::FileDeviceOptions { read_only, ..Default::default() };
+    match stripelog_blockdev::FileDevice::open(std::path::Path::new(path), &options) {
+        Ok(device) => Some(Arc::new(device)),
+        Err(error) => {
+            eprintln!("stripelog: write log device {path}: {error}");
+            None
+        }
     }
 }
 
@@ -196,6 +274,49 @@ impl Volume {
     /// Open a volume: check its members, recover the log, rebuild the map.
     pub fn open(members: Vec<MemberDevice>, options: &OpenOptions) -> Result<Volume> {
         Volume::open_volume(members, options, false)
+    }
+
+    /// Give a closed volume a write log on `log_devices` (one device, or two for a mirror),
+    /// which are formatted (the caller has checked that they hold nothing of value).
+    /// Refused when the volume was not closed cleanly or already has a log.
+    pub fn add_write_log(members: Vec<MemberDevice>, log_devices: Vec<MemberDevice>) -> Result<()> {
+        let (members, superblock) = members::open(members)?;
+        check_closed_cleanly(&superblock, "given a write log")?;
+        if let Some(existing) = &superblock.write_log {
+            return Err(Error::InvalidRequest(format!(
+                "the volume already has a write log on {}: remove it first",
+                existing.paths.join(" and ")
+            )));
+        }
+        let mut devices = Vec::new();
+        for log in log_devices {
+            if log.name.len() >= format::WRITE_LOG_PATH_BYTES {
+                return Err(Error::InvalidRequest(format!(
+                    "a write log path must be shorter than {} bytes: {}",
+                    format::WRITE_LOG_PATH_BYTES,
+                    log.name
+                )));
+            }
+            let device = log.device.ok_or_else(|| Error::WriteLogUnavailable(format!("{}: missing", log.name)))?;
+            devices.push((log.name, device));
+        }
+        let log_uuid = crate::write_log::WriteLog::format(&devices, superblock.volume_uuid)?;
+        let paths = devices.into_iter().map(|(path, _)| path).collect();
+        members
+            .update_superblock(|superblock| superblock.write_log = Some(format::WriteLogReference { log_uuid, paths }))
+    }
+
+    /// Take a closed volume's write log away (flushes sync the members again): the paths
+    /// it was on, `None` when it had none. Refused when the volume was not closed cleanly
+    /// (the log may hold writes the members lack: open the volume once to replay them).
+    pub fn remove_write_log(members: Vec<MemberDevice>) -> Result<Option<Vec<String>>> {
+        let (members, superblock) = members::open(members)?;
+        let Some(existing) = superblock.write_log.clone() else {
+            return Ok(None);
+        };
+        check_closed_cleanly(&superblock, "have its write log removed")?;
+        members.update_superblock(|superblock| superblock.write_log = None)?;
+        Ok(Some(existing.paths))
     }
 
     /// `new_volume`: `create` just wrote the superblocks (no log to recover).
@@ -269,12 +390,34 @@ impl Volume {
                 (recovered, crate::checkpoint::CheckpointState::empty(&geometry))
             }
         };
+        let closed_cleanly = !superblock.holder.open;
+        let (write_log, log_contents) = open_write_log(&superblock, options, closed_cleanly)?;
+        let replay_after = log_contents
+            .as_ref()
+            .map(|contents| contents.replay_after_sequence.unwrap_or(recovered.last_sequence))
+            .unwrap_or(recovered.last_sequence);
+        let log_entries_after = log_contents.as_ref().map_or(0, |contents| {
+            contents.entries.iter().filter(|(entry, _)| entry.batch_sequence > replay_after).count() as u64
+        });
+        let mut recovered = recovered;
+        if options.read_only {
+            recovered.report.write_log_entries_pending = log_entries_after;
+        } else {
+            recovered.report.write_log_entries_replayed = log_entries_after;
+        }
         let superblock = if options.read_only {
             superblock
         } else {
             mount::write_back(&geometry, &members, &recovered.discarded, &recovered.repairs)?;
-            let superblock = members::advance_epoch(&members, recovered.last_sequence, &options.holder_program)?;
+            let mut superblock = members::advance_epoch(&members, recovered.last_sequence, &options.holder_program)?;
             mount::release_heads(&geometry, &members, &recovered.release)?;
+            if superblock.write_log.is_some() && write_log.is_none() {
+                // Opened without its log (it cannot be read): the volume forgets it, so
+                // that its old records are never replayed over newer writes.
+                members.update_superblock(|superblock| superblock.write_log = None)?;
+                superblock.write_log = None;
+                eprintln!("stripelog: the volume no longer has a write log; add one with `stripelog log add`");
+            }
             superblock
         };
         let epoch = superblock.epoch;
@@ -311,6 +454,7 @@ impl Volume {
                 ),
                 lifetimes: Lifetimes::new(recovered.write_clock),
                 current_checksums: Default::default(),
+                log_staging: Default::default(),
             }),
             progress: Condvar::new(),
             data_pool,
@@ -330,6 +474,8 @@ impl Volume {
             recovery_report: recovered.report,
             checkpoint: Mutex::new(checkpoint_state),
             checkpoint_interval: options.checkpoint_interval,
+            write_log,
+            staged_entries: std::sync::atomic::AtomicUsize::new(0),
             members,
             geometry,
         });
@@ -344,6 +490,9 @@ impl Volume {
             volume.shared.reserve_stream_segments(&mut volume.shared.state.lock());
             Maintenance::new(&volume.cleaner).prepare_rebuilding_members()?;
             volume.start_threads();
+            if let (Some(log), Some(contents)) = (volume.shared.write_log.clone(), log_contents) {
+                volume.replay_write_log(&log, contents, replay_after)?;
+            }
             // Every mount that replayed anything (and a new or upgraded volume) ends
             // with a checkpoint: the next mount's walk starts here, and the segments this
             // one's walk passed through may be reused once it is committed.
@@ -398,6 +547,44 @@ impl Volume {
                     .expect("spawn the flush timer thread"),
             );
         }
+    }
+
+    /// Replay the write log's entries the members lack (those of batches after
+    /// `after_sequence`, in order, as client writes), make them durable on the members,
+    /// then start the log afresh. A crash during the replay replays again from the same
+    /// point (recorded in the log before the first entry is applied).
+    fn replay_write_log(
+        &self,
+        log: &crate::write_log::WriteLog,
+        contents: crate::write_log::LogContents,
+        after_sequence: u64,
+    ) -> Result<()> {
+        use crate::layout::write_log::LogEntryKind;
+        let replay: Vec<_> =
+            contents.entries.into_iter().filter(|(entry, _)| entry.batch_sequence > after_sequence).collect();
+        if !replay.is_empty() {
+            let block_count = self.shared.map.block_count();
+            if let Some((entry, _)) = replay.iter().find(|(entry, _)| entry.logical_block >= block_count) {
+                return Err(Error::WriteLogUnavailable(format!(
+                    "a record names logical block {} of a volume of {block_count}",
+                    entry.logical_block
+                )));
+            }
+            log.begin_replay(after_sequence)?;
+            for chunk in replay.chunks(REPLAY_CHUNK_ENTRIES) {
+                let blocks: Vec<BlockWrite> = chunk
+                    .iter()
+                    .map(|(entry, data)| match (entry.kind, data) {
+                        (LogEntryKind::Data, Some(data)) => BlockWrite::Data(entry.logical_block, data, entry.checksum),
+                        (LogEntryKind::Trim, _) => BlockWrite::Trim(entry.logical_block),
+                        _ => BlockWrite::Zero(entry.logical_block),
+                    })
+                    .collect();
+                apply(&self.cleaner, &blocks)?;
+            }
+            self.shared.flush_members()?;
+        }
+        log.take_over()
     }
 
     pub fn geometry(&self) -> &Geometry {
@@ -539,7 +726,8 @@ impl Volume {
         self.shared.map.get(logical_block)
     }
 
-    /// Return when every write accepted before the call is durable on the members.
+    /// Return when every write accepted before the call is durable: on the write log when
+    /// the volume has one (the stripes follow), else on the members.
     pub fn flush(&self) -> Result<()> {
         self.shared.flush()?;
         // Threaded volumes checkpoint from their flush timer, off the clients' path.
@@ -561,7 +749,7 @@ impl Volume {
     /// holds writers back while it runs.
     pub fn check(&self) -> Result<crate::mount::CheckReport> {
         if !self.shared.read_only {
-            self.flush()?;
+            self.shared.flush_members()?;
         }
         let shared = &self.shared;
         // Writers pause while the log is read, so that it does not change under the scan,
@@ -595,7 +783,7 @@ impl Volume {
         let result = if self.shared.read_only || self.abandoned.load(Ordering::SeqCst) {
             Ok(())
         } else {
-            self.flush().and_then(|()| self.shared.write_checkpoint()).and_then(|_| {
+            self.shared.flush_members().and_then(|()| self.shared.write_checkpoint()).and_then(|_| {
                 let durable = self.shared.state.lock().log.durable_through_sequence;
                 members::record_clean_close(&self.shared.members, durable)
             })
@@ -658,9 +846,14 @@ fn flush_timer(cleaner: Arc<Cleaner>, interval: Duration) {
             let state = shared.state.lock();
             state.log.open.as_ref().is_some_and(|open| !open.is_empty() && open.opened_at.elapsed() >= interval)
         };
-        if due {
+        // With a write log more than half full, the members are synced off the clients'
+        // path, so that an append rarely has to wait for it.
+        let log_filling = shared.write_log.as_ref().is_some_and(|log| {
+            log.is_active() && log.counters.used_bytes.load(Ordering::Relaxed) * 2 > log.size_bytes()
+        });
+        if due || log_filling {
             // A failure is recorded in `failure` and reported to the next client call.
-            let _ = shared.flush();
+            let _ = shared.flush_members();
         }
         match shared.checkpoint_if_due(shared.checkpoint_interval) {
             // No room for the checkpoint's blocks now: it is tried again at the next tick.
@@ -746,6 +939,13 @@ fn apply(cleaner: &Cleaner, blocks: &[BlockWrite]) -> Result<()> {
             core.dispatch(batch)?;
         }
     }
+    // Many writes and no flush: what is staged goes to the write log unsynced, which
+    // bounds the RAM it takes and the work of the next flush.
+    if let Some(log) = core.write_log.as_ref().filter(|log| log.is_active()) {
+        if core.staged_entries.load(Ordering::Relaxed) >= crate::write_log::STAGING_BLOCKS_SOFT_LIMIT {
+            core.append_to_write_log(log, false)?;
+        }
+    }
     Ok(())
 }
 
@@ -773,7 +973,25 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
     let member_bytes_data = Counters::get(&counters.member_bytes_data);
     let member_bytes_relocated = Counters::get(&counters.member_bytes_relocated);
     let lifetime = core.members.lifetime_counters();
+    let write_log = core.write_log.as_ref().map(|log| {
+        let counters = &log.counters;
+        let syncs = counters.syncs.load(Ordering::Relaxed);
+        crate::stats::WriteLogStatus {
+            devices: log.devices.iter().map(|device| device.path.clone()).collect(),
+            failed_devices: log.failed_devices(),
+            active: log.is_active(),
+            size_bytes: log.size_bytes(),
+            used_bytes: counters.used_bytes.load(Ordering::Relaxed),
+            records_appended: counters.appends.load(Ordering::Relaxed),
+            bytes_appended: counters.bytes_appended.load(Ordering::Relaxed),
+            syncs,
+            mean_sync_microseconds: counters.sync_nanoseconds.load(Ordering::Relaxed) as f64
+                / 1000.0
+                / syncs.max(1) as f64,
+        }
+    });
     VolumeStats {
+        write_log,
         volume_uuid: uuid::Uuid::from_bytes(core.volume_uuid).to_string(),
         raid_level: geometry.raid_level.to_string(),
         member_count: geometry.member_count,

@@ -925,6 +925,7 @@ pub(crate) fn create(
                 checkpoint: None,
                 lifetime: crate::stats::LifetimeCounters::default(),
                 member_bytes_written: 0,
+                write_log: None,
             };
             superblock.encode(&mut block);
             device.write_at(&block, *offset).map_err(member_error)?;

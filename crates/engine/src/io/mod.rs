@@ -43,6 +43,8 @@ pub(crate) struct WriteState {
     /// Per stream: its current segment and that segment's checksum table (also pinned in
     /// the cache), so that accepting a block costs no cache lookup under the lock.
     pub(crate) current_checksums: [Option<(u64, Arc<ChecksumTable>)>; STREAM_COUNT],
+    /// Client writes accepted since the last append to the write log (empty without one).
+    pub(crate) log_staging: crate::write_log::Staging,
 }
 
 impl WriteState {
@@ -102,6 +104,10 @@ pub(crate) struct Core {
     /// The checkpoint writer's state; held while a checkpoint is written (one at a time).
     pub(crate) checkpoint: Mutex<crate::index::directory::CheckpointState>,
     pub(crate) checkpoint_interval: Duration,
+    /// The write log, when the volume has one (docs/write-log.md).
+    pub(crate) write_log: Option<Arc<crate::write_log::WriteLog>>,
+    /// Entries in `WriteState::log_staging` (read without the state lock).
+    pub(crate) staged_entries: std::sync::atomic::AtomicUsize,
 }
 
 /// One unit of work for the write loop, per logical block.
@@ -303,6 +309,46 @@ impl Core {
 
     /// Accept one block into the open batch. `Ok(false)`: the batch is full.
     pub(crate) fn accept(&self, state: &mut WriteState, block: &BlockWrite) -> Result<bool> {
+        let accepted = self.accept_block(state, block)?;
+        if accepted && self.write_log.as_ref().is_some_and(|log| log.is_active()) {
+            self.stage(state, block)?;
+        }
+        Ok(accepted)
+    }
+
+    /// Stage an accepted client write for the write log, in acceptance order, with the
+    /// batch it went into (the block as the batch holds it: a partial write merged).
+    fn stage(&self, state: &mut WriteState, block: &BlockWrite) -> Result<()> {
+        use crate::layout::write_log::{LogEntry, LogEntryKind};
+        let batch_sequence = state.log.open.as_ref().map_or(state.log.next_sequence, |open| open.sequence);
+        let entry = |logical_block, kind, checksum| LogEntry { batch_sequence, logical_block, kind, checksum };
+        match *block {
+            BlockWrite::Data(logical_block, data, checksum) => {
+                state.log_staging.push(entry(logical_block, LogEntryKind::Data, checksum), Some(data));
+            }
+            BlockWrite::Zero(logical_block) => {
+                state.log_staging.push(entry(logical_block, LogEntryKind::Zero, 0), None)
+            }
+            BlockWrite::Trim(logical_block) => {
+                state.log_staging.push(entry(logical_block, LogEntryKind::Trim, 0), None)
+            }
+            BlockWrite::Patch(logical_block, ..) => {
+                // Merged in the batch (or recorded as zeros): log what a read now returns.
+                let mut merged = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+                self.read_block(logical_block, &mut merged, Some(state))?;
+                if format::is_all_zero(&merged) {
+                    state.log_staging.push(entry(logical_block, LogEntryKind::Zero, 0), None);
+                } else {
+                    let checksum = format::block_checksum(&merged);
+                    state.log_staging.push(entry(logical_block, LogEntryKind::Data, checksum), Some(&merged));
+                }
+            }
+        }
+        self.staged_entries.store(state.log_staging.len(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn accept_block(&self, state: &mut WriteState, block: &BlockWrite) -> Result<bool> {
         match *block {
             BlockWrite::Data(logical_block, data, checksum) => {
                 // The block's index page in RAM before the batch changes: it stays there
@@ -737,6 +783,50 @@ impl Core {
         if self.read_only {
             return Ok(());
         }
+        if let Some(log) = self.write_log.as_ref().filter(|log| log.is_active()) {
+            if self.append_to_write_log(log, true)? {
+                return Ok(());
+            }
+            // The log failed: what it was to hold is in the batches; sync the members.
+        }
+        self.flush_members()
+    }
+
+    /// Append the staged client writes to the write log (group commit: one append at a
+    /// time; a flush that finds nothing staged was covered by the append before it) and,
+    /// with `sync`, make them durable there. `Ok(false)`: the log has failed (the caller
+    /// syncs the members instead). When the log is full of records the members do not
+    /// hold durably yet, the members are synced instead, which also frees the log.
+    pub(crate) fn append_to_write_log(&self, log: &crate::write_log::WriteLog, sync: bool) -> Result<bool> {
+        let mut appender = log.appender.lock();
+        let (staging, durable) = {
+            let mut state = self.state.lock();
+            self.staged_entries.store(0, Ordering::Relaxed);
+            (std::mem::take(&mut state.log_staging), state.log.durable_through_sequence)
+        };
+        if staging.is_empty() {
+            return Ok(log.is_active());
+        }
+        match log.append(&mut appender, &staging, durable, sync) {
+            Ok(()) => Ok(true),
+            Err(crate::write_log::AppendProblem::NeedSpace) => {
+                // Everything staged is in batches: made durable on the members it needs
+                // no log record, and every record before it dies.
+                self.flush_members()?;
+                Ok(true)
+            }
+            Err(crate::write_log::AppendProblem::Failed) => {
+                eprintln!(
+                    "stripelog: the write log failed ({}): flushes sync the members from now on",
+                    log.failure().unwrap_or_default()
+                );
+                Ok(false)
+            }
+        }
+    }
+
+    /// Seal the clients' open batch and make every batch durable on the members.
+    pub(crate) fn flush_members(&self) -> Result<()> {
         let (target, sealed) = {
             let mut state = self.state.lock();
             let sealed = match &state.log.open {

@@ -190,7 +190,20 @@ pub struct Superblock {
     pub lifetime: LifetimeCounters,
     /// Bytes written to this member over its life in the volume (differs per member).
     pub member_bytes_written: u64,
+    /// The volume's write log (docs/write-log.md), if it has one.
+    pub write_log: Option<WriteLogReference>,
 }
+
+/// Where a volume's write log is: its UUID and its devices' paths (two for a mirror).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteLogReference {
+    pub log_uuid: [u8; 16],
+    pub paths: Vec<String>,
+}
+
+const WRITE_LOG_OFFSET: usize = 3072;
+/// Bytes for each log device's path in the superblock.
+pub const WRITE_LOG_PATH_BYTES: usize = 480;
 
 const LIFETIME_COUNTERS_OFFSET: usize = 2368;
 
@@ -265,6 +278,13 @@ impl Superblock {
         for (index, value) in self.lifetime.to_array().iter().enumerate() {
             put(block, LIFETIME_COUNTERS_OFFSET + 8 * index, &value.to_le_bytes());
         }
+        if let Some(log) = &self.write_log {
+            put(block, WRITE_LOG_OFFSET, &(log.paths.len() as u32).to_le_bytes());
+            put(block, WRITE_LOG_OFFSET + 8, &log.log_uuid);
+            for (index, path) in log.paths.iter().take(2).enumerate() {
+                put_text(block, WRITE_LOG_OFFSET + 24 + index * WRITE_LOG_PATH_BYTES, WRITE_LOG_PATH_BYTES, path);
+            }
+        }
         seal(block);
     }
 
@@ -319,6 +339,7 @@ impl Superblock {
             checkpoint: None,
             lifetime: LifetimeCounters::default(),
             member_bytes_written: 0,
+            write_log: None,
         };
         // The geometry must be one we would have created, and agree with its own sizes.
         let geometry = Geometry::new(
@@ -347,6 +368,20 @@ impl Superblock {
                 *value = read_u64(block, LIFETIME_COUNTERS_OFFSET + 8 * index);
             }
             superblock.lifetime = LifetimeCounters::from_array(values);
+            let log_devices = read_u32(block, WRITE_LOG_OFFSET) as usize;
+            if log_devices > 0 {
+                if log_devices > 2 {
+                    return Err(SuperblockProblem::Inconsistent(format!("{log_devices} write log devices")));
+                }
+                superblock.write_log = Some(WriteLogReference {
+                    log_uuid: read_uuid(block, WRITE_LOG_OFFSET + 8),
+                    paths: (0..log_devices)
+                        .map(|index| {
+                            read_text(block, WRITE_LOG_OFFSET + 24 + index * WRITE_LOG_PATH_BYTES, WRITE_LOG_PATH_BYTES)
+                        })
+                        .collect(),
+                });
+            }
             let root = read_u64(block, 2304);
             if root != 0 {
                 superblock.checkpoint = Some(CheckpointReference {
@@ -839,6 +874,7 @@ mod tests {
             }),
             lifetime: LifetimeCounters::from_array(std::array::from_fn(|index| 1000 + index as u64)),
             member_bytes_written: 1 << 40,
+            write_log: Some(WriteLogReference { log_uuid: [9; 16], paths: vec!["/dev/pmem0".into(), "/x".into()] }),
         }
     }
 

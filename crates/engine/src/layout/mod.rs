@@ -5,3 +5,4 @@
 pub mod checkpoint;
 pub mod format;
 pub mod geometry;
+pub mod write_log;

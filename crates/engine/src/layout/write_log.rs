@@ -14,11 +14,11 @@ pub const LOG_SUPERBLOCK_OFFSETS_BYTES: [u64; 2] = [0, BLOCK_SIZE_BYTES as u64];
 pub const LOG_AREA_START_BYTES: u64 = 64 << 10;
 /// The smallest log device: the superblocks and room for a few largest records.
 pub const LOG_DEVICE_MINIMUM_BYTES: u64 = LOG_AREA_START_BYTES + 4 * RECORD_BYTES_MAXIMUM;
-/// Entries one record header describes ((4092 − 64) / 24 = 167, rounded down).
+/// Entries one record header describes ((4092 − 72) / 24 = 167, rounded down).
 pub const RECORD_ENTRIES_MAXIMUM: usize = 160;
 /// A record's largest size: its header and a data block per entry.
 pub const RECORD_BYTES_MAXIMUM: u64 = (1 + RECORD_ENTRIES_MAXIMUM as u64) * BLOCK_SIZE_BYTES as u64;
-const RECORD_ENTRIES_OFFSET: usize = 64;
+const RECORD_ENTRIES_OFFSET: usize = 72;
 const RECORD_ENTRY_BYTES: usize = 24;
 const RECORD_FLAG_WRAP: u32 = 1;
 
@@ -43,6 +43,10 @@ pub struct LogSuperblock {
     pub replay_after_sequence: Option<u64>,
     /// +1 at every update; the copy with the larger one is current.
     pub update_sequence: u64,
+    /// +1 each time a read-write open takes the log over (after replaying it): records
+    /// carry it, so that a record of an earlier life of the log — one left behind a torn
+    /// one by a crash — never joins the chain of a later one.
+    pub generation: u64,
 }
 
 /// Why a log superblock copy is not usable.
@@ -75,6 +79,7 @@ impl LogSuperblock {
         put(block, 88, &self.tail_record_sequence.to_le_bytes());
         put(block, 96, &self.replay_after_sequence.map_or(0, |sequence| sequence + 1).to_le_bytes());
         put(block, 104, &self.update_sequence.to_le_bytes());
+        put(block, 112, &self.generation.to_le_bytes());
         seal(block);
     }
 
@@ -102,6 +107,7 @@ impl LogSuperblock {
             tail_record_sequence: read_u64(block, 88),
             replay_after_sequence: replay.checked_sub(1),
             update_sequence: read_u64(block, 104),
+            generation: read_u64(block, 112),
         };
         let aligned = |value: u64| value.is_multiple_of(BLOCK_SIZE_BYTES as u64);
         if superblock.copy != expected_copy {
@@ -170,6 +176,8 @@ pub struct LogEntry {
 pub struct RecordHeader {
     pub volume_uuid: [u8; 16],
     pub log_uuid: [u8; 16],
+    /// The log's generation when the record was written.
+    pub generation: u64,
     /// +1 per record, never reused within a log.
     pub record_sequence: u64,
     /// The rest of the area is unused: the next record is at the area's start.
@@ -199,6 +207,7 @@ impl RecordHeader {
         put(block, 48, &self.record_sequence.to_le_bytes());
         put(block, 56, &(self.entries.len() as u32).to_le_bytes());
         put(block, 60, &(self.data_blocks() as u32).to_le_bytes());
+        put(block, 64, &self.generation.to_le_bytes());
         for (index, entry) in self.entries.iter().enumerate() {
             let offset = RECORD_ENTRIES_OFFSET + index * RECORD_ENTRY_BYTES;
             put(block, offset, &entry.batch_sequence.to_le_bytes());
@@ -210,13 +219,14 @@ impl RecordHeader {
     }
 
     /// The header of the record expected here, or `None` when the block is not one: not
-    /// a record, another log's, a torn or stale one.
-    pub fn decode(block: &[u8], volume_uuid: &[u8; 16], log_uuid: &[u8; 16]) -> Option<RecordHeader> {
+    /// a record, another log's or another generation's, a torn or stale one.
+    pub fn decode(block: &[u8], volume_uuid: &[u8; 16], log_uuid: &[u8; 16], generation: u64) -> Option<RecordHeader> {
         if &block[0..8] != LOG_RECORD_MAGIC
             || read_u32(block, 8) != LOG_FORMAT_VERSION
             || !checksum_matches(block)
             || read_uuid(block, 16) != *volume_uuid
             || read_uuid(block, 32) != *log_uuid
+            || read_u64(block, 64) != generation
         {
             return None;
         }
@@ -237,6 +247,7 @@ impl RecordHeader {
         let header = RecordHeader {
             volume_uuid: *volume_uuid,
             log_uuid: *log_uuid,
+            generation,
             record_sequence: read_u64(block, 48),
             wrap: read_u32(block, 12) & RECORD_FLAG_WRAP != 0,
             entries,
@@ -262,6 +273,7 @@ mod tests {
             tail_record_sequence: 17,
             replay_after_sequence: Some(0),
             update_sequence: 5,
+            generation: 3,
         }
     }
 
@@ -288,14 +300,21 @@ mod tests {
             LogEntry { batch_sequence: 9, logical_block: 5, kind: LogEntryKind::Trim, checksum: 0 },
             LogEntry { batch_sequence: 10, logical_block: 6, kind: LogEntryKind::Zero, checksum: 0 },
         ];
-        let header =
-            RecordHeader { volume_uuid: [1; 16], log_uuid: [2; 16], record_sequence: 77, wrap: false, entries };
+        let header = RecordHeader {
+            volume_uuid: [1; 16],
+            log_uuid: [2; 16],
+            generation: 4,
+            record_sequence: 77,
+            wrap: false,
+            entries,
+        };
         assert_eq!(header.length_bytes(), 2 * BLOCK_SIZE_BYTES as u64);
         let mut block = vec![0u8; BLOCK_SIZE_BYTES];
         header.encode(&mut block);
-        assert_eq!(RecordHeader::decode(&block, &[1; 16], &[2; 16]), Some(header));
-        assert_eq!(RecordHeader::decode(&block, &[1; 16], &[3; 16]), None, "another log's record");
-        block[70] ^= 1;
-        assert_eq!(RecordHeader::decode(&block, &[1; 16], &[2; 16]), None, "a torn header");
+        assert_eq!(RecordHeader::decode(&block, &[1; 16], &[2; 16], 4), Some(header));
+        assert_eq!(RecordHeader::decode(&block, &[1; 16], &[3; 16], 4), None, "another log's record");
+        assert_eq!(RecordHeader::decode(&block, &[1; 16], &[2; 16], 5), None, "an earlier generation's record");
+        block[80] ^= 1;
+        assert_eq!(RecordHeader::decode(&block, &[1; 16], &[2; 16], 4), None, "a torn header");
     }
 }

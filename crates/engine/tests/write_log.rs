@@ -1,0 +1,233 @@
+//! The write log (docs/write-log.md, Part 2): a flush makes writes durable on the log
+//! while their stripes stay in RAM; a crash then leaves them only on the log, and mount
+//! replays them. A log lost together with a crash is refused unless forced; a log that
+//! fails while the volume runs is replaced by syncing the members; a mirrored log
+//! survives the loss of one device.
+
+#[allow(dead_code)]
+mod common;
+
+use common::members;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use stripelog_blockdev::{BlockDevice, DeviceError, MemoryDevice, Result as DeviceResult};
+use stripelog_engine::{CreateOptions, Error, MemberDevice, OpenOptions, RaidLevel, Volume, WriteLogDevices};
+
+const MEMBER_SIZE_BYTES: u64 = 32 << 20;
+const LOG_SIZE_BYTES: u64 = 8 << 20;
+
+/// A device that can be made to fail every write and sync.
+struct Breakable {
+    inner: MemoryDevice,
+    broken: AtomicBool,
+}
+
+impl Breakable {
+    fn check(&self) -> DeviceResult<()> {
+        if self.broken.load(Ordering::SeqCst) {
+            return Err(DeviceError::Io { offset_bytes: 0, source: std::io::Error::other("the log device is gone") });
+        }
+        Ok(())
+    }
+}
+
+impl BlockDevice for Breakable {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, buffer: &mut [u8], offset_bytes: u64) -> DeviceResult<()> {
+        self.check()?;
+        self.inner.read_at(buffer, offset_bytes)
+    }
+    fn write_at(&self, buffer: &[u8], offset_bytes: u64) -> DeviceResult<()> {
+        self.check()?;
+        self.inner.write_at(buffer, offset_bytes)
+    }
+    fn flush(&self) -> DeviceResult<()> {
+        self.check()?;
+        self.inner.flush()
+    }
+    fn discard(&self, offset_bytes: u64, length_bytes: u64) -> DeviceResult<()> {
+        self.inner.discard(offset_bytes, length_bytes)
+    }
+    fn describe(&self) -> String {
+        "breakable memory".into()
+    }
+}
+
+struct Setup {
+    members: Vec<Arc<dyn BlockDevice>>,
+    logs: Vec<Arc<Breakable>>,
+}
+
+impl Setup {
+    fn new(log_count: usize) -> Setup {
+        let member_devices: Vec<Arc<dyn BlockDevice>> =
+            (0..4).map(|_| Arc::new(MemoryDevice::new(MEMBER_SIZE_BYTES)) as _).collect();
+        let logs: Vec<Arc<Breakable>> = (0..log_count)
+            .map(|_| Arc::new(Breakable { inner: MemoryDevice::new(LOG_SIZE_BYTES), broken: AtomicBool::new(false) }))
+            .collect();
+        let options = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..Default::default() };
+        Volume::create(members(&member_devices), &options, &OpenOptions::default()).unwrap().close().unwrap();
+        let log_members = logs
+            .iter()
+            .enumerate()
+            .map(|(index, log)| MemberDevice { name: format!("log-{index}"), device: Some(log.clone() as _) })
+            .collect();
+        Volume::add_write_log(members(&member_devices), log_members).unwrap();
+        Setup { members: member_devices, logs }
+    }
+
+    /// Open with the log devices (`present[i]` false: device i missing).
+    fn open(&self, present: &[bool], force_without_log: bool) -> stripelog_engine::Result<Volume> {
+        let devices = self
+            .logs
+            .iter()
+            .zip(present)
+            .map(|(log, &present)| present.then(|| log.clone() as Arc<dyn BlockDevice>))
+            .collect();
+        let options = OpenOptions {
+            // No timer: stripes are only written when a batch fills or the members are synced.
+            flush_interval: None,
+            cache_size_bytes: 0,
+            write_log_devices: Some(WriteLogDevices(devices)),
+            force_without_log,
+            ..OpenOptions::default()
+        };
+        Volume::open(members(&self.members), &options)
+    }
+}
+
+fn block(value: u8) -> Vec<u8> {
+    vec![value; 4096]
+}
+
+fn read(volume: &Volume, logical_block: u64) -> Vec<u8> {
+    let mut data = vec![0u8; 4096];
+    volume.read(logical_block * 4096, &mut data).unwrap();
+    data
+}
+
+#[test]
+fn a_flush_goes_to_the_log_and_mount_replays_what_the_members_lack() {
+    let setup = Setup::new(1);
+    let volume = setup.open(&[true], false).unwrap();
+    // Made durable on the members: a member sync (close) ends the first open.
+    volume.write(0, &block(1), false).unwrap();
+    volume.close().unwrap();
+    let volume = setup.open(&[true], false).unwrap();
+    let batches_at_open = volume.stats().batches_written;
+    for logical_block in 0..40u64 {
+        volume.write(logical_block * 4096, &block(10 + logical_block as u8), logical_block % 3 == 0).unwrap();
+    }
+    volume.write(7 * 4096 + 512, &[0xEE; 1024], false).unwrap();
+    volume.trim(20 * 4096, 4096).unwrap();
+    volume.flush().unwrap();
+    let stats = volume.stats();
+    let log = stats.write_log.expect("the volume has a log");
+    assert!(log.active && log.records_appended > 0 && log.syncs > 0, "{log:?}");
+    assert_eq!(stats.batches_written, batches_at_open, "the flushes wrote no stripes");
+    volume.abandon();
+    let volume = setup.open(&[true], false).unwrap();
+    assert!(volume.stats().recovery.write_log_entries_replayed >= 42, "{:?}", volume.stats().recovery);
+    for logical_block in 0..40u64 {
+        let mut expected = block(10 + logical_block as u8);
+        if logical_block == 7 {
+            expected[512..1536].fill(0xEE);
+        }
+        if logical_block == 20 {
+            expected = block(0);
+        }
+        assert_eq!(read(&volume, logical_block), expected, "block {logical_block}");
+    }
+    volume.abandon();
+    // Replayed and made durable on the members: a second crash loses nothing either.
+    let volume = setup.open(&[true], false).unwrap();
+    assert_eq!(read(&volume, 39), block(49));
+    volume.close().unwrap();
+}
+
+#[test]
+fn a_log_lost_with_a_crash_is_refused_unless_forced_and_a_clean_volume_opens_without_it() {
+    let setup = Setup::new(1);
+    let volume = setup.open(&[true], false).unwrap();
+    volume.write(0, &block(1), false).unwrap();
+    volume.close().unwrap();
+    let volume = setup.open(&[true], false).unwrap();
+    volume.write(4096, &block(2), true).unwrap();
+    volume.abandon();
+    match setup.open(&[false], false) {
+        Err(Error::WriteLogMissing(reason)) => assert!(reason.contains("missing"), "{reason}"),
+        Err(other) => panic!("expected WriteLogMissing, got {other}"),
+        Ok(_) => panic!("opened after a crash without its log"),
+    }
+    // Forced: what the members held survives, what only the log held is gone, and the
+    // volume forgets the log (its records are never replayed later).
+    let volume = setup.open(&[false], true).unwrap();
+    assert_eq!(read(&volume, 0), block(1));
+    assert_eq!(read(&volume, 1), block(0));
+    assert!(volume.stats().write_log.is_none());
+    volume.close().unwrap();
+    let volume = setup.open(&[true], false).unwrap();
+    assert!(volume.stats().write_log.is_none(), "the forgotten log is not used again");
+    volume.close().unwrap();
+}
+
+#[test]
+fn a_log_that_fails_while_serving_falls_back_to_syncing_the_members() {
+    let setup = Setup::new(1);
+    let volume = setup.open(&[true], false).unwrap();
+    volume.write(0, &block(3), true).unwrap();
+    setup.logs[0].broken.store(true, Ordering::SeqCst);
+    volume.write(4096, &block(4), true).unwrap();
+    volume.flush().unwrap();
+    let log = volume.stats().write_log.unwrap();
+    assert!(!log.active && log.failed_devices.len() == 1, "{log:?}");
+    assert!(volume.stats().batches_written > 0, "the fallback wrote and synced the stripes");
+    volume.abandon();
+    // Everything acknowledged is on the members: the lost log costs nothing, but mount
+    // cannot know that after a crash and asks for the force.
+    assert!(matches!(setup.open(&[true], false), Err(Error::WriteLogMissing(_))));
+    let volume = setup.open(&[true], true).unwrap();
+    assert_eq!(read(&volume, 0), block(3));
+    assert_eq!(read(&volume, 1), block(4));
+    volume.close().unwrap();
+}
+
+#[test]
+fn a_mirrored_log_replays_from_the_device_that_is_left() {
+    let setup = Setup::new(2);
+    let volume = setup.open(&[true, true], false).unwrap();
+    volume.write(0, &block(5), false).unwrap();
+    volume.close().unwrap();
+    let volume = setup.open(&[true, true], false).unwrap();
+    for logical_block in 1..10u64 {
+        volume.write(logical_block * 4096, &block(50 + logical_block as u8), true).unwrap();
+    }
+    volume.abandon();
+    let volume = setup.open(&[false, true], false).unwrap();
+    for logical_block in 1..10u64 {
+        assert_eq!(read(&volume, logical_block), block(50 + logical_block as u8));
+    }
+    let log = volume.stats().write_log.unwrap();
+    assert!(log.active && log.failed_devices.len() == 1, "{log:?}");
+    volume.close().unwrap();
+}
+
+#[test]
+fn a_log_cannot_be_added_twice_or_removed_from_a_volume_that_crashed() {
+    let setup = Setup::new(1);
+    let another =
+        MemberDevice { name: "another".into(), device: Some(Arc::new(MemoryDevice::new(LOG_SIZE_BYTES)) as _) };
+    assert!(Volume::add_write_log(members(&setup.members), vec![another]).is_err());
+    let volume = setup.open(&[true], false).unwrap();
+    volume.write(0, &block(6), true).unwrap();
+    volume.abandon();
+    assert!(Volume::remove_write_log(members(&setup.members)).is_err(), "the log may hold writes");
+    setup.open(&[true], false).unwrap().close().unwrap();
+    assert_eq!(Volume::remove_write_log(members(&setup.members)).unwrap(), Some(vec!["log-0".to_string()]));
+    let volume = setup.open(&[], false).unwrap();
+    assert_eq!(read(&volume, 0), block(6));
+    assert!(volume.stats().write_log.is_none());
+    volume.close().unwrap();
+}
