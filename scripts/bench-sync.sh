@@ -11,8 +11,6 @@
 # Measures, per server:
 #   - fio --ioengine=nbd 4 KiB random writes with --fsync=1 at depth 1 and 8: IOPS and
 #     mean/p99 sync (flush) latency;
-#   - `stripelog bench latency` 4 KiB random writes with FUA at depth 1 and 8: IOPS and
-#     mean/p99 write latency (fio's nbd engine cannot set FUA);
 #   - pgbench TPS on ext4 over nbdfuse + a loop device (scale 10, 8 clients, 30 s).
 # Every cell runs ROUNDS times (default 3), the servers taking turns; tables give medians.
 # Usage (as root, for losetup and mount):
@@ -96,22 +94,11 @@ text = sys.stdin.read(); job = json.loads(text[text.index("{"):])["jobs"][0]
 sync = job["sync"]["lat_ns"]
 print(round(job["write"]["iops"]), round(sync["mean"] / 1000, 1), round(sync["percentile"]["99.000000"] / 1000, 1))'
 }
-# stripelog bench latency, writes only, with FUA: "IOPS mean_us p99_us".
-fua_cell() { # uri iodepth
-  "$stripelog" bench latency "$1" --force --quiet --read-percent 0 --block-size 4KiB --region 1GiB \
-      --durability fua --queue-depths "$2" --duration "${seconds}s" --json "$directory/fua.json" >/dev/null
-  python3 -c '
-import json, sys
-point = json.load(open(sys.argv[1]))["points"][0]
-print(round(point["iops"]), round(point["mean_ns"] / 1000, 1), round(point["p99_ns"] / 1000, 1))' "$directory/fua.json"
-}
-
 declare -A results
 for round in $(seq "$rounds"); do
   for depth in 1 8; do
     for server in $servers; do
       results[fsync,$depth,$server]+="$(fio_cell "${uri[$server]}" "$depth");"
-      results[fua,$depth,$server]+="$(fua_cell "${uri[$server]}" "$depth");"
     done
   done
 done
@@ -151,12 +138,12 @@ field() { # "a b c;a b c;" index -> values
 }
 echo "| server | test | depth | IOPS | mean latency µs | p99 latency µs |"
 echo "|---|---|---:|---:|---:|---:|"
-for kind in fsync fua; do
+for kind in fsync; do
   for depth in 1 8; do
     for server in $servers; do
       cells=${results[$kind,$depth,$server]}
       printf '| %s | %s | %s | %.0f | %.1f | %.1f |\n' "$server" \
-        "$([ "$kind" = fsync ] && echo 'write + fsync (fio)' || echo 'FUA write (bench latency)')" "$depth" \
+        "write + fsync (fio)" "$depth" \
         "$(median $(field "$cells" 1))" "$(median $(field "$cells" 2))" "$(median $(field "$cells" 3))"
     done
   done

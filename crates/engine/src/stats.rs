@@ -227,7 +227,7 @@ pub struct WriteLogStatus {
     pub devices: Vec<String>,
     /// Devices that failed, with why.
     pub failed_devices: Vec<(String, String)>,
-    /// Records are written: false once every device failed (flushes sync the members).
+    /// False once every device failed (flushes sync the members from then on).
     pub active: bool,
     pub size_bytes: u64,
     pub used_bytes: u64,

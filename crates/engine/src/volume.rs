@@ -979,7 +979,7 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         crate::stats::WriteLogStatus {
             devices: log.devices.iter().map(|device| device.path.clone()).collect(),
             failed_devices: log.failed_devices(),
-            active: log.is_active(),
+            active: log.failure().is_none(),
             size_bytes: log.size_bytes(),
             used_bytes: counters.used_bytes.load(Ordering::Relaxed),
             records_appended: counters.appends.load(Ordering::Relaxed),

@@ -130,7 +130,11 @@ pub(crate) struct WriteLog {
     pub(crate) volume_uuid: [u8; 16],
     pub(crate) log_uuid: [u8; 16],
     pub(crate) devices: Vec<LogDevice>,
+    /// Lock order: the appender before the volume's state lock (a flush holds it while it
+    /// takes the staged writes, and while it syncs the members when the log is full).
     pub(crate) appender: Mutex<Appender>,
+    /// The record area's size (fixed when the log was formatted).
+    size_bytes: u64,
     /// Records are written (false until the open has replayed the log and taken it over,
     /// and once every device has failed).
     active: AtomicBool,
@@ -241,6 +245,7 @@ impl WriteLog {
             )));
         };
         let contents = LogContents { entries, replay_after_sequence: superblock.replay_after_sequence };
+        let size_bytes = superblock.area_end_bytes - LOG_AREA_START_BYTES;
         let log = WriteLog {
             volume_uuid,
             log_uuid,
@@ -254,6 +259,7 @@ impl WriteLog {
             }),
             active: AtomicBool::new(false),
             counters: LogCounters::default(),
+            size_bytes,
         };
         Ok((log, contents))
     }
@@ -263,7 +269,7 @@ impl WriteLog {
     }
 
     pub(crate) fn size_bytes(&self) -> u64 {
-        self.appender.lock().superblock.area_end_bytes - LOG_AREA_START_BYTES
+        self.size_bytes
     }
 
     /// Why the log is not written, if it is not (every device failed).
@@ -455,6 +461,11 @@ impl WriteLog {
             last_batch_sequence,
         });
         appender.head_bytes += length as u64;
+        if appender.head_bytes == appender.superblock.area_end_bytes {
+            // A record that ends the area exactly: the next one starts the area again
+            // (no wrap record needed; the scan follows the same rule).
+            appender.head_bytes = LOG_AREA_START_BYTES;
+        }
         appender.next_record_sequence += 1;
         self.counters.appends.fetch_add(1, Ordering::Relaxed);
         self.counters.bytes_appended.fetch_add(length as u64, Ordering::Relaxed);
@@ -462,10 +473,10 @@ impl WriteLog {
     }
 }
 
-/// Bytes between the persisted tail and the head.
+/// Bytes of live records: from the oldest record the members may still need to the head.
 fn used_bytes(appender: &Appender) -> u64 {
-    let (tail, head, end) =
-        (appender.superblock.tail_position_bytes, appender.head_bytes, appender.superblock.area_end_bytes);
+    let tail = appender.records.front().map_or(appender.head_bytes, |record| record.start_bytes);
+    let (head, end) = (appender.head_bytes, appender.superblock.area_end_bytes);
     if head >= tail {
         head - tail
     } else {
@@ -536,7 +547,10 @@ fn scan(device: &dyn BlockDevice, superblock: &LogSuperblock) -> std::result::Re
     let mut walked = 0u64;
     let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
     let area = superblock.area_end_bytes - LOG_AREA_START_BYTES;
-    while walked < area && position + BLOCK <= superblock.area_end_bytes {
+    while walked < area {
+        if position == superblock.area_end_bytes {
+            position = LOG_AREA_START_BYTES;
+        }
         device.read_at(&mut block, position).map_err(|error| error.to_string())?;
         let Some(header) =
             RecordHeader::decode(&block, &superblock.volume_uuid, &superblock.log_uuid, superblock.generation)

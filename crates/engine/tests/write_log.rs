@@ -62,10 +62,14 @@ struct Setup {
 
 impl Setup {
     fn new(log_count: usize) -> Setup {
+        Setup::with_log_size(log_count, LOG_SIZE_BYTES)
+    }
+
+    fn with_log_size(log_count: usize, log_size_bytes: u64) -> Setup {
         let member_devices: Vec<Arc<dyn BlockDevice>> =
             (0..4).map(|_| Arc::new(MemoryDevice::new(MEMBER_SIZE_BYTES)) as _).collect();
         let logs: Vec<Arc<Breakable>> = (0..log_count)
-            .map(|_| Arc::new(Breakable { inner: MemoryDevice::new(LOG_SIZE_BYTES), broken: AtomicBool::new(false) }))
+            .map(|_| Arc::new(Breakable { inner: MemoryDevice::new(log_size_bytes), broken: AtomicBool::new(false) }))
             .collect();
         let options = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..Default::default() };
         Volume::create(members(&member_devices), &options, &OpenOptions::default()).unwrap().close().unwrap();
@@ -230,4 +234,31 @@ fn a_log_cannot_be_added_twice_or_removed_from_a_volume_that_crashed() {
     assert_eq!(read(&volume, 0), block(6));
     assert!(volume.stats().write_log.is_none());
     volume.close().unwrap();
+}
+
+#[test]
+fn a_small_log_wraps_many_times_through_crashes_and_keeps_every_acknowledged_write() {
+    use stripelog_blockdev::Prng;
+    let setup = Setup::with_log_size(1, stripelog_engine::layout::write_log::LOG_DEVICE_MINIMUM_BYTES);
+    let mut model = std::collections::BTreeMap::new();
+    let mut prng = Prng::new(21);
+    for round in 0..12u64 {
+        let volume = setup.open(&[true], false).unwrap();
+        for (&logical_block, &value) in &model {
+            assert_eq!(read(&volume, logical_block), block(value), "round {round}, block {logical_block}");
+        }
+        for write in 0..300u64 {
+            let logical_block = prng.below(600);
+            let value = (round * 300 + write) as u8 | 1;
+            // Runs of writes, each run made durable by a FUA write or a flush.
+            let fua = prng.below(4) == 0;
+            volume.write(logical_block * 4096, &block(value), fua).unwrap();
+            model.insert(logical_block, value);
+            if write % 7 == 0 {
+                volume.flush().unwrap();
+            }
+        }
+        volume.flush().unwrap();
+        volume.abandon();
+    }
 }

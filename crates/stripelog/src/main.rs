@@ -69,6 +69,9 @@ enum Command {
         after_help = "Examples:\n  stripelog scrub d/m0 d/m1 d/m2 d/m3 d/m4\n  stripelog scrub --control s.sock.control --rate 500MiB --json\nExit status 1 when blocks are beyond repair (they are listed by logical address)."
     )]
     Scrub(maintenance::ScrubArguments),
+    /// A volume's write log: add or remove one (docs/write-log.md).
+    #[command(subcommand)]
+    Log(LogCommand),
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -175,9 +178,53 @@ struct CreateArguments {
     /// otherwise, naming what it found).
     #[arg(long)]
     force: bool,
+    /// A write log on this fast device or file (an NVMe namespace, PMEM, a partition of a
+    /// drive with power-loss protection): flushes and FUA writes are durable once there.
+    /// Twice: a mirrored log (docs/write-log.md).
+    #[arg(long = "log", value_name = "PATH")]
+    log: Vec<PathBuf>,
+    /// Size of a log file to create (ignored for block devices and existing files).
+    #[arg(long, default_value = "1GiB", value_parser = units::parse_size)]
+    log_size: u64,
     /// Members in order: files, block devices.
     #[arg(required = true)]
     members: Vec<PathBuf>,
+}
+
+#[derive(Args)]
+struct LogAddArguments {
+    /// The log's device or file; twice for a mirrored log.
+    #[arg(long = "device", value_name = "PATH", required = true)]
+    devices: Vec<PathBuf>,
+    /// Size of a log file to create (ignored for block devices and existing files).
+    #[arg(long, default_value = "1GiB", value_parser = units::parse_size)]
+    size: u64,
+    /// Overwrite a log device that holds data or belongs to a volume.
+    #[arg(long)]
+    force: bool,
+    /// The volume's members in order.
+    #[arg(required = true)]
+    members: Vec<PathBuf>,
+}
+
+#[derive(Args)]
+struct LogRemoveArguments {
+    /// The volume's members in order.
+    #[arg(required = true)]
+    members: Vec<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum LogCommand {
+    /// Give a volume (not being served, closed cleanly) a write log; formats the device(s).
+    #[command(after_help = "Examples:
+  stripelog log add --device /dev/pmem0 d/m0 d/m1 d/m2 d/m3 d/m4
+  stripelog log add --device /dev/nvme0n1p1 --device /dev/nvme1n1p1 d/m0 d/m1 d/m2 d/m3 d/m4   # mirrored")]
+    Add(LogAddArguments),
+    /// Take a volume's write log away (flushes sync the members again).
+    #[command(after_help = "Example:
+  stripelog log remove d/m0 d/m1 d/m2 d/m3 d/m4")]
+    Remove(LogRemoveArguments),
 }
 
 #[derive(Args)]
@@ -242,6 +289,10 @@ pub(crate) struct ServeArguments {
     /// host must be down: two hosts writing one volume destroy it).
     #[arg(long)]
     force: bool,
+    /// Open a volume that was not closed cleanly although its write log cannot be read:
+    /// the writes acknowledged since its members were last synced are lost.
+    #[arg(long)]
+    force_without_log: bool,
     /// Members of the (first) exported volume, in order; `missing` for a lost member.
     members: Vec<PathBuf>,
 }
@@ -571,6 +622,47 @@ fn refuse_files_holding_data(paths: &[PathBuf], member_size_bytes: u64) -> Resul
     Ok(())
 }
 
+fn display_paths(paths: &[PathBuf]) -> String {
+    paths.iter().map(|path| path.display().to_string()).collect::<Vec<_>>().join(" and ")
+}
+
+/// Format `log_paths` as the write log of the volume on `member_paths` (a missing log
+/// file is created with `size_bytes`). A log device that holds data or belongs to a
+/// volume is refused unless `force` (docs/data-safety.md). Paths are recorded absolute,
+/// so that the volume finds its log from any directory.
+fn add_write_log(member_paths: &[PathBuf], log_paths: &[PathBuf], size_bytes: u64, force: bool) -> Result<(), String> {
+    if log_paths.len() > stripelog_engine::LOG_MIRRORS_MAXIMUM {
+        return Err(format!("a write log has one device, or two for a mirror ({} given)", log_paths.len()));
+    }
+    let mut logs = Vec::new();
+    for path in log_paths {
+        let name = path.display().to_string();
+        if member_paths.iter().any(|member| member == path) {
+            return Err(format!("{name} is a member of the volume: the write log needs a device of its own"));
+        }
+        let existed = path.exists();
+        let options =
+            FileDeviceOptions { create_size_bytes: (!existed).then_some(size_bytes), ..FileDeviceOptions::default() };
+        let device = FileDevice::open(path, &options).map_err(|error| device_error(&name, error))?;
+        if existed && !force {
+            let content = stripelog_engine::identity::inspect(&device).map_err(|error| device_error(&name, error))?;
+            if content != stripelog_engine::identity::DeviceContent::Empty {
+                return Err(format!(
+                    "{name} {}: refusing to make it a write log unless forced (--force)",
+                    content.describe()
+                ));
+            }
+        }
+        let absolute = std::fs::canonicalize(path).map_err(|error| format!("{name}: {error}"))?;
+        logs.push(MemberDevice {
+            name: absolute.display().to_string(),
+            device: Some(Arc::new(device) as Arc<dyn BlockDevice>),
+        });
+    }
+    let members = open_members(member_paths, None, false, false)?;
+    Volume::add_write_log(members, logs).map_err(engine_error)
+}
+
 /// A member's open error for people: the path once, and who holds it when it is in use.
 pub(crate) fn device_error(name: &str, error: stripelog_blockdev::DeviceError) -> String {
     match error {
@@ -658,7 +750,42 @@ fn print_info(stats: &VolumeStats) {
         stats.map_page_loads,
         stats.map_page_evictions
     );
+    match &stats.write_log {
+        None => println!("  write log      none: flushes sync the members"),
+        Some(log) => {
+            let state = if !log.active {
+                "FAILED: flushes sync the members"
+            } else if log.failed_devices.is_empty() {
+                "ONLINE"
+            } else {
+                "DEGRADED (one mirror left)"
+            };
+            println!("  write log      {state}, on {}", log.devices.join(" and "));
+            println!(
+                "                 {} in use of {}; {} records ({}) appended, {} syncs, mean sync {:.1} µs",
+                format_bytes(log.used_bytes),
+                format_bytes(log.size_bytes),
+                log.records_appended,
+                format_bytes(log.bytes_appended),
+                log.syncs,
+                log.mean_sync_microseconds
+            );
+            for (path, reason) in &log.failed_devices {
+                println!("                 failed: {path}: {reason}");
+            }
+        }
+    }
     let recovery = &stats.recovery;
+    if recovery.write_log_entries_replayed > 0 {
+        println!("  write log      {} entries replayed at this open", recovery.write_log_entries_replayed);
+    }
+    if recovery.write_log_entries_pending > 0 {
+        println!(
+            "  write log      {} entries the members lack are not shown (a read-only open does not replay them; \
+             open the volume read-write, e.g. serve it, to replay them)",
+            recovery.write_log_entries_pending
+        );
+    }
     println!(
         "  mount          {} segments scanned, {} batches replayed, {} verified, {} discarded, {} shards repaired in {:.3} s",
         recovery.segments_scanned,
@@ -762,9 +889,26 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                     working_spare_segments
                 );
             }
-            let stats = volume.stats();
+            let mut stats = volume.stats();
             volume.close().map_err(|error| error.to_string())?;
+            if !arguments.log.is_empty() {
+                add_write_log(&arguments.members, &arguments.log, arguments.log_size, arguments.force)?;
+                stats = open_read_only(&arguments.members, DegradedArgument { degraded: false })?.stats();
+            }
             show_info(&stats, arguments.json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Log(LogCommand::Add(arguments)) => {
+            add_write_log(&arguments.members, &arguments.devices, arguments.size, arguments.force)?;
+            println!("write log added on {}", display_paths(&arguments.devices));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Log(LogCommand::Remove(arguments)) => {
+            let members = open_members(&arguments.members, None, false, false)?;
+            match Volume::remove_write_log(members).map_err(engine_error)? {
+                Some(paths) => println!("write log on {} removed: flushes sync the members", paths.join(" and ")),
+                None => println!("the volume has no write log"),
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Info(arguments) => {

@@ -320,6 +320,7 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
             map_cache_bytes: arguments.map_cache,
             holder_program: "stripelog serve".into(),
             take_over_from_another_host: arguments.force,
+            force_without_log: arguments.force_without_log,
             ..OpenOptions::default()
         };
         let volume =
