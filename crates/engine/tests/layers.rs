@@ -6,8 +6,20 @@
 use std::path::{Path, PathBuf};
 
 /// The layers in order; a layer may use itself and those before it.
-const LAYERS: [&str; 11] =
-    ["layout", "array", "log", "index", "space", "io", "checkpoint", "cleaner", "mount", "maintenance", "volume"];
+const LAYERS: [&str; 12] = [
+    "layout",
+    "array",
+    "write_log",
+    "log",
+    "index",
+    "space",
+    "io",
+    "checkpoint",
+    "cleaner",
+    "mount",
+    "maintenance",
+    "volume",
+];
 /// Modules every layer may use, and which use no layer themselves.
 const LEAVES: [&str; 2] = ["error", "stats"];
 
