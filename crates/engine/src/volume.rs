@@ -369,7 +369,7 @@ impl Volume {
             Some(Arc::new(source)),
             BlockMap::cache_pages(geometry.logical_block_count(), codec, map_cache_bytes),
         );
-        let (recovered, checkpoint_state) = match superblock.checkpoint.as_ref().filter(|_| !by_scan) {
+        let (mut recovered, checkpoint_state) = match superblock.checkpoint.as_ref().filter(|_| !by_scan) {
             Some(reference) => mount::recover_from_checkpoint(
                 &geometry,
                 &members,
@@ -399,7 +399,6 @@ impl Volume {
         let log_entries_after = log_contents.as_ref().map_or(0, |contents| {
             contents.entries.iter().filter(|(entry, _)| entry.batch_sequence > replay_after).count() as u64
         });
-        let mut recovered = recovered;
         if options.read_only {
             recovered.report.write_log_entries_pending = log_entries_after;
         } else {

@@ -274,12 +274,9 @@ impl WriteLog {
 
     /// Why the log is not written, if it is not (every device failed).
     pub(crate) fn failure(&self) -> Option<String> {
-        let reasons: Vec<String> = self
-            .devices
-            .iter()
-            .filter_map(|device| device.failure.lock().as_ref().map(|reason| format!("{}: {reason}", device.path)))
-            .collect();
-        (reasons.len() == self.devices.len()).then(|| reasons.join("; "))
+        let failed = self.failed_devices();
+        (failed.len() == self.devices.len())
+            .then(|| failed.iter().map(|(path, reason)| format!("{path}: {reason}")).collect::<Vec<_>>().join("; "))
     }
 
     /// Devices of the log that failed, with why.

@@ -111,6 +111,7 @@ pub(crate) struct Core {
 }
 
 /// One unit of work for the write loop, per logical block.
+#[derive(Clone, Copy)]
 pub(crate) enum BlockWrite<'a> {
     /// A whole block and its CRC32C (computed before the state lock is taken).
     Data(u64, &'a [u8], u32),
@@ -309,67 +310,55 @@ impl Core {
 
     /// Accept one block into the open batch. `Ok(false)`: the batch is full.
     pub(crate) fn accept(&self, state: &mut WriteState, block: &BlockWrite) -> Result<bool> {
-        let accepted = self.accept_block(state, block)?;
-        if accepted && self.write_log.as_ref().is_some_and(|log| log.is_active()) {
-            self.stage(state, block)?;
-        }
-        Ok(accepted)
-    }
-
-    /// Stage an accepted client write for the write log, in acceptance order, with the
-    /// batch it went into (the block as the batch holds it: a partial write merged).
-    fn stage(&self, state: &mut WriteState, block: &BlockWrite) -> Result<()> {
-        use crate::layout::write_log::{LogEntry, LogEntryKind};
-        let batch_sequence = state.log.open.as_ref().map_or(state.log.next_sequence, |open| open.sequence);
-        let entry = |logical_block, kind, checksum| LogEntry { batch_sequence, logical_block, kind, checksum };
-        match *block {
-            BlockWrite::Data(logical_block, data, checksum) => {
-                state.log_staging.push(entry(logical_block, LogEntryKind::Data, checksum), Some(data));
-            }
-            BlockWrite::Zero(logical_block) => {
-                state.log_staging.push(entry(logical_block, LogEntryKind::Zero, 0), None)
-            }
-            BlockWrite::Trim(logical_block) => {
-                state.log_staging.push(entry(logical_block, LogEntryKind::Trim, 0), None)
-            }
-            BlockWrite::Patch(logical_block, ..) => {
-                // Merged in the batch (or recorded as zeros): log what a read now returns.
-                let mut merged = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-                self.read_block(logical_block, &mut merged, Some(state))?;
+        // A partial block is merged with its old content first, and accepted (and logged)
+        // as the whole block or zero record it becomes.
+        let merged;
+        let block = match *block {
+            BlockWrite::Patch(logical_block, within, data) => {
+                let mut buffer = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+                self.read_block(logical_block, &mut buffer, Some(state))?;
+                buffer[within..within + data.len()].copy_from_slice(data);
+                merged = buffer;
                 if format::is_all_zero(&merged) {
-                    state.log_staging.push(entry(logical_block, LogEntryKind::Zero, 0), None);
+                    BlockWrite::Zero(logical_block)
                 } else {
-                    let checksum = format::block_checksum(&merged);
-                    state.log_staging.push(entry(logical_block, LogEntryKind::Data, checksum), Some(&merged));
+                    BlockWrite::Data(logical_block, &merged, format::block_checksum(&merged))
                 }
             }
-        }
-        self.staged_entries.store(state.log_staging.len(), Ordering::Relaxed);
-        Ok(())
-    }
-
-    fn accept_block(&self, state: &mut WriteState, block: &BlockWrite) -> Result<bool> {
-        match *block {
+            whole => whole,
+        };
+        let accepted = match block {
             BlockWrite::Data(logical_block, data, checksum) => {
                 // The block's index page in RAM before the batch changes: it stays there
                 // while the state lock is held (eviction takes it too), so `remap` cannot fail.
                 self.map.ensure_resident_for(logical_block)?;
-                Ok(self.accept_data(state, logical_block, data, checksum, None))
+                self.accept_data(state, logical_block, data, checksum, None)
             }
-            BlockWrite::Zero(logical_block) => self.accept_range(state, logical_block, false),
-            BlockWrite::Trim(logical_block) => self.accept_range(state, logical_block, true),
-            BlockWrite::Patch(logical_block, within, data) => {
-                let mut merged = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-                self.read_block(logical_block, &mut merged, Some(state))?;
-                merged[within..within + data.len()].copy_from_slice(data);
-                if format::is_all_zero(&merged) {
-                    self.accept_range(state, logical_block, false)
-                } else {
-                    let checksum = format::block_checksum(&merged);
-                    Ok(self.accept_data(state, logical_block, &merged, checksum, None))
-                }
-            }
+            BlockWrite::Zero(logical_block) => self.accept_range(state, logical_block, false)?,
+            BlockWrite::Trim(logical_block) => self.accept_range(state, logical_block, true)?,
+            BlockWrite::Patch(..) => unreachable!("merged above"),
+        };
+        if accepted && self.write_log.as_ref().is_some_and(|log| log.is_active()) {
+            self.stage(state, &block);
         }
+        Ok(accepted)
+    }
+
+    /// Stage an accepted client write (a whole block, or a zero or trim record) for the
+    /// write log, in acceptance order, with the batch it went into.
+    fn stage(&self, state: &mut WriteState, block: &BlockWrite) {
+        use crate::layout::write_log::{LogEntry, LogEntryKind};
+        let batch_sequence = state.log.open.as_ref().map_or(state.log.next_sequence, |open| open.sequence);
+        let (logical_block, kind, checksum, data) = match *block {
+            BlockWrite::Data(logical_block, data, checksum) => {
+                (logical_block, LogEntryKind::Data, checksum, Some(data))
+            }
+            BlockWrite::Zero(logical_block) => (logical_block, LogEntryKind::Zero, 0, None),
+            BlockWrite::Trim(logical_block) => (logical_block, LogEntryKind::Trim, 0, None),
+            BlockWrite::Patch(..) => unreachable!("a partial block is staged as the block it merged into"),
+        };
+        state.log_staging.push(LogEntry { batch_sequence, logical_block, kind, checksum }, data);
+        self.staged_entries.store(state.log_staging.len(), Ordering::Relaxed);
     }
 
     /// Accept a data block into the open batch (`false`: full). `relocated`: the block's
@@ -875,14 +864,12 @@ impl Core {
                         // The thread that ran a round releases what it freed.
                         return if sent_a_round { self.stop_on_error(self.reclaim()) } else { Ok(()) };
                     }
-                    // A round starts once this flush's batches are on their way; a second
-                    // one only when they are written (a round may have missed a batch
-                    // sealed before it but queued after it).
-                    let ready = if sent_a_round {
-                        state.log.written_through_sequence >= target
-                    } else {
-                        self.io_mode == IoMode::Threaded || state.log.written_through_sequence >= target
-                    };
+                    // A round starts once this flush's batches are written, or, threaded,
+                    // once they are queued (a round travels behind them); a second one
+                    // only when they are written (a round may have missed a batch sealed
+                    // before it but queued after it).
+                    let ready = state.log.written_through_sequence >= target
+                        || (!sent_a_round && self.io_mode == IoMode::Threaded);
                     if !state.log.sync_in_progress && ready {
                         state.log.sync_in_progress = true;
                         break state.log.last_sealed_sequence;
