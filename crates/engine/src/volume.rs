@@ -583,7 +583,15 @@ impl Volume {
             }
             self.shared.flush_members()?;
         }
-        log.take_over()
+        match log.take_over() {
+            Ok(()) => Ok(()),
+            // The members hold everything the log did (replayed and synced above): the
+            // volume goes on without a log rather than refusing to open.
+            Err(error) => {
+                eprintln!("stripelog: the write log cannot be written ({error}): flushes sync the members");
+                self.shared.retire_failed_write_log()
+            }
+        }
     }
 
     pub fn geometry(&self) -> &Geometry {

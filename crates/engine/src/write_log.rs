@@ -364,8 +364,10 @@ impl WriteLog {
             let length = (1 + data_blocks as u64) * BLOCK;
             if appender.head_bytes + length > appender.superblock.area_end_bytes {
                 // The rest of the area is too short: a wrap record sends the chain back
-                // to the start.
+                // to the start. Both places must be free before either is written (with
+                // the head still here, so that a head at the tail means an empty log).
                 self.make_room(appender, appender.head_bytes, BLOCK)?;
+                self.make_room(appender, LOG_AREA_START_BYTES, length)?;
                 let header = self.header(appender, true, Vec::new());
                 self.write_record(appender, &header, &[])?;
                 appender.head_bytes = LOG_AREA_START_BYTES;
@@ -483,20 +485,27 @@ fn used_bytes(appender: &Appender) -> u64 {
 
 /// `[start, start + length)` lies inside the area and clear of `[persisted tail, head)`
 /// (taken around the end of the area), with a block to spare so that the head never
-/// catches up with the tail (equal positions mean an empty log).
+/// catches up with the tail (equal positions mean an empty log) — also when a record that
+/// ends the area exactly sends the head back to the area's start.
 fn fits(appender: &Appender, start: u64, length: u64) -> bool {
     let (tail, head, end) =
         (appender.superblock.tail_position_bytes, appender.head_bytes, appender.superblock.area_end_bytes);
+    fits_between(tail, head, end, start, length)
+}
+
+fn fits_between(tail: u64, head: u64, end: u64, start: u64, length: u64) -> bool {
     let stop = start + length;
     if stop > end {
         return false;
     }
+    // The head after this record: a record ending the area sends it to the start.
+    let head_after_at_tail = stop == end && tail == LOG_AREA_START_BYTES;
     if tail == head {
-        return true;
+        return !head_after_at_tail;
     }
     if tail < head {
         // Occupied: [tail, head). Free: [head, end) and [area start, tail).
-        start >= head || stop < tail
+        (start >= head && !head_after_at_tail) || stop < tail
     } else {
         // Occupied: [tail, end) and [area start, head). Free: [head, tail).
         start >= head && stop < tail
@@ -591,4 +600,30 @@ fn scan(device: &dyn BlockDevice, superblock: &LogSuperblock) -> std::result::Re
         sequence += 1;
     }
     Ok((entries, position, sequence))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const START: u64 = LOG_AREA_START_BYTES;
+    const END: u64 = START + 100 * BLOCK;
+
+    #[test]
+    fn the_head_never_lands_on_the_tail() {
+        // Empty log in the middle: anything up to the end fits.
+        assert!(fits_between(START + 10 * BLOCK, START + 10 * BLOCK, END, START + 10 * BLOCK, 90 * BLOCK));
+        // Tail at the area's start, head near the end: a record ending the area exactly
+        // would send the head onto the tail (a full log read as empty).
+        assert!(!fits_between(START, START + 90 * BLOCK, END, START + 90 * BLOCK, 10 * BLOCK));
+        assert!(fits_between(START, START + 90 * BLOCK, END, START + 90 * BLOCK, 9 * BLOCK));
+        assert!(fits_between(START + BLOCK, START + 90 * BLOCK, END, START + 90 * BLOCK, 10 * BLOCK));
+        // After a wrap: the start of the area is free only up to a block before the tail.
+        assert!(!fits_between(START, START + 90 * BLOCK, END, START, BLOCK));
+        assert!(fits_between(START + 5 * BLOCK, START + 90 * BLOCK, END, START, 4 * BLOCK));
+        assert!(!fits_between(START + 5 * BLOCK, START + 90 * BLOCK, END, START, 5 * BLOCK));
+        // Wrapped log: free between the head and the tail, a block to spare.
+        assert!(fits_between(START + 50 * BLOCK, START + 10 * BLOCK, END, START + 10 * BLOCK, 39 * BLOCK));
+        assert!(!fits_between(START + 50 * BLOCK, START + 10 * BLOCK, END, START + 10 * BLOCK, 40 * BLOCK));
+    }
 }

@@ -47,7 +47,7 @@ use stripelog_blockdev::{BlockDevice, Prng, SimulatedArray, SimulatedDevice};
 use stripelog_engine::geometry::Role;
 use stripelog_engine::{
     CreateOptions, Error, IoMode, MaintenanceOptions, Mapping, MemberDevice, OpenOptions, RaidLevel, ReplaceOptions,
-    Volume, BLOCK_SIZE_BYTES,
+    Volume, WriteLogDevices, BLOCK_SIZE_BYTES,
 };
 
 const CHUNK_SIZE_BYTES: u32 = 64 << 10;
@@ -72,6 +72,9 @@ struct Model {
     effects: Vec<(u64, Content)>,
     /// Effects that must survive any crash (acknowledged before a completed flush).
     durable_effects: usize,
+    /// Effects known to be durable on the members themselves (a flush without a write
+    /// log, a clean close): what must survive when the write log is lost with a crash.
+    member_durable_effects: usize,
 }
 
 impl Model {
@@ -111,12 +114,10 @@ impl Model {
         self.effects.push((block, content));
     }
 
-    /// Find k ≥ durable_effects (any k when `durable_may_be_cut`) such that the volume
-    /// equals base + effects[..k], unreadable blocks matching anything; make it the new
-    /// base. Unreadable blocks take their content in that prefix as their base (what a
-    /// later read must return, if any).
-    fn settle(&mut self, actual: &[Actual], durable_may_be_cut: bool) -> Result<usize, String> {
-        let minimum = if durable_may_be_cut { 0 } else { self.durable_effects };
+    /// Find k ≥ `minimum` such that the volume equals base + effects[..k], unreadable
+    /// blocks matching anything; make it the new base. Unreadable blocks take their
+    /// content in that prefix as their base (what a later read must return, if any).
+    fn settle(&mut self, actual: &[Actual], minimum: usize) -> Result<usize, String> {
         let mut state = self.base.clone();
         for (block, content) in &self.effects[..minimum] {
             state[*block as usize] = content.clone();
@@ -164,6 +165,7 @@ impl Model {
         self.base = base;
         self.effects.clear();
         self.durable_effects = 0;
+        self.member_durable_effects = 0;
         Ok(k)
     }
 }
@@ -204,6 +206,27 @@ struct Simulation {
     cleaning_rounds: u64,
     /// The filling workload: every logical block is written, then overwritten.
     filling: bool,
+    /// The seed runs with a write log (`write_log_seeds`).
+    write_log_mode: bool,
+    /// The devices of the volume's write log, when it has one.
+    log: Option<SimulatedLog>,
+    /// The last open found the write log lost and opened without it (acknowledged writes
+    /// only the log held may be missing: the model checks what the members held).
+    opened_without_log: bool,
+    log_devices_lost: u64,
+    log_faults: u64,
+    logs_added: u64,
+    log_entries_replayed: u64,
+    opens_without_log: u64,
+}
+
+/// A write log in the simulated array: one device, or a mirror of two of which one (the
+/// fault device) may be lost or damaged. A single device may be lost too: that is the
+/// case the write log cannot cover when a crash follows before the volume notices.
+struct SimulatedLog {
+    devices: Vec<Arc<SimulatedDevice>>,
+    missing: Vec<bool>,
+    fault_device: Option<usize>,
 }
 
 /// One seed in three keeps the checksums of a single segment per cache shard, so that
@@ -294,7 +317,13 @@ impl Simulation {
             missing_member: None,
             member_size_bytes,
             raid_level,
-            model: Model { hot_blocks, base: vec![None; hot_blocks as usize], effects: Vec::new(), durable_effects: 0 },
+            model: Model {
+                hot_blocks,
+                base: vec![None; hot_blocks as usize],
+                effects: Vec::new(),
+                durable_effects: 0,
+                member_durable_effects: 0,
+            },
             volume: Some(volume),
             trace,
             recoveries: 0,
@@ -306,7 +335,141 @@ impl Simulation {
             out_of_space: 0,
             cleaning_rounds: 0,
             filling,
+            write_log_mode: false,
+            log: None,
+            opened_without_log: false,
+            log_devices_lost: 0,
+            log_faults: 0,
+            logs_added: 0,
+            log_entries_replayed: 0,
+            opens_without_log: 0,
         })
+    }
+
+    /// The options of every open: the seed's, and the write log's devices (a lost one
+    /// missing).
+    fn open_options(&self) -> OpenOptions {
+        let mut options = open_options(self.seed);
+        if let Some(log) = &self.log {
+            let devices = log
+                .devices
+                .iter()
+                .zip(&log.missing)
+                .map(|(device, &missing)| (!missing).then(|| device.clone() as Arc<dyn BlockDevice>))
+                .collect();
+            options.write_log_devices = Some(WriteLogDevices(devices));
+        }
+        options
+    }
+
+    /// Give the freshly created volume a write log (closed, given the log, reopened).
+    fn start_with_log(&mut self) -> Result<(), String> {
+        self.write_log_mode = true;
+        let volume = self.volume.take().expect("open");
+        volume.close().map_err(|error| format!("close before adding the log: {error}"))?;
+        self.add_log().map_err(|error| format!("add the write log: {error}"))?;
+        let volume = Volume::open(self.members(), &self.open_options())
+            .map_err(|error| format!("open with the log: {error}"))?;
+        self.volume = Some(volume);
+        Ok(())
+    }
+
+    /// Give the closed volume a new write log on new devices: one, or a mirror of two
+    /// (half of the time), of 3 to 5 MiB (the smallest log holds four of the largest
+    /// records: it wraps and fills often).
+    fn add_log(&mut self) -> Result<(), Error> {
+        let mirrored = self.prng.chance(1, 2);
+        let size_bytes = (3 << 20) + self.prng.below(512) * BLOCK_SIZE_BYTES as u64;
+        let devices: Vec<_> = (0..1 + usize::from(mirrored)).map(|_| self.array.add_device(size_bytes)).collect();
+        let fault_device = mirrored.then(|| self.prng.below(2) as usize);
+        if self.trace {
+            eprintln!("  new write log: {} device(s) of {size_bytes} B, fault device {fault_device:?}", devices.len());
+        }
+        let log_members = devices
+            .iter()
+            .enumerate()
+            .map(|(index, device)| MemberDevice {
+                name: format!("simlog{}-{index}", self.logs_added),
+                device: Some(device.clone() as Arc<dyn BlockDevice>),
+            })
+            .collect();
+        // Known before it is written: a crash inside leaves a volume that may name it.
+        self.log = Some(SimulatedLog { missing: vec![false; devices.len()], devices, fault_device });
+        self.logs_added += 1;
+        Volume::add_write_log(self.members(), log_members)
+    }
+
+    /// A device of the write log disappears while the volume serves: the fault device of
+    /// a mirror (the other goes on), or the only device (the volume must notice at its
+    /// next append and sync the members instead; a crash before that loses what only the
+    /// log held, and mount must refuse to go on silently).
+    fn lose_log_device(&mut self) -> Result<(), String> {
+        let in_use = self.volume().stats().write_log.is_some_and(|log| log.active);
+        let Some(log) = self.log.as_mut().filter(|_| in_use) else {
+            return Ok(());
+        };
+        let index = log.fault_device.unwrap_or(0);
+        if log.missing[index] {
+            return Ok(());
+        }
+        if self.trace {
+            eprintln!("  write log device {index} of {} disappears", log.devices.len());
+        }
+        log.missing[index] = true;
+        log.devices[index].remove();
+        self.log_devices_lost += 1;
+        Ok(())
+    }
+
+    /// Rot or a latent read error on the fault device of a mirrored log (anywhere: its
+    /// superblocks, live records, dead ones).
+    fn inject_log_fault(&mut self) -> bool {
+        let Some((device, _)) = self.log.as_ref().and_then(|log| {
+            log.fault_device.filter(|&index| !log.missing[index]).map(|index| (log.devices[index].clone(), index))
+        }) else {
+            return false;
+        };
+        let offset = self.prng.below(device.size_bytes());
+        if self.prng.chance(1, 2) {
+            device.flip_bit(offset, self.prng.below(8) as u8);
+        } else {
+            device.inject_read_error(offset);
+        }
+        if self.trace {
+            eprintln!("  fault on the write log's fault device at {offset}");
+        }
+        self.log_faults += 1;
+        true
+    }
+
+    /// Whether every device of the log is lost (the one case mount may refuse).
+    fn log_lost(&self) -> bool {
+        self.log.as_ref().is_some_and(|log| log.missing.iter().all(|&missing| missing))
+    }
+
+    /// After a flush or FUA write returned: without a working log it synced the members.
+    fn flushed(&mut self) {
+        self.model.durable_effects = self.model.effects.len();
+        if self.volume().stats().write_log.is_none_or(|log| !log.active) {
+            self.model.member_durable_effects = self.model.effects.len();
+        }
+    }
+
+    /// Open the volume after a crash. A lost log makes mount refuse (`WriteLogMissing`):
+    /// only legitimate when every device of the log is lost; the volume is then opened
+    /// without it, as `--force-without-log` does.
+    fn open_after_crash(&mut self) -> Result<Volume, Error> {
+        match Volume::open(self.members(), &self.open_options()) {
+            Err(Error::WriteLogMissing(reason)) if !self.array.has_crashed() && self.log_lost() => {
+                if self.trace {
+                    eprintln!("  mount refuses: {reason}; opened without the log");
+                }
+                self.opened_without_log = true;
+                self.opens_without_log += 1;
+                Volume::open(self.members(), &OpenOptions { force_without_log: true, ..self.open_options() })
+            }
+            other => other,
+        }
     }
 
     /// Write every logical block once (large writes), and flush.
@@ -356,6 +519,7 @@ impl Simulation {
                 83..=85 => self.schedule_crash(),
                 86..=93 => self.inject_fault(),
                 94..=95 => self.reopen_cleanly(),
+                96 if self.write_log_mode && self.prng.chance(1, 2) => self.lose_log_device(),
                 96 => self.lose_member(),
                 97 => self.replace_member(),
                 98 => self.scrub(),
@@ -508,7 +672,7 @@ impl Simulation {
         match self.volume().write(offset, &data, fua) {
             Ok(()) => {
                 if fua {
-                    self.model.durable_effects = self.model.effects.len();
+                    self.flushed();
                 }
                 Ok(())
             }
@@ -602,7 +766,7 @@ impl Simulation {
         }
         match self.volume().flush() {
             Ok(()) => {
-                self.model.durable_effects = self.model.effects.len();
+                self.flushed();
                 Ok(())
             }
             Err(error) => self.after_error("flush", error),
@@ -615,6 +779,9 @@ impl Simulation {
     }
 
     fn inject_fault(&mut self) -> Result<(), String> {
+        if self.write_log_mode && self.prng.chance(1, 4) && self.inject_log_fault() {
+            return Ok(());
+        }
         // A quarter of the faults destroy a row: about eight a seed, each of which pins a
         // segment; many more and the pinned segments fill the spare early.
         if self.beyond_redundancy && self.prng.chance(1, 4) {
@@ -838,13 +1005,24 @@ impl Simulation {
             .collect()
     }
 
-    /// Close normally (flush) and reopen: nothing accepted may be lost.
+    /// Close normally (flush) and reopen: nothing accepted may be lost. With a write log
+    /// that lost a device or was retired, the closed volume is given a new one.
     fn reopen_cleanly(&mut self) -> Result<(), String> {
         let volume = self.volume.take().expect("open");
-        self.cleaning_rounds += volume.stats().cleaning_rounds;
+        let stats = volume.stats();
+        self.cleaning_rounds += stats.cleaning_rounds;
         self.durable_sequence_at_crash = 0;
+        let log_needs_renewal = self.write_log_mode
+            && (stats.write_log.as_ref().is_none_or(|log| !log.failed_devices.is_empty() || !log.active)
+                || self.log.as_ref().is_some_and(|log| log.missing.iter().any(|&missing| missing)));
         match volume.close() {
-            Ok(()) => self.model.durable_effects = self.model.effects.len(),
+            Ok(()) => {
+                self.model.durable_effects = self.model.effects.len();
+                self.model.member_durable_effects = self.model.effects.len();
+                if log_needs_renewal {
+                    self.renew_log()?;
+                }
+            }
             Err(error) if self.array.has_crashed() || self.missing_member.is_some() => {
                 if self.trace {
                     eprintln!("  close: {error}");
@@ -854,6 +1032,21 @@ impl Simulation {
         }
         self.array.crash();
         self.recover()
+    }
+
+    /// The closed volume's write log lost a device or was retired: remove it (if the
+    /// volume still names it) and add a new one. A crash inside is recovered like any.
+    fn renew_log(&mut self) -> Result<(), String> {
+        if let Err(error) = Volume::remove_write_log(self.members()) {
+            if !self.array.has_crashed() {
+                return Err(format!("remove the write log: {error}"));
+            }
+            return Ok(());
+        }
+        match self.add_log() {
+            Err(error) if !self.array.has_crashed() => Err(format!("add a new write log: {error}")),
+            _ => Ok(()),
+        }
     }
 
     /// The process dies now: unsynced writes are dropped or torn; recover.
@@ -876,7 +1069,7 @@ impl Simulation {
         if self.prng.chance(1, 6) {
             let at = self.array.operation_count() + self.prng.below(400);
             self.array.crash_at_operation(at);
-            match Volume::open(self.members(), &open_options(self.seed)) {
+            match self.open_after_crash() {
                 Ok(volume) => volume.abandon(),
                 Err(error) if self.array.has_crashed() => {
                     if self.trace {
@@ -887,11 +1080,12 @@ impl Simulation {
             }
             self.array.crash();
         }
-        let volume = match Volume::open(self.members(), &open_options(self.seed)) {
+        let volume = match self.open_after_crash() {
             Ok(volume) => volume,
             Err(error) => return self.volume_lost(error),
         };
         self.recoveries += 1;
+        self.log_entries_replayed += volume.stats().recovery.write_log_entries_replayed;
         let hot = self.model.hot_blocks;
         let mut actual = Vec::with_capacity(hot as usize);
         let mut buffer = vec![0u8; BLOCK_SIZE_BYTES];
@@ -932,7 +1126,16 @@ impl Simulation {
                 recovery.last_sequence, self.durable_sequence_at_crash
             );
         }
-        let kept = self.model.settle(&actual, durable_may_be_cut).map_err(|message| {
+        // A lost write log (opened without it) may take with it what only it held: the
+        // members must still hold everything they were known to hold durably.
+        let minimum = if durable_may_be_cut {
+            0
+        } else if self.opened_without_log {
+            self.model.member_durable_effects
+        } else {
+            self.model.durable_effects
+        };
+        let kept = self.model.settle(&actual, minimum).map_err(|message| {
             // How the engine maps the blocks that read as zeros though the model has data.
             let mappings: Vec<String> = (0..hot)
                 .filter(|&block| {
@@ -943,6 +1146,7 @@ impl Simulation {
                 .collect();
             format!("{message}; recovery: {:?}; zero blocks map to {mappings:?}", volume.stats().recovery)
         })?;
+        self.opened_without_log = false;
         if self.trace {
             let stats = volume.stats();
             eprintln!("  recovered: kept {kept} block writes; {:?}", stats.recovery);
@@ -974,6 +1178,11 @@ struct Exercised {
     ended_early: bool,
     /// Index pages evicted (to be read back from the log) since the last open.
     map_page_evictions: u64,
+    log_entries_replayed: u64,
+    log_devices_lost: u64,
+    log_faults: u64,
+    logs_added: u64,
+    opens_without_log: u64,
 }
 
 /// What a seed runs.
@@ -981,14 +1190,22 @@ struct Exercised {
 struct Mode {
     filling: bool,
     beyond_redundancy: bool,
+    write_log: bool,
 }
 
-const HOT: Mode = Mode { filling: false, beyond_redundancy: false };
-const FILLING: Mode = Mode { filling: true, beyond_redundancy: false };
-const BEYOND_REDUNDANCY: Mode = Mode { filling: true, beyond_redundancy: true };
+const HOT: Mode = Mode { filling: false, beyond_redundancy: false, write_log: false };
+const FILLING: Mode = Mode { filling: true, beyond_redundancy: false, write_log: false };
+const BEYOND_REDUNDANCY: Mode = Mode { filling: true, beyond_redundancy: true, write_log: false };
+/// `write_log_seeds`: even seeds the hot workload, odd ones the filling one.
+fn write_log_mode(seed: u64) -> Mode {
+    Mode { filling: seed % 2 == 1, beyond_redundancy: false, write_log: true }
+}
 
 fn simulate(seed: u64, trace: bool, mode: Mode) -> Result<(String, Exercised), String> {
     let mut simulation = Simulation::new(seed, trace, mode.filling, mode.beyond_redundancy)?;
+    if mode.write_log {
+        simulation.start_with_log()?;
+    }
     if mode.filling {
         simulation.fill()?;
     }
@@ -996,7 +1213,7 @@ fn simulate(seed: u64, trace: bool, mode: Mode) -> Result<(String, Exercised), S
         simulation.run()?;
     }
     let summary = format!(
-        "{} recoveries, {} mid-operation crashes, {} faults, {} members lost, {} rebuilds, {} scrubs, raid {}, {} cleaning rounds, {} unreadable reads, {} rows destroyed{}",
+        "{} recoveries, {} mid-operation crashes, {} faults, {} members lost, {} rebuilds, {} scrubs, raid {}, {} cleaning rounds, {} unreadable reads, {} rows destroyed{}{}",
         simulation.recoveries,
         simulation.crashes_mid_operation,
         simulation.faults_injected,
@@ -1007,6 +1224,18 @@ fn simulate(seed: u64, trace: bool, mode: Mode) -> Result<(String, Exercised), S
         simulation.cleaning_rounds,
         simulation.unreadable_reads,
         simulation.rows_destroyed,
+        if mode.write_log {
+            format!(
+                "; write log: {} added, {} devices lost, {} faults, {} entries replayed, {} opens without it",
+                simulation.logs_added,
+                simulation.log_devices_lost,
+                simulation.log_faults,
+                simulation.log_entries_replayed,
+                simulation.opens_without_log
+            )
+        } else {
+            String::new()
+        },
         simulation.ended.as_ref().map(|reason| format!("; ended early: {reason}")).unwrap_or_default()
     );
     let exercised = Exercised {
@@ -1018,15 +1247,21 @@ fn simulate(seed: u64, trace: bool, mode: Mode) -> Result<(String, Exercised), S
         unreadable_reads: simulation.unreadable_reads,
         ended_early: simulation.ended.is_some(),
         map_page_evictions: simulation.volume.as_ref().map_or(0, |volume| volume.stats().map_page_evictions),
+        log_entries_replayed: simulation.log_entries_replayed,
+        log_devices_lost: simulation.log_devices_lost,
+        log_faults: simulation.log_faults,
+        logs_added: simulation.logs_added,
+        opens_without_log: simulation.opens_without_log,
     };
     Ok((summary, exercised))
 }
 
 fn replay_command(seed: u64, mode: Mode) -> String {
     format!(
-        "STRIPELOG_SIM_SEED={seed}{}{} cargo test -p stripelog-engine --test simulation -- --ignored replay_one_seed --nocapture",
+        "STRIPELOG_SIM_SEED={seed}{}{}{} cargo test -p stripelog-engine --test simulation -- --ignored replay_one_seed --nocapture",
         if mode.filling { " STRIPELOG_SIM_FILLING=1" } else { "" },
-        if mode.beyond_redundancy { " STRIPELOG_SIM_BEYOND=1" } else { "" }
+        if mode.beyond_redundancy { " STRIPELOG_SIM_BEYOND=1" } else { "" },
+        if mode.write_log { " STRIPELOG_SIM_LOG=1" } else { "" }
     )
 }
 
@@ -1143,6 +1378,68 @@ fn beyond_redundancy_seeds() {
     }
 }
 
+/// The write log: a volume with a log on one device or a mirror of two, under both
+/// workloads, with every crash of the other seeds (which now also tear and drop unsynced
+/// log records, and strike inside the replay at mount), log devices lost while serving
+/// (with and without a crash before the volume notices), rot and read errors on a
+/// mirror's second device, and logs renewed at clean reopens. Every recovery must hold a
+/// prefix with everything acknowledged, except after a single log device was lost with a
+/// crash: then mount must refuse, and opened without the log the volume must still hold
+/// everything the members held durably.
+#[test]
+fn write_log_seeds() {
+    let seeds = seed_range("STRIPELOG_SIM_LOG_SEEDS", 200);
+    let count = seeds.end - seeds.start;
+    let (mut total, mut failures) = (Exercised::default(), Vec::new());
+    for seed in seeds {
+        match check_seed(seed, write_log_mode(seed)) {
+            Ok(exercised) => {
+                total.log_entries_replayed += exercised.log_entries_replayed;
+                total.log_devices_lost += exercised.log_devices_lost;
+                total.log_faults += exercised.log_faults;
+                total.logs_added += exercised.logs_added;
+                total.opens_without_log += exercised.opens_without_log;
+            }
+            Err(message) => failures.push(message),
+        }
+    }
+    assert!(failures.is_empty(), "{} of {count} seeds failed:\n{}", failures.len(), failures.join("\n"));
+    eprintln!(
+        "{count} write log seeds: {} log entries replayed, {} log devices lost, {} log faults, {} logs added, {} opens without a lost log",
+        total.log_entries_replayed, total.log_devices_lost, total.log_faults, total.logs_added, total.opens_without_log
+    );
+    if count >= 100 {
+        assert!(total.log_entries_replayed >= count * 10, "the log must be replayed at mounts");
+        assert!(total.log_devices_lost * 5 >= count && total.log_faults * 5 >= count);
+        assert!(total.logs_added > count && total.opens_without_log > 0);
+    }
+}
+
+/// Write log seeds that once failed, kept as regression tests:
+/// - 79, 87, 91 (and others among the first 100): a record that ended the log area
+///   exactly, or a wrap record, sent the head back to the area's start while the tail was
+///   there: the full log read as empty and every acknowledged write only it held was lost.
+/// - 127: the only device of a log is lost; the volume must sync the members before it
+///   forgets the log (it fails when the log is forgotten first: a crash then loses what
+///   only the log held, with nothing left to refuse the mount).
+#[test]
+fn write_log_regression_seeds() {
+    for seed in [79, 87, 91, 127] {
+        check_seed(seed, write_log_mode(seed)).unwrap();
+    }
+}
+
+/// Seed 287 of the write log seeds fails in `check` at its end ("batch 151 in segment 85
+/// cannot be read"): a segment released and reused, whose reuse a crash tore on one
+/// mirror half and dropped on the other, next to bit rot, leaves a summary the full scan
+/// cannot read. Not yet understood (the write log's own records are not involved); kept
+/// here, ignored, until it is.
+#[test]
+#[ignore = "known failure, not yet understood: see the comment above"]
+fn write_log_known_failure_seed_287() {
+    check_seed(287, write_log_mode(287)).unwrap();
+}
+
 /// Not a test of its own: replays `STRIPELOG_SIM_SEED` with a trace (see `replay_command`).
 #[test]
 #[ignore = "a replay tool: set STRIPELOG_SIM_SEED and run with --ignored"]
@@ -1154,6 +1451,7 @@ fn replay_one_seed() {
     let mode = Mode {
         filling: std::env::var_os("STRIPELOG_SIM_FILLING").is_some(),
         beyond_redundancy: std::env::var_os("STRIPELOG_SIM_BEYOND").is_some(),
+        write_log: std::env::var_os("STRIPELOG_SIM_LOG").is_some(),
     };
     let mode = Mode { filling: mode.filling || mode.beyond_redundancy, ..mode };
     match simulate(seed, true, mode) {

@@ -809,9 +809,22 @@ impl Core {
                     "stripelog: the write log failed ({}): flushes sync the members from now on",
                     log.failure().unwrap_or_default()
                 );
+                self.retire_failed_write_log()?;
                 Ok(false)
             }
         }
+    }
+
+    /// Every device of the write log failed while serving: sync the members (every
+    /// accepted write is in a batch, so everything acknowledged through the log becomes
+    /// durable there), and only then remove the log from the member superblocks, so that
+    /// a crash from now on mounts without it and loses nothing (docs/write-log.md, crash
+    /// analysis).
+    pub(crate) fn retire_failed_write_log(&self) -> Result<()> {
+        self.flush_members()?;
+        self.members.update_superblock(|superblock| superblock.write_log = None)?;
+        eprintln!("stripelog: the volume no longer has a write log; add one with `stripelog log add`");
+        Ok(())
     }
 
     /// Seal the clients' open batch and make every batch durable on the members.
