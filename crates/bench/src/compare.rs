@@ -87,6 +87,7 @@ fn workloads(options: &Options, region_bytes: u64) -> [Workload; 3] {
         queue_depth: options.queue_depth,
         duration: options.duration,
         write_limit_bytes: None,
+        durability: Default::default(),
         seed: options.seed,
     };
     [
@@ -99,6 +100,7 @@ fn workloads(options: &Options, region_bytes: u64) -> [Workload; 3] {
             queue_depth: FILL_QUEUE_DEPTH,
             duration: Duration::from_secs(24 * 3600),
             write_limit_bytes: Some(fill_region),
+            durability: Default::default(),
             ..random(0)
         },
         random(0),

@@ -83,6 +83,7 @@ fn workload(options: &Options, read_percent: u32, block_size_bytes: usize, threa
         queue_depth: options.queue_depth,
         duration: options.cell_duration,
         write_limit_bytes: None,
+        durability: Default::default(),
         seed: options.seed ^ (block_size_bytes as u64) << 8 ^ threads as u64,
     }
 }
@@ -111,6 +112,7 @@ pub fn run(target: &dyn Target, options: &Options, progress: &dyn Fn(&str, f64))
             queue_depth: FILL_QUEUE_DEPTH,
             duration: Duration::from_secs(24 * 3600),
             write_limit_bytes: Some(options.region_bytes),
+            durability: Default::default(),
             ..workload(options, 0, FILL_BLOCK_BYTES, 1)
         };
         let report = run::run(target, &fill, &|_| {})?;

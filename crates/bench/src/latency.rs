@@ -4,7 +4,7 @@
 //! consecutive 10-second intervals). A chart of mean and average maximum against depth.
 
 use crate::run::{self, Data, Pattern, RunReport, Workload};
-use crate::target::Target;
+use crate::target::{Durability, Target};
 use serde::Serialize;
 use std::time::Duration;
 
@@ -16,6 +16,8 @@ pub struct Options {
     pub duration_per_depth: Duration,
     pub region_bytes: u64,
     pub data: Data,
+    /// What every write waits for (a FUA write, or a flush after it).
+    pub durability: Durability,
     pub seed: u64,
 }
 
@@ -61,6 +63,7 @@ pub fn run(target: &dyn Target, options: &Options, progress: &dyn Fn(&str, f64))
         queue_depth,
         duration: options.duration_per_depth,
         write_limit_bytes: None,
+        durability: options.durability,
         seed: options.seed ^ queue_depth as u64,
     };
     for &depth in &options.queue_depths {

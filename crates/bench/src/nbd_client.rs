@@ -7,7 +7,7 @@
 //! replies and hands completions back. Messages are built and parsed by
 //! `stripelog_nbd::codec`, the same code the server uses.
 
-use crate::target::{Completion, IoQueue, Operation, Request};
+use crate::target::{Completion, Durability, IoQueue, Operation, Request, FIRST_PART};
 use std::io::{self, BufWriter, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
@@ -274,6 +274,11 @@ impl NbdConnection {
         self.transmission_flags & TRANSMISSION_READ_ONLY != 0
     }
 
+    /// Whether the export takes NBD_CMD_FLUSH and the FUA flag.
+    pub fn flush_and_fua(&self) -> (bool, bool) {
+        (self.transmission_flags & TRANSMISSION_SEND_FLUSH != 0, self.transmission_flags & TRANSMISSION_SEND_FUA != 0)
+    }
+
     fn read_array<const N: usize>(&mut self) -> io::Result<[u8; N]> {
         let mut bytes = [0u8; N];
         self.stream.read_exact(&mut bytes)?;
@@ -416,6 +421,7 @@ impl NbdConnection {
             .spawn(move || receive_replies(reader, &lengths, buffer_bytes, &sender))
             .map_err(|error| error.to_string())?;
         Ok(NbdQueue {
+            flush_and_fua: self.flush_and_fua(),
             writer: BufWriter::with_capacity(SEND_BUFFER_BYTES, self.stream),
             control,
             buffers: (0..depth).map(|_| vec![0u8; buffer_bytes]).collect(),
@@ -438,8 +444,9 @@ fn disconnect_request() -> [u8; codec::REQUEST_HEADER_BYTES] {
     })
 }
 
-/// What the receiver thread reports.
-type Received = Result<Completion, String>;
+/// What the receiver thread reports: a reply (its cookie, and whether it reports
+/// success), or why the connection ended.
+type Received = Result<(u64, Result<(), String>), String>;
 
 /// The receiver thread: read replies until the connection ends.
 fn receive_replies(
@@ -457,17 +464,17 @@ fn receive_replies(
         }
         let outcome = codec::parse_simple_reply(&header).map_err(|error| format!("bad reply: {error}")).and_then(
             |(error, cookie)| {
-                let slot = usize::try_from(cookie).ok().filter(|&slot| slot < read_lengths.len());
+                let slot = usize::try_from(cookie & !FIRST_PART).ok().filter(|&slot| slot < read_lengths.len());
                 let slot = slot.ok_or_else(|| format!("a reply for unknown cookie {cookie:#x}"))?;
                 let length = read_lengths[slot].load(Ordering::Acquire) as usize;
                 if error != 0 {
-                    return Ok((slot, Err(format!("the server answered error {error}"))));
+                    return Ok((cookie, Err(format!("the server answered error {error}"))));
                 }
                 if length > 0 {
                     // The data is not needed; it is read and dropped.
                     stream.read_exact(&mut scratch[..length]).map_err(|error| error.to_string())?;
                 }
-                Ok((slot, Ok(())))
+                Ok((cookie, Ok(())))
             },
         );
         let failed = outcome.is_err();
@@ -478,6 +485,8 @@ fn receive_replies(
 }
 
 pub struct NbdQueue {
+    /// The export takes NBD_CMD_FLUSH; the FUA flag.
+    flush_and_fua: (bool, bool),
     writer: BufWriter<Stream>,
     /// A handle to shut the socket down at the end.
     control: Stream,
@@ -499,11 +508,25 @@ impl IoQueue for NbdQueue {
             Operation::Read => (COMMAND_READ, request.length_bytes as u32),
             Operation::Write => (COMMAND_WRITE, 0),
         };
+        let write = request.operation == Operation::Write;
+        let (flags, cookie) = match request.durability {
+            Durability::Fua if write && !self.flush_and_fua.1 => {
+                return Err("the export does not take FUA writes (NBD_FLAG_SEND_FUA is not set)".into())
+            }
+            Durability::Flush if write && !self.flush_and_fua.0 => {
+                return Err("the export does not take flushes (NBD_FLAG_SEND_FLUSH is not set)".into())
+            }
+            Durability::Fua if write => (COMMAND_FLAG_FUA, slot as u64),
+            // The flush is sent once the write's reply is in (a flush covers only the
+            // writes completed before it).
+            Durability::Flush if write => (0, slot as u64 | FIRST_PART),
+            _ => (0, slot as u64),
+        };
         self.read_lengths[slot].store(read_length, Ordering::Release);
         let header = codec::encode_request(&codec::Request {
-            flags: 0,
+            flags,
             command,
-            cookie: slot as u64,
+            cookie,
             offset_bytes: request.offset_bytes,
             length_bytes: request.length_bytes as u32,
         });
@@ -521,10 +544,33 @@ impl IoQueue for NbdQueue {
         if self.in_flight == 0 {
             return Ok(());
         }
-        let first = self.completions.recv().map_err(|_| "the NBD receiver stopped".to_string())?;
-        for received in std::iter::once(first).chain(self.completions.try_iter()) {
-            completions.push(received?);
-            self.in_flight -= 1;
+        let before = completions.len();
+        while completions.len() == before && self.in_flight > 0 {
+            let first = self.completions.recv().map_err(|_| "the NBD receiver stopped".to_string())?;
+            let mut flushes_sent = false;
+            for received in std::iter::once(first).chain(self.completions.try_iter()) {
+                let (cookie, outcome) = received?;
+                self.in_flight -= 1;
+                let slot = (cookie & !FIRST_PART) as usize;
+                if cookie & FIRST_PART != 0 && outcome.is_ok() {
+                    // A write-then-flush's write is done: now its flush.
+                    let header = codec::encode_request(&codec::Request {
+                        flags: 0,
+                        command: COMMAND_FLUSH,
+                        cookie: slot as u64,
+                        offset_bytes: 0,
+                        length_bytes: 0,
+                    });
+                    self.writer.write_all(&header).map_err(|error| format!("sending a flush: {error}"))?;
+                    self.in_flight += 1;
+                    flushes_sent = true;
+                    continue;
+                }
+                completions.push((slot, outcome));
+            }
+            if flushes_sent {
+                self.writer.flush().map_err(|error| format!("sending flushes: {error}"))?;
+            }
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 //! (per thread, merged at the end); operations are counted every second and the largest
 //! latency of every 10-second interval is kept for the "average maximum" of seed 002.
 
-use crate::target::{Completion, IoQueue, Operation, Request, Target};
+use crate::target::{Completion, Durability, IoQueue, Operation, Request, Target};
 use crate::workload::{RandomData, ZipfRanks};
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -51,6 +51,8 @@ pub struct Workload {
     pub duration: Duration,
     /// Stop once this many bytes have been written (in addition to the time limit).
     pub write_limit_bytes: Option<u64>,
+    /// What every write waits for (a FUA write, or a flush after it).
+    pub durability: Durability,
     pub seed: u64,
 }
 
@@ -453,8 +455,13 @@ fn work(mut queue: Box<dyn IoQueue>, worker: usize, shared: &Shared) -> Result<W
     let mut latencies = [new_histogram(), new_histogram()];
     let mut interval_maxima: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
     let mut free: Vec<usize> = (0..workload.queue_depth).rev().collect();
-    let mut issued: Vec<(Instant, Request)> =
-        vec![(started, Request { operation: Operation::Read, offset_bytes: 0, length_bytes: 0 }); workload.queue_depth];
+    let mut issued: Vec<(Instant, Request)> = vec![
+        (
+            started,
+            Request { operation: Operation::Read, offset_bytes: 0, length_bytes: 0, durability: Durability::None }
+        );
+        workload.queue_depth
+    ];
     let mut completions: Vec<Completion> = Vec::with_capacity(workload.queue_depth);
     let mut ending = false;
     loop {
@@ -475,7 +482,12 @@ fn work(mut queue: Box<dyn IoQueue>, worker: usize, shared: &Shared) -> Result<W
                     workload.block_sizes_bytes[prng.below(workload.block_sizes_bytes.len() as u64) as usize];
                 let operation =
                     if prng.below(100) < workload.read_percent as u64 { Operation::Read } else { Operation::Write };
-                let request = Request { operation, offset_bytes: chooser.next(&mut prng, length_bytes), length_bytes };
+                let request = Request {
+                    operation,
+                    offset_bytes: chooser.next(&mut prng, length_bytes),
+                    length_bytes,
+                    durability: workload.durability,
+                };
                 if operation == Operation::Write {
                     if !shared.reserve_write(length_bytes as u64) {
                         free.push(slot);
@@ -542,6 +554,7 @@ mod tests {
             queue_depth: 4,
             duration: Duration::from_secs(1),
             write_limit_bytes: None,
+            durability: Default::default(),
             seed: 7,
         }
     }

@@ -92,6 +92,7 @@ pub fn run(target: &dyn Target, options: &Options, progress: &dyn Fn(&str, f64))
         queue_depth: options.queue_depth,
         duration: options.duration_limit,
         write_limit_bytes: Some(options.write_limit_bytes),
+        durability: Default::default(),
         seed: options.seed,
     };
     let preconditioning = if options.precondition {
@@ -103,6 +104,7 @@ pub fn run(target: &dyn Target, options: &Options, progress: &dyn Fn(&str, f64))
             threads: 1,
             queue_depth: PRECONDITION_QUEUE_DEPTH,
             write_limit_bytes: Some(fill_bytes),
+            durability: Default::default(),
             seed: options.seed ^ 0xF111,
             ..workload.clone()
         };

@@ -100,6 +100,7 @@ fn workloads(options: &Options) -> [Workload; 4] {
         queue_depth: options.queue_depth,
         duration: options.duration,
         write_limit_bytes: None,
+        durability: Default::default(),
         seed: options.seed,
     };
     let sequential = Workload {
@@ -113,6 +114,7 @@ fn workloads(options: &Options) -> [Workload; 4] {
         Workload {
             duration: Duration::from_secs(24 * 3600),
             write_limit_bytes: Some(options.region_bytes),
+            durability: Default::default(),
             ..sequential.clone()
         },
         random(100),

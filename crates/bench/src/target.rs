@@ -21,12 +21,55 @@ pub enum Operation {
     Write,
 }
 
+/// What a write asks of the target before it completes (reads ignore it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Durability {
+    /// Complete once the target has the data (in a volatile cache, perhaps).
+    #[default]
+    None,
+    /// Forced unit access: complete once this write is durable (NBD's FUA flag,
+    /// `RWF_DSYNC` on a file, the engine's FUA write).
+    Fua,
+    /// The write, and once it has completed a flush (NBD_CMD_FLUSH, `fdatasync`, the
+    /// engine's flush), as fio's `--fsync=1` does: the request completes with the flush.
+    Flush,
+}
+
+impl std::str::FromStr for Durability {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "none" => Ok(Durability::None),
+            "fua" => Ok(Durability::Fua),
+            "flush" => Ok(Durability::Flush),
+            other => Err(format!("durability is none, fua or flush, not {other:?}")),
+        }
+    }
+}
+
+impl std::fmt::Display for Durability {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(match self {
+            Durability::None => "none",
+            Durability::Fua => "fua",
+            Durability::Flush => "flush",
+        })
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 pub struct Request {
     pub operation: Operation,
     pub offset_bytes: u64,
     pub length_bytes: usize,
+    /// For writes: what the write waits for.
+    pub durability: Durability,
 }
+
+/// Marks the cookie or user data of the first part of a two-part request (a write that a
+/// flush follows): its completion is not the request's.
+pub(crate) const FIRST_PART: u64 = 1 << 32;
 
 /// A completed request: its slot and, if it failed, why.
 pub type Completion = (usize, Result<(), String>);
@@ -132,10 +175,19 @@ impl Target for FileTarget {
         self.writable
     }
     fn queue(&self, depth: usize, buffer_bytes: usize) -> Result<Box<dyn IoQueue>, String> {
-        let entries = (depth.max(1) as u32).next_power_of_two();
+        // Two entries per slot: a write and the flush linked to it.
+        let entries = (2 * depth.max(1) as u32).next_power_of_two();
         let ring = io_uring::IoUring::new(entries).map_err(|error| format!("io_uring: {error}"))?;
         let buffers = (0..depth).map(|_| AlignedBuffer::zeroed(buffer_bytes)).collect();
-        Ok(Box::new(FileQueue { device: self.device.clone(), ring, buffers, lengths: vec![0; depth], in_flight: 0 }))
+        Ok(Box::new(FileQueue {
+            device: self.device.clone(),
+            ring,
+            buffers,
+            lengths: vec![0; depth],
+            flushes: vec![false; depth],
+            first_part_errors: vec![None; depth],
+            in_flight: 0,
+        }))
     }
 }
 
@@ -147,6 +199,11 @@ struct FileQueue {
     buffers: Vec<AlignedBuffer>,
     /// Bytes each slot's request moves (a short transfer is an error).
     lengths: Vec<usize>,
+    /// Per slot: its request is a write and a linked flush.
+    flushes: Vec<bool>,
+    /// Per slot: why the write of a write-then-flush failed (reported with the flush).
+    first_part_errors: Vec<Option<String>>,
+    /// Ring entries in flight (two for a write-then-flush).
     in_flight: usize,
 }
 
@@ -157,59 +214,87 @@ impl IoQueue for FileQueue {
 
     fn submit(&mut self, slot: usize, request: Request) -> Result<(), String> {
         let fd = io_uring::types::Fd(self.device.raw_fd());
-        let buffer = &mut self.buffers[slot].as_mut_slice()[..request.length_bytes];
+        let buffer = self.buffers[slot].as_mut_slice()[..request.length_bytes].as_mut_ptr();
         let length = request.length_bytes as u32;
-        let entry = match request.operation {
-            Operation::Read => {
-                io_uring::opcode::Read::new(fd, buffer.as_mut_ptr(), length).offset(request.offset_bytes).build()
+        self.lengths[slot] = request.length_bytes;
+        self.flushes[slot] = request.operation == Operation::Write && request.durability == Durability::Flush;
+        self.first_part_errors[slot] = None;
+        let user_data = slot as u64;
+        let write = || io_uring::opcode::Write::new(fd, buffer, length).offset(request.offset_bytes);
+        let entries = match (request.operation, request.durability) {
+            (Operation::Read, _) => vec![io_uring::opcode::Read::new(fd, buffer, length)
+                .offset(request.offset_bytes)
+                .build()
+                .user_data(user_data)],
+            (Operation::Write, Durability::None) => vec![write().build().user_data(user_data)],
+            (Operation::Write, Durability::Fua) => {
+                vec![write().rw_flags(libc::RWF_DSYNC).build().user_data(user_data)]
             }
-            Operation::Write => {
-                io_uring::opcode::Write::new(fd, buffer.as_ptr(), length).offset(request.offset_bytes).build()
-            }
+            // The fdatasync is linked: it starts once the write has completed.
+            (Operation::Write, Durability::Flush) => vec![
+                write().build().flags(io_uring::squeue::Flags::IO_LINK).user_data(user_data | FIRST_PART),
+                io_uring::opcode::Fsync::new(fd)
+                    .flags(io_uring::types::FsyncFlags::DATASYNC)
+                    .build()
+                    .user_data(user_data),
+            ],
         };
-        self.push(slot, request, entry)
+        self.push(&entries)
     }
 
     fn complete(&mut self, completions: &mut Vec<Completion>) -> Result<(), String> {
         if self.in_flight == 0 {
             return Ok(());
         }
-        self.ring.submit_and_wait(1).map_err(|error| format!("io_uring: {error}"))?;
-        for entry in self.ring.completion() {
-            let slot = entry.user_data() as usize;
-            let expected = self.lengths[slot];
-            let result = entry.result();
-            self.in_flight -= 1;
-            completions.push((
-                slot,
-                if result < 0 {
+        let before = completions.len();
+        while completions.len() == before && self.in_flight > 0 {
+            self.ring.submit_and_wait(1).map_err(|error| format!("io_uring: {error}"))?;
+            for entry in self.ring.completion() {
+                let (user_data, result) = (entry.user_data(), entry.result());
+                let (slot, first_part) = ((user_data & !FIRST_PART) as usize, user_data & FIRST_PART != 0);
+                self.in_flight -= 1;
+                // A flush moves no bytes; a read or write moves all of its own.
+                let expected = if self.flushes[slot] && !first_part { 0 } else { self.lengths[slot] };
+                let outcome = if result < 0 {
                     Err(std::io::Error::from_raw_os_error(-result).to_string())
                 } else if result as usize != expected {
                     Err(format!("short transfer: {result} of {expected} bytes"))
                 } else {
                     Ok(())
-                },
-            ));
+                };
+                if first_part {
+                    // The write of a write-then-flush: its failure is the request's (the
+                    // linked flush is then cancelled).
+                    self.first_part_errors[slot] = outcome.err();
+                    continue;
+                }
+                let outcome = match self.first_part_errors[slot].take() {
+                    Some(error) => Err(error),
+                    None => outcome,
+                };
+                completions.push((slot, outcome));
+            }
         }
         Ok(())
     }
 }
 
 impl FileQueue {
-    fn push(&mut self, slot: usize, request: Request, entry: io_uring::squeue::Entry) -> Result<(), String> {
-        self.lengths[slot] = request.length_bytes;
-        let entry = entry.user_data(slot as u64);
-        // SAFETY: the entry points into `self.buffers[slot]`, which lives as long as the
-        // ring (both are fields of `self`; the ring is dropped first only after `Drop`
-        // below has waited for every request) and is not reused until this request's
-        // completion is reaped. The file descriptor is kept open by `self.device`.
-        let pushed = unsafe { self.ring.submission().push(&entry) };
+    /// Hand `entries` (one request: a read or write, or a write and its linked flush) to
+    /// the kernel.
+    fn push(&mut self, entries: &[io_uring::squeue::Entry]) -> Result<(), String> {
+        // SAFETY: the entries point into the buffer of their slot in `self.buffers`, which
+        // lives as long as the ring (both are fields of `self`; the ring is dropped first
+        // only after `Drop` below has waited for every request) and is not reused until
+        // this request's completion is reaped. The file descriptor is kept open by
+        // `self.device`.
+        let pushed = unsafe { self.ring.submission().push_multiple(entries) };
         if pushed.is_err() {
-            // The ring holds `depth` entries rounded up: only reached if the caller
+            // The ring holds two entries per slot, rounded up: only reached if the caller
             // submits more than `depth` requests at once.
             return Err("io_uring submission queue full".into());
         }
-        self.in_flight += 1;
+        self.in_flight += entries.len();
         // Handed to the kernel at once, one request per call, as fio does by default
         // (iodepth_batch_submit=1). Gathering the refills of a whole wakeup into one call
         // cost 25 % on this machine's virtio disk: the host then received and completed the
@@ -373,6 +458,13 @@ impl Drop for EngineTarget {
 pub trait SynchronousTarget: Send + Sync + 'static {
     fn read(&self, offset_bytes: u64, buffer: &mut [u8]) -> Result<(), String>;
     fn write(&self, offset_bytes: u64, data: &[u8]) -> Result<(), String>;
+    /// A write that waits for `durability`; targets without a notion of it refuse.
+    fn write_durable(&self, offset_bytes: u64, data: &[u8], durability: Durability) -> Result<(), String> {
+        match durability {
+            Durability::None => self.write(offset_bytes, data),
+            other => Err(format!("this target cannot make a write durable ({other})")),
+        }
+    }
 }
 
 impl SynchronousTarget for Volume {
@@ -381,6 +473,13 @@ impl SynchronousTarget for Volume {
     }
     fn write(&self, offset_bytes: u64, data: &[u8]) -> Result<(), String> {
         Volume::write(self, offset_bytes, data, false).map_err(|error| error.to_string())
+    }
+    fn write_durable(&self, offset_bytes: u64, data: &[u8], durability: Durability) -> Result<(), String> {
+        let written = Volume::write(self, offset_bytes, data, durability == Durability::Fua);
+        match (written, durability) {
+            (Ok(()), Durability::Flush) => Volume::flush(self).map_err(|error| error.to_string()),
+            (written, _) => written.map_err(|error| error.to_string()),
+        }
     }
 }
 
@@ -407,7 +506,7 @@ impl CallerQueue {
                         let data = &mut buffer[..request.length_bytes];
                         let result = match request.operation {
                             Operation::Read => target.read(request.offset_bytes, data),
-                            Operation::Write => target.write(request.offset_bytes, data),
+                            Operation::Write => target.write_durable(request.offset_bytes, data, request.durability),
                         };
                         if finished.send(((slot, request, buffer), result)).is_err() {
                             return;

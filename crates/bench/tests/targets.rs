@@ -47,6 +47,7 @@ fn workload(read_percent: u32, region_bytes: u64) -> Workload {
         queue_depth: 8,
         duration: Duration::from_millis(500),
         write_limit_bytes: None,
+        durability: Default::default(),
         seed: 11,
     }
 }
@@ -73,6 +74,7 @@ fn a_file_target_is_written_and_read_and_not_overwritten_without_force() {
         block_sizes_bytes: vec![MIB as usize],
         duration: Duration::from_secs(60),
         write_limit_bytes: Some(16 * MIB),
+        durability: Default::default(),
         ..workload(0, 16 * MIB)
     };
     let report = run::run(file.as_ref(), &fill, &|_| {}).expect("fill");
@@ -201,6 +203,7 @@ fn the_engine_in_process_needs_force_to_write_and_keeps_what_it_wrote() {
         block_sizes_bytes: vec![4096],
         duration: Duration::from_secs(60),
         write_limit_bytes: Some(size),
+        durability: Default::default(),
         ..workload(0, size)
     };
     let report = run::run(engine.as_ref(), &fill, &|_| {}).expect("fill through the engine");
@@ -291,4 +294,75 @@ fn compare_measures_raw_members_stripelog_in_process_and_over_nbd() {
         stripelog_bench::compare::run(&stripelog_bench::compare::Options { force: true, peer, ..options }, &|_, _| {})
             .expect_err("no such peer");
     assert!(!error.is_empty());
+}
+
+/// Writes that wait for durability: every write with FUA, or followed by a flush once it
+/// completed, over NBD (stripelog's server, counting the member syncs it makes), in
+/// process, and on a file (io_uring: RWF_DSYNC, or a linked fdatasync whose completion is
+/// the request's). At depth 1 each such write costs the volume a sync of its members; the
+/// same writes without durability cost none.
+#[test]
+fn writes_wait_for_fua_or_a_flush_on_every_kind_of_target() {
+    use stripelog_bench::target::Durability;
+    let scratch = Scratch::new("durability");
+    let socket = scratch.join("s.sock");
+    let volume = {
+        let members = (0..4)
+            .map(|index| MemberDevice {
+                name: format!("memory-{index}"),
+                device: Some(Arc::new(MemoryDevice::new(64 * MIB)) as Arc<dyn BlockDevice>),
+            })
+            .collect();
+        let options = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..Default::default() };
+        // No flush timer: every member sync counted below is one a write asked for.
+        let open = OpenOptions { flush_interval: None, ..OpenOptions::default() };
+        Arc::new(Volume::create(members, &options, &open).expect("volume"))
+    };
+    let size = volume.logical_size_bytes();
+    let exports =
+        vec![Export { name: "disk".into(), description: String::new(), volume: volume.clone(), read_only: false }];
+    let server = Server::new(exports);
+    let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+    let serving = {
+        let server = server.clone();
+        std::thread::spawn(move || server.run_unix(listener))
+    };
+    let uri = format!("nbd+unix:///disk?socket={}", socket.display());
+    let one_at_a_time = |durability| Workload {
+        threads: 1,
+        queue_depth: 1,
+        block_sizes_bytes: vec![4096],
+        duration: Duration::from_millis(300),
+        durability,
+        ..workload(0, size)
+    };
+    let syncs_made = |target: &dyn stripelog_bench::target::Target, durability| {
+        let before = volume.stats().flushes;
+        let report = run::run(target, &one_at_a_time(durability), &|_| {}).expect("a durable run");
+        (report.write.total_ios, volume.stats().flushes - before)
+    };
+    let export = target::open(&uri, &writes(None, true)).expect("connect");
+    let engine: Arc<dyn stripelog_bench::target::Target> =
+        Arc::new(target::EngineTarget::from_volume(volume.clone(), "memory".into()));
+    for (name, target) in [("NBD", export.as_ref()), ("engine", engine.as_ref())] {
+        for durability in [Durability::Fua, Durability::Flush] {
+            let (writes, syncs) = syncs_made(target, durability);
+            assert!(writes > 10 && syncs >= writes, "{name} {durability}: {writes} writes, {syncs} member syncs");
+        }
+        let (writes, syncs) = syncs_made(target, Durability::None);
+        assert!(writes > 10 && syncs * 10 < writes, "{name} without durability: {writes} writes, {syncs} member syncs");
+    }
+    drop(export);
+    server.shutdown();
+    serving.join().unwrap().expect("server ends cleanly");
+
+    // A file: many requests in flight, each completed exactly once (a write-then-flush
+    // has two ring entries and one completion).
+    let path = scratch.join("file");
+    let file = target::open(path.to_str().unwrap(), &writes(Some(16 * MIB), false)).expect("create the file");
+    for durability in [Durability::Fua, Durability::Flush] {
+        let report = run::run(file.as_ref(), &Workload { durability, ..workload(0, 16 * MIB) }, &|_| {})
+            .expect("durable writes to a file");
+        assert!(report.write.total_ios > 10, "{durability}: {}", report.write.total_ios);
+    }
 }

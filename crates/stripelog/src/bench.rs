@@ -213,6 +213,7 @@ pub fn mix(arguments: MixArguments) -> Result<ExitCode, String> {
         queue_depth: arguments.queue_depth,
         duration: arguments.duration,
         write_limit_bytes: arguments.write_limit,
+        durability: Default::default(),
         seed: arguments.target.seed,
     };
     let report = with_progress(arguments.target.quiet, |progress| {
@@ -321,6 +322,10 @@ pub struct LatencyArguments {
     /// Chart of mean and average-maximum response time against queue depth (.svg or .png).
     #[arg(long, value_name = "FILE.svg|FILE.png")]
     chart: Option<PathBuf>,
+    /// What every write waits for: nothing, its own durability (FUA: the NBD flag,
+    /// RWF_DSYNC on a file), or a flush once it has completed (fio's --fsync=1).
+    #[arg(long, default_value = "none", value_parser = ["none", "fua", "flush"])]
+    durability: String,
 }
 
 pub fn latency(arguments: LatencyArguments) -> Result<ExitCode, String> {
@@ -341,6 +346,7 @@ pub fn latency(arguments: LatencyArguments) -> Result<ExitCode, String> {
         duration_per_depth: arguments.duration,
         region_bytes: arguments.target.region.unwrap_or_else(|| target.size_bytes()),
         data,
+        durability: arguments.durability.parse()?,
         seed: arguments.target.seed,
     };
     let report = with_progress(arguments.target.quiet, |progress| {
@@ -348,7 +354,7 @@ pub fn latency(arguments: LatencyArguments) -> Result<ExitCode, String> {
     })?;
     println!("target: {}", report.target);
     println!(
-        "{} % reads, {} blocks, random over {}, {} s per depth; response times in µs",
+        "{} % reads, {} blocks, random over {}, {} s per depth, writes wait for {}; response times in µs",
         options.read_percent,
         options
             .block_sizes_bytes
@@ -357,7 +363,12 @@ pub fn latency(arguments: LatencyArguments) -> Result<ExitCode, String> {
             .collect::<Vec<_>>()
             .join("/"),
         stripelog_bench::format_size(options.region_bytes),
-        options.duration_per_depth.as_secs_f64()
+        options.duration_per_depth.as_secs_f64(),
+        match options.durability {
+            stripelog_bench::target::Durability::None => "nothing",
+            stripelog_bench::target::Durability::Fua => "their own durability (FUA)",
+            stripelog_bench::target::Durability::Flush => "a flush after them",
+        }
     );
     println!(
         "{:>6} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}",

@@ -369,7 +369,9 @@ const MIX_EXAMPLES: &str = concat!(
 const LATENCY_EXAMPLES: &str = concat!(
     "Examples:\n",
     "  stripelog bench latency 'nbd+unix:///stripelog?socket=./stripelog.sock' --chart latency.svg\n",
-    "  stripelog bench latency /dev/nvme0n1 --force --queue-depths 1,4,16,64 --duration 30s\n\n",
+    "  stripelog bench latency /dev/nvme0n1 --force --queue-depths 1,4,16,64 --duration 30s\n",
+    "  # durable 4 KiB writes, as fio --fsync=1 (flush) or with FUA:\n",
+    "  stripelog bench latency URI --read-percent 0 --block-size 4KiB --durability flush --queue-depths 1,8\n\n",
     target_forms!()
 );
 

@@ -303,6 +303,7 @@ fn stripelog(options: &Options, write_queue_bytes: u64, name: &str) -> Result<Ca
         queue_depth: STRIPELOG_QUEUE_DEPTH,
         duration: Duration::from_secs(24 * 3600),
         write_limit_bytes: Some(total),
+        durability: Default::default(),
         seed: options.seed,
     };
     let (_, seconds, samples) = measured(&drives, options, || {

@@ -136,6 +136,7 @@ fn workload(random: bool, region_bytes: u64, write_limit_bytes: u64, seed: u64) 
         queue_depth: if random { WRITER_QUEUE_DEPTH } else { 4 },
         duration: Duration::from_secs(24 * 3600),
         write_limit_bytes: Some(write_limit_bytes),
+        durability: Default::default(),
         seed,
     }
 }
