@@ -11,10 +11,13 @@
 # Measures, per server:
 #   - fio --ioengine=nbd 4 KiB random writes with --fsync=1 at depth 1 and 8: IOPS and
 #     mean/p99 sync (flush) latency;
+#   - 4 KiB random writes with FUA at depth 1 and 8 (`stripelog bench latency --durability
+#     fua`: fio's nbd engine sends no FUA): IOPS and mean/p99 write latency;
 #   - pgbench TPS on ext4 over nbdfuse + a loop device (scale 10, 8 clients, 30 s).
 # Every cell runs ROUNDS times (default 3), the servers taking turns; tables give medians.
 # Usage (as root, for losetup and mount):
-#   [ROUNDS=N] [SECONDS=S] [PGBENCH_SECONDS=S] scripts/bench-sync.sh [DIRECTORY]
+#   [ROUNDS=N] [SECONDS_PER_CELL=S] [PGBENCH_SECONDS=S] [MEMBER_MIB=M] [CELLS="fio fua pgbench"]
+#     [SERVERS="..."] scripts/bench-sync.sh [DIRECTORY]
 set -euo pipefail
 directory=${1:-/var/tmp/stripelog-bench-sync}
 seconds=${SECONDS_PER_CELL:-15}
@@ -23,6 +26,8 @@ rounds=${ROUNDS:-3}
 member_mib=${MEMBER_MIB:-2048}
 stripelog=${STRIPELOG:-./target/release/stripelog}
 servers=${SERVERS:-"stripelog stripelog+log nbdkit-file nbdkit-memory"}
+# Which measurements: fio (--fsync=1), fua (bench latency), pgbench.
+cells=${CELLS:-"fio fua pgbench"}
 postgres_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 for tool in fio nbdkit nbdfuse losetup mkfs.ext4 pgbench python3 runuser; do
   command -v "$tool" >/dev/null || { echo "bench-sync: $tool is not installed (scripts/install-deps.sh)" >&2; exit 1; }
@@ -94,11 +99,21 @@ text = sys.stdin.read(); job = json.loads(text[text.index("{"):])["jobs"][0]
 sync = job["sync"]["lat_ns"]
 print(round(job["write"]["iops"]), round(sync["mean"] / 1000, 1), round(sync["percentile"]["99.000000"] / 1000, 1))'
 }
+# FUA writes: "IOPS mean_us p99_us" of the writes.
+fua_cell() { # uri iodepth
+  "$stripelog" bench latency "$1" --force --quiet --read-percent 0 --block-size 4KiB --durability fua \
+      --queue-depths "$2" --duration "${seconds}s" --json "$directory/fua.json" >/dev/null
+  python3 -c '
+import json, sys
+point = json.load(open(sys.argv[1]))["points"][0]
+print(round(point["iops"]), round(point["mean_ns"] / 1000, 1), round(point["p99_ns"] / 1000, 1))' "$directory/fua.json"
+}
 declare -A results
 for round in $(seq "$rounds"); do
   for depth in 1 8; do
     for server in $servers; do
-      results[fsync,$depth,$server]+="$(fio_cell "${uri[$server]}" "$depth");"
+      [[ " $cells " == *" fio "* ]] && results[fsync,$depth,$server]+="$(fio_cell "${uri[$server]}" "$depth");"
+      [[ " $cells " == *" fua "* ]] && results[fua,$depth,$server]+="$(fua_cell "${uri[$server]}" "$depth");"
     done
   done
 done
@@ -115,7 +130,7 @@ pgbench_cell() { # uri -> TPS
   mkdir "$directory/mnt/pg" && chown postgres "$directory/mnt/pg"
   runuser -u postgres -- "$postgres_bin/initdb" -D "$directory/mnt/pg" >/dev/null
   runuser -u postgres -- "$postgres_bin/pg_ctl" -D "$directory/mnt/pg" -o "-p 5499 -k /tmp -c listen_addresses=''" \
-    -l "$directory/postgres.log" -w start >/dev/null
+    -l "$directory/mnt/pg/postgres.log" -w start >/dev/null
   runuser -u postgres -- pgbench -h /tmp -p 5499 -i -s 10 -q postgres >/dev/null 2>&1
   local tps
   tps=$(runuser -u postgres -- pgbench -h /tmp -p 5499 -c 8 -j 2 -T "$pgbench_seconds" postgres 2>/dev/null |
@@ -128,6 +143,7 @@ pgbench_cell() { # uri -> TPS
   echo "${tps:-0}"
 }
 for round in $(seq "$rounds"); do
+  [[ " $cells " == *" pgbench "* ]] || break
   for server in $servers; do
     results[pgbench,$server]+="$(pgbench_cell "${uri[$server]}") "
   done
@@ -138,12 +154,13 @@ field() { # "a b c;a b c;" index -> values
 }
 echo "| server | test | depth | IOPS | mean latency µs | p99 latency µs |"
 echo "|---|---|---:|---:|---:|---:|"
-for kind in fsync; do
+for kind in fsync fua; do
   for depth in 1 8; do
     for server in $servers; do
-      cells=${results[$kind,$depth,$server]}
+      cells=${results[$kind,$depth,$server]:-}
+      [ -n "$cells" ] || continue
       printf '| %s | %s | %s | %.0f | %.1f | %.1f |\n' "$server" \
-        "write + fsync (fio)" "$depth" \
+        "$([ "$kind" = fsync ] && echo "write + fsync (fio; sync latency)" || echo "FUA write (bench latency)")" "$depth" \
         "$(median $(field "$cells" 1))" "$(median $(field "$cells" 2))" "$(median $(field "$cells" 3))"
     done
   done
@@ -152,5 +169,6 @@ echo
 echo "| server | pgbench TPS (median of $rounds) | rounds |"
 echo "|---|---:|---|"
 for server in $servers; do
+  [ -n "${results[pgbench,$server]:-}" ] || continue
   printf '| %s | %.0f | %s |\n' "$server" "$(median ${results[pgbench,$server]})" "${results[pgbench,$server]}"
 done

@@ -106,6 +106,10 @@ fn a_file_target_is_written_and_read_and_not_overwritten_without_force() {
 }
 
 fn memory_volume(member_bytes: u64) -> Arc<Volume> {
+    memory_volume_with(member_bytes, &OpenOptions::default())
+}
+
+fn memory_volume_with(member_bytes: u64, open: &OpenOptions) -> Arc<Volume> {
     let members = (0..4)
         .map(|index| MemberDevice {
             name: format!("memory-{index}"),
@@ -113,7 +117,18 @@ fn memory_volume(member_bytes: u64) -> Arc<Volume> {
         })
         .collect();
     let options = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..Default::default() };
-    Arc::new(Volume::create(members, &options, &OpenOptions::default()).expect("volume"))
+    Arc::new(Volume::create(members, &options, open).expect("volume"))
+}
+
+/// stripelog's NBD server on a Unix socket, serving until `shutdown`.
+fn serve(exports: Vec<Export>, socket: &Path) -> (Arc<Server>, std::thread::JoinHandle<std::io::Result<()>>) {
+    let server = Server::new(exports);
+    let listener = std::os::unix::net::UnixListener::bind(socket).expect("bind");
+    let serving = {
+        let server = server.clone();
+        std::thread::spawn(move || server.run_unix(listener))
+    };
+    (server, serving)
 }
 
 #[test]
@@ -126,12 +141,7 @@ fn an_nbd_export_is_driven_with_many_requests_in_flight() {
         Export { name: "disk".into(), description: String::new(), volume: volume.clone(), read_only: false },
         Export { name: "ro".into(), description: String::new(), volume: volume.clone(), read_only: true },
     ];
-    let server = Server::new(exports);
-    let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
-    let serving = {
-        let server = server.clone();
-        std::thread::spawn(move || server.run_unix(listener))
-    };
+    let (server, serving) = serve(exports, &socket);
     let uri = format!("nbd+unix:///disk?socket={}", socket.display());
     let export = target::open(&uri, &writes(None, false)).expect("connect");
     assert_eq!(export.size_bytes(), size);
@@ -306,27 +316,12 @@ fn writes_wait_for_fua_or_a_flush_on_every_kind_of_target() {
     use stripelog_bench::target::Durability;
     let scratch = Scratch::new("durability");
     let socket = scratch.join("s.sock");
-    let volume = {
-        let members = (0..4)
-            .map(|index| MemberDevice {
-                name: format!("memory-{index}"),
-                device: Some(Arc::new(MemoryDevice::new(64 * MIB)) as Arc<dyn BlockDevice>),
-            })
-            .collect();
-        let options = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..Default::default() };
-        // No flush timer: every member sync counted below is one a write asked for.
-        let open = OpenOptions { flush_interval: None, ..OpenOptions::default() };
-        Arc::new(Volume::create(members, &options, &open).expect("volume"))
-    };
+    // No flush timer: every member sync counted below is one a write asked for.
+    let volume = memory_volume_with(64 * MIB, &OpenOptions { flush_interval: None, ..OpenOptions::default() });
     let size = volume.logical_size_bytes();
     let exports =
         vec![Export { name: "disk".into(), description: String::new(), volume: volume.clone(), read_only: false }];
-    let server = Server::new(exports);
-    let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
-    let serving = {
-        let server = server.clone();
-        std::thread::spawn(move || server.run_unix(listener))
-    };
+    let (server, serving) = serve(exports, &socket);
     let uri = format!("nbd+unix:///disk?socket={}", socket.display());
     let one_at_a_time = |durability| Workload {
         threads: 1,
