@@ -413,9 +413,8 @@ impl Volume {
             if superblock.write_log.is_some() && write_log.is_none() {
                 // Opened without its log (it cannot be read): the volume forgets it, so
                 // that its old records are never replayed over newer writes.
-                members.update_superblock(|superblock| superblock.write_log = None)?;
+                crate::write_log::forget(&members)?;
                 superblock.write_log = None;
-                eprintln!("stripelog: the volume no longer has a write log; add one with `stripelog log add`");
             }
             superblock
         };

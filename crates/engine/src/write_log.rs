@@ -512,6 +512,19 @@ fn fits_between(tail: u64, head: u64, end: u64, start: u64, length: u64) -> bool
     }
 }
 
+/// The volume no longer has a write log: remove it from the member superblocks (once;
+/// a second call finds nothing to do), so that its records are never asked for nor
+/// replayed again. The caller has made everything the log held durable on the members,
+/// or accepted its loss.
+pub(crate) fn forget(members: &crate::array::members::Members) -> Result<()> {
+    if members.superblock().write_log.is_none() {
+        return Ok(());
+    }
+    members.update_superblock(|superblock| superblock.write_log = None)?;
+    eprintln!("stripelog: the volume no longer has a write log; add one with `stripelog log add`");
+    Ok(())
+}
+
 fn log_device_error(path: &str, error: stripelog_blockdev::DeviceError) -> Error {
     Error::WriteLogUnavailable(format!("{path}: {error}"))
 }

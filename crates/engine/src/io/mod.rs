@@ -776,16 +776,18 @@ impl Core {
             if self.append_to_write_log(log, true)? {
                 return Ok(());
             }
-            // The log failed: what it was to hold is in the batches; sync the members.
+            // The log failed before this flush's writes were staged: they are in the
+            // batches; sync the members.
         }
         self.flush_members()
     }
 
     /// Append the staged client writes to the write log (group commit: one append at a
     /// time; a flush that finds nothing staged was covered by the append before it) and,
-    /// with `sync`, make them durable there. `Ok(false)`: the log has failed (the caller
-    /// syncs the members instead). When the log is full of records the members do not
-    /// hold durably yet, the members are synced instead, which also frees the log.
+    /// with `sync`, make them durable there. `Ok(false)`: nothing was staged and the log
+    /// is no longer active (the caller syncs the members instead). When the log is full
+    /// of records the members do not hold durably yet, or fails now, the members are
+    /// synced instead (which frees the log, or retires it).
     pub(crate) fn append_to_write_log(&self, log: &crate::write_log::WriteLog, sync: bool) -> Result<bool> {
         let mut appender = log.appender.lock();
         let (staging, durable) = {
@@ -809,8 +811,9 @@ impl Core {
                     "stripelog: the write log failed ({}): flushes sync the members from now on",
                     log.failure().unwrap_or_default()
                 );
+                // Retiring it syncs the members: what was staged is durable there.
                 self.retire_failed_write_log()?;
-                Ok(false)
+                Ok(true)
             }
         }
     }
@@ -822,9 +825,7 @@ impl Core {
     /// analysis).
     pub(crate) fn retire_failed_write_log(&self) -> Result<()> {
         self.flush_members()?;
-        self.members.update_superblock(|superblock| superblock.write_log = None)?;
-        eprintln!("stripelog: the volume no longer has a write log; add one with `stripelog log add`");
-        Ok(())
+        crate::write_log::forget(&self.members)
     }
 
     /// Seal the clients' open batch and make every batch durable on the members.

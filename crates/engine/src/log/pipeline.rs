@@ -89,19 +89,15 @@ impl SyncRound {
         Self::count_done(&mut self.progress.lock(), group.len(), result, &self.finished);
     }
 
-    /// A member that will never arrive (its worker is gone).
+    /// A member that will never arrive (its worker is gone): the round fails if it had
+    /// something to sync, and it counts as arrived.
     fn member_lost(&self, member: usize) {
-        let group = self.arrive(member);
-        let error = Err(crate::error::Error::Internal("a member worker stopped"));
-        match group {
-            Some(group) => self.group_synced(&group, error),
-            None if self.group_of.get(member).copied().flatten().is_some() => {
-                self.progress
-                    .lock()
-                    .first_error
-                    .get_or_insert(crate::error::Error::Internal("a member worker stopped"));
-            }
-            None => {}
+        if self.group_of.get(member).copied().flatten().is_some() {
+            self.progress.lock().first_error.get_or_insert(crate::error::Error::Internal("a member worker stopped"));
+        }
+        if let Some(group) = self.arrive(member) {
+            // The last of its group: the others wait for nobody to sync them.
+            self.group_synced(&group, Ok(()));
         }
     }
 
