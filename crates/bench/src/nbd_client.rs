@@ -414,7 +414,7 @@ impl NbdConnection {
         let control = self.stream.try_clone().map_err(|error| error.to_string())?;
         let read_lengths: Arc<Vec<AtomicU32>> = Arc::new((0..depth).map(|_| AtomicU32::new(0)).collect());
         // At most `depth` replies are owed, plus the receiver's last word.
-        let (sender, completions) = crossbeam_channel::bounded(depth + 1);
+        let (sender, completions) = stripelog_engine::queue::bounded(depth + 1);
         let lengths = read_lengths.clone();
         let receiver = std::thread::Builder::new()
             .name("nbd-receiver".into())
@@ -453,7 +453,7 @@ fn receive_replies(
     mut stream: Stream,
     read_lengths: &[AtomicU32],
     buffer_bytes: usize,
-    completions: &crossbeam_channel::Sender<Received>,
+    completions: &stripelog_engine::queue::Sender<Received>,
 ) {
     let mut scratch = vec![0u8; buffer_bytes];
     loop {
@@ -493,7 +493,7 @@ pub struct NbdQueue {
     buffers: Vec<Vec<u8>>,
     /// Per slot: the length of its read in flight (0 for other requests).
     read_lengths: Arc<Vec<AtomicU32>>,
-    completions: crossbeam_channel::Receiver<Received>,
+    completions: stripelog_engine::queue::Receiver<Received>,
     receiver: Option<std::thread::JoinHandle<()>>,
     in_flight: usize,
 }

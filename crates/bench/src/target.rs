@@ -488,16 +488,16 @@ type CallerJob = (usize, Request, Vec<u8>);
 /// `depth` caller threads, each making one synchronous call at a time.
 pub struct CallerQueue {
     buffers: Vec<Option<Vec<u8>>>,
-    jobs: Option<crossbeam_channel::Sender<CallerJob>>,
-    done: crossbeam_channel::Receiver<(CallerJob, Result<(), String>)>,
+    jobs: Option<stripelog_engine::queue::Sender<CallerJob>>,
+    done: stripelog_engine::queue::Receiver<(CallerJob, Result<(), String>)>,
     callers: Vec<std::thread::JoinHandle<()>>,
     in_flight: usize,
 }
 
 impl CallerQueue {
     pub fn new(target: Arc<dyn SynchronousTarget>, depth: usize, buffer_bytes: usize) -> CallerQueue {
-        let (jobs, incoming) = crossbeam_channel::bounded::<CallerJob>(depth);
-        let (finished, done) = crossbeam_channel::bounded(depth);
+        let (jobs, incoming) = stripelog_engine::queue::bounded::<CallerJob>(depth);
+        let (finished, done) = stripelog_engine::queue::bounded(depth);
         let callers = (0..depth)
             .map(|_| {
                 let (target, incoming, finished) = (target.clone(), incoming.clone(), finished.clone());

@@ -29,6 +29,7 @@ pub mod layout;
 mod log;
 pub mod maintenance;
 mod mount;
+pub mod queue;
 mod space;
 mod volume;
 mod write_log;

@@ -506,7 +506,7 @@ impl Volume {
     fn start_threads(&self) {
         let mut threads = self.threads.lock();
         if self.shared.io_mode == IoMode::Threaded {
-            let (stripe_sender, stripe_receiver) = crossbeam_channel::bounded(self.shared.write_queue_batches + 1);
+            let (stripe_sender, stripe_receiver) = crate::queue::bounded(self.shared.write_queue_batches + 1);
             *self.shared.stripe_queue.lock() = Some(stripe_sender);
             let (member_senders, member_threads) = crate::log::pipeline::start_member_workers(&self.shared);
             threads.extend(member_threads);

@@ -469,11 +469,11 @@ fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Ne
         errors: AtomicU64::new(0),
     });
     // Tokens bound the requests in flight: the reader takes one before reading a payload.
-    let (token_return, tokens) = crossbeam_channel::bounded::<()>(REQUESTS_IN_FLIGHT_PER_CONNECTION);
+    let (token_return, tokens) = stripelog_engine::queue::bounded::<()>(REQUESTS_IN_FLIGHT_PER_CONNECTION);
     for _ in 0..REQUESTS_IN_FLIGHT_PER_CONNECTION {
         token_return.send(()).expect("capacity for every token");
     }
-    let (job_sender, jobs) = crossbeam_channel::bounded::<Job>(REQUESTS_IN_FLIGHT_PER_CONNECTION);
+    let (job_sender, jobs) = stripelog_engine::queue::bounded::<Job>(REQUESTS_IN_FLIGHT_PER_CONNECTION);
     let result = std::thread::scope(|scope| {
         for _ in 0..WORKERS_PER_CONNECTION {
             let (state, jobs, token_return) = (&state, jobs.clone(), token_return.clone());
@@ -514,8 +514,8 @@ fn runs_inline(request: &Request) -> bool {
 fn read_requests(
     state: &ConnectionState,
     stream: Box<dyn Connection>,
-    tokens: &crossbeam_channel::Receiver<()>,
-    jobs: &crossbeam_channel::Sender<Job>,
+    tokens: &stripelog_engine::queue::Receiver<()>,
+    jobs: &stripelog_engine::queue::Sender<Job>,
 ) -> io::Result<()> {
     let mut stream = io::BufReader::with_capacity(READ_BUFFER_BYTES, stream);
     let mut pending = Vec::with_capacity(PENDING_REPLIES_FLUSH_BYTES);
@@ -528,8 +528,8 @@ fn read_requests(
 fn read_requests_into(
     state: &ConnectionState,
     stream: &mut io::BufReader<Box<dyn Connection>>,
-    tokens: &crossbeam_channel::Receiver<()>,
-    jobs: &crossbeam_channel::Sender<Job>,
+    tokens: &stripelog_engine::queue::Receiver<()>,
+    jobs: &stripelog_engine::queue::Sender<Job>,
     pending: &mut Vec<u8>,
 ) -> io::Result<()> {
     let export = &state.server.exports[state.export];

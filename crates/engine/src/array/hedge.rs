@@ -2,7 +2,7 @@
 //! member's read latency, the hedge deadline derived from the members' latencies, and the
 //! read helper threads that run a direct read a client stops waiting for once it is late.
 
-use crossbeam_channel::{Receiver, Sender};
+use crate::queue::{Receiver, Sender};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,8 +93,8 @@ impl PendingRead {
     pub(crate) fn wait_for(self, timeout: Duration) -> Result<HelperResult, PendingRead> {
         match self.reply.recv_timeout(timeout) {
             Ok(result) => Ok(result),
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(self),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Ok(Err(helper_stopped())),
+            Err(crate::queue::RecvTimeoutError::Timeout) => Err(self),
+            Err(crate::queue::RecvTimeoutError::Disconnected) => Ok(Err(helper_stopped())),
         }
     }
 
@@ -124,7 +124,7 @@ impl Default for ReadHelpers {
     fn default() -> Self {
         // At most one queued job per helper: a job waits only for a helper that is
         // between reads.
-        let (sender, receiver) = crossbeam_channel::bounded(READ_HELPERS_MAXIMUM);
+        let (sender, receiver) = crate::queue::bounded(READ_HELPERS_MAXIMUM);
         ReadHelpers { sender, receiver, idle: Arc::new(AtomicUsize::new(0)), started: AtomicUsize::new(0) }
     }
 }
@@ -142,7 +142,7 @@ impl ReadHelpers {
         if self.idle.load(Ordering::Acquire) == 0 && !self.start_helper() {
             return None;
         }
-        let (reply_sender, reply) = crossbeam_channel::bounded(1);
+        let (reply_sender, reply) = crate::queue::bounded(1);
         let job: Job = Box::new(move || {
             let started = std::time::Instant::now();
             let mut block = AlignedBuffer::zeroed(crate::layout::geometry::BLOCK_SIZE_BYTES);

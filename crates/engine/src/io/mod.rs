@@ -93,7 +93,7 @@ pub(crate) struct Core {
     /// Sealed batches the write pipeline may hold (the parity pool's sets; each member's
     /// queue bound): how far a slow member may lag.
     pub(crate) write_queue_batches: usize,
-    pub(crate) stripe_queue: Mutex<Option<crossbeam_channel::Sender<crate::log::pipeline::PipelineJob>>>,
+    pub(crate) stripe_queue: Mutex<Option<crate::queue::Sender<crate::log::pipeline::PipelineJob>>>,
     pub(crate) io_mode: IoMode,
     pub(crate) flush_interval: Option<Duration>,
     /// Since this open (shared with `members`, which persists them at every superblock

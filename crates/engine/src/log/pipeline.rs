@@ -8,7 +8,7 @@ use crate::array::members::Members;
 use crate::layout::geometry::Geometry;
 use crate::log::batch::BufferPool;
 use crate::log::batch::{PooledBuffers, SealedBatch};
-use crossbeam_channel::{Receiver, Sender};
+use crate::queue::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -150,7 +150,7 @@ pub(crate) fn start_member_workers<S: BatchSink>(shared: &Arc<S>) -> (Vec<Member
     // Every member has a worker: a failed one skips its jobs, and a replacement attached
     // later is written by it from then on.
     for member in 0..shared.geometry().member_count {
-        let (sender, receiver) = crossbeam_channel::bounded(shared.write_queue_batches());
+        let (sender, receiver) = crate::queue::bounded(shared.write_queue_batches());
         senders.push(sender);
         let shared = shared.clone();
         threads.push(
