@@ -413,7 +413,7 @@ fn read_log(reader: &Reader, verify_tail: bool, superblock_durable_through: u64)
     let Tail { last_sequence, repairs, tail_verified, ended_at_unreadable_batch } =
         reader.tail(&batches, durable, verify_tail);
     check_predecessors(&batches, &heads, last_sequence)?;
-    check_chain_ends(&heads, &ends, last_sequence)?;
+    check_chain_ends(&batches, &heads, &ends, last_sequence)?;
     Ok(Log {
         batches,
         last_sequence,
@@ -443,7 +443,15 @@ fn check_predecessors(batches: &BTreeMap<u64, FoundBatch>, heads: &[SegmentHead]
             // A chain that starts after the predecessor: the segment was reused.
             Some(SegmentHead::Chain { open_sequence }) => *open_sequence <= previous,
             Some(SegmentHead::Damaged(head)) => match head {
-                Some(DamagedHead::DamagedSummary { sequence: head_sequence, .. }) => *head_sequence <= last_sequence,
+                // A summary that fails its checksum but whose header (one sector, written
+                // whole) shows a use of the segment that began after the predecessor, in
+                // the successor's epoch or later: the segment was released and reused
+                // since (that later use may be a tail a crash discarded: its sequence
+                // numbers were given out again, so only the epoch tells it apart).
+                Some(DamagedHead::DamagedSummary { sequence: head_sequence, epoch, segment_open_sequence }) => {
+                    *head_sequence <= last_sequence
+                        && !(*segment_open_sequence > previous && *epoch >= batch.header.epoch)
+                }
                 // A head that cannot be read at all is refused by `check_chain_ends`.
                 _ => false,
             },
@@ -463,12 +471,22 @@ fn check_predecessors(batches: &BTreeMap<u64, FoundBatch>, heads: &[SegmentHead]
 /// damaged summary of the log there (its sequence within the log; after a chain, also its
 /// epoch and open sequence), or a head that cannot be read at all, is metadata destroyed
 /// beyond repair: refuse rather than serve the blocks it held as stale or zeros.
-fn check_chain_ends(heads: &[SegmentHead], ends: &[(u64, ChainEnd)], last_sequence: u64) -> Result<()> {
+fn check_chain_ends(
+    batches: &BTreeMap<u64, FoundBatch>,
+    heads: &[SegmentHead],
+    ends: &[(u64, ChainEnd)],
+    last_sequence: u64,
+) -> Result<()> {
     for (segment, head) in heads.iter().enumerate() {
         match head {
             SegmentHead::Damaged(None) => {
                 return Err(Error::MetadataLost(LostMetadata::UnreadableRow { segment: segment as u64, row: 0 }));
             }
+            // The log holds a batch with this sequence number, of another epoch: the
+            // damaged summary is of a tail a crash discarded (whose sequence numbers
+            // were given out again), not of the log.
+            SegmentHead::Damaged(Some(DamagedHead::DamagedSummary { sequence, epoch, .. }))
+                if batches.get(sequence).is_some_and(|found| found.header.epoch != *epoch) => {}
             SegmentHead::Damaged(Some(DamagedHead::DamagedSummary { sequence, .. })) if *sequence <= last_sequence => {
                 return Err(Error::MetadataLost(LostMetadata::DamagedSummary {
                     segment: segment as u64,
