@@ -17,7 +17,7 @@
 # Every cell runs ROUNDS times (default 3), the servers taking turns; tables give medians.
 # Usage (as root, for losetup and mount):
 #   [ROUNDS=N] [SECONDS_PER_CELL=S] [PGBENCH_SECONDS=S] [MEMBER_MIB=M] [CELLS="fio fua pgbench"]
-#     [SERVERS="..."] scripts/bench-sync.sh [DIRECTORY]
+#     [SERVERS="..."] [PRECONDITION=1 [PRECONDITION_SECONDS=S]] scripts/bench-sync.sh [DIRECTORY]
 set -euo pipefail
 directory=${1:-/var/tmp/stripelog-bench-sync}
 seconds=${SECONDS_PER_CELL:-15}
@@ -28,6 +28,10 @@ stripelog=${STRIPELOG:-./target/release/stripelog}
 servers=${SERVERS:-"stripelog stripelog+log nbdkit-file nbdkit-memory"}
 # Which measurements: fio (--fsync=1), fua (bench latency), pgbench.
 cells=${CELLS:-"fio fua pgbench"}
+# PRECONDITION=1: measure the stripelog volumes in steady state (filled, then overwritten
+# at random for PRECONDITION_SECONDS), the cleaner running under every cell.
+precondition=${PRECONDITION:-0}
+precondition_seconds=${PRECONDITION_SECONDS:-60}
 postgres_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 for tool in fio nbdkit nbdfuse losetup mkfs.ext4 pgbench python3 runuser; do
   command -v "$tool" >/dev/null || { echo "bench-sync: $tool is not installed (scripts/install-deps.sh)" >&2; exit 1; }
@@ -86,6 +90,18 @@ for server in $servers; do
   for _ in $(seq 100); do [ -S "$socket" ] && break; sleep 0.1; done
   [ -S "$socket" ] || { echo "bench-sync: $server did not start" >&2; exit 1; }
 done
+
+# Steady state: every stripelog volume is filled and then overwritten at random, so that
+# its spare is all the free space there is and the cleaner runs under every cell after.
+if [ "$precondition" = 1 ]; then
+  for server in $servers; do
+    [[ $server == stripelog* ]] || continue
+    fio --name=fill --ioengine=nbd --uri="${uri[$server]}" --rw=write --bs=1m --iodepth=8 \
+        --output-format=terse >/dev/null
+    fio --name=overwrite --ioengine=nbd --uri="${uri[$server]}" --rw=randwrite --bs=4k --iodepth=32 \
+        --time_based --runtime="$precondition_seconds" --output-format=terse >/dev/null
+  done
+fi
 
 median() { python3 -c 'import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 
