@@ -314,3 +314,71 @@ fn bench_scale_measures_every_open_of_a_small_volume() {
     assert!(report["written_bytes"].as_u64().unwrap() >= 64 << 20, "{report}");
     assert!(text(&output).contains("per TiB"), "the report prints per-TiB figures: {}", text(&output));
 }
+
+/// The write log's commands as an operator uses them: `create --log`, `info` showing it,
+/// `log remove`, `log add` (one device or a mirror), and the refusals that keep a mistake
+/// from destroying data: a member as its own log, a device that holds an old log.
+#[test]
+fn a_write_log_is_created_shown_removed_and_added_and_mistakes_are_refused() {
+    let directory = Directory::new("write-log");
+    let members = directory.members(3);
+    let logs: Vec<String> =
+        ["log-a", "log-b"].iter().map(|name| directory.0.join(name).display().to_string()).collect();
+    let create = stripelog(&with_members(
+        &[
+            "create",
+            "--raid",
+            "5",
+            "--chunk",
+            "64KiB",
+            "--member-size",
+            "16MiB",
+            "--log",
+            &logs[0],
+            "--log-size",
+            "4MiB",
+        ],
+        &members,
+    ));
+    assert!(create.status.success(), "{}", text(&create));
+    let log_path = |index: usize| std::fs::canonicalize(&logs[index]).unwrap().display().to_string();
+    let info_json = |members: &[String]| {
+        let info = stripelog(&with_members(&["info", "--json"], members));
+        assert!(info.status.success(), "{}", text(&info));
+        serde_json::from_slice::<serde_json::Value>(&info.stdout).expect("JSON")
+    };
+    let stats = info_json(&members);
+    let log = &stats["write_log"];
+    assert_eq!(log["devices"], serde_json::json!([log_path(0)]), "{stats}");
+    assert_eq!(log["active"], true);
+    let size = log["size_bytes"].as_u64().unwrap();
+    assert!(size > 3 << 20 && size <= 4 << 20, "a 4 MiB log has {size} bytes of records");
+    let info = stripelog(&with_members(&["info"], &members));
+    assert!(text(&info).contains(&format!("write log      ONLINE, on {}", log_path(0))), "{}", text(&info));
+
+    // A member is not its own log.
+    let refused = stripelog(&with_members(&["log", "add", "--device", &members[1]], &members));
+    assert!(!refused.status.success(), "{}", text(&refused));
+    assert!(text(&refused).contains("is a member of the volume"), "{}", text(&refused));
+
+    let remove = stripelog(&with_members(&["log", "remove"], &members));
+    assert!(remove.status.success(), "{}", text(&remove));
+    assert!(text(&remove).contains("removed: flushes sync the members"), "{}", text(&remove));
+    assert!(info_json(&members)["write_log"].is_null());
+    let info = stripelog(&with_members(&["info"], &members));
+    assert!(text(&info).contains("write log      none: flushes sync the members"), "{}", text(&info));
+
+    // The removed log's device still holds its records: adding it again overwrites them,
+    // which takes --force; a fresh file beside it makes a mirror.
+    let add = ["log", "add", "--size", "4MiB", "--device", &logs[0], "--device", &logs[1]];
+    let refused = stripelog(&with_members(&add, &members));
+    assert!(!refused.status.success(), "a device holding an old log was formatted: {}", text(&refused));
+    assert!(text(&refused).contains("--force"), "{}", text(&refused));
+    assert!(info_json(&members)["write_log"].is_null(), "a refused add changed the volume");
+    let forced = stripelog(&with_members(&[&add[..], &["--force"]].concat(), &members));
+    assert!(forced.status.success(), "{}", text(&forced));
+    let stats = info_json(&members);
+    assert_eq!(stats["write_log"]["devices"], serde_json::json!([log_path(0), log_path(1)]), "{stats}");
+    let check = stripelog(&with_members(&["check"], &members));
+    assert!(check.status.success(), "{}", text(&check));
+}
