@@ -361,3 +361,83 @@ fn writes_wait_for_fua_or_a_flush_on_every_kind_of_target() {
         assert!(report.write.total_ios > 10, "{durability}: {}", report.write.total_ios);
     }
 }
+
+/// Served with a write log, FUA writes and write + flush pairs over NBD are made durable
+/// by syncs of the log, not rounds of member syncs (the server runs them on the reader
+/// thread: `Volume::flushes_to_a_write_log`), and what they acknowledged survives a crash
+/// that leaves it only on the log.
+#[test]
+fn over_nbd_a_write_log_takes_flushes_and_fua_writes_and_keeps_them_through_a_crash() {
+    use stripelog_bench::target::Durability;
+    use stripelog_engine::WriteLogDevices;
+    let scratch = Scratch::new("durability-log");
+    let socket = scratch.join("s.sock");
+    let member_devices: Vec<Arc<dyn BlockDevice>> =
+        (0..4).map(|_| Arc::new(MemoryDevice::new(64 * MIB)) as Arc<dyn BlockDevice>).collect();
+    let members = || -> Vec<MemberDevice> {
+        member_devices
+            .iter()
+            .enumerate()
+            .map(|(index, device)| MemberDevice { name: format!("memory-{index}"), device: Some(device.clone()) })
+            .collect()
+    };
+    let log_device: Arc<dyn BlockDevice> = Arc::new(MemoryDevice::new(16 * MIB));
+    let options = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..Default::default() };
+    Volume::create(members(), &options, &OpenOptions::default()).expect("volume").close().expect("close");
+    Volume::add_write_log(members(), vec![MemberDevice { name: "log".into(), device: Some(log_device.clone()) }])
+        .expect("add the log");
+    let open = OpenOptions {
+        // No flush timer: stripes are written only when batches fill or members are synced.
+        flush_interval: None,
+        cache_size_bytes: 0,
+        write_log_devices: Some(WriteLogDevices(vec![Some(log_device.clone())])),
+        ..OpenOptions::default()
+    };
+    let volume = Arc::new(Volume::open(members(), &open).expect("open with the log"));
+    assert!(volume.flushes_to_a_write_log());
+    let exports =
+        vec![Export { name: "disk".into(), description: String::new(), volume: volume.clone(), read_only: false }];
+    let (server, serving) = serve(exports, &socket);
+    let uri = format!("nbd+unix:///disk?socket={}", socket.display());
+    let export = target::open(&uri, &writes(None, true)).expect("connect");
+    // A small region, so that some blocks are written many times and the last versions
+    // are in batches not yet on the members.
+    let region = 2 * MIB;
+    for durability in [Durability::Fua, Durability::Flush] {
+        let (member_syncs, log_syncs) = (volume.stats().flushes, volume.stats().write_log.unwrap().syncs);
+        let workload = Workload {
+            threads: 1,
+            queue_depth: 4,
+            block_sizes_bytes: vec![4096],
+            duration: Duration::from_millis(300),
+            durability,
+            ..workload(0, region)
+        };
+        let report = run::run(export.as_ref(), &workload, &|_| {}).expect("a durable run");
+        let stats = volume.stats();
+        let log = stats.write_log.expect("the log");
+        let writes = report.write.total_ios;
+        assert!(writes > 10, "{durability}: {writes} writes");
+        assert!(log.syncs - log_syncs > 0, "{durability}: {writes} writes and no log sync");
+        assert!(
+            (stats.flushes - member_syncs) * 10 < writes,
+            "{durability}: {writes} writes cost {} member syncs",
+            stats.flushes - member_syncs
+        );
+    }
+    // What the last acknowledged writes left, read through the server.
+    let mut before = vec![0u8; region as usize];
+    volume.read(0, &mut before).expect("read");
+    drop(export);
+    server.shutdown();
+    serving.join().unwrap().expect("server ends cleanly");
+    drop(server);
+    let volume = Arc::try_unwrap(volume).ok().expect("the server let the volume go");
+    volume.abandon();
+    let volume = Volume::open(members(), &open).expect("mount after the crash");
+    assert!(volume.stats().recovery.write_log_entries_replayed > 0, "{:?}", volume.stats().recovery);
+    let mut after = vec![0u8; region as usize];
+    volume.read(0, &mut after).expect("read");
+    assert!(after == before, "acknowledged writes were lost with the crash");
+    volume.close().expect("close");
+}

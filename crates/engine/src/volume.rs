@@ -732,6 +732,14 @@ impl Volume {
         self.shared.map.get(logical_block)
     }
 
+    /// Whether a flush (and a FUA write) is made durable by a working write log: an append
+    /// and a sync of the log device, microseconds on the devices a log is meant for, rather
+    /// than a round of member syncs. A server may then run it on the thread that read the
+    /// request instead of handing it to another.
+    pub fn flushes_to_a_write_log(&self) -> bool {
+        self.shared.write_log.as_ref().is_some_and(|log| log.is_active())
+    }
+
     /// Return when every write accepted before the call is durable: on the write log when
     /// the volume has one (the stripes follow), else on the members.
     pub fn flush(&self) -> Result<()> {

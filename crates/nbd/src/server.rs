@@ -501,10 +501,11 @@ fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Ne
 /// Requests that only touch memory (accepting writes into the open batch, the map) run
 /// on the reader thread itself: no hand-off, and they complete before the next request
 /// is read, so a later flush covers them. Requests that wait on the members go to workers.
-fn runs_inline(request: &Request) -> bool {
+fn runs_inline(request: &Request, flushes_are_quick: bool) -> bool {
     let fua = request.flags & COMMAND_FLAG_FUA != 0;
     match request.command {
-        COMMAND_WRITE | COMMAND_TRIM | COMMAND_WRITE_ZEROES => !fua,
+        COMMAND_WRITE | COMMAND_TRIM | COMMAND_WRITE_ZEROES => !fua || flushes_are_quick,
+        COMMAND_FLUSH => flushes_are_quick,
         COMMAND_CACHE | COMMAND_BLOCK_STATUS => true,
         _ => false,
     }
@@ -575,7 +576,7 @@ fn read_requests_into(
                 continue;
             }
         }
-        let inline = refusal.is_some() || runs_inline(&request);
+        let inline = refusal.is_some() || runs_inline(&request, export.volume.flushes_to_a_write_log());
         if !inline {
             tokens.recv().map_err(|_| io::Error::other("workers stopped"))?;
         }
