@@ -311,6 +311,18 @@ fn compare_measures_raw_members_stripelog_in_process_and_over_nbd() {
 /// process, and on a file (io_uring: RWF_DSYNC, or a linked fdatasync whose completion is
 /// the request's). At depth 1 each such write costs the volume a sync of its members; the
 /// same writes without durability cost none.
+/// 300 ms of 4 KiB writes from one thread at `queue_depth`, each waiting for `durability`.
+fn durable_writes(durability: stripelog_bench::target::Durability, queue_depth: usize, region: u64) -> Workload {
+    Workload {
+        threads: 1,
+        queue_depth,
+        block_sizes_bytes: vec![4096],
+        duration: Duration::from_millis(300),
+        durability,
+        ..workload(0, region)
+    }
+}
+
 #[test]
 fn writes_wait_for_fua_or_a_flush_on_every_kind_of_target() {
     use stripelog_bench::target::Durability;
@@ -323,17 +335,9 @@ fn writes_wait_for_fua_or_a_flush_on_every_kind_of_target() {
         vec![Export { name: "disk".into(), description: String::new(), volume: volume.clone(), read_only: false }];
     let (server, serving) = serve(exports, &socket);
     let uri = format!("nbd+unix:///disk?socket={}", socket.display());
-    let one_at_a_time = |durability| Workload {
-        threads: 1,
-        queue_depth: 1,
-        block_sizes_bytes: vec![4096],
-        duration: Duration::from_millis(300),
-        durability,
-        ..workload(0, size)
-    };
     let syncs_made = |target: &dyn stripelog_bench::target::Target, durability| {
         let before = volume.stats().flushes;
-        let report = run::run(target, &one_at_a_time(durability), &|_| {}).expect("a durable run");
+        let report = run::run(target, &durable_writes(durability, 1, size), &|_| {}).expect("a durable run");
         (report.write.total_ios, volume.stats().flushes - before)
     };
     let export = target::open(&uri, &writes(None, true)).expect("connect");
@@ -405,15 +409,7 @@ fn over_nbd_a_write_log_takes_flushes_and_fua_writes_and_keeps_them_through_a_cr
     let region = 2 * MIB;
     for durability in [Durability::Fua, Durability::Flush] {
         let (member_syncs, log_syncs) = (volume.stats().flushes, volume.stats().write_log.unwrap().syncs);
-        let workload = Workload {
-            threads: 1,
-            queue_depth: 4,
-            block_sizes_bytes: vec![4096],
-            duration: Duration::from_millis(300),
-            durability,
-            ..workload(0, region)
-        };
-        let report = run::run(export.as_ref(), &workload, &|_| {}).expect("a durable run");
+        let report = run::run(export.as_ref(), &durable_writes(durability, 4, region), &|_| {}).expect("a durable run");
         let stats = volume.stats();
         let log = stats.write_log.expect("the log");
         let writes = report.write.total_ios;
