@@ -21,7 +21,7 @@ const LAYERS: [&str; 12] = [
     "volume",
 ];
 /// Modules every layer may use, and which use no layer themselves.
-const LEAVES: [&str; 2] = ["error", "stats"];
+const LEAVES: [&str; 3] = ["error", "queue", "stats"];
 
 fn rank(module: &str) -> Option<usize> {
     if LEAVES.contains(&module) {
