@@ -321,6 +321,86 @@ fn a_deleted_member_found_by_the_health_check_is_failed() {
     volume.close().expect("close");
 }
 
+/// A device whose single writes (superblocks) take `SLOW_WRITE` longer; batches (data)
+/// and reads are as fast as the device under it.
+struct SlowSingleWrites(Arc<SimulatedDevice>);
+
+const SLOW_WRITE: std::time::Duration = std::time::Duration::from_millis(20);
+
+impl BlockDevice for SlowSingleWrites {
+    fn size_bytes(&self) -> u64 {
+        self.0.size_bytes()
+    }
+    fn read_at(&self, buffer: &mut [u8], offset_bytes: u64) -> stripelog_blockdev::Result<()> {
+        self.0.read_at(buffer, offset_bytes)
+    }
+    fn write_at(&self, buffer: &[u8], offset_bytes: u64) -> stripelog_blockdev::Result<()> {
+        std::thread::sleep(SLOW_WRITE);
+        self.0.write_at(buffer, offset_bytes)
+    }
+    fn submit_batch(&self, requests: &mut [stripelog_blockdev::IoRequest<'_>]) -> Vec<stripelog_blockdev::Result<()>> {
+        self.0.submit_batch(requests)
+    }
+    fn flush(&self) -> stripelog_blockdev::Result<()> {
+        self.0.flush()
+    }
+    fn discard(&self, offset_bytes: u64, length_bytes: u64) -> stripelog_blockdev::Result<()> {
+        self.0.discard(offset_bytes, length_bytes)
+    }
+    fn describe(&self) -> String {
+        format!("slow single writes over {}", self.0.describe())
+    }
+    fn health(&self) -> Result<(), String> {
+        self.0.health()
+    }
+}
+
+/// The health check runs beside replacements (the server checks every second): a
+/// replacement attached but not yet given its superblock, or the device it displaces
+/// checked just before it was attached, must not fail the replacement. The replacements'
+/// superblock writes are slow so the health check lands inside the attachment.
+#[test]
+fn the_health_check_never_fails_a_replacement_being_attached() {
+    let (array, devices, volume) = create(RaidLevel::Raid6, 5, 12, IoMode::Threaded);
+    let volume = Arc::new(volume);
+    let mut model = Model::new(12);
+    model.write_some(&volume, 200);
+    volume.flush().expect("flush");
+    let stop = Arc::new(AtomicBool::new(false));
+    let checker = {
+        let (volume, stop) = (volume.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut checks = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                volume.check_member_health().expect("health check");
+                checks += 1;
+            }
+            checks
+        })
+    };
+    for (round, member) in [0usize, 3, 1].into_iter().enumerate() {
+        if round % 2 == 0 {
+            devices[member].remove();
+        }
+        let slow: Arc<dyn BlockDevice> = Arc::new(SlowSingleWrites(array.add_device(MEMBER_SIZE_BYTES)));
+        volume
+            .replace_member(
+                member,
+                MemberDevice { name: format!("new{member}"), device: Some(slow) },
+                &ReplaceOptions::default(),
+            )
+            .expect("replace");
+        assert_eq!(volume.rebuilding_members(), vec![member], "round {round}: {:?}", volume.stats().members);
+        let report = volume.rebuild(&MaintenanceOptions::default(), &|_| {}).expect("rebuild");
+        assert_eq!(report.members, vec![member], "round {round}: {:?}", volume.stats().members);
+        assert!(!volume.stats().degraded, "round {round}: {:?}", volume.stats().members);
+    }
+    stop.store(true, Ordering::SeqCst);
+    assert!(checker.join().expect("checker") > 3, "the health check ran during the replacements");
+    model.verify(&volume);
+    Arc::into_inner(volume).expect("one owner").close().expect("close");
+}
+
 /// A volume whose member 0 is late on every read and write by `spike`; the cache is off
 /// so every read reaches a member.
 fn volume_with_a_slow_member(level: RaidLevel, spike: std::time::Duration, hedged_reads: bool) -> (Volume, Model) {

@@ -213,7 +213,11 @@ impl Members {
     /// superblocks before its device is dropped (docs/resilience.md). An error when the
     /// volume cannot survive the loss; the member is then left as it was.
     pub(crate) fn fail(&self, member: usize, reason: &str) -> Result<()> {
-        let mut current = self.superblock.lock();
+        self.fail_locked(&mut self.superblock.lock(), member, reason)
+    }
+
+    /// [`Members::fail`] for a caller holding the superblock lock (`current`).
+    fn fail_locked(&self, current: &mut Superblock, member: usize, reason: &str) -> Result<()> {
         if self.state(member) == MemberState::Failed {
             return Ok(());
         }
@@ -509,33 +513,40 @@ impl Members {
     /// superblock, which must still name this volume and position. Fails the members
     /// that do not pass; returns the error of a failure the volume cannot survive.
     pub(crate) fn check_health(&self) -> Result<()> {
-        let expected = self.superblock();
         for member in 0..self.count() {
-            let Some(device) = self.writable(member) else {
+            if self.health_problem(member, &self.superblock()).is_none() {
                 continue;
-            };
-            let names_us = |found: &Superblock, expected: &Superblock| {
-                found.volume_uuid == expected.volume_uuid
-                    && found.member_index as usize == member
-                    && found.member_uuid == expected.member_uuids[member]
-            };
-            let problem = match device.health() {
-                Err(reason) => Some(reason),
-                Ok(()) => match read_superblock(member, &self.name(member), device.as_ref()) {
-                    Err(error) => Some(error.to_string()),
-                    // A superblock update (a replacement attached) may have overtaken the
-                    // copy taken before the read: compare with the current one again.
-                    Ok(found) if !names_us(&found, &expected) && !names_us(&found, &self.superblock()) => {
-                        Some("its superblock no longer names this volume, position and member".into())
-                    }
-                    Ok(_) => None,
-                },
-            };
-            if let Some(reason) = problem {
-                self.fail(member, &reason)?;
+            }
+            // A problem seen without the lock may belong to a state that is changing: a
+            // replacement attached after the old device was taken, or attached but not yet
+            // given its superblock. Under the lock no change is under way: look again.
+            let mut current = self.superblock.lock();
+            if let Some(reason) = self.health_problem(member, &current) {
+                self.fail_locked(&mut current, member, &reason)?;
             }
         }
         Ok(())
+    }
+
+    /// What is wrong with member `member`'s device now, if anything: it reports itself
+    /// unhealthy (removed, shrunk), or its superblock no longer names this volume, this
+    /// position and the member `expected` records there.
+    fn health_problem(&self, member: usize, expected: &Superblock) -> Option<String> {
+        let device = self.writable(member)?;
+        if let Err(reason) = device.health() {
+            return Some(reason);
+        }
+        match read_superblock(member, &self.name(member), device.as_ref()) {
+            Err(error) => Some(error.to_string()),
+            Ok(found)
+                if found.volume_uuid != expected.volume_uuid
+                    || found.member_index as usize != member
+                    || found.member_uuid != expected.member_uuids[member] =>
+            {
+                Some("its superblock no longer names this volume, position and member".into())
+            }
+            Ok(_) => None,
+        }
     }
 
     /// Put `replacement` in the place of failed member `member`, as rebuilding: written
