@@ -3,6 +3,10 @@
 #   stripelog        `stripelog serve`, RAID-5 on 5 file members, no write log
 #   stripelog+log    the same with its write log on a file in /dev/shm (standing in for
 #                    NVDIMM or a drive with power-loss protection)
+#   stripelog+disklog   the same with its write log on one file beside the members (their
+#                    disk: no faster device; not redundant)
+#   stripelog+disklog2  ... a mirror of two such files (what docs/write-log.md Part 3's
+#                    in-member log costs, short of building it)
 #   nbdkit-file      `nbdkit file` on one plain file beside the members
 #   nbdkit-memory    `nbdkit memory` (stores nothing durably: the ceiling)
 # Member files and nbdkit's file are written full of zeros first, as a drive has no
@@ -52,7 +56,7 @@ cleanup() {
   mountpoint -q "$directory/fuse" && fusermount3 -u "$directory/fuse"
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
-  rm -f "$directory"/member-* "$directory"/nbdkit-file.img "$directory"/*.sock "$log_file"
+  rm -f "$directory"/member-* "$directory"/nbdkit-file.img "$directory"/*.sock "$log_file" "$directory"/disklog*
 }
 trap cleanup EXIT
 
@@ -75,6 +79,13 @@ for server in $servers; do
     stripelog) start_stripelog plain stripelog.sock; uri[stripelog]=${uri[plain]} ;;
     stripelog+log) rm -f "$log_file"; start_stripelog logged stripelog-log.sock --log "$log_file"
                    uri[stripelog+log]=${uri[logged]} ;;
+    stripelog+disklog) zero_file "$directory/disklog-a" 256
+                       start_stripelog disklog stripelog-disklog.sock --log "$directory/disklog-a"
+                       uri[stripelog+disklog]=${uri[disklog]} ;;
+    stripelog+disklog2) zero_file "$directory/disklog2-a" 256; zero_file "$directory/disklog2-b" 256
+                        start_stripelog disklog2 stripelog-disklog2.sock \
+                          --log "$directory/disklog2-a" --log "$directory/disklog2-b"
+                        uri[stripelog+disklog2]=${uri[disklog2]} ;;
     nbdkit-file) zero_file "$directory/nbdkit-file.img" "$volume_mib"
                  nbdkit --foreground --unix "$directory/nbdkit-file.sock" file "$directory/nbdkit-file.img" \
                    2>"$directory/nbdkit-file.log" &

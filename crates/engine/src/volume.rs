@@ -510,6 +510,9 @@ impl Volume {
             *self.shared.stripe_queue.lock() = Some(stripe_sender);
             let (member_senders, member_threads) = crate::log::pipeline::start_member_workers(&self.shared);
             threads.extend(member_threads);
+            if let Some(log) = &self.shared.write_log {
+                log.start_mirror_helper();
+            }
             let shared = self.shared.clone();
             threads.push(
                 std::thread::Builder::new()

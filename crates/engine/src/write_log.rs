@@ -17,9 +17,9 @@ use crate::layout::write_log::{
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
-use stripelog_blockdev::{AlignedBuffer, BlockDevice};
+use stripelog_blockdev::{AlignedBuffer, BlockDevice, DeviceError};
 
 /// A log may mirror its records on this many devices.
 pub const LOG_MIRRORS_MAXIMUM: usize = 2;
@@ -92,7 +92,39 @@ pub(crate) struct Appender {
     next_record_sequence: u64,
     records: VecDeque<LiveRecord>,
     superblock: LogSuperblock,
-    buffer: AlignedBuffer,
+    /// The record being written; shared with the mirror helper while it writes it.
+    buffer: Arc<AlignedBuffer>,
+}
+
+/// What the mirror helper runs on one device.
+enum MirrorOperation {
+    Write { record: Arc<AlignedBuffer>, length: usize, offset_bytes: u64 },
+    Flush,
+}
+
+impl MirrorOperation {
+    fn run(&self, device: &dyn BlockDevice) -> std::result::Result<(), DeviceError> {
+        match self {
+            MirrorOperation::Write { record, length, offset_bytes } => {
+                device.write_at(&record[..*length], *offset_bytes)
+            }
+            MirrorOperation::Flush => device.flush(),
+        }
+    }
+}
+
+struct MirrorJob {
+    device: Arc<dyn BlockDevice>,
+    operation: MirrorOperation,
+    reply: crate::queue::Sender<std::result::Result<(), DeviceError>>,
+}
+
+/// A thread that writes and syncs a mirrored log's second device while the appender
+/// writes and syncs the first, so that a mirror costs one device's time rather than two
+/// (threaded volumes; the simulation's inline volumes keep one order of device
+/// operations). It stops when the log is dropped (its queue closes).
+struct MirrorHelper {
+    jobs: crate::queue::Sender<MirrorJob>,
 }
 
 /// Why an append did not complete.
@@ -139,6 +171,8 @@ pub(crate) struct WriteLog {
     /// and once every device has failed).
     active: AtomicBool,
     pub(crate) counters: LogCounters,
+    /// Started by threaded volumes with a mirrored log (`start_mirror_helper`).
+    mirror_helper: OnceLock<MirrorHelper>,
 }
 
 /// The usable size of a log device: whole blocks.
@@ -255,8 +289,9 @@ impl WriteLog {
                 next_record_sequence,
                 records: VecDeque::new(),
                 superblock,
-                buffer: AlignedBuffer::zeroed(RECORD_BYTES_MAXIMUM as usize),
+                buffer: Arc::new(AlignedBuffer::zeroed(RECORD_BYTES_MAXIMUM as usize)),
             }),
+            mirror_helper: OnceLock::new(),
             active: AtomicBool::new(false),
             counters: LogCounters::default(),
             size_bytes,
@@ -381,14 +416,7 @@ impl WriteLog {
         self.counters.used_bytes.store(used_bytes(appender), Ordering::Relaxed);
         if sync {
             let started = Instant::now();
-            let mut synced = 0;
-            for device in &self.devices {
-                let Some(handle) = device.usable() else { continue };
-                match handle.flush() {
-                    Ok(()) => synced += 1,
-                    Err(error) => device.fail(error.to_string()),
-                }
-            }
+            let synced = self.on_every_device(&MirrorOperation::Flush, || MirrorOperation::Flush);
             if synced == 0 {
                 self.active.store(false, Ordering::Release);
                 return Err(AppendProblem::Failed);
@@ -397,6 +425,67 @@ impl WriteLog {
             self.counters.sync_nanoseconds.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// Start the thread that runs a mirror's second device beside the first (threaded
+    /// volumes; once).
+    pub(crate) fn start_mirror_helper(&self) {
+        if self.devices.len() < 2 || self.mirror_helper.get().is_some() {
+            return;
+        }
+        // One job at a time: the appender waits for each before the next.
+        let (jobs, incoming) = crate::queue::bounded::<MirrorJob>(1);
+        let spawned = std::thread::Builder::new().name("stripelog-log-mirror".into()).spawn(move || {
+            for MirrorJob { device, operation, reply } in incoming {
+                let result = operation.run(&*device);
+                // The record goes back before the answer: the appender reuses its buffer.
+                drop(operation);
+                drop(device);
+                let _ = reply.send(result);
+            }
+        });
+        match spawned {
+            Ok(_) => {
+                let _ = self.mirror_helper.set(MirrorHelper { jobs });
+            }
+            // Without the thread the devices are written one after the other, as inline.
+            Err(error) => eprintln!("stripelog: write log: no mirror thread ({error}): mirror writes in turn"),
+        }
+    }
+
+    /// Run `operation` on every usable device; the number that succeeded (the others are
+    /// failed). With the mirror helper, the last device's part runs there (`remote` makes
+    /// its copy of the operation) while this thread runs the others.
+    fn on_every_device(&self, operation: &MirrorOperation, remote: impl FnOnce() -> MirrorOperation) -> usize {
+        let usable: Vec<(&LogDevice, &Arc<dyn BlockDevice>)> =
+            self.devices.iter().filter_map(|device| device.usable().map(|handle| (device, handle))).collect();
+        let mut local: &[(&LogDevice, &Arc<dyn BlockDevice>)] = &usable;
+        let mut pending = None;
+        if let (Some(helper), [rest @ .., (device, handle)]) = (self.mirror_helper.get(), usable.as_slice()) {
+            if !rest.is_empty() {
+                let (reply, answer) = crate::queue::bounded(1);
+                let job = MirrorJob { device: (*handle).clone(), operation: remote(), reply };
+                if helper.jobs.send(job).is_ok() {
+                    local = rest;
+                    pending = Some((*device, answer));
+                }
+            }
+        }
+        let mut succeeded = 0;
+        for (device, handle) in local {
+            match operation.run(handle.as_ref()) {
+                Ok(()) => succeeded += 1,
+                Err(error) => device.fail(error.to_string()),
+            }
+        }
+        if let Some((device, answer)) = pending {
+            match answer.recv() {
+                Ok(Ok(())) => succeeded += 1,
+                Ok(Err(error)) => device.fail(error.to_string()),
+                Err(_) => device.fail("the log's mirror thread stopped".into()),
+            }
+        }
+        succeeded
     }
 
     fn header(&self, appender: &Appender, wrap: bool, entries: Vec<LogEntry>) -> RecordHeader {
@@ -439,16 +528,24 @@ impl WriteLog {
         data: &[u8],
     ) -> std::result::Result<(), AppendProblem> {
         let length = BLOCK_SIZE_BYTES + data.len();
-        header.encode(&mut appender.buffer[..BLOCK_SIZE_BYTES]);
-        appender.buffer[BLOCK_SIZE_BYTES..length].copy_from_slice(data);
-        let mut written = 0;
-        for device in &self.devices {
-            let Some(handle) = device.usable() else { continue };
-            match handle.write_at(&appender.buffer[..length], appender.head_bytes) {
-                Ok(()) => written += 1,
-                Err(error) => device.fail(error.to_string()),
+        {
+            // The mirror helper dropped its share of the last record before it answered
+            // (a new buffer if it could not: it stopped).
+            if Arc::get_mut(&mut appender.buffer).is_none() {
+                appender.buffer = Arc::new(AlignedBuffer::zeroed(RECORD_BYTES_MAXIMUM as usize));
             }
+            let buffer = Arc::get_mut(&mut appender.buffer).expect("the record buffer is not shared");
+            header.encode(&mut buffer[..BLOCK_SIZE_BYTES]);
+            buffer[BLOCK_SIZE_BYTES..length].copy_from_slice(data);
         }
+        let write =
+            MirrorOperation::Write { record: appender.buffer.clone(), length, offset_bytes: appender.head_bytes };
+        let written = self.on_every_device(&write, || MirrorOperation::Write {
+            record: appender.buffer.clone(),
+            length,
+            offset_bytes: appender.head_bytes,
+        });
+        drop(write);
         if written == 0 {
             self.active.store(false, Ordering::Release);
             return Err(AppendProblem::Failed);

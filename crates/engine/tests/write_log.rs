@@ -218,6 +218,33 @@ fn a_mirrored_log_replays_from_the_device_that_is_left() {
     volume.close().unwrap();
 }
 
+/// Either half of a mirror may fail while the volume serves (the first is written by the
+/// appender, the second by the mirror thread beside it): the log goes on with the other,
+/// and a crash then replays every acknowledged write from it.
+#[test]
+fn a_mirror_half_that_fails_while_serving_leaves_the_log_on_the_other() {
+    for broken in 0..2 {
+        let setup = Setup::new(2);
+        let volume = setup.open(&[true, true], false).unwrap();
+        volume.write(0, &block(7), true).unwrap();
+        setup.logs[broken].broken.store(true, Ordering::SeqCst);
+        for logical_block in 1..10u64 {
+            volume.write(logical_block * 4096, &block(70 + logical_block as u8), true).unwrap();
+        }
+        let log = volume.stats().write_log.unwrap();
+        assert!(log.active && log.failed_devices.len() == 1, "device {broken} broken: {log:?}");
+        assert!(log.failed_devices[0].0.ends_with(&broken.to_string()), "{log:?}");
+        volume.abandon();
+        let present = [broken != 0, broken != 1];
+        let volume = setup.open(&present, false).unwrap();
+        assert_eq!(read(&volume, 0), block(7));
+        for logical_block in 1..10u64 {
+            assert_eq!(read(&volume, logical_block), block(70 + logical_block as u8), "device {broken} broken");
+        }
+        volume.close().unwrap();
+    }
+}
+
 #[test]
 fn a_log_cannot_be_added_twice_or_removed_from_a_volume_that_crashed() {
     let setup = Setup::new(1);
