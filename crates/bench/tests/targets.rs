@@ -306,11 +306,6 @@ fn compare_measures_raw_members_stripelog_in_process_and_over_nbd() {
     assert!(!error.is_empty());
 }
 
-/// Writes that wait for durability: every write with FUA, or followed by a flush once it
-/// completed, over NBD (stripelog's server, counting the member syncs it makes), in
-/// process, and on a file (io_uring: RWF_DSYNC, or a linked fdatasync whose completion is
-/// the request's). At depth 1 each such write costs the volume a sync of its members; the
-/// same writes without durability cost none.
 /// 300 ms of 4 KiB writes from one thread at `queue_depth`, each waiting for `durability`.
 fn durable_writes(durability: stripelog_bench::target::Durability, queue_depth: usize, region: u64) -> Workload {
     Workload {
@@ -323,6 +318,11 @@ fn durable_writes(durability: stripelog_bench::target::Durability, queue_depth: 
     }
 }
 
+/// Writes that wait for durability: every write with FUA, or followed by a flush once it
+/// completed, over NBD (stripelog's server, counting the member syncs it makes), in
+/// process, and on a file (io_uring: RWF_DSYNC, or a linked fdatasync whose completion is
+/// the request's). At depth 1 each such write costs the volume a sync of its members; the
+/// same writes without durability cost none.
 #[test]
 fn writes_wait_for_fua_or_a_flush_on_every_kind_of_target() {
     use stripelog_bench::target::Durability;

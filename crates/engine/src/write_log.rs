@@ -96,7 +96,8 @@ pub(crate) struct Appender {
     buffer: Arc<AlignedBuffer>,
 }
 
-/// What the mirror helper runs on one device.
+/// What the mirror helper runs on one device (a copy shares the record).
+#[derive(Clone)]
 enum MirrorOperation {
     Write { record: Arc<AlignedBuffer>, length: usize, offset_bytes: u64 },
     Flush,
@@ -416,7 +417,7 @@ impl WriteLog {
         self.counters.used_bytes.store(used_bytes(appender), Ordering::Relaxed);
         if sync {
             let started = Instant::now();
-            let synced = self.on_every_device(&MirrorOperation::Flush, || MirrorOperation::Flush);
+            let synced = self.on_every_device(MirrorOperation::Flush);
             if synced == 0 {
                 self.active.store(false, Ordering::Release);
                 return Err(AppendProblem::Failed);
@@ -454,9 +455,10 @@ impl WriteLog {
     }
 
     /// Run `operation` on every usable device; the number that succeeded (the others are
-    /// failed). With the mirror helper, the last device's part runs there (`remote` makes
-    /// its copy of the operation) while this thread runs the others.
-    fn on_every_device(&self, operation: &MirrorOperation, remote: impl FnOnce() -> MirrorOperation) -> usize {
+    /// failed). With the mirror helper, the last device's part runs there (on a copy of
+    /// the operation) while this thread runs the others. Every share of a record is
+    /// dropped when this returns.
+    fn on_every_device(&self, operation: MirrorOperation) -> usize {
         let usable: Vec<(&LogDevice, &Arc<dyn BlockDevice>)> =
             self.devices.iter().filter_map(|device| device.usable().map(|handle| (device, handle))).collect();
         let mut local: &[(&LogDevice, &Arc<dyn BlockDevice>)] = &usable;
@@ -464,7 +466,7 @@ impl WriteLog {
         if let (Some(helper), [rest @ .., (device, handle)]) = (self.mirror_helper.get(), usable.as_slice()) {
             if !rest.is_empty() {
                 let (reply, answer) = crate::queue::bounded(1);
-                let job = MirrorJob { device: (*handle).clone(), operation: remote(), reply };
+                let job = MirrorJob { device: (*handle).clone(), operation: operation.clone(), reply };
                 if helper.jobs.send(job).is_ok() {
                     local = rest;
                     pending = Some((*device, answer));
@@ -538,14 +540,11 @@ impl WriteLog {
             header.encode(&mut buffer[..BLOCK_SIZE_BYTES]);
             buffer[BLOCK_SIZE_BYTES..length].copy_from_slice(data);
         }
-        let write =
-            MirrorOperation::Write { record: appender.buffer.clone(), length, offset_bytes: appender.head_bytes };
-        let written = self.on_every_device(&write, || MirrorOperation::Write {
+        let written = self.on_every_device(MirrorOperation::Write {
             record: appender.buffer.clone(),
             length,
             offset_bytes: appender.head_bytes,
         });
-        drop(write);
         if written == 0 {
             self.active.store(false, Ordering::Release);
             return Err(AppendProblem::Failed);

@@ -513,13 +513,15 @@ impl Members {
     /// superblock, which must still name this volume and position. Fails the members
     /// that do not pass; returns the error of a failure the volume cannot survive.
     pub(crate) fn check_health(&self) -> Result<()> {
+        let expected = self.superblock();
         for member in 0..self.count() {
-            if self.health_problem(member, &self.superblock()).is_none() {
+            if self.health_problem(member, &expected).is_none() {
                 continue;
             }
             // A problem seen without the lock may belong to a state that is changing: a
-            // replacement attached after the old device was taken, or attached but not yet
-            // given its superblock. Under the lock no change is under way: look again.
+            // replacement attached after `expected` was taken or the old device was, or
+            // attached but not yet given its superblock. Under the lock no change is under
+            // way: look again, against the current superblock.
             let mut current = self.superblock.lock();
             if let Some(reason) = self.health_problem(member, &current) {
                 self.fail_locked(&mut current, member, &reason)?;
