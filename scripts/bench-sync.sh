@@ -21,7 +21,9 @@
 # Every cell runs ROUNDS times (default 3), the servers taking turns; tables give medians.
 # Usage (as root, for losetup and mount):
 #   [ROUNDS=N] [SECONDS_PER_CELL=S] [PGBENCH_SECONDS=S] [MEMBER_MIB=M] [CELLS="fio fua pgbench"]
-#     [SERVERS="..."] [PRECONDITION=1 [PRECONDITION_SECONDS=S]] scripts/bench-sync.sh [DIRECTORY]
+#     [SERVERS="..."] [PRECONDITION=1 [PRECONDITION_SECONDS=S]] [FORCE=1] scripts/bench-sync.sh [DIRECTORY]
+# Files of these names already in DIRECTORY (or /dev/shm/stripelog-bench-sync.log) are
+# refused unless FORCE=1.
 set -euo pipefail
 directory=${1:-/var/tmp/stripelog-bench-sync}
 seconds=${SECONDS_PER_CELL:-15}
@@ -48,6 +50,15 @@ stripelog=$(realpath "$stripelog")
 mkdir -p "$directory"
 directory=$(cd "$directory" && pwd)
 log_file=/dev/shm/stripelog-bench-sync.log
+# The files this run writes and removes: any already there may be somebody's data, so
+# they are refused (named) unless FORCE=1.
+own_files=("$log_file" "$directory/nbdkit-file.img" "$directory"/disklog-a "$directory"/disklog2-{a,b})
+for name in plain logged disklog disklog2; do own_files+=("$directory/member-$name-"{0,1,2,3,4}); done
+if [ "${FORCE:-0}" != 1 ]; then
+  for file in "${own_files[@]}"; do
+    [ -e "$file" ] && { echo "bench-sync: $file exists (it would be overwritten and removed): FORCE=1 to go on" >&2; exit 1; }
+  done
+fi
 pids=()
 cleanup() {
   set +e
@@ -56,7 +67,7 @@ cleanup() {
   mountpoint -q "$directory/fuse" && fusermount3 -u "$directory/fuse"
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
-  rm -f "$directory"/member-* "$directory"/nbdkit-file.img "$directory"/*.sock "$log_file" "$directory"/disklog*
+  rm -f "${own_files[@]}" "$directory"/{stripelog,stripelog-log,stripelog-disklog,stripelog-disklog2,nbdkit-file,nbdkit-memory}.sock
 }
 trap cleanup EXIT
 

@@ -10,7 +10,7 @@
 #     (RAID-5 on 5 members writes 5 blocks: summary, data, 2 padding, parity; a stripe row
 #     needs at least the data and its parity, 2 blocks).
 #
-# Usage: [MEMBERS=5] [ROUNDS=3] [OPERATIONS=2000] scripts/sync-floor.sh [DIRECTORY]
+# Usage: [MEMBERS=5] [ROUNDS=3] [OPERATIONS=2000] [FORCE=1] scripts/sync-floor.sh [DIRECTORY]
 # DIRECTORY (default /tmp/stripelog-sync-floor) should be on the disk the members live on.
 # Needs a C compiler (cc). Prints the mean latency in µs of each pattern, median of ROUNDS.
 set -euo pipefail
@@ -20,7 +20,16 @@ rounds=${ROUNDS:-3}
 operations=${OPERATIONS:-2000}
 command -v cc >/dev/null || { echo "sync-floor: a C compiler (cc) is needed" >&2; exit 1; }
 mkdir -p "$directory"
-trap 'rm -f "$directory"/floor-file-* "$directory/floor-probe"' EXIT
+# The files this run writes and removes: any already there may be somebody's data, so
+# they are refused (named) unless FORCE=1.
+own_files=("$directory/floor-probe")
+for member in $(seq 0 "$members"); do own_files+=("$directory/floor-file-$member"); done
+if [ "${FORCE:-0}" != 1 ]; then
+  for file in "${own_files[@]}"; do
+    [ -e "$file" ] && { echo "sync-floor: $file exists (it would be overwritten and removed): FORCE=1 to go on" >&2; exit 1; }
+  done
+fi
+trap 'rm -f "${own_files[@]}"' EXIT
 for member in $(seq 0 "$members"); do
   dd if=/dev/zero of="$directory/floor-file-$member" bs=1M count=256 oflag=direct status=none
 done
