@@ -5,4 +5,5 @@
 pub mod checkpoint;
 pub mod format;
 pub mod geometry;
+pub mod packed;
 pub mod write_log;
