@@ -12,6 +12,7 @@
 
 pub mod chart;
 pub mod compare;
+pub mod compressibility;
 pub mod engine;
 pub mod gc;
 pub mod grid;

@@ -631,3 +631,38 @@ pub fn slow_member(arguments: SlowMemberArguments) -> Result<ExitCode, String> {
     crate::write_json_file(arguments.json.as_deref(), &report)?;
     Ok(ExitCode::SUCCESS)
 }
+
+#[derive(Args)]
+pub struct CompressibilityArguments {
+    /// Files or block devices to read (only read, never written).
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    /// Write the reports as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+pub fn compressibility(arguments: CompressibilityArguments) -> Result<ExitCode, String> {
+    let mut reports = Vec::new();
+    for path in &arguments.paths {
+        // Seeking to the end sizes block devices too (their metadata says 0); only for
+        // the progress bar.
+        let total_bytes = std::fs::File::open(path)
+            .and_then(|mut file| std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0)))
+            .unwrap_or(0)
+            .max(1);
+        let report = with_progress(arguments.quiet, |progress| {
+            let step = path.display().to_string();
+            stripelog_bench::compressibility::estimate(path, &|read_bytes| {
+                progress(Some(&step), (read_bytes as f64 / total_bytes as f64).min(1.0))
+            })
+        })?;
+        reports.push(report);
+    }
+    print!("{}", stripelog_bench::compressibility::table(&reports));
+    crate::write_json_file(arguments.json.as_deref(), &reports)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -321,6 +321,13 @@ enum BenchCommand {
         after_help = "Example:\n  stripelog bench scale --dir /var/tmp/sl-scale --members 4 --member-size 14GiB --write 40GiB --empty-size 1TiB --json scale.json"
     )]
     Scale(ScaleArguments),
+    /// What inline compression (docs/compression.md) would store for the data in files or
+    /// block devices: the engine's own LZ4 fragments and packing over every 4 KiB block,
+    /// the ratio against storing them whole, and the codec's CPU time per GiB. Reads only.
+    #[command(
+        after_help = "Examples:\n  stripelog bench compressibility /var/tmp/usr.ext4 /var/tmp/pgbench.ext4\n  stripelog bench compressibility /dev/nvme0n1p3 --json estimate.json"
+    )]
+    Compressibility(bench::CompressibilityArguments),
     /// One measurement of `bench scale`, in a process of its own (used by it).
     #[command(hide = true)]
     ScaleStep(ScaleStepArguments),
@@ -943,6 +950,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Mix(arguments)) => bench::mix(arguments),
+        Command::Bench(BenchCommand::Compressibility(arguments)) => bench::compressibility(arguments),
         Command::Bench(BenchCommand::Grid(arguments)) => bench::grid(arguments),
         Command::Bench(BenchCommand::Latency(arguments)) => bench::latency(arguments),
         Command::Bench(BenchCommand::Compare(arguments)) => bench::compare(arguments),

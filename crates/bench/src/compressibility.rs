@@ -1,0 +1,218 @@
+//! `stripelog bench compressibility`: what stripelog's compression (docs/compression.md)
+//! would store for the data in a file or device, by running the engine's own fragment
+//! codec and packing (`layout::packed`: the probe, the 1/8 rule, next-fit packing of up to
+//! 16 fragments per block) over its 4 KiB blocks, and what that costs in CPU. It only reads.
+//! Every fragment is decompressed again and proven by its checksum, so the figures are
+//! those of blocks that come back as they went in.
+
+use serde::Serialize;
+use std::io::Read;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use stripelog_engine::layout::format::{block_checksum, is_all_zero};
+use stripelog_engine::layout::packed::{self, Compressed, COMPRESS_BUFFER_BYTES};
+
+const BLOCK_SIZE_BYTES: usize = 4096;
+/// Bytes read per call (a bound on the estimator's buffer).
+const READ_BUFFER_BYTES: usize = 1 << 20;
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Report {
+    pub path: String,
+    /// Whole 4 KiB blocks read (a partial last block is read as if padded with zeros).
+    pub logical_blocks: u64,
+    /// All-zero blocks: stored as zero records with or without compression.
+    pub zero_blocks: u64,
+    /// Stored whole: the probe refused them, or compressed whole they saved less than 1/8.
+    pub refused_by_probe_blocks: u64,
+    pub too_large_blocks: u64,
+    /// Blocks stored as fragments, and the packed blocks holding them.
+    pub fragment_blocks: u64,
+    pub packed_blocks: u64,
+    pub fragment_bytes: u64,
+    /// Blocks on the members without compression (non-zero blocks) and with it (whole
+    /// blocks + packed blocks), and their ratio.
+    pub physical_blocks_without_compression: u64,
+    pub physical_blocks_with_compression: u64,
+    pub compression_ratio: f64,
+    /// Time in the codec (one thread): compressing every non-zero block (probe included),
+    /// and decompressing and proving every fragment; per GiB of non-zero data.
+    pub compress_seconds: f64,
+    pub decompress_seconds: f64,
+    pub compress_seconds_per_gib: f64,
+    pub decompress_seconds_per_gib: f64,
+}
+
+/// Packs fragments as the engine does and proves each packed block when it closes.
+struct Packer {
+    block: Vec<u8>,
+    open: bool,
+    out: Vec<u8>,
+    decompress: Duration,
+}
+
+impl Packer {
+    fn close(&mut self, report: &mut Report) -> Result<(), String> {
+        if !self.open {
+            return Ok(());
+        }
+        self.open = false;
+        report.packed_blocks += 1;
+        let started = Instant::now();
+        let entries = packed::table(&self.block).map_err(|problem| format!("a packed block it built: {problem}"))?;
+        for index in 0..entries.len() {
+            packed::extract_index(&self.block, &entries, index, &mut self.out)
+                .map_err(|problem| format!("a fragment did not come back: {problem}"))?;
+        }
+        self.decompress += started.elapsed();
+        Ok(())
+    }
+
+    fn add(&mut self, report: &mut Report, logical_block: u64, fragment: &[u8], checksum: u32) -> Result<(), String> {
+        if self.open && packed::append(&mut self.block, logical_block, fragment, checksum).is_some() {
+            return Ok(());
+        }
+        self.close(report)?;
+        packed::initialize(&mut self.block);
+        self.open = true;
+        packed::append(&mut self.block, logical_block, fragment, checksum)
+            .map(|_| ())
+            .ok_or_else(|| "a fragment does not fit an empty packed block".to_string())
+    }
+}
+
+/// Estimate for `path` (a file or a block device), calling `progress(bytes read)` now and
+/// then.
+pub fn estimate(path: &Path, progress: &dyn Fn(u64)) -> Result<Report, String> {
+    let mut file = std::fs::File::open(path).map_err(|error| format!("{}: {error}", path.display()))?;
+    let mut report = Report { path: path.display().to_string(), ..Report::default() };
+    let mut buffer = vec![0u8; READ_BUFFER_BYTES];
+    let mut output = vec![0u8; COMPRESS_BUFFER_BYTES];
+    let mut packer = Packer {
+        block: vec![0; BLOCK_SIZE_BYTES],
+        open: false,
+        out: vec![0; BLOCK_SIZE_BYTES],
+        decompress: Duration::ZERO,
+    };
+    let mut compress = Duration::ZERO;
+    let mut read_bytes = 0u64;
+    loop {
+        let mut filled = 0;
+        while filled < buffer.len() {
+            match file.read(&mut buffer[filled..]) {
+                Ok(0) => break,
+                Ok(count) => filled += count,
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(error) => return Err(format!("{}: {error}", path.display())),
+            }
+        }
+        if filled == 0 {
+            break;
+        }
+        read_bytes += filled as u64;
+        let whole = filled.div_ceil(BLOCK_SIZE_BYTES) * BLOCK_SIZE_BYTES;
+        buffer[filled..whole].fill(0);
+        for block in buffer[..whole].chunks_exact(BLOCK_SIZE_BYTES) {
+            let logical_block = report.logical_blocks;
+            report.logical_blocks += 1;
+            if is_all_zero(block) {
+                report.zero_blocks += 1;
+                continue;
+            }
+            let started = Instant::now();
+            let judged = packed::compress(block, &mut output);
+            let checksum = block_checksum(block);
+            compress += started.elapsed();
+            match judged {
+                Compressed::Fragment { length } => {
+                    report.fragment_blocks += 1;
+                    report.fragment_bytes += length as u64;
+                    packer.add(&mut report, logical_block, &output[..length], checksum)?;
+                }
+                Compressed::RefusedByProbe => report.refused_by_probe_blocks += 1,
+                Compressed::TooLarge => report.too_large_blocks += 1,
+            }
+        }
+        progress(read_bytes);
+        if filled < buffer.len() {
+            break;
+        }
+    }
+    packer.close(&mut report)?;
+    let whole_blocks = report.refused_by_probe_blocks + report.too_large_blocks;
+    report.physical_blocks_without_compression = report.logical_blocks - report.zero_blocks;
+    report.physical_blocks_with_compression = whole_blocks + report.packed_blocks;
+    report.compression_ratio = if report.physical_blocks_with_compression == 0 {
+        1.0
+    } else {
+        report.physical_blocks_without_compression as f64 / report.physical_blocks_with_compression as f64
+    };
+    let data_gib = (report.physical_blocks_without_compression * BLOCK_SIZE_BYTES as u64) as f64 / (1u64 << 30) as f64;
+    let fragment_gib = (report.fragment_blocks * BLOCK_SIZE_BYTES as u64) as f64 / (1u64 << 30) as f64;
+    report.compress_seconds = compress.as_secs_f64();
+    report.decompress_seconds = packer.decompress.as_secs_f64();
+    report.compress_seconds_per_gib = if data_gib > 0.0 { report.compress_seconds / data_gib } else { 0.0 };
+    report.decompress_seconds_per_gib = if fragment_gib > 0.0 { report.decompress_seconds / fragment_gib } else { 0.0 };
+    Ok(report)
+}
+
+/// The report as a table a person reads.
+pub fn table(reports: &[Report]) -> String {
+    let mut text = String::from(
+        "| data | non-zero 4 KiB blocks | zero | fragments | stored whole (probe / too large) | packed blocks | ratio | compress s/GiB | decompress s/GiB |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for report in reports {
+        text += &format!(
+            "| {} | {} | {} | {} | {} / {} | {} | {:.2} | {:.2} | {:.2} |\n",
+            report.path,
+            report.physical_blocks_without_compression,
+            report.zero_blocks,
+            report.fragment_blocks,
+            report.refused_by_probe_blocks,
+            report.too_large_blocks,
+            report.packed_blocks,
+            report.compression_ratio,
+            report.compress_seconds_per_gib,
+            report.decompress_seconds_per_gib,
+        );
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_of_known_blocks_gives_the_counts_and_ratio_it_must() {
+        let directory = std::env::temp_dir().join(format!("stripelog-compressibility-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let path = directory.join("data");
+        let mut bytes = Vec::new();
+        // 8 blocks that compress to a few dozen bytes (16 share one packed block at most),
+        bytes.extend((0..8u8).flat_map(|value| vec![value + 1; BLOCK_SIZE_BYTES]));
+        // 2 zero blocks,
+        bytes.extend(vec![0u8; 2 * BLOCK_SIZE_BYTES]);
+        // and 3 random ones (xorshift), refused by the probe.
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        bytes.extend((0..3 * BLOCK_SIZE_BYTES).map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        }));
+        // A partial last block, padded with zeros as the volume would read it.
+        bytes.extend(vec![7u8; 100]);
+        std::fs::write(&path, &bytes).unwrap();
+        let report = estimate(&path, &|_| {}).unwrap();
+        std::fs::remove_dir_all(&directory).unwrap();
+        assert_eq!(report.logical_blocks, 14);
+        assert_eq!(report.zero_blocks, 2);
+        assert_eq!(report.fragment_blocks, 9);
+        assert_eq!(report.refused_by_probe_blocks, 3);
+        assert_eq!(report.packed_blocks, 1);
+        assert_eq!(report.physical_blocks_without_compression, 12);
+        assert_eq!(report.physical_blocks_with_compression, 4);
+        assert!((report.compression_ratio - 3.0).abs() < 1e-9);
+    }
+}
