@@ -11,8 +11,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use stripelog_engine::layout::format::{block_checksum, is_all_zero};
 use stripelog_engine::layout::packed::{self, Compressed, COMPRESS_BUFFER_BYTES};
+use stripelog_engine::BLOCK_SIZE_BYTES;
 
-const BLOCK_SIZE_BYTES: usize = 4096;
 /// Bytes read per call (a bound on the estimator's buffer).
 const READ_BUFFER_BYTES: usize = 1 << 20;
 

@@ -32,7 +32,8 @@ pub const COMPRESS_BUFFER_BYTES: usize = BLOCK_SIZE_BYTES + BLOCK_SIZE_BYTES / 8
 pub enum Compressed {
     /// The fragment is the first `length` bytes of the output buffer.
     Fragment { length: usize },
-    /// The probe of the block's first bytes did not save enough: the rest was not tried.
+    /// The probe (a sample spread over the block) did not save enough: the block was not
+    /// compressed.
     RefusedByProbe,
     /// Compressed whole, it did not save enough.
     TooLarge,
@@ -114,20 +115,28 @@ fn low_water(block: &[u8]) -> usize {
     (0..fragment_count(block)).map(|index| table_entry(block, index).start as usize).min().unwrap_or(BLOCK_SIZE_BYTES)
 }
 
+/// Where a fragment of `length` bytes would start in the packed block being filled, if it
+/// fits.
+fn start_of_next(block: &[u8], length: usize) -> Option<usize> {
+    let count = fragment_count(block);
+    let low_water = low_water(block);
+    (count < FRAGMENTS_PER_BLOCK_MAXIMUM && HEADER_BYTES + (count + 1) * TABLE_ENTRY_BYTES + length <= low_water)
+        .then(|| low_water - length)
+}
+
 /// Whether a fragment of `length` bytes fits in the packed block being filled.
 pub fn fits(block: &[u8], length: usize) -> bool {
-    let count = fragment_count(block);
-    count < FRAGMENTS_PER_BLOCK_MAXIMUM && HEADER_BYTES + (count + 1) * TABLE_ENTRY_BYTES + length <= low_water(block)
+    start_of_next(block, length).is_some()
 }
 
 /// Add `fragment` (of the block `logical_block` whose block checksum is `checksum`) to the
 /// packed block being filled: its index, or `None` when it does not fit.
 pub fn append(block: &mut [u8], logical_block: u64, fragment: &[u8], checksum: u32) -> Option<usize> {
-    if fragment.is_empty() || !fits(block, fragment.len()) {
+    if fragment.is_empty() {
         return None;
     }
+    let start = start_of_next(block, fragment.len())?;
     let index = fragment_count(block);
-    let start = low_water(block) - fragment.len();
     block[start..start + fragment.len()].copy_from_slice(fragment);
     let at = HEADER_BYTES + index * TABLE_ENTRY_BYTES;
     block[at..at + 8].copy_from_slice(&logical_block.to_le_bytes());
