@@ -219,6 +219,7 @@ pub fn run(options: &Options, progress: &(dyn Fn(&str, f64) + Sync)) -> Result<R
         volume_uuid: None,
         // The raw-member run just wrote over them: `--force` was checked for the whole run.
         force: true,
+        compression: Default::default(),
     };
     let volume = Arc::new(
         Volume::create(open_member_devices(&options.members, None)?, &create, &OpenOptions::default())

@@ -215,6 +215,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         spare_ppm: (options.spare_fraction * 1e6).round() as u32,
         volume_uuid: Some([7; 16]),
         force: false,
+        compression: Default::default(),
     };
     let open = OpenOptions {
         flush_interval: None,

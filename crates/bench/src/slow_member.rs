@@ -153,6 +153,7 @@ fn measure_column(
         volume_uuid: None,
         // Each run creates a fresh volume over the last one: `--force` was checked once.
         force: true,
+        compression: Default::default(),
     };
     let open = OpenOptions {
         cache_size_bytes: 0,

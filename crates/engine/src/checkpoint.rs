@@ -27,7 +27,7 @@ pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
 /// The segment table record of a segment, as a checkpoint stores it.
 fn record_of(usage: &SegmentUse) -> SegmentRecord {
     SegmentRecord {
-        live_blocks: usage.live_blocks.min(u32::MAX as u64) as u32,
+        live_units: usage.live_units.min(u32::MAX as u64) as u32,
         status: match usage.status {
             SegmentStatus::Free => 0,
             SegmentStatus::Used => 1,
@@ -51,9 +51,8 @@ struct Snapshot {
     write_clock: u64,
     durable_through_sequence: u64,
     streams: [StreamPosition; ROOT_STREAMS],
-    /// The map's data and zero entries.
-    data_blocks: u64,
-    zero_blocks: u64,
+    /// The map's counts of data, zero and fragment entries.
+    counts: crate::index::map::MapCounts,
     /// (page number, packed entries)
     index_pages: Vec<(u64, Vec<u8>)>,
     /// (page number, encoded block, digest of its records)
@@ -208,8 +207,10 @@ impl Core {
             segment_top,
             last_segment: snapshot.last_segment,
             epoch: self.epoch,
-            data_blocks: snapshot.data_blocks,
-            zero_blocks: snapshot.zero_blocks,
+            data_blocks: snapshot.counts.data_blocks,
+            zero_blocks: snapshot.counts.zero_blocks,
+            fragment_blocks: snapshot.counts.fragment_blocks,
+            fragment_sixteenths: snapshot.counts.fragment_sixteenths,
         };
         let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
         root.encode(&mut block, &uuid);
@@ -243,8 +244,8 @@ impl Core {
             let durable = state.log.durable_through_sequence;
             for position in dying {
                 let usage = &mut state.space.segments[(position / per_segment) as usize];
-                usage.live_blocks = usage.live_blocks.saturating_sub(1);
-                if usage.live_blocks == 0 && usage.status == SegmentStatus::Used {
+                usage.live_units = usage.live_units.saturating_sub(self.geometry.live_units_per_block());
+                if usage.live_units == 0 && usage.status == SegmentStatus::Used {
                     usage.status = SegmentStatus::WaitingForFlush(durable);
                 }
             }
@@ -258,7 +259,7 @@ impl Core {
         let per_segment = self.geometry.blocks_per_segment();
         let sparse: Vec<bool> = {
             let state = self.state.lock();
-            state.space.segments.iter().map(|usage| usage.is_mostly_dead(per_segment)).collect()
+            state.space.segments.iter().map(|usage| usage.is_mostly_dead(&self.geometry)).collect()
         };
         let pages: Vec<u64> = self
             .map
@@ -301,7 +302,7 @@ impl Core {
         let per_segment = self.geometry.blocks_per_segment();
         let sparse = |pointer: Option<PagePointer>| {
             pointer.is_some_and(|pointer| {
-                state.space.segments[(pointer.position / per_segment) as usize].is_mostly_dead(per_segment)
+                state.space.segments[(pointer.position / per_segment) as usize].is_mostly_dead(&self.geometry)
             })
         };
         let mut pages = self.map.take_dirty_list();
@@ -310,7 +311,7 @@ impl Core {
         pages.dedup();
         let index_pages: Vec<(u64, Vec<u8>)> =
             pages.into_iter().filter_map(|page| Some((page, self.map.take_page(page)?))).collect();
-        let (data_blocks, zero_blocks) = self.map.counts();
+        let counts = self.map.counts();
         let mut table_pages = Vec::new();
         let segments = &state.space.segments;
         for page in 0..checkpoint.table_pages.len() {
@@ -348,8 +349,7 @@ impl Core {
             write_clock: state.lifetimes.write_clock,
             durable_through_sequence: state.log.durable_through_sequence,
             streams,
-            data_blocks,
-            zero_blocks,
+            counts,
             index_pages,
             table_pages,
         }
@@ -548,10 +548,20 @@ pub(crate) fn load(
         &mut directory_positions,
     )?;
     state.directory_positions = directory_positions;
-    if root.data_blocks + root.zero_blocks > geometry.logical_block_count() {
+    let fragments_possible = geometry.packed_fragments || (root.fragment_blocks == 0 && root.fragment_sixteenths == 0);
+    if root.data_blocks.saturating_add(root.zero_blocks).saturating_add(root.fragment_blocks)
+        > geometry.logical_block_count()
+        || root.fragment_sixteenths > root.fragment_blocks.saturating_mul(16)
+        || !fragments_possible
+    {
         return Err(lost("root", reference.root_position));
     }
-    map.start_counts(root.data_blocks, root.zero_blocks);
+    map.start_counts(crate::index::map::MapCounts {
+        data_blocks: root.data_blocks,
+        zero_blocks: root.zero_blocks,
+        fragment_blocks: root.fragment_blocks,
+        fragment_sixteenths: root.fragment_sixteenths,
+    });
     let segment_count = geometry.segment_count();
     let mut records = vec![record_of(&SegmentUse::FREE); segment_count as usize];
     for page in 0..state.table_pages.len() {

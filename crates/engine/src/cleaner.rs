@@ -24,6 +24,7 @@ use crate::io::{Core, SegmentEntry, WriteState};
 use crate::layout::format;
 use crate::layout::format::Entry;
 use crate::layout::geometry::BLOCK_SIZE_BYTES;
+use crate::layout::packed::FRAGMENTS_PER_BLOCK_MAXIMUM;
 use crate::log::{HOST_STREAM, METADATA_STREAM, RELOCATION_STREAMS};
 use crate::space::{watermarks, SegmentStatus, MINIMUM_WON_SEGMENTS, ROUND_SEGMENTS};
 use crate::stats::Counters;
@@ -304,12 +305,13 @@ impl Cleaner {
             // A round can only gain a free segment if the used segments hold at least a
             // segment's worth of dead blocks between them; less than that is a full volume.
             let per_segment = self.core.geometry.blocks_per_segment();
+            let units_per_block = self.core.geometry.live_units_per_block();
             let dead: u64 = state
                 .space
                 .segments
                 .iter()
                 .filter(|usage| usage.status == SegmentStatus::Used)
-                .map(|usage| per_segment.saturating_sub(usage.live_blocks))
+                .map(|usage| (per_segment * units_per_block).saturating_sub(usage.live_units) / units_per_block)
                 .sum();
             drop(state);
             // Dead segments a stream left since the last checkpoint come free once the
@@ -358,7 +360,7 @@ impl Cleaner {
         // (segment, column) → its live data blocks.
         let mut runs: std::collections::BTreeMap<(u64, usize), Vec<BlockToRead>> = Default::default();
         for (index, record) in live.iter_mut().enumerate() {
-            if let Mapping::Data { position } = record.mapping {
+            if let Some(position) = record.mapping.position() {
                 if self.core.map.get(record.logical_block)? != record.mapping {
                     continue; // overwritten meanwhile: skipped when appending
                 }
@@ -432,7 +434,7 @@ impl Cleaner {
             }
         }
         for (index, record) in live.iter_mut().enumerate() {
-            if let (Mapping::Data { position }, false) = (record.mapping, done[index]) {
+            if let (Some(position), false) = (record.mapping.position(), done[index]) {
                 if self.core.map.get(record.logical_block)? == record.mapping {
                     let content = &mut contents[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES];
                     match self.core.read_position(position, record.logical_block, content, None) {
@@ -440,6 +442,18 @@ impl Cleaner {
                         Err(Error::Unrecoverable { .. }) => record.unreadable = true,
                         Err(error) => return Err(error),
                     }
+                }
+            }
+        }
+        // A packed block proven by its checksum must hold the fragment its entry names;
+        // one that does not cannot be moved (its reads fail the same way).
+        for (index, record) in live.iter_mut().enumerate() {
+            if matches!(record.mapping, Mapping::Fragment { .. }) && !record.unreadable {
+                let content = &contents[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES];
+                if fragment_of(content, record.logical_block).is_none()
+                    && self.core.map.get(record.logical_block)? == record.mapping
+                {
+                    record.unreadable = true;
                 }
             }
         }
@@ -494,6 +508,25 @@ impl Cleaner {
                         records.push(record(logical_block, mapping, write_clock, lifetime_class));
                     }
                 }
+                (
+                    Entry::Packed { logical_block, lifetime_class, sixteenths, .. }
+                    | Entry::Fragment { logical_block, lifetime_class, sixteenths, .. },
+                    Some(position),
+                ) if !data_only => {
+                    let mapping = Mapping::Fragment { position, sixteenths };
+                    // (An older version of the block in the same packed block with the same
+                    // share is the same mapping: one record.)
+                    if logical_block < logical_blocks
+                        && core.map.get(logical_block)? == mapping
+                        && !records
+                            .iter()
+                            .rev()
+                            .take(FRAGMENTS_PER_BLOCK_MAXIMUM)
+                            .any(|other: &Live| other.logical_block == logical_block && other.mapping == mapping)
+                    {
+                        records.push(record(logical_block, mapping, write_clock, lifetime_class));
+                    }
+                }
                 (Entry::Zero { logical_block, block_count } | Entry::Trim { logical_block, block_count }, _)
                     if !data_only =>
                 {
@@ -522,7 +555,9 @@ impl Cleaner {
         let per_segment = self.core.geometry.blocks_per_segment();
         // Room for data in one relocation segment (a summary block per few hundred entries).
         let capacity = per_segment - per_segment.div_ceil(format::ENTRIES_PER_SUMMARY as u64) - 1;
-        let capacity = capacity * ROUND_SEGMENTS;
+        // In live units (docs/compression.md: sixteenths where blocks may be fragments).
+        let units_per_block = self.core.geometry.live_units_per_block();
+        let capacity = capacity * ROUND_SEGMENTS * units_per_block;
         let (victims, filler, yardstick) = {
             let mut guard = self.core.state.lock();
             let state = &mut *guard;
@@ -534,12 +569,12 @@ impl Cleaner {
                 .enumerate()
                 .filter(|(_, usage)| {
                     usage.status == SegmentStatus::Used
-                        && usage.live_blocks < capacity
+                        && usage.live_units < capacity
                         && !usage.pinned
                         && usage.stream as usize != METADATA_STREAM
                 })
                 .map(|(segment, usage)| {
-                    let utilisation = usage.live_blocks as f64 / per_segment as f64;
+                    let utilisation = usage.live_units as f64 / (per_segment * units_per_block) as f64;
                     let score = match self.policy {
                         CleaningPolicy::Greedy => -utilisation,
                         CleaningPolicy::CostBenefit => {
@@ -558,11 +593,11 @@ impl Cleaner {
             let mut live = 0u64;
             for (_, segment) in candidates {
                 let usage = &state.space.segments[segment as usize];
-                if !victims.is_empty() && live + usage.live_blocks > capacity {
+                if !victims.is_empty() && live + usage.live_units > capacity {
                     filler = Some(segment);
                     break;
                 }
-                live += usage.live_blocks;
+                live += usage.live_units;
                 // Client segments opened since the volume was opened measure the yardstick.
                 if usage.stream as usize == HOST_STREAM && usage.opened_clock >= WRITE_CLOCK_ORIGIN {
                     let lifespan = now - usage.opened_clock;
@@ -609,13 +644,7 @@ impl Cleaner {
             }
         }
         // By stream (one batch run each), data blocks in position order (sequential reads).
-        live.sort_by_key(|record| {
-            let position = match record.mapping {
-                Mapping::Data { position } => position,
-                _ => u64::MAX,
-            };
-            (record.stream, position, record.logical_block)
-        });
+        live.sort_by_key(|record| (record.stream, record.mapping.position().unwrap_or(u64::MAX), record.logical_block));
         let mut contents = vec![0u8; live.len() * BLOCK_SIZE_BYTES];
         self.read_live(&mut live, &mut contents)?;
         // Blocks of the next candidate complete the last rows of the relocation batches,
@@ -645,11 +674,11 @@ impl Cleaner {
             // its segment, whose live count it keeps.)
             let still_current = |record: &Live| {
                 self.core.map.get(record.logical_block).is_ok_and(|mapping| mapping == record.mapping)
-                    && match record.mapping {
-                        Mapping::Data { position } => {
+                    && match record.mapping.position() {
+                        Some(position) => {
                             self.core.generation(self.core.geometry.locate(position).segment) == record.generation
                         }
-                        _ => true,
+                        None => true,
                     }
             };
             // A batch starts with a record it will hold (it is never sealed empty).
@@ -690,6 +719,20 @@ impl Cleaner {
                         let kept = Some((record.lifetime_class, record.write_clock));
                         self.core.accept_data(state, record.logical_block, content, checksum, kept)
                     }
+                    // Moved as stored, without decompressing: checked above to be there.
+                    Mapping::Fragment { .. } => {
+                        let content = &contents[next * BLOCK_SIZE_BYTES..(next + 1) * BLOCK_SIZE_BYTES];
+                        match fragment_of(content, record.logical_block) {
+                            Some((fragment, checksum)) => {
+                                let kept = Some((record.lifetime_class, record.write_clock));
+                                self.core.accept_fragment(state, record.logical_block, fragment, checksum, kept)
+                            }
+                            None => {
+                                next += 1;
+                                continue;
+                            }
+                        }
+                    }
                     Mapping::Zero { .. } => self.core.record_range(state, record.logical_block, false),
                     Mapping::Trimmed { .. } => self.core.record_range(state, record.logical_block, true),
                     Mapping::Unmapped => true,
@@ -697,7 +740,7 @@ impl Cleaner {
                 if !accepted {
                     break;
                 }
-                if matches!(record.mapping, Mapping::Data { .. }) {
+                if matches!(record.mapping, Mapping::Data { .. } | Mapping::Fragment { .. }) {
                     relocated += 1;
                 }
                 next += 1;
@@ -732,7 +775,7 @@ impl Cleaner {
         // `OutOfSpace` rather than rounds for ever.
         let emptied = {
             let state = self.core.state.lock();
-            victims.iter().filter(|&&segment| state.space.segments[segment as usize].live_blocks == 0).count()
+            victims.iter().filter(|&&segment| state.space.segments[segment as usize].live_units == 0).count()
         };
         Counters::add(&self.core.counters.cleaning_rounds, 1);
         Counters::add(&self.core.counters.segments_cleaned, emptied as u64);
@@ -740,4 +783,13 @@ impl Cleaner {
         self.core.make_sealed_durable()?;
         Ok(blocks_moved)
     }
+}
+
+/// The stored bytes of `logical_block`'s fragment in `packed_block` (the last one of that
+/// block, as reads take) and the checksum of the block it decompresses to; `None` when the
+/// packed block has no valid one.
+fn fragment_of(packed_block: &[u8], logical_block: u64) -> Option<(&[u8], u32)> {
+    let entries = crate::layout::packed::table(packed_block).ok()?;
+    let index = entries.iter().rposition(|entry| entry.logical_block == logical_block)?;
+    Some((crate::layout::packed::fragment_bytes(packed_block, &entries, index), entries[index].checksum))
 }

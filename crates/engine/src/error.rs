@@ -107,6 +107,11 @@ pub enum ReadFailure {
     NoGoodCopy,
     #[error("the block is damaged and the rest of its stripe row cannot rebuild it")]
     BeyondRedundancy,
+    /// The packed block proved its position's checksum, yet its fragment of the logical
+    /// block is missing or does not decompress to the block written (a bug, or damage
+    /// that matched a checksum): never returned as data.
+    #[error("its compressed fragment is not the block written ({0})")]
+    BadFragment(PackedProblem),
 }
 
 /// Which metadata mount found destroyed (docs/crash-consistency.md, "Lost metadata").
@@ -150,6 +155,8 @@ pub enum LogInconsistency {
         "batch {sequence}: entry for blocks {first_block}+{block_count} is beyond the volume ({logical_blocks} blocks)"
     )]
     EntryBeyondVolume { sequence: u64, first_block: u64, block_count: u64, logical_blocks: u64 },
+    #[error("batch {sequence} names compressed fragments on a volume created without compression")]
+    FragmentWithoutFeature { sequence: u64 },
 }
 
 /// Why a volume stopped writing. Kept by the volume and returned to every later write.
@@ -175,4 +182,21 @@ pub enum Shutdown {
 /// `bytes` as GiB with two decimals, for messages.
 pub(crate) fn gibibytes(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// Why a packed block or a fragment of it is not what it should be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PackedProblem {
+    #[error("not a packed block (magic or version)")]
+    NotPacked,
+    #[error("fragment count {0} is outside 1 … 16")]
+    BadCount(u8),
+    #[error("fragment {0} lies outside its block's free bytes or overlaps another")]
+    BadExtent(usize),
+    #[error("no fragment of logical block {0} in the packed block")]
+    Missing(u64),
+    #[error("fragment {0} does not decompress to a 4096-byte block")]
+    Undecodable(usize),
+    #[error("fragment {0} decompresses to a block whose checksum is not the recorded one")]
+    WrongContent(usize),
 }

@@ -6,7 +6,6 @@ use crate::array::members::{MemberState, ReadPurpose};
 use crate::cleaner::Cleaner;
 use crate::error::{Error, Result};
 use crate::index::checksums::ChecksumTable;
-use crate::index::map::Mapping;
 use crate::io::Core;
 use crate::layout::format;
 use crate::layout::geometry::{BlockLocation, Role, BLOCK_SIZE_BYTES};
@@ -549,7 +548,7 @@ impl<'a> Maintenance<'a> {
         if !unrecoverable_positions.is_empty() {
             unrecoverable_positions.sort_unstable();
             self.core.map.for_each(|logical_block, mapping| {
-                if let Mapping::Data { position } = mapping {
+                if let Some(position) = mapping.position() {
                     if unrecoverable_positions.binary_search(&position).is_ok() {
                         report.logical_blocks_unrecoverable.push(logical_block);
                         pinned.push(self.core.geometry.locate(position).segment);

@@ -29,7 +29,8 @@ impl FoundBatch {
         let slots = self.header.row_count as usize * data_columns;
         let mut checksums = vec![format::zero_block_checksum(); slots];
         for (index, entry) in self.data_blocks() {
-            if let Entry::Data { checksum, .. } | Entry::Page { checksum, .. } = entry {
+            if let Entry::Data { checksum, .. } | Entry::Page { checksum, .. } | Entry::Packed { checksum, .. } = entry
+            {
                 checksums[index as usize] = checksum;
             }
         }
@@ -574,14 +575,14 @@ pub(crate) fn recover(
     let per_segment = geometry.blocks_per_segment();
     map.for_each(|_, mapping| {
         if let Some(segment) = mapping.segment(per_segment) {
-            segments[segment as usize].live_blocks += 1;
+            segments[segment as usize].live_units += mapping.live_units(geometry);
         }
     })?;
     for (index, segment) in segments.iter_mut().enumerate() {
         if segment.opened_clock == u64::MAX {
             segment.opened_clock = 0;
         }
-        if segment.live_blocks > 0 {
+        if segment.live_units > 0 {
             segment.status = SegmentStatus::Used;
             segment.sealed_rows = rows_on_media[index].load(Ordering::Relaxed);
         } else {
@@ -655,6 +656,13 @@ fn replay(
             Entry::Data { logical_block, .. } => {
                 let index = index.expect("a data entry describes a block");
                 (logical_block, 1, Mapping::Data { position: batch.position(geometry, index) })
+            }
+            Entry::Packed { logical_block, sixteenths, .. } | Entry::Fragment { logical_block, sixteenths, .. } => {
+                if !geometry.packed_fragments {
+                    return Err(LogInconsistency::FragmentWithoutFeature { sequence: batch.header.sequence });
+                }
+                let index = index.expect("a fragment is in a packed block (summaries are checked for it)");
+                (logical_block, 1, Mapping::Fragment { position: batch.position(geometry, index), sixteenths })
             }
             Entry::Zero { logical_block, block_count } => {
                 (logical_block, block_count as u64, Mapping::Zero { segment })
@@ -790,11 +798,19 @@ pub(crate) fn check(
         report.blocks_unrecoverable += verification.blocks_unrecoverable.len() as u64;
         report.rows_with_bad_redundancy += verification.rows_with_bad_redundancy;
         for (index, entry) in batch.data_blocks() {
-            if let Entry::Data { logical_block, .. } = entry {
-                let live = map.get(logical_block)? == (Mapping::Data { position: batch.position(geometry, index) });
-                if live && verification.blocks_unrecoverable.contains(&index) {
-                    report.logical_blocks_unrecoverable.push(logical_block);
+            let position = batch.position(geometry, index);
+            let (logical_block, mapping) = match entry {
+                Entry::Data { logical_block, .. } => (logical_block, Mapping::Data { position }),
+                Entry::Packed { logical_block, sixteenths, .. } | Entry::Fragment { logical_block, sixteenths, .. } => {
+                    (logical_block, Mapping::Fragment { position, sixteenths })
                 }
+                _ => continue,
+            };
+            if logical_block < map.block_count()
+                && map.get(logical_block)? == mapping
+                && verification.blocks_unrecoverable.contains(&index)
+            {
+                report.logical_blocks_unrecoverable.push(logical_block);
             }
         }
     }
@@ -1086,7 +1102,7 @@ pub(crate) fn recover_from_checkpoint(
         .records
         .iter()
         .map(|record| SegmentUse {
-            live_blocks: record.live_blocks as u64,
+            live_units: record.live_units as u64,
             // Free and reserved segments were free at the checkpoint.
             status: if matches!(record.status, 0 | 4) { SegmentStatus::Free } else { SegmentStatus::Used },
             age_clock: record.age_clock,
@@ -1107,7 +1123,7 @@ pub(crate) fn recover_from_checkpoint(
                 // Entered after the checkpoint: what the table said of it is an older use
                 // (its blocks' deaths, replayed before, took its count to zero).
                 *usage =
-                    SegmentUse { live_blocks: usage.live_blocks, opened_clock: header.write_clock, ..SegmentUse::FREE };
+                    SegmentUse { live_units: usage.live_units, opened_clock: header.write_clock, ..SegmentUse::FREE };
             }
             usage.status = SegmentStatus::Used;
             usage.stream = header.stream;
@@ -1127,10 +1143,10 @@ pub(crate) fn recover_from_checkpoint(
             };
             if let Some(segment) = old.segment(per_segment) {
                 let usage = &mut segments[segment as usize];
-                usage.live_blocks = usage.live_blocks.saturating_sub(1);
+                usage.live_units = usage.live_units.saturating_sub(old.live_units(geometry));
             }
             if let Some(segment) = mapping.segment(per_segment) {
-                segments[segment as usize].live_blocks += 1;
+                segments[segment as usize].live_units += mapping.live_units(geometry);
             }
         })
         .map_err(Error::InconsistentLog)?;
@@ -1143,12 +1159,12 @@ pub(crate) fn recover_from_checkpoint(
     // Checkpoint blocks are live where the committed checkpoint names them.
     for usage in segments.iter_mut() {
         if usage.stream as usize == crate::log::METADATA_STREAM {
-            usage.live_blocks = 0;
+            usage.live_units = 0;
         }
     }
     for position in loaded.state.live_positions(&map) {
         let usage = &mut segments[(position / per_segment) as usize];
-        usage.live_blocks += 1;
+        usage.live_units += geometry.live_units_per_block();
         usage.stream = crate::log::METADATA_STREAM as u8;
         if usage.status == SegmentStatus::Free {
             usage.status = SegmentStatus::Used;
@@ -1170,12 +1186,12 @@ pub(crate) fn recover_from_checkpoint(
         }
         if visited[index] {
             usage.left_at_generation = generation;
-            if usage.live_blocks == 0 {
+            if usage.live_units == 0 {
                 usage.status = SegmentStatus::WaitingForFlush(last_sequence);
             } else {
                 usage.status = SegmentStatus::Used;
             }
-        } else if usage.live_blocks == 0 {
+        } else if usage.live_units == 0 {
             if !was_free || usage.status != SegmentStatus::Free {
                 release.push((segment, 0));
             }

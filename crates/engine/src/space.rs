@@ -22,7 +22,12 @@ pub(crate) enum SegmentStatus {
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SegmentUse {
-    pub live_blocks: u64,
+    /// What refers to it, in units of [`crate::index::map::Mapping::live_units`]: a whole
+    /// block counts [`Geometry::live_units_per_block`] (1, or 16 on volumes with packed
+    /// fragments, where a fragment counts its sixteenths), a zero or trim record 1. Every
+    /// reference adds and later removes the same amount, so it is 0 exactly when nothing
+    /// refers to the segment.
+    pub live_units: u64,
     pub status: SegmentStatus,
     /// Write clock when a batch was last written into it (its age, for cost-benefit
     /// cleaning: how long its content has been left alone).
@@ -47,12 +52,13 @@ pub(crate) struct SegmentUse {
 impl SegmentUse {
     /// Filled and now less than half live: a checkpoint rewrites the pages it holds, so
     /// that a metadata segment empties out.
-    pub(crate) fn is_mostly_dead(&self, blocks_per_segment: u64) -> bool {
-        self.status == SegmentStatus::Used && self.live_blocks * 2 < blocks_per_segment
+    pub(crate) fn is_mostly_dead(&self, geometry: &Geometry) -> bool {
+        self.status == SegmentStatus::Used
+            && self.live_units * 2 < geometry.blocks_per_segment() * geometry.live_units_per_block()
     }
 
     pub(crate) const FREE: SegmentUse = SegmentUse {
-        live_blocks: 0,
+        live_units: 0,
         status: SegmentStatus::Free,
         age_clock: 0,
         opened_clock: 0,

@@ -30,6 +30,14 @@ pub struct Counters {
     pub late_reads: AtomicU64,
     /// Checkpoints committed.
     pub checkpoints: AtomicU64,
+    /// Client blocks stored as fragments, and those offered to compression but stored
+    /// whole because they did not save an eighth (the probe's refusals included), or
+    /// because the CPU share left them out (docs/compression.md).
+    pub blocks_compressed: AtomicU64,
+    pub blocks_whole_incompressible: AtomicU64,
+    pub blocks_whole_by_share: AtomicU64,
+    /// Bytes of the fragments written (their share of the packed blocks).
+    pub fragment_bytes: AtomicU64,
 }
 
 impl Counters {
@@ -238,10 +246,36 @@ pub struct WriteLogStatus {
     pub mean_sync_microseconds: f64,
 }
 
+/// Compression on a volume created with it (docs/compression.md).
+#[derive(Clone, Debug, Serialize)]
+pub struct CompressionStatus {
+    /// How new writes are stored: "lz4" or "off".
+    pub setting: String,
+    /// Share of offered client blocks compressed now (the CPU-adaptive controller's), 0–1.
+    pub share: f64,
+    /// Logical blocks holding data (whole or compressed).
+    pub logical_data_blocks: u64,
+    /// Of those, stored as fragments.
+    pub fragment_blocks: u64,
+    /// Blocks of the members they take: whole blocks plus the fragments' sixteenths / 16.
+    pub physical_data_blocks: f64,
+    /// logical ÷ physical data.
+    pub ratio: f64,
+    /// Since this open: client blocks stored compressed, stored whole because they did
+    /// not save an eighth, and stored whole because the CPU share left them out.
+    pub blocks_compressed: u64,
+    pub blocks_whole_incompressible: u64,
+    pub blocks_whole_by_share: u64,
+    /// Mean fragment size of the blocks compressed since this open.
+    pub mean_fragment_bytes: f64,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct VolumeStats {
     /// The write log, when the volume has one.
     pub write_log: Option<WriteLogStatus>,
+    /// Compression, on a volume created with it.
+    pub compression: Option<CompressionStatus>,
     pub volume_uuid: String,
     pub raid_level: String,
     pub member_count: usize,
@@ -281,6 +315,7 @@ pub struct VolumeStats {
     pub lifetime_write_amplification_cleaning: f64,
     /// Everything written to the members over the volume's life / new data.
     pub lifetime_write_amplification_total: f64,
+    /// Logical blocks holding data, whole or compressed.
     pub blocks_mapped: u64,
     pub blocks_zero: u64,
     pub segments_total: u64,

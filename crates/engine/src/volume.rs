@@ -88,6 +88,9 @@ pub struct OpenOptions {
     /// Open a volume that was not closed cleanly although its write log cannot be read,
     /// accepting the loss of the writes acknowledged since the members were last synced.
     pub force_without_log: bool,
+    /// On a volume with compression: the thousandths of client blocks compressed, fixed
+    /// (`None`: the CPU-adaptive share, docs/compression.md; the simulation fixes it).
+    pub compression_share: Option<u32>,
 }
 
 /// Devices given for a volume's write log (by the simulation and tests; the CLI opens
@@ -133,6 +136,7 @@ impl Default for OpenOptions {
             map_cache_bytes: None,
             write_log_devices: None,
             force_without_log: false,
+            compression_share: None,
         }
     }
 }
@@ -474,6 +478,16 @@ impl Volume {
             checkpoint_interval: options.checkpoint_interval,
             write_log,
             staged_entries: std::sync::atomic::AtomicUsize::new(0),
+            compression: {
+                let compression = crate::io::compression::Compression::new(
+                    superblock.compression,
+                    options.compression_share.is_none(),
+                );
+                if let Some(share) = options.compression_share {
+                    compression.set_share(share);
+                }
+                compression
+            },
             members,
             geometry,
         });
@@ -609,13 +623,26 @@ impl Volume {
     pub fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<()> {
         self.shared.check_writable()?;
         self.shared.check_range(offset_bytes, data.len() as u64)?;
+        // Whole blocks are compressed here, before the state lock (docs/compression.md).
+        let compression = &self.shared.compression;
+        let fragments: Vec<Option<Vec<u8>>> = block_pieces(offset_bytes, data.len())
+            .map(|(_, _, range)| {
+                let piece = &data[range];
+                (piece.len() == BLOCK_SIZE_BYTES && !format::is_all_zero(piece))
+                    .then(|| compression.compress(&self.shared.counters, piece))
+                    .flatten()
+            })
+            .collect();
         let blocks: Vec<BlockWrite> = block_pieces(offset_bytes, data.len())
-            .map(|(logical_block, within, range)| {
+            .zip(fragments.iter())
+            .map(|((logical_block, within, range), fragment)| {
                 let piece = &data[range];
                 if piece.len() < BLOCK_SIZE_BYTES {
                     BlockWrite::Patch(logical_block, within, piece)
                 } else if format::is_all_zero(piece) {
                     BlockWrite::Zero(logical_block)
+                } else if let Some(fragment) = fragment {
+                    BlockWrite::Compressed(logical_block, piece, format::block_checksum(piece), fragment)
                 } else {
                     BlockWrite::Data(logical_block, piece, format::block_checksum(piece))
                 }
@@ -761,6 +788,29 @@ impl Volume {
         volume_stats(&self.cleaner)
     }
 
+    /// Turn compression of new writes on or off while the volume is open (written to the
+    /// superblocks first: the setting holds across opens). Blocks already stored stay as
+    /// they are. Refused on a volume created without compression: its index entries
+    /// cannot name fragments (docs/compression.md).
+    pub fn set_compression(&self, setting: format::CompressionSetting) -> Result<()> {
+        self.shared.check_writable()?;
+        if setting != format::CompressionSetting::Off && !self.shared.geometry.packed_fragments {
+            return Err(Error::InvalidRequest(
+                "this volume was created without compression: its index cannot name compressed fragments; \
+                 create a volume with --compression lz4 and copy the data to it"
+                    .into(),
+            ));
+        }
+        self.shared.members.update_superblock(|superblock| superblock.compression = setting)?;
+        self.shared.compression.set(setting);
+        Ok(())
+    }
+
+    /// Whether new writes are compressed, and the thousandths of them the CPU affords now.
+    pub fn compression(&self) -> (format::CompressionSetting, u32) {
+        (self.shared.compression.setting(), self.shared.compression.share())
+    }
+
     /// Verify every live batch on the members: each block against its checksum, each
     /// parity row and mirror copy against the data. Flushes first when writable, and
     /// holds writers back while it runs.
@@ -878,6 +928,10 @@ fn flush_timer(cleaner: Arc<Cleaner>, interval: Duration) {
             Err(error) => shared.fail(Shutdown::Checkpoint(Arc::new(error))),
         }
         shared.evict_map_pages_if_needed();
+        // The compressed share follows the CPU; the members are busy when the write
+        // queue holds more than one batch waiting for them.
+        let members_busy = shared.state.lock().log.in_flight.len() > 1;
+        shared.compression.control(members_busy);
         // Idle (nothing accepted for a tick): make free segments ahead of the next burst,
         // up to the high watermark.
         let idle = {
@@ -970,7 +1024,25 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
     let core = &cleaner.core;
     let geometry = &core.geometry;
     // Kept by the map as it changes: no scan of the volume per call.
-    let (blocks_mapped, blocks_zero) = core.map.counts();
+    let counts = core.map.counts();
+    let (blocks_mapped, blocks_zero) = (counts.data_blocks + counts.fragment_blocks, counts.zero_blocks);
+    let compression = geometry.packed_fragments.then(|| {
+        let physical = counts.data_blocks as f64
+            + counts.fragment_sixteenths as f64 / crate::layout::format::SIXTEENTHS_PER_BLOCK as f64;
+        let compressed = Counters::get(&core.counters.blocks_compressed);
+        crate::stats::CompressionStatus {
+            setting: core.compression.setting().to_string(),
+            share: core.compression.share() as f64 / crate::io::compression::SHARE_WHOLE as f64,
+            logical_data_blocks: blocks_mapped,
+            fragment_blocks: counts.fragment_blocks,
+            physical_data_blocks: physical,
+            ratio: if physical > 0.0 { blocks_mapped as f64 / physical } else { 1.0 },
+            blocks_compressed: compressed,
+            blocks_whole_incompressible: Counters::get(&core.counters.blocks_whole_incompressible),
+            blocks_whole_by_share: Counters::get(&core.counters.blocks_whole_by_share),
+            mean_fragment_bytes: Counters::get(&core.counters.fragment_bytes) as f64 / compressed.max(1) as f64,
+        }
+    });
     let map_cache = core.map.cache_stats();
     let state = core.state.lock();
     let count_status = |wanted: fn(&SegmentStatus) -> bool| {
@@ -1009,6 +1081,7 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
     });
     VolumeStats {
         write_log,
+        compression,
         volume_uuid: uuid::Uuid::from_bytes(core.volume_uuid).to_string(),
         raid_level: geometry.raid_level.to_string(),
         member_count: geometry.member_count,

@@ -595,7 +595,7 @@ fn invalid_geometries_are_refused_without_touching_the_members() {
         (RaidLevel::Raid5, 4, 4 << 20, 200_000, "fewer than 2 segments"),
     ];
     for &(raid_level, member_count, chunk_size_bytes, spare_ppm, needle) in cases {
-        let create_options = CreateOptions { raid_level, chunk_size_bytes, spare_ppm, volume_uuid: None, force: false };
+        let create_options = CreateOptions { raid_level, chunk_size_bytes, spare_ppm, ..CreateOptions::default() };
         let result = Volume::create(members(&devices[..member_count]), &create_options, &open_options());
         let error = expect_error(result, &format!("{create_options:?}"));
         assert!(matches!(error, Error::InvalidGeometry(_)), "{create_options:?}: got {error:?}");

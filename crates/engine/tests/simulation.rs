@@ -44,6 +44,7 @@
 
 use std::sync::Arc;
 use stripelog_blockdev::{BlockDevice, Prng, SimulatedArray, SimulatedDevice};
+use stripelog_engine::format::CompressionSetting;
 use stripelog_engine::geometry::Role;
 use stripelog_engine::{
     CreateOptions, Error, IoMode, MaintenanceOptions, Mapping, MemberDevice, OpenOptions, RaidLevel, ReplaceOptions,
@@ -249,8 +250,17 @@ fn open_options(seed: u64) -> OpenOptions {
         } else {
             std::time::Duration::from_secs(3600)
         },
+        // Compressed seeds store every compressible block as a fragment, or half of them
+        // (the CPU-adaptive share, fixed here: deterministic).
+        compression_share: compressed(seed).then_some(if seed % 10 == 2 { 1000 } else { 500 }),
         ..OpenOptions::default()
     }
+}
+
+/// A fifth of the seeds run on a volume created with compression, writing compressible
+/// and incompressible blocks (docs/compression.md).
+fn compressed(seed: u64) -> bool {
+    seed % 5 == 2
 }
 
 impl Simulation {
@@ -287,6 +297,7 @@ impl Simulation {
             spare_ppm: 400_000,
             volume_uuid: Some(seed.to_le_bytes().repeat(2).try_into().expect("16 bytes")),
             force: false,
+            compression: if compressed(seed) { CompressionSetting::Lz4 } else { CompressionSetting::Off },
         };
         let members = devices
             .iter()
@@ -501,6 +512,15 @@ impl Simulation {
         let mut block = vec![0u8; BLOCK_SIZE_BYTES];
         if !self.prng.chance(1, 10) {
             self.prng.fill(&mut block);
+            // On compressed seeds, two blocks in three compress (fragments of tens to
+            // thousands of bytes: one to sixteen to a packed block).
+            if compressed(self.seed) && !self.prng.chance(1, 3) {
+                let random_bytes = self.prng.below(BLOCK_SIZE_BYTES as u64) as usize;
+                let pattern = self.prng.below(256) as u8;
+                for (index, byte) in block[random_bytes..].iter_mut().enumerate() {
+                    *byte = pattern.wrapping_add((index / 32) as u8);
+                }
+            }
         }
         block
     }
@@ -811,10 +831,7 @@ impl Simulation {
         let Some(volume) = self.volume.as_ref() else { return };
         let geometry = volume.geometry().clone();
         let live: std::collections::HashSet<u64> = (0..self.model.hot_blocks)
-            .filter_map(|block| match volume.mapping(block) {
-                Ok(Mapping::Data { position }) => Some(position),
-                _ => None,
-            })
+            .filter_map(|block| volume.mapping(block).ok().and_then(Mapping::position))
             .collect();
         let mut candidates: Vec<u64> = live.iter().copied().collect();
         candidates.sort_unstable();

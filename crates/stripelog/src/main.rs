@@ -69,6 +69,11 @@ enum Command {
         after_help = "Examples:\n  stripelog scrub d/m0 d/m1 d/m2 d/m3 d/m4\n  stripelog scrub --control s.sock.control --rate 500MiB --json\nExit status 1 when blocks are beyond repair (they are listed by logical address)."
     )]
     Scrub(maintenance::ScrubArguments),
+    /// Change a volume's setting, served (--control) or offline.
+    #[command(
+        after_help = "Examples:\n  stripelog set compression=off --control s.sock.control\n  stripelog set compression=lz4 d/m0 d/m1 d/m2\nOnly a volume created with --compression lz4 can compress."
+    )]
+    Set(maintenance::SetArguments),
     /// A volume's write log: add or remove one (docs/write-log.md).
     #[command(subcommand)]
     Log(LogCommand),
@@ -178,6 +183,12 @@ struct CreateArguments {
     /// otherwise, naming what it found).
     #[arg(long)]
     force: bool,
+    /// Compress blocks with LZ4 and pack the fragments, up to 16 per block
+    /// (docs/compression.md). Fixed at creation that the volume can compress: one created
+    /// with lz4 can turn it off and on again (`stripelog set compression=off`), one
+    /// created off cannot turn it on.
+    #[arg(long, default_value = "off")]
+    compression: stripelog_engine::format::CompressionSetting,
     /// A write log on this fast device or file (an NVMe namespace, PMEM, a partition of a
     /// drive with power-loss protection): flushes and FUA writes are durable once there.
     /// Twice: a mirrored log (docs/write-log.md).
@@ -716,6 +727,26 @@ fn print_info(stats: &VolumeStats) {
         stats.blocks_mapped,
         stats.blocks_zero
     );
+    if let Some(compression) = &stats.compression {
+        println!(
+            "  compression    {} ({:.0} % of blocks offered now); logical data {}, physical {}: ratio {:.2}; {} \
+             blocks compressed",
+            compression.setting,
+            compression.share * 100.0,
+            format_bytes(compression.logical_data_blocks * block),
+            format_bytes((compression.physical_data_blocks * block as f64) as u64),
+            compression.ratio,
+            compression.fragment_blocks
+        );
+        println!(
+            "                 since open: {} compressed (mean fragment {:.0} bytes), {} stored whole as \
+             incompressible, {} whole for the CPU",
+            compression.blocks_compressed,
+            compression.mean_fragment_bytes,
+            compression.blocks_whole_incompressible,
+            compression.blocks_whole_by_share
+        );
+    }
     println!(
         "  segments       {} used, {} free, {} waiting for a flush, of {}",
         stats.segments_used, stats.segments_free, stats.segments_waiting_for_flush, stats.segments_total
@@ -882,6 +913,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 spare_ppm: arguments.spare,
                 volume_uuid: None,
                 force: arguments.force,
+                compression: arguments.compression,
             };
             let open = OpenOptions { holder_program: "stripelog create".into(), ..OpenOptions::default() };
             let volume = Volume::create(members, &options, &open).map_err(engine_error)?;
@@ -942,6 +974,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Serve(arguments) => serve::serve(arguments),
         Command::Replace(arguments) => maintenance::replace(arguments),
         Command::Scrub(arguments) => maintenance::scrub(arguments),
+        Command::Set(arguments) => maintenance::set(arguments),
         Command::Bench(BenchCommand::Engine(arguments)) => bench_engine(arguments),
         Command::Bench(BenchCommand::Saturate(arguments)) => bench_saturate(arguments),
         Command::Bench(BenchCommand::Scale(arguments)) => bench_scale(arguments),

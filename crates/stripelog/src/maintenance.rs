@@ -37,6 +37,35 @@ pub(crate) struct ReplaceArguments {
 }
 
 #[derive(Args)]
+pub(crate) struct SetArguments {
+    /// The setting, as NAME=VALUE: compression=lz4 or compression=off (new writes only;
+    /// a volume created without compression cannot turn it on).
+    setting: String,
+    #[command(flatten)]
+    volume: VolumeArguments,
+}
+
+/// `stripelog set NAME=VALUE`: on a running server through its control socket, or on the
+/// members offline.
+pub(crate) fn set(arguments: SetArguments) -> Result<ExitCode, String> {
+    let compression = match arguments.setting.split_once('=') {
+        Some(("compression", value)) => value.parse::<stripelog_engine::format::CompressionSetting>()?,
+        _ => return Err(format!("{}: the setting must be compression=lz4 or compression=off", arguments.setting)),
+    };
+    if let Some(control) = &arguments.volume.control {
+        let request =
+            ControlRequest::Set { export: arguments.volume.export.clone(), compression: compression.to_string() };
+        call(control, &request, "set")?;
+    } else {
+        let volume = arguments.volume.open("stripelog set")?;
+        volume.set_compression(compression).map_err(engine_error)?;
+        volume.close().map_err(engine_error)?;
+    }
+    println!("compression={compression}");
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args)]
 pub(crate) struct ScrubArguments {
     /// At most this much read from the members per second (e.g. 500MiB).
     #[arg(long, value_parser = units::parse_size)]
@@ -138,6 +167,11 @@ pub(crate) enum ControlRequest {
     },
     Status {
         export: Option<String>,
+    },
+    /// Change a setting of the served volume (`stripelog set`).
+    Set {
+        export: Option<String>,
+        compression: String,
     },
 }
 

@@ -112,7 +112,8 @@ fn control_request(
     let export = match &request {
         ControlRequest::Replace { export, .. }
         | ControlRequest::Scrub { export, .. }
-        | ControlRequest::Status { export } => export.clone(),
+        | ControlRequest::Status { export }
+        | ControlRequest::Set { export, .. } => export.clone(),
     };
     let (name, volume) = match &export {
         Some(wanted) => volumes.iter().find(|(name, _)| name == wanted),
@@ -141,6 +142,12 @@ fn control_request(
     let to_json = |value: Result<serde_json::Value, serde_json::Error>| value.map_err(|error| error.to_string());
     match request {
         ControlRequest::Status { .. } => to_json(serde_json::to_value(volume.stats())),
+        ControlRequest::Set { compression, .. } => {
+            let setting: stripelog_engine::format::CompressionSetting = compression.parse()?;
+            volume.set_compression(setting).map_err(|error| error.to_string())?;
+            eprintln!("stripelog: export '{name}': compression set to {setting}");
+            Ok(serde_json::json!({ "compression": setting.to_string() }))
+        }
         ControlRequest::Scrub { rate, .. } => {
             eprintln!("stripelog: export '{name}': scrub requested");
             let report = volume

@@ -183,6 +183,7 @@ fn measure(options: &Options, model: &DriveModel, topology: Topology) -> Result<
                 spare_ppm: (spare * 1e6) as u32,
                 volume_uuid: None,
                 force: false,
+                compression: Default::default(),
             };
             let open = OpenOptions { cache_size_bytes: 0, ..OpenOptions::default() };
             let created = Arc::new(

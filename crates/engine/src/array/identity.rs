@@ -69,6 +69,10 @@ pub(crate) fn read_newest_superblock(device: &dyn BlockDevice) -> (Option<Superb
                     SuperblockProblem::NotStripelog => "not a stripelog superblock".to_string(),
                     SuperblockProblem::UnsupportedVersion(version) =>
                         format!("format version {version} is not supported"),
+                    SuperblockProblem::UnknownFeatures(bits) => format!(
+                        "uses incompatible features {bits:#x} this stripelog does not know (a newer stripelog \
+                         created or changed it)"
+                    ),
                     SuperblockProblem::BadChecksum => "checksum mismatch (damaged)".to_string(),
                     SuperblockProblem::Inconsistent(reason) => format!("inconsistent ({reason})"),
                 }

@@ -253,7 +253,11 @@ impl Members {
             superblock.failed_members = self.lost_bits();
             superblock.rebuilding_members = rebuilding;
             superblock.update_sequence += 1;
-            superblock.version = crate::layout::format::SUPERBLOCK_VERSION;
+            superblock.version = if superblock.incompatible_features != 0 {
+                crate::layout::format::SUPERBLOCK_VERSION_WITH_FEATURES
+            } else {
+                crate::layout::format::SUPERBLOCK_VERSION
+            };
             superblock.index_entry_width_bits = superblock.geometry().index_entry_width_bits() as u8;
             superblock.lifetime = self.lifetime_counters();
             for (copy, offset) in SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
@@ -877,8 +881,10 @@ pub(crate) fn create(
     if members.is_empty() {
         return Err(Error::InvalidGeometry("no members given".into()));
     }
+    let compressed = options.compression != crate::layout::format::CompressionSetting::Off;
     let geometry =
-        Geometry::new(options.raid_level, members.len(), options.chunk_size_bytes, options.spare_ppm, smallest)?;
+        Geometry::new(options.raid_level, members.len(), options.chunk_size_bytes, options.spare_ppm, smallest)?
+            .with_packed_fragments(compressed);
     accept(&geometry)?;
     if !options.force {
         for (index, member) in members.iter().enumerate() {
@@ -939,6 +945,9 @@ pub(crate) fn create(
                 lifetime: crate::stats::LifetimeCounters::default(),
                 member_bytes_written: 0,
                 write_log: None,
+                // Compression needs index entries that can name fragments, fixed now.
+                incompatible_features: if compressed { crate::layout::format::FEATURE_PACKED_FRAGMENTS } else { 0 },
+                compression: options.compression,
             };
             superblock.encode(&mut block);
             device.write_at(&block, *offset).map_err(member_error)?;
@@ -1215,6 +1224,10 @@ pub struct CreateOptions {
     /// Overwrite members that hold data or another volume. Without it `create` refuses
     /// them, naming what it found (docs/data-safety.md).
     pub force: bool,
+    /// Compress client blocks (docs/compression.md). A volume created with compression
+    /// can turn it off and on again while served; one created without cannot turn it on
+    /// (its index entries cannot name fragments).
+    pub compression: crate::layout::format::CompressionSetting,
 }
 
 impl Default for CreateOptions {
@@ -1225,6 +1238,7 @@ impl Default for CreateOptions {
             spare_ppm: crate::layout::geometry::DEFAULT_SPARE_PPM,
             volume_uuid: None,
             force: false,
+            compression: crate::layout::format::CompressionSetting::Off,
         }
     }
 }

@@ -72,7 +72,7 @@ impl CheckpointState {
 pub(crate) fn records_digest(records: &[SegmentRecord]) -> u32 {
     let mut bytes = Vec::with_capacity(records.len() * 32);
     for record in records {
-        bytes.extend_from_slice(&record.live_blocks.to_le_bytes());
+        bytes.extend_from_slice(&record.live_units.to_le_bytes());
         bytes.extend_from_slice(&[record.status, record.stream, record.pinned as u8, 0]);
         bytes.extend_from_slice(&record.age_clock.to_le_bytes());
         bytes.extend_from_slice(&record.opened_clock.to_le_bytes());

@@ -30,6 +30,10 @@ pub enum Mapping {
     Zero { segment: u64 },
     /// Trimmed; the record is in `segment`.
     Trimmed { segment: u64 },
+    /// Compressed, a fragment of the packed block at data-space `position` taking
+    /// `sixteenths` (1–16) of it (volumes with packed fragments; docs/compression.md). The
+    /// block's own table says which fragment: the last one of this logical block.
+    Fragment { position: u64, sixteenths: u8 },
 }
 
 impl Mapping {
@@ -37,33 +41,63 @@ impl Mapping {
     pub fn segment(self, blocks_per_segment: u64) -> Option<u64> {
         match self {
             Mapping::Unmapped => None,
-            Mapping::Data { position } => Some(position / blocks_per_segment),
+            Mapping::Data { position } | Mapping::Fragment { position, .. } => Some(position / blocks_per_segment),
             Mapping::Zero { segment } | Mapping::Trimmed { segment } => Some(segment),
+        }
+    }
+
+    /// The data-space position whose block holds the content (data or a packed block).
+    pub fn position(self) -> Option<u64> {
+        match self {
+            Mapping::Data { position } | Mapping::Fragment { position, .. } => Some(position),
+            _ => None,
+        }
+    }
+
+    /// What this mapping adds to its segment's live count (docs/compression.md): a whole
+    /// block [`Geometry::live_units_per_block`], a fragment its sixteenths, a zero or trim
+    /// record one unit (it takes no block: a summary entry).
+    pub fn live_units(self, geometry: &Geometry) -> u64 {
+        match self {
+            Mapping::Unmapped => 0,
+            Mapping::Data { .. } => geometry.live_units_per_block(),
+            Mapping::Fragment { sixteenths, .. } => sixteenths as u64,
+            Mapping::Zero { .. } | Mapping::Trimmed { .. } => 1,
         }
     }
 }
 
 /// How mappings become entries for one volume: `0` unmapped, `1 + p` data at position
-/// `p`, `1 + P + s` zeros recorded in segment `s`, `1 + P + S + s` trimmed there, for `P`
-/// positions and `S` segments; `width_bits` is what the largest value needs.
+/// `p`, `1 + P + s` zeros recorded in segment `s`, `1 + P + S + s` trimmed there, and on
+/// volumes with packed fragments `1 + P + 2S + 16·p + (k − 1)` a fragment of `k`
+/// sixteenths in the packed block at `p`, for `P` positions and `S` segments;
+/// `width_bits` is what the largest value needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EntryCodec {
     positions: u64,
     segments: u64,
+    fragments: bool,
     pub width_bits: u32,
 }
 
+const SIXTEENTHS: u64 = crate::layout::format::SIXTEENTHS_PER_BLOCK as u64;
+
 impl EntryCodec {
     pub fn new(positions: u64, segments: u64) -> EntryCodec {
+        EntryCodec::with_fragments(positions, segments, false)
+    }
+
+    pub fn with_fragments(positions: u64, segments: u64, fragments: bool) -> EntryCodec {
         EntryCodec {
             positions,
             segments,
-            width_bits: crate::layout::geometry::index_entry_width_bits(positions, segments),
+            fragments,
+            width_bits: crate::layout::geometry::index_entry_width_bits(positions, segments, fragments),
         }
     }
 
     pub fn for_geometry(geometry: &Geometry) -> EntryCodec {
-        EntryCodec::new(geometry.physical_data_blocks(), geometry.segment_count())
+        EntryCodec::with_fragments(geometry.physical_data_blocks(), geometry.segment_count(), geometry.packed_fragments)
     }
 
     /// The entry of `mapping`; positions and segments beyond the volume are a caller's bug.
@@ -73,6 +107,11 @@ impl EntryCodec {
             Mapping::Data { position } => 1 + position,
             Mapping::Zero { segment } => 1 + self.positions + segment,
             Mapping::Trimmed { segment } => 1 + self.positions + self.segments + segment,
+            Mapping::Fragment { position, sixteenths } => {
+                assert!(self.fragments, "a fragment on a volume without packed fragments");
+                assert!((1..=SIXTEENTHS).contains(&(sixteenths as u64)), "{mapping:?}: share outside 1-16");
+                1 + self.positions + 2 * self.segments + SIXTEENTHS * position + (sixteenths as u64 - 1)
+            }
         };
         assert!(value >> self.width_bits == 0, "{mapping:?} is beyond the volume");
         value
@@ -84,13 +123,21 @@ impl EntryCodec {
             0 => Mapping::Unmapped,
             value if value <= positions => Mapping::Data { position: value - 1 },
             value if value <= positions + segments => Mapping::Zero { segment: value - 1 - positions },
-            value => Mapping::Trimmed { segment: value - 1 - positions - segments },
+            value if value <= positions + 2 * segments => {
+                Mapping::Trimmed { segment: value - 1 - positions - segments }
+            }
+            value => {
+                let fragment = value - 1 - positions - 2 * segments;
+                Mapping::Fragment { position: fragment / SIXTEENTHS, sixteenths: (fragment % SIXTEENTHS) as u8 + 1 }
+            }
         }
     }
 
-    /// Whether `value` is an entry of this volume (below `1 + P + 2S`).
+    /// Whether `value` is an entry of this volume (below `1 + P + 2S`, or `1 + 17P + 2S`
+    /// with packed fragments).
     pub fn is_valid(&self, value: u64) -> bool {
-        value <= self.positions + 2 * self.segments
+        let fragments = if self.fragments { SIXTEENTHS * self.positions } else { 0 };
+        value <= self.positions + 2 * self.segments + fragments
     }
 
     /// Entries in one index page.
@@ -300,6 +347,17 @@ impl PointerArray {
     }
 }
 
+/// What the map's entries are, counted as they change (no scan): logical blocks stored
+/// whole, recorded as zeros, and stored as fragments with the sixteenths of a block those
+/// take (their physical share).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MapCounts {
+    pub data_blocks: u64,
+    pub zero_blocks: u64,
+    pub fragment_blocks: u64,
+    pub fragment_sixteenths: u64,
+}
+
 /// Cache figures for `info` and the benchmarks.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MapCacheStats {
@@ -331,6 +389,9 @@ pub struct BlockMap {
     /// Entries that are data, and zero records, kept by `set` (no scan for statistics).
     data_blocks: AtomicU64,
     zero_blocks: AtomicU64,
+    /// Entries that are fragments, and the sixteenths of a block they take in all.
+    fragment_blocks: AtomicU64,
+    fragment_sixteenths: AtomicU64,
     /// Pages changed since the last checkpoint took them, and their numbers.
     dirty_pages: AtomicU64,
     dirty_list: Mutex<Vec<u64>>,
@@ -371,6 +432,8 @@ impl BlockMap {
             evictions: AtomicU64::new(0),
             data_blocks: AtomicU64::new(0),
             zero_blocks: AtomicU64::new(0),
+            fragment_blocks: AtomicU64::new(0),
+            fragment_sixteenths: AtomicU64::new(0),
             dirty_pages: AtomicU64::new(0),
             dirty_list: Mutex::new(Vec::new()),
         }
@@ -558,6 +621,14 @@ impl BlockMap {
                 counter.fetch_add(1, Ordering::Relaxed);
             }
         }
+        if let Mapping::Fragment { sixteenths, .. } = old {
+            self.fragment_blocks.fetch_sub(1, Ordering::Relaxed);
+            self.fragment_sixteenths.fetch_sub(sixteenths as u64, Ordering::Relaxed);
+        }
+        if let Mapping::Fragment { sixteenths, .. } = mapping {
+            self.fragment_blocks.fetch_add(1, Ordering::Relaxed);
+            self.fragment_sixteenths.fetch_add(sixteenths as u64, Ordering::Relaxed);
+        }
         Ok(old)
     }
 
@@ -627,14 +698,21 @@ impl BlockMap {
 
     /// Start from a checkpoint's counts (mount, before the map is shared; the directory
     /// gave each page's copy through [`BlockMap::set_copy`]).
-    pub fn start_counts(&self, data: u64, zero: u64) {
-        self.data_blocks.store(data, Ordering::Relaxed);
-        self.zero_blocks.store(zero, Ordering::Relaxed);
+    pub fn start_counts(&self, counts: MapCounts) {
+        self.data_blocks.store(counts.data_blocks, Ordering::Relaxed);
+        self.zero_blocks.store(counts.zero_blocks, Ordering::Relaxed);
+        self.fragment_blocks.store(counts.fragment_blocks, Ordering::Relaxed);
+        self.fragment_sixteenths.store(counts.fragment_sixteenths, Ordering::Relaxed);
     }
 
-    /// Logical blocks mapped to data, and recorded as zeros.
-    pub fn counts(&self) -> (u64, u64) {
-        (self.data_blocks.load(Ordering::Relaxed), self.zero_blocks.load(Ordering::Relaxed))
+    /// Logical blocks mapped to whole data blocks, to zero records, and to fragments.
+    pub fn counts(&self) -> MapCounts {
+        MapCounts {
+            data_blocks: self.data_blocks.load(Ordering::Relaxed),
+            zero_blocks: self.zero_blocks.load(Ordering::Relaxed),
+            fragment_blocks: self.fragment_blocks.load(Ordering::Relaxed),
+            fragment_sixteenths: self.fragment_sixteenths.load(Ordering::Relaxed),
+        }
     }
 
     /// Whether more pages are in RAM than the cache allows.
@@ -805,12 +883,38 @@ mod tests {
     use proptest::prelude::*;
 
     fn any_mapping(codec: EntryCodec) -> impl Strategy<Value = Mapping> {
-        (0u8..4, 0u64..u64::MAX).prop_map(move |(kind, value)| match kind {
+        (0u8..5, 0u64..u64::MAX).prop_map(move |(kind, value)| mapping_of(codec, kind, value))
+    }
+
+    /// A mapping of kind `kind` (0–4; a fragment only where the codec has them) from `value`.
+    fn mapping_of(codec: EntryCodec, kind: u8, value: u64) -> Mapping {
+        match kind {
             0 => Mapping::Unmapped,
             1 => Mapping::Data { position: value % codec.positions },
             2 => Mapping::Zero { segment: value % codec.segments },
+            4 if codec.fragments => {
+                Mapping::Fragment { position: value % codec.positions, sixteenths: (value >> 59) as u8 % 16 + 1 }
+            }
             _ => Mapping::Trimmed { segment: value % codec.segments },
-        })
+        }
+    }
+
+    /// Fragments take 4 more bits on the same volume, and their entries stay apart from
+    /// every other kind (the last trim record and the first fragment are neighbours).
+    #[test]
+    fn fragments_widen_the_entry_and_decode_apart() {
+        let plain = EntryCodec::new(350_000_000, 85_000);
+        let packed = EntryCodec::with_fragments(350_000_000, 85_000, true);
+        assert_eq!((plain.width_bits, packed.width_bits), (29, 33));
+        let first = Mapping::Fragment { position: 0, sixteenths: 1 };
+        let last = Mapping::Fragment { position: 349_999_999, sixteenths: 16 };
+        let last_trim = Mapping::Trimmed { segment: 84_999 };
+        assert_eq!(packed.encode(first), packed.encode(last_trim) + 1);
+        for mapping in [first, last, last_trim, Mapping::Data { position: 349_999_999 }] {
+            assert_eq!(packed.decode(packed.encode(mapping)), mapping);
+        }
+        assert!(packed.is_valid(packed.encode(last)) && !packed.is_valid(packed.encode(last) + 1));
+        assert!(!plain.is_valid(packed.encode(first)));
     }
 
     #[test]
@@ -826,14 +930,10 @@ mod tests {
 
     proptest! {
         #[test]
-        fn entries_round_trip(positions in 1u64..(1 << 40), segments in 1u64..(1 << 24), kind in 0u8..4, value: u64) {
-            let codec = EntryCodec::new(positions, segments);
-            let mapping = match kind {
-                0 => Mapping::Unmapped,
-                1 => Mapping::Data { position: value % positions },
-                2 => Mapping::Zero { segment: value % segments },
-                _ => Mapping::Trimmed { segment: value % segments },
-            };
+        fn entries_round_trip(positions in 1u64..(1 << 40), segments in 1u64..(1 << 24), kind in 0u8..5, value: u64,
+                              fragments: bool) {
+            let codec = EntryCodec::with_fragments(positions, segments, fragments);
+            let mapping = mapping_of(codec, kind, value);
             prop_assert_eq!(codec.decode(codec.encode(mapping)), mapping);
         }
 
@@ -842,18 +942,14 @@ mod tests {
         #[test]
         fn map_matches_a_reference(
             (positions, segments) in (1u64..(1 << 45), 1u64..(1 << 20)),
-            operations in proptest::collection::vec((0u64..3000, any::<u64>(), 0u8..4), 0..300),
+            operations in proptest::collection::vec((0u64..3000, any::<u64>(), 0u8..5), 0..300),
+            fragments: bool,
         ) {
-            let codec = EntryCodec::new(positions, segments);
+            let codec = EntryCodec::with_fragments(positions, segments, fragments);
             let map = BlockMap::new(3000, codec);
             let mut reference = vec![Mapping::Unmapped; 3000];
             for (block, value, kind) in operations {
-                let mapping = match kind {
-                    0 => Mapping::Unmapped,
-                    1 => Mapping::Data { position: value % positions },
-                    2 => Mapping::Zero { segment: value % segments },
-                    _ => Mapping::Trimmed { segment: value % segments },
-                };
+                let mapping = mapping_of(codec, kind, value);
                 let old = map.set(block, mapping).expect("in RAM");
                 prop_assert_eq!(old, reference[block as usize]);
                 reference[block as usize] = mapping;
@@ -863,7 +959,17 @@ mod tests {
             }
             let data = reference.iter().filter(|mapping| matches!(mapping, Mapping::Data { .. })).count() as u64;
             let zero = reference.iter().filter(|mapping| matches!(mapping, Mapping::Zero { .. })).count() as u64;
-            prop_assert_eq!(map.counts(), (data, zero));
+            let fragments: Vec<u64> = reference.iter().filter_map(|mapping| match mapping {
+                Mapping::Fragment { sixteenths, .. } => Some(*sixteenths as u64),
+                _ => None,
+            }).collect();
+            let counts = MapCounts {
+                data_blocks: data,
+                zero_blocks: zero,
+                fragment_blocks: fragments.len() as u64,
+                fragment_sixteenths: fragments.iter().sum(),
+            };
+            prop_assert_eq!(map.counts(), counts);
             prop_assert_eq!(map.iter().collect::<Vec<_>>(), reference);
         }
 

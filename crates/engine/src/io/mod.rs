@@ -14,6 +14,7 @@
 //!   `reuse_fence` for writing, so no reader can be reading a segment being reused.
 
 pub(crate) mod cache;
+pub(crate) mod compression;
 
 use crate::array::members::{Members, ReadPurpose};
 use crate::error::{Error, ReadFailure, Result, Shutdown};
@@ -108,6 +109,8 @@ pub(crate) struct Core {
     pub(crate) write_log: Option<Arc<crate::write_log::WriteLog>>,
     /// Entries in `WriteState::log_staging` (read without the state lock).
     pub(crate) staged_entries: std::sync::atomic::AtomicUsize,
+    /// Whether client blocks are compressed, and the share the CPU affords.
+    pub(crate) compression: compression::Compression,
 }
 
 /// One unit of work for the write loop, per logical block.
@@ -115,6 +118,9 @@ pub(crate) struct Core {
 pub(crate) enum BlockWrite<'a> {
     /// A whole block and its CRC32C (computed before the state lock is taken).
     Data(u64, &'a [u8], u32),
+    /// A whole block, its CRC32C and its LZ4 fragment (compressed before the state lock
+    /// is taken): stored packed (docs/compression.md).
+    Compressed(u64, &'a [u8], u32, &'a [u8]),
     /// A partial block: bytes `data` at `offset_bytes` inside logical block.
     Patch(u64, usize, &'a [u8]),
     Zero(u64),
@@ -313,6 +319,7 @@ impl Core {
         // A partial block is merged with its old content first, and accepted (and logged)
         // as the whole block or zero record it becomes.
         let merged;
+        let merged_fragment;
         let block = match *block {
             BlockWrite::Patch(logical_block, within, data) => {
                 let mut buffer = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
@@ -322,7 +329,12 @@ impl Core {
                 if format::is_all_zero(&merged) {
                     BlockWrite::Zero(logical_block)
                 } else {
-                    BlockWrite::Data(logical_block, &merged, format::block_checksum(&merged))
+                    let checksum = format::block_checksum(&merged);
+                    merged_fragment = self.compression.compress(&self.counters, &merged);
+                    match &merged_fragment {
+                        Some(fragment) => BlockWrite::Compressed(logical_block, &merged, checksum, fragment),
+                        None => BlockWrite::Data(logical_block, &merged, checksum),
+                    }
                 }
             }
             whole => whole,
@@ -333,6 +345,10 @@ impl Core {
                 // while the state lock is held (eviction takes it too), so `remap` cannot fail.
                 self.map.ensure_resident_for(logical_block)?;
                 self.accept_data(state, logical_block, data, checksum, None)
+            }
+            BlockWrite::Compressed(logical_block, _, checksum, fragment) => {
+                self.map.ensure_resident_for(logical_block)?;
+                self.accept_fragment(state, logical_block, fragment, checksum, None)
             }
             BlockWrite::Zero(logical_block) => self.accept_range(state, logical_block, false)?,
             BlockWrite::Trim(logical_block) => self.accept_range(state, logical_block, true)?,
@@ -350,7 +366,8 @@ impl Core {
         use crate::layout::write_log::{LogEntry, LogEntryKind};
         let batch_sequence = state.log.open.as_ref().map_or(state.log.next_sequence, |open| open.sequence);
         let (logical_block, kind, checksum, data) = match *block {
-            BlockWrite::Data(logical_block, data, checksum) => {
+            BlockWrite::Data(logical_block, data, checksum)
+            | BlockWrite::Compressed(logical_block, data, checksum, _) => {
                 (logical_block, LogEntryKind::Data, checksum, Some(data))
             }
             BlockWrite::Zero(logical_block) => (logical_block, LogEntryKind::Zero, 0, None),
@@ -386,6 +403,34 @@ impl Core {
         true
     }
 
+    /// Accept a compressed block — `fragment`, the LZ4 form of logical block
+    /// `logical_block`, whose block checksum is `checksum` — into the open batch's packed
+    /// block (`false`: the batch is full). `relocated` as for [`Core::accept_data`].
+    pub(crate) fn accept_fragment(
+        &self,
+        state: &mut WriteState,
+        logical_block: u64,
+        fragment: &[u8],
+        checksum: u32,
+        relocated: Option<(u8, u64)>,
+    ) -> bool {
+        let lifetime_class = relocated.map_or(format::LIFETIME_CLASS_UNKNOWN, |(class, _)| class);
+        let sixteenths = crate::layout::packed::sixteenths(fragment.len());
+        let open = state.log.open.as_mut().expect("an open batch");
+        let Some((index, block_checksum)) =
+            open.append_fragment(logical_block, fragment, checksum, lifetime_class, sixteenths)
+        else {
+            return false;
+        };
+        let position = self.record_checksum(state, index, block_checksum);
+        if let Some((_, clock)) = relocated {
+            let open = state.log.open.as_mut().expect("an open batch");
+            open.oldest_clock = open.oldest_clock.min(clock);
+        }
+        self.remap(state, logical_block, Mapping::Fragment { position, sixteenths });
+        true
+    }
+
     /// Put `block` in the open batch's next data slot, described by `entry`, and record its
     /// checksum for its position: the position, or `None` when the batch is full.
     fn append_block(&self, state: &mut WriteState, block: &[u8], checksum: u32, entry: Entry) -> Option<u64> {
@@ -394,16 +439,23 @@ impl Core {
             return None;
         };
         open.block_mut(index).copy_from_slice(block);
+        open.push_entry(entry);
+        Some(self.record_checksum(state, index, checksum))
+    }
+
+    /// Record `checksum` for the position of batch index `index` of the open batch (in its
+    /// segment's table, which readers of the members verify with): its position.
+    fn record_checksum(&self, state: &mut WriteState, index: u32, checksum: u32) -> u64 {
+        let open = state.log.open.as_ref().expect("an open batch");
         let (row, column) = open.place(index);
         let position = self.geometry.position(open.segment, open.first_row + row, column);
-        open.push_entry(entry);
         let segment = open.segment;
         let offset = position % self.geometry.blocks_per_segment();
         match &state.current_checksums[open.stream] {
             Some((current, table)) if *current == segment => table.set(offset, checksum),
             _ => self.current_table(segment).set(offset, checksum),
         }
-        Some(position)
+        position
     }
 
     pub(crate) fn accept_range(&self, state: &mut WriteState, logical_block: u64, trim: bool) -> Result<bool> {
@@ -412,7 +464,7 @@ impl Core {
             Mapping::Unmapped => true,
             Mapping::Trimmed { .. } => true,
             Mapping::Zero { .. } => !trim,
-            Mapping::Data { .. } => false,
+            Mapping::Data { .. } | Mapping::Fragment { .. } => false,
         };
         if redundant {
             return Ok(true);
@@ -449,15 +501,18 @@ impl Core {
             .expect("the index page is in RAM: looked up under the state lock, which eviction needs");
         if let Some(open) = state.log.open.as_mut().filter(|open| !open.relocation) {
             // The old version lived since its segment's oldest clock (no per-block time).
-            if let (Mapping::Data { .. }, Some(segment)) = (mapping, old.segment(per_segment)) {
+            if let (Mapping::Data { .. } | Mapping::Fragment { .. }, Some(segment)) =
+                (mapping, old.segment(per_segment))
+            {
                 let class = state.lifetimes.class_since(state.space.segments[segment as usize].opened_clock);
                 open.set_last_lifetime_class(logical_block, class);
             }
             state.lifetimes.write_clock += 1;
         }
         if let Some(segment) = mapping.segment(per_segment) {
-            state.space.segments[segment as usize].live_blocks += 1;
+            state.space.segments[segment as usize].live_units += mapping.live_units(&self.geometry);
         }
+        // (A packed block stays cached: its other fragments may still be live.)
         if let (Some(cache), Mapping::Data { position }) = (&self.cache, old) {
             // Its cache entry goes when the batch is written (member workers), or now when
             // the batch already names too many.
@@ -471,8 +526,8 @@ impl Core {
         if let Some(segment) = old.segment(per_segment) {
             let killer = state.log.open.as_ref().map_or(state.log.next_sequence, |open| open.sequence);
             let usage = &mut state.space.segments[segment as usize];
-            usage.live_blocks -= 1;
-            if usage.live_blocks == 0 && usage.status == SegmentStatus::Used {
+            usage.live_units -= old.live_units(&self.geometry);
+            if usage.live_units == 0 && usage.status == SegmentStatus::Used {
                 usage.status = SegmentStatus::WaitingForFlush(killer);
             }
         }
@@ -553,7 +608,8 @@ impl Core {
     ) -> Option<u64> {
         let checksum = format::block_checksum(block);
         let position = self.append_block(state, block, checksum, Entry::Page { kind, number, checksum })?;
-        state.space.segments[(position / self.geometry.blocks_per_segment()) as usize].live_blocks += 1;
+        state.space.segments[(position / self.geometry.blocks_per_segment()) as usize].live_units +=
+            self.geometry.live_units_per_block();
         Some(position)
     }
 
@@ -592,7 +648,7 @@ impl Core {
             self.checksums.unpin(current.segment);
             let usage = &mut state.space.segments[current.segment as usize];
             usage.left_at_generation = state.space.checkpoints.snapshot;
-            usage.status = if usage.live_blocks == 0 {
+            usage.status = if usage.live_units == 0 {
                 SegmentStatus::WaitingForFlush(state.log.last_sealed_sequence)
             } else {
                 SegmentStatus::Used
@@ -646,7 +702,7 @@ impl Core {
             state.current_checksums[stream] = None;
             self.checksums.unpin(header.segment);
             usage.left_at_generation = state.space.checkpoints.snapshot;
-            usage.status = if usage.live_blocks == 0 {
+            usage.status = if usage.live_units == 0 {
                 SegmentStatus::WaitingForFlush(header.sequence)
             } else {
                 SegmentStatus::Used
@@ -989,11 +1045,25 @@ impl Core {
     pub(crate) fn read_block(&self, logical_block: u64, out: &mut [u8], held: Option<&WriteState>) -> Result<()> {
         match self.map.get(logical_block)? {
             Mapping::Data { position } => self.read_position(position, logical_block, out, held),
+            Mapping::Fragment { position, .. } => {
+                let mut packed_block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+                self.read_position(position, logical_block, &mut packed_block, held)?;
+                self.decompress(&packed_block, logical_block, out)
+            }
             _ => {
                 out.fill(0);
                 Ok(())
             }
         }
+    }
+
+    /// Take logical block `logical_block` out of `packed_block` (already proven by its
+    /// position's checksum) into `out`, proven by its own checksum.
+    pub(crate) fn decompress(&self, packed_block: &[u8], logical_block: u64, out: &mut [u8]) -> Result<()> {
+        crate::layout::packed::extract(packed_block, logical_block, out).map_err(|problem| {
+            Counters::add(&self.counters.unrecoverable_reads, 1);
+            Error::Unrecoverable { logical_block, reason: ReadFailure::BadFragment(problem) }
+        })
     }
 
     /// Read the block at data-space `position` (which holds `logical_block`) into `out`:
@@ -1042,6 +1112,17 @@ impl Core {
         match self.map.get_if_resident(logical_block) {
             None => Lookup::OnMembers,
             Some(Mapping::Data { position }) => self.position_from_memory(position, out, held),
+            Some(Mapping::Fragment { position, .. }) => {
+                let mut packed_block = [0u8; BLOCK_SIZE_BYTES];
+                match self.position_from_memory(position, &mut packed_block, held) {
+                    // A fragment that does not come out is left to the member path, which
+                    // reports it.
+                    Lookup::Served if crate::layout::packed::extract(&packed_block, logical_block, out).is_ok() => {
+                        Lookup::Served
+                    }
+                    _ => Lookup::OnMembers,
+                }
+            }
             Some(_) => {
                 out.fill(0);
                 Lookup::Served
@@ -1163,8 +1244,12 @@ impl Core {
         self.for_each_summary(segment, sealed_rows, held, &mut |(summary, index), checksum, position_of| {
             table.set(position_of(index) % per_segment, checksum);
             for (data_index, entry) in format::batch_entries(std::iter::once((summary, index))) {
-                if let (Some(data_index), Entry::Data { checksum, .. } | Entry::Page { checksum, .. }) =
-                    (data_index, entry)
+                // (A further fragment's checksum is its decompressed block's, not its
+                // packed block's: the packed block's is its `Packed` entry's.)
+                if let (
+                    Some(data_index),
+                    Entry::Data { checksum, .. } | Entry::Page { checksum, .. } | Entry::Packed { checksum, .. },
+                ) = (data_index, entry)
                 {
                     table.set(position_of(data_index) % per_segment, checksum);
                 }

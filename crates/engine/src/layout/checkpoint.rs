@@ -158,7 +158,7 @@ impl DirectoryPage {
 /// One segment's record in a segment table page.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SegmentRecord {
-    pub live_blocks: u32,
+    pub live_units: u32,
     /// 0 free, 1 used, 2 current, 3 waiting for its death to be durable, 4 reserved.
     pub status: u8,
     pub stream: u8,
@@ -184,7 +184,7 @@ impl SegmentTablePage {
         encode_header(block, SEGMENT_TABLE_PAGE_MAGIC, [0, 0], uuid, self.first_segment, self.generation);
         for (index, record) in self.records.iter().enumerate() {
             let offset = HEADER_BYTES + index * SEGMENT_RECORD_BYTES;
-            put(block, offset, &record.live_blocks.to_le_bytes());
+            put(block, offset, &record.live_units.to_le_bytes());
             block[offset + 4] = record.status;
             block[offset + 5] = record.stream;
             block[offset + 6] = record.pinned as u8;
@@ -205,7 +205,7 @@ impl SegmentTablePage {
                 return None;
             }
             records.push(SegmentRecord {
-                live_blocks: read_u32(block, offset),
+                live_units: read_u32(block, offset),
                 status: block[offset + 4],
                 stream: block[offset + 5],
                 pinned: block[offset + 6] == 1,
@@ -252,6 +252,9 @@ pub struct CheckpointRoot {
     /// read every index page to count them).
     pub data_blocks: u64,
     pub zero_blocks: u64,
+    /// Entries that are fragments and the sixteenths they take (zero before compression).
+    pub fragment_blocks: u64,
+    pub fragment_sixteenths: u64,
 }
 
 const ROOT_STREAMS_OFFSET: usize = 64;
@@ -287,6 +290,8 @@ impl CheckpointRoot {
         put(block, ROOT_LAST_SEGMENT_OFFSET + 8, &self.epoch.to_le_bytes());
         put(block, ROOT_LAST_SEGMENT_OFFSET + 16, &self.data_blocks.to_le_bytes());
         put(block, ROOT_LAST_SEGMENT_OFFSET + 24, &self.zero_blocks.to_le_bytes());
+        put(block, ROOT_LAST_SEGMENT_OFFSET + 32, &self.fragment_blocks.to_le_bytes());
+        put(block, ROOT_LAST_SEGMENT_OFFSET + 40, &self.fragment_sixteenths.to_le_bytes());
         seal(block);
     }
 
@@ -318,6 +323,8 @@ impl CheckpointRoot {
             epoch: read_u64(block, ROOT_LAST_SEGMENT_OFFSET + 8),
             data_blocks: read_u64(block, ROOT_LAST_SEGMENT_OFFSET + 16),
             zero_blocks: read_u64(block, ROOT_LAST_SEGMENT_OFFSET + 24),
+            fragment_blocks: read_u64(block, ROOT_LAST_SEGMENT_OFFSET + 32),
+            fragment_sixteenths: read_u64(block, ROOT_LAST_SEGMENT_OFFSET + 40),
         })
     }
 }
@@ -394,8 +401,8 @@ mod tests {
                                               (any::<u32>(), 0u8..5, 0u8..5, any::<bool>(), any::<u64>(), any::<u64>(), any::<u32>()),
                                               SEGMENT_RECORDS_PER_PAGE),
                                           flip in 0usize..BLOCK_SIZE_BYTES * 8) {
-            let records = records.into_iter().map(|(live_blocks, status, stream, pinned, age_clock, opened_clock, sealed_rows)| {
-                SegmentRecord { live_blocks, status, stream, pinned, age_clock, opened_clock, sealed_rows }
+            let records = records.into_iter().map(|(live_units, status, stream, pinned, age_clock, opened_clock, sealed_rows)| {
+                SegmentRecord { live_units, status, stream, pinned, age_clock, opened_clock, sealed_rows }
             }).collect();
             let page = SegmentTablePage { first_segment, generation, records };
             let mut block = vec![0u8; BLOCK_SIZE_BYTES];
@@ -419,6 +426,7 @@ mod tests {
                 generation, sequence, write_clock: clock, durable_through_sequence: sequence / 2, streams,
                 index_tree_depth: 2, segment_tree_depth: 1, index_top, segment_top, last_segment: generation ^ 7, epoch: clock ^ 3,
                 data_blocks: generation ^ 11, zero_blocks: sequence ^ 13,
+                fragment_blocks: generation ^ 17, fragment_sixteenths: sequence ^ 19,
             };
             let mut block = vec![0u8; BLOCK_SIZE_BYTES];
             root.encode(&mut block, &UUID);

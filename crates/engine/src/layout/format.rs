@@ -10,12 +10,26 @@ use crate::stats::LIFETIME_COUNTER_COUNT;
 /// open of such a volume is refused until `stripelog upgrade` rewrites it (its summaries
 /// may then be version 2, which older code cannot read).
 pub const SUPERBLOCK_VERSION: u32 = 3;
+/// The superblock version written while an incompatible feature is in use (offset 2360
+/// says which): a stripelog that does not know the feature must refuse the volume. No
+/// feature in use: [`SUPERBLOCK_VERSION`] is written, readable by older code.
+pub const SUPERBLOCK_VERSION_WITH_FEATURES: u32 = 4;
+/// Incompatible feature bit 1: index entries and summaries may name packed fragments
+/// (docs/compression.md); set by `create --compression` and never cleared.
+pub const FEATURE_PACKED_FRAGMENTS: u64 = 1 << 1;
+/// The incompatible features this code knows (bit 0, a write log on the members, is
+/// planned, not built: a volume with it is refused).
+pub const KNOWN_FEATURES: u64 = FEATURE_PACKED_FRAGMENTS;
 /// The superblock version before the index fields (entry width, checkpoint root).
 pub const SUPERBLOCK_VERSION_WITHOUT_INDEX: u32 = 2;
 /// The superblock version before member identity and the holder record.
 pub const SUPERBLOCK_VERSION_WITHOUT_IDENTITY: u32 = 1;
-/// Version of batch summary blocks written by this code.
-pub const SUMMARY_VERSION: u16 = 2;
+/// Version of batch summary blocks holding packed fragments (entry kinds 8 and 9); a
+/// summary without them is written as [`SUMMARY_VERSION_WITHOUT_FRAGMENTS`], so that a
+/// volume that never stored a fragment stays readable by older code.
+pub const SUMMARY_VERSION: u16 = 3;
+/// Summaries before entry kinds 8 and 9.
+pub const SUMMARY_VERSION_WITHOUT_FRAGMENTS: u16 = 2;
 /// Summaries before the write clock, the stream, the forward link and the lifetime class
 /// (read as: clock unknown, class unknown, no link).
 pub const SUMMARY_VERSION_WITHOUT_CLOCKS: u16 = 1;
@@ -192,6 +206,60 @@ pub struct Superblock {
     pub member_bytes_written: u64,
     /// The volume's write log (docs/write-log.md), if it has one.
     pub write_log: Option<WriteLogReference>,
+    /// Incompatible features in use ([`KNOWN_FEATURES`]); zero: none, version 3.
+    pub incompatible_features: u64,
+    /// How new writes are stored: [`CompressionSetting`] (changeable while served).
+    pub compression: CompressionSetting,
+}
+
+/// Whether new writes are compressed (superblock byte 2337).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CompressionSetting {
+    #[default]
+    Off,
+    Lz4,
+}
+
+impl CompressionSetting {
+    pub fn code(self) -> u8 {
+        match self {
+            CompressionSetting::Off => 0,
+            CompressionSetting::Lz4 => 1,
+        }
+    }
+
+    pub fn from_code(code: u8) -> Option<CompressionSetting> {
+        match code {
+            0 => Some(CompressionSetting::Off),
+            1 => Some(CompressionSetting::Lz4),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CompressionSetting::Off => "off",
+            CompressionSetting::Lz4 => "lz4",
+        }
+    }
+}
+
+impl std::str::FromStr for CompressionSetting {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "off" => Ok(CompressionSetting::Off),
+            "lz4" | "on" => Ok(CompressionSetting::Lz4),
+            other => Err(format!("compression '{other}': expected lz4 or off")),
+        }
+    }
+}
+
+impl std::fmt::Display for CompressionSetting {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.name())
+    }
 }
 
 /// Where a volume's write log is: its UUID and its devices' paths (two for a mirror).
@@ -223,6 +291,8 @@ pub struct CheckpointReference {
 pub enum SuperblockProblem {
     NotStripelog,
     UnsupportedVersion(u32),
+    /// Incompatible feature bits this code does not know (a newer stripelog wrote them).
+    UnknownFeatures(u64),
     BadChecksum,
     Inconsistent(String),
 }
@@ -231,7 +301,9 @@ impl Superblock {
     pub fn encode(&self, block: &mut [u8]) {
         block[..BLOCK_SIZE_BYTES].fill(0);
         put(block, 0, SUPERBLOCK_MAGIC);
-        put(block, 8, &SUPERBLOCK_VERSION.to_le_bytes());
+        let version =
+            if self.incompatible_features != 0 { SUPERBLOCK_VERSION_WITH_FEATURES } else { SUPERBLOCK_VERSION };
+        put(block, 8, &version.to_le_bytes());
         put(block, 12, &self.copy.to_le_bytes());
         put(block, 16, &self.volume_uuid);
         put(block, 32, &self.member_index.to_le_bytes());
@@ -274,7 +346,9 @@ impl Superblock {
             put(block, 2328, &checkpoint.sequence.to_le_bytes());
         }
         block[2336] = self.index_entry_width_bits;
+        block[2337] = self.compression.code();
         put(block, 2352, &self.member_bytes_written.to_le_bytes());
+        put(block, 2360, &self.incompatible_features.to_le_bytes());
         for (index, value) in self.lifetime.to_array().iter().enumerate() {
             put(block, LIFETIME_COUNTERS_OFFSET + 8 * index, &value.to_le_bytes());
         }
@@ -293,11 +367,30 @@ impl Superblock {
             return Err(SuperblockProblem::NotStripelog);
         }
         let version = read_u32(block, 8);
-        if !(SUPERBLOCK_VERSION_WITHOUT_IDENTITY..=SUPERBLOCK_VERSION).contains(&version) {
+        if !(SUPERBLOCK_VERSION_WITHOUT_IDENTITY..=SUPERBLOCK_VERSION_WITH_FEATURES).contains(&version) {
             return Err(SuperblockProblem::UnsupportedVersion(version));
         }
         if !checksum_matches(block) {
             return Err(SuperblockProblem::BadChecksum);
+        }
+        let incompatible_features = if version >= SUPERBLOCK_VERSION_WITH_FEATURES { read_u64(block, 2360) } else { 0 };
+        if incompatible_features & !KNOWN_FEATURES != 0 {
+            return Err(SuperblockProblem::UnknownFeatures(incompatible_features & !KNOWN_FEATURES));
+        }
+        if version >= SUPERBLOCK_VERSION_WITH_FEATURES && incompatible_features == 0 {
+            return Err(SuperblockProblem::Inconsistent(format!("version {version} names no incompatible feature")));
+        }
+        let compression = if version >= SUPERBLOCK_VERSION {
+            CompressionSetting::from_code(block[2337]).ok_or_else(|| {
+                SuperblockProblem::Inconsistent(format!("unknown compression setting {}", block[2337]))
+            })?
+        } else {
+            CompressionSetting::Off
+        };
+        if compression != CompressionSetting::Off && incompatible_features & FEATURE_PACKED_FRAGMENTS == 0 {
+            return Err(SuperblockProblem::Inconsistent(
+                "compression is set on a volume created without packed fragments".into(),
+            ));
         }
         let copy = read_u32(block, 12);
         if copy != expected_copy {
@@ -340,6 +433,8 @@ impl Superblock {
             lifetime: LifetimeCounters::default(),
             member_bytes_written: 0,
             write_log: None,
+            incompatible_features,
+            compression,
         };
         // The geometry must be one we would have created, and agree with its own sizes.
         let geometry = Geometry::new(
@@ -446,6 +541,7 @@ impl Superblock {
             chunk_size_bytes: self.chunk_size_bytes,
             spare_ppm: self.spare_ppm,
             member_size_bytes: self.member_size_bytes,
+            packed_fragments: self.incompatible_features & FEATURE_PACKED_FRAGMENTS != 0,
         }
     }
 
@@ -518,6 +614,15 @@ pub enum Entry {
     /// the page numbered `number` of its kind. Replay and the cleaner pass over it; only
     /// the checkpoint that names it gives it meaning.
     Page { kind: PageKind, number: u64, checksum: u32 },
+    /// Logical block `logical_block` is the first fragment of a packed block, which is the
+    /// next data block of the group (docs/compression.md). `checksum`: the packed block's
+    /// block checksum (final when its batch is sealed); `sixteenths`: the fragment's share
+    /// of the block, 1–16.
+    Packed { logical_block: u64, checksum: u32, lifetime_class: u8, sixteenths: u8 },
+    /// Logical block `logical_block` is a further fragment of the packed block the latest
+    /// `Packed` entry of the same summary opened (it takes no block of its own).
+    /// `checksum`: the block checksum of the block the fragment decompresses to.
+    Fragment { logical_block: u64, checksum: u32, lifetime_class: u8, sixteenths: u8 },
 }
 
 /// What a checkpoint block in the log is.
@@ -536,10 +641,23 @@ const ENTRY_KIND_INDEX_PAGE: u8 = 4;
 const ENTRY_KIND_DIRECTORY_PAGE: u8 = 5;
 const ENTRY_KIND_SEGMENT_TABLE_PAGE: u8 = 6;
 const ENTRY_KIND_CHECKPOINT_ROOT: u8 = 7;
+const ENTRY_KIND_PACKED: u8 = 8;
+const ENTRY_KIND_FRAGMENT: u8 = 9;
+/// A fragment's share of its packed block, in sixteenths: 1 … this.
+pub const SIXTEENTHS_PER_BLOCK: u8 = 16;
 
 impl Entry {
     fn encode(&self, bytes: &mut [u8]) {
+        let mut share = 0u8;
         let (kind, class, value, logical_block) = match *self {
+            Entry::Packed { logical_block, checksum, lifetime_class, sixteenths } => {
+                share = sixteenths;
+                (ENTRY_KIND_PACKED, lifetime_class, checksum, logical_block)
+            }
+            Entry::Fragment { logical_block, checksum, lifetime_class, sixteenths } => {
+                share = sixteenths;
+                (ENTRY_KIND_FRAGMENT, lifetime_class, checksum, logical_block)
+            }
             Entry::Data { logical_block, checksum, lifetime_class } => {
                 (ENTRY_KIND_DATA, lifetime_class, checksum, logical_block)
             }
@@ -558,6 +676,7 @@ impl Entry {
         bytes[..ENTRY_SIZE_BYTES].fill(0);
         bytes[0] = kind;
         bytes[1] = class;
+        bytes[2] = share;
         put(bytes, 4, &value.to_le_bytes());
         put(bytes, 8, &logical_block.to_le_bytes());
     }
@@ -570,6 +689,16 @@ impl Entry {
             ENTRY_KIND_DATA => Some(Entry::Data { logical_block, checksum: value, lifetime_class }),
             ENTRY_KIND_ZERO if value > 0 => Some(Entry::Zero { logical_block, block_count: value }),
             ENTRY_KIND_TRIM if value > 0 => Some(Entry::Trim { logical_block, block_count: value }),
+            kind @ (ENTRY_KIND_PACKED | ENTRY_KIND_FRAGMENT)
+                if version >= SUMMARY_VERSION && (1..=SIXTEENTHS_PER_BLOCK).contains(&bytes[2]) =>
+            {
+                let (checksum, sixteenths) = (value, bytes[2]);
+                Some(if kind == ENTRY_KIND_PACKED {
+                    Entry::Packed { logical_block, checksum, lifetime_class, sixteenths }
+                } else {
+                    Entry::Fragment { logical_block, checksum, lifetime_class, sixteenths }
+                })
+            }
             kind @ ENTRY_KIND_INDEX_PAGE..=ENTRY_KIND_CHECKPOINT_ROOT if version > SUMMARY_VERSION_WITHOUT_CLOCKS => {
                 let kind = match kind {
                     ENTRY_KIND_INDEX_PAGE => PageKind::Index,
@@ -586,7 +715,12 @@ impl Entry {
     /// Whether the entry describes the next block of its group (data or a checkpoint page),
     /// rather than a range of logical blocks.
     pub fn has_block(&self) -> bool {
-        matches!(self, Entry::Data { .. } | Entry::Page { .. })
+        matches!(self, Entry::Data { .. } | Entry::Page { .. } | Entry::Packed { .. })
+    }
+
+    /// Whether the entry names a packed fragment (kind 8 or 9).
+    pub fn is_fragment(&self) -> bool {
+        matches!(self, Entry::Packed { .. } | Entry::Fragment { .. })
     }
 }
 
@@ -649,7 +783,12 @@ impl Summary {
         let header = &self.header;
         block[..BLOCK_SIZE_BYTES].fill(0);
         put(block, 0, SUMMARY_MAGIC);
-        put(block, 8, &SUMMARY_VERSION.to_le_bytes());
+        let version = if self.entries.iter().any(Entry::is_fragment) {
+            SUMMARY_VERSION
+        } else {
+            SUMMARY_VERSION_WITHOUT_FRAGMENTS
+        };
+        put(block, 8, &version.to_le_bytes());
         put(block, 10, &self.summary_index.to_le_bytes());
         put(block, 12, &(self.entries.len() as u16).to_le_bytes());
         put(block, 16, &header.volume_uuid);
@@ -710,9 +849,17 @@ impl Summary {
             stream,
         };
         let mut entries = Vec::with_capacity(entry_count);
+        let mut packed_block_open = false;
         for index in 0..entry_count {
             let offset = ENTRIES_OFFSET + index * ENTRY_SIZE_BYTES;
-            entries.push(Entry::decode(&block[offset..offset + ENTRY_SIZE_BYTES], version)?);
+            let entry = Entry::decode(&block[offset..offset + ENTRY_SIZE_BYTES], version)?;
+            // A further fragment belongs to the packed block an earlier entry opened.
+            match entry {
+                Entry::Packed { .. } => packed_block_open = true,
+                Entry::Fragment { .. } if !packed_block_open => return None,
+                _ => {}
+            }
+            entries.push(entry);
         }
         Some(Summary { header, summary_index: read_u16(block, 10), entries })
     }
@@ -766,16 +913,24 @@ pub fn next_summary_index(index: u32, summary: &Summary) -> u32 {
 
 /// Every entry of a batch, in order, with the batch index of the data block it describes
 /// (`None` for range entries, which describe no block), given the batch's summaries with
-/// their batch indices. Each data entry consumes the next block of its group.
+/// their batch indices. Each data entry consumes the next block of its group; a further
+/// fragment (kind 9) is in the packed block its summary's latest kind-8 entry opened, whose
+/// index it is given (its checksum is not that block's).
 pub fn batch_entries<'a>(
     summaries: impl IntoIterator<Item = (&'a Summary, u32)> + 'a,
 ) -> impl Iterator<Item = (Option<u32>, Entry)> + 'a {
     summaries.into_iter().flat_map(|(summary, summary_index)| {
         let mut next_block = summary_index + 1;
+        let mut packed_block = None;
         summary.entries.iter().map(move |entry| {
             if entry.has_block() {
                 next_block += 1;
+                if matches!(entry, Entry::Packed { .. }) {
+                    packed_block = Some(next_block - 1);
+                }
                 (Some(next_block - 1), *entry)
+            } else if matches!(entry, Entry::Fragment { .. }) {
+                (packed_block, *entry)
             } else {
                 (None, *entry)
             }
@@ -810,6 +965,11 @@ mod tests {
                     [PageKind::Index, PageKind::Directory, PageKind::SegmentTable, PageKind::Root][kind as usize];
                 Entry::Page { kind, number, checksum }
             }),
+            (any::<u64>(), any::<u32>(), any::<u8>(), 1u8..=SIXTEENTHS_PER_BLOCK).prop_map(
+                |(logical_block, checksum, lifetime_class, sixteenths)| {
+                    Entry::Packed { logical_block, checksum, lifetime_class, sixteenths }
+                }
+            ),
         ]
     }
 
@@ -875,7 +1035,77 @@ mod tests {
             lifetime: LifetimeCounters::from_array(std::array::from_fn(|index| 1000 + index as u64)),
             member_bytes_written: 1 << 40,
             write_log: Some(WriteLogReference { log_uuid: [9; 16], paths: vec!["/dev/pmem0".into(), "/x".into()] }),
+            incompatible_features: 0,
+            compression: CompressionSetting::Off,
         }
+    }
+
+    /// A volume with packed fragments is written as version 4 (older code refuses it);
+    /// bits this code does not know, a version 4 naming none, and compression on a volume
+    /// without the feature are refused, each named.
+    #[test]
+    fn incompatible_features_are_version_4_and_unknown_ones_are_refused() {
+        let mut superblock = sample_superblock();
+        superblock.incompatible_features = FEATURE_PACKED_FRAGMENTS;
+        superblock.compression = CompressionSetting::Lz4;
+        superblock.version = SUPERBLOCK_VERSION_WITH_FEATURES;
+        let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+        superblock.encode(&mut block);
+        assert_eq!(read_u32(&block, 8), SUPERBLOCK_VERSION_WITH_FEATURES);
+        assert_eq!(Superblock::decode(&block, 1).unwrap(), superblock);
+        assert!(superblock.geometry().packed_fragments);
+        let with = |edit: &dyn Fn(&mut Vec<u8>)| {
+            let mut changed = block.clone();
+            edit(&mut changed);
+            seal(&mut changed);
+            Superblock::decode(&changed, 1)
+        };
+        assert_eq!(with(&|block| block[2360] |= 0b101), Err(SuperblockProblem::UnknownFeatures(0b101)));
+        assert!(matches!(with(&|block| block[2360] = 0), Err(SuperblockProblem::Inconsistent(_))));
+        assert!(matches!(with(&|block| block[2337] = 7), Err(SuperblockProblem::Inconsistent(_))));
+        superblock.incompatible_features = 0;
+        superblock.encode(&mut block);
+        assert_eq!(read_u32(&block, 8), SUPERBLOCK_VERSION);
+        assert!(
+            matches!(Superblock::decode(&block, 1), Err(SuperblockProblem::Inconsistent(_))),
+            "lz4 without the bit"
+        );
+    }
+
+    /// Kinds 8 and 9 round-trip in a summary of version 3 (a summary without them stays
+    /// version 2); a further fragment before any packed block, or a share outside 1–16,
+    /// is not a summary; a further fragment is given its packed block's batch index.
+    #[test]
+    fn fragment_entries_round_trip_and_are_checked() {
+        let header = sample_header();
+        let packed = Entry::Packed { logical_block: 5, checksum: 11, lifetime_class: 2, sixteenths: 7 };
+        let fragment = Entry::Fragment { logical_block: 9, checksum: 12, lifetime_class: 3, sixteenths: 16 };
+        let data = Entry::Data { logical_block: 1, checksum: 13, lifetime_class: 0 };
+        let zero = Entry::Zero { logical_block: 2, block_count: 3 };
+        let summary = Summary { header, summary_index: 0, entries: vec![data, packed, zero, fragment, fragment] };
+        let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+        summary.encode(&mut block);
+        assert_eq!(read_u16(&block, 8), SUMMARY_VERSION);
+        assert_eq!(Summary::decode(&block, &header.volume_uuid).unwrap(), summary);
+        let indices: Vec<Option<u32>> = batch_entries([(&summary, 0)]).map(|(index, _)| index).collect();
+        assert_eq!(indices, vec![Some(1), Some(2), None, Some(2), Some(2)]);
+        assert_eq!(next_summary_index(0, &summary), 3);
+        let orphan = Summary { header, summary_index: 0, entries: vec![data, fragment] };
+        orphan.encode(&mut block);
+        assert_eq!(Summary::decode(&block, &header.volume_uuid), None);
+        let mut bad = Summary { header, summary_index: 0, entries: vec![packed] };
+        bad.encode(&mut block);
+        block[ENTRIES_OFFSET + 2] = 17;
+        seal(&mut block);
+        assert_eq!(Summary::decode(&block, &header.volume_uuid), None);
+        bad.entries = vec![data, zero];
+        bad.encode(&mut block);
+        assert_eq!(read_u16(&block, 8), SUMMARY_VERSION_WITHOUT_FRAGMENTS);
+        // Version 2 has no kinds 8 and 9.
+        Summary { header, summary_index: 0, entries: vec![packed] }.encode(&mut block);
+        block[8..10].copy_from_slice(&SUMMARY_VERSION_WITHOUT_FRAGMENTS.to_le_bytes());
+        seal(&mut block);
+        assert_eq!(Summary::decode(&block, &header.volume_uuid), None);
     }
 
     #[test]
@@ -914,9 +1144,10 @@ mod tests {
         assert_eq!(decoded.member_uuids, vec![[0; 16]; 6]);
         assert_eq!(decoded.holder, Holder::default());
         assert_eq!((decoded.epoch, decoded.failed_members), (superblock.epoch, superblock.failed_members));
-        block[8..12].copy_from_slice(&(SUPERBLOCK_VERSION + 1).to_le_bytes());
+        let unknown = SUPERBLOCK_VERSION_WITH_FEATURES + 1;
+        block[8..12].copy_from_slice(&unknown.to_le_bytes());
         seal(&mut block);
-        assert_eq!(Superblock::decode(&block, 1), Err(SuperblockProblem::UnsupportedVersion(SUPERBLOCK_VERSION + 1)));
+        assert_eq!(Superblock::decode(&block, 1), Err(SuperblockProblem::UnsupportedVersion(unknown)));
     }
 
     #[test]
@@ -974,6 +1205,25 @@ mod tests {
         superblock.member_uuids.push([1; 16]);
         superblock.encode(&mut block);
         assert!(matches!(Superblock::decode(&block, 1), Err(SuperblockProblem::Inconsistent(_))));
+    }
+
+    fn sample_header() -> BatchHeader {
+        BatchHeader {
+            volume_uuid: [3; 16],
+            sequence: 5,
+            segment: 1,
+            segment_open_sequence: 5,
+            durable_through_sequence: 4,
+            first_row: 0,
+            row_count: 1,
+            block_count: 3,
+            summary_count: 1,
+            epoch: 1,
+            previous_segment: 0,
+            next_segment: 7,
+            write_clock: 99,
+            stream: 1,
+        }
     }
 
     #[test]

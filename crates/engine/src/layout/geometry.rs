@@ -93,6 +93,10 @@ pub struct Geometry {
     pub chunk_size_bytes: u32,
     pub spare_ppm: u32,
     pub member_size_bytes: u64,
+    /// Index entries and summaries may name packed fragments (a volume created with
+    /// compression, superblock feature bit 1; docs/compression.md): wider index entries,
+    /// and live counts in sixteenths of a block.
+    pub packed_fragments: bool,
 }
 
 impl Geometry {
@@ -133,7 +137,14 @@ impl Geometry {
             )));
         }
         let member_size_bytes = smallest_member_bytes / chunk_size_bytes as u64 * chunk_size_bytes as u64;
-        let geometry = Geometry { raid_level, member_count, chunk_size_bytes, spare_ppm, member_size_bytes };
+        let geometry = Geometry {
+            raid_level,
+            member_count,
+            chunk_size_bytes,
+            spare_ppm,
+            member_size_bytes,
+            packed_fragments: false,
+        };
         if geometry.segment_count() < 2 {
             return Err(Error::InvalidGeometry(format!(
                 "members of {smallest_member_bytes} bytes hold fewer than 2 segments of {chunk_size_bytes}-byte chunks"
@@ -178,7 +189,23 @@ impl Geometry {
     /// (unmapped, data at a position, zeros or trimmed recorded in a segment;
     /// docs/index-and-checkpoints.md, decision 1).
     pub fn index_entry_width_bits(&self) -> u32 {
-        index_entry_width_bits(self.physical_data_blocks(), self.segment_count())
+        index_entry_width_bits(self.physical_data_blocks(), self.segment_count(), self.packed_fragments)
+    }
+
+    /// The same geometry with packed fragments on or off.
+    pub fn with_packed_fragments(mut self, on: bool) -> Geometry {
+        self.packed_fragments = on;
+        self
+    }
+
+    /// What a whole block (a data block, a checkpoint block) adds to its segment's live
+    /// count: 1, or 16 where fragments count their sixteenths (docs/compression.md).
+    pub fn live_units_per_block(&self) -> u64 {
+        if self.packed_fragments {
+            crate::layout::format::SIXTEENTHS_PER_BLOCK as u64
+        } else {
+            1
+        }
     }
 
     /// Summary blocks in a segment written as one batch: one in front of every
@@ -280,8 +307,10 @@ pub struct BlockLocation {
 }
 
 /// Bits of an index entry for `positions` data-space positions and `segments` segments.
-pub fn index_entry_width_bits(positions: u64, segments: u64) -> u32 {
-    let largest = positions + 2 * segments;
+pub fn index_entry_width_bits(positions: u64, segments: u64, packed_fragments: bool) -> u32 {
+    // Fragments: 16 more values per position (its position and its share in sixteenths).
+    let fragments = if packed_fragments { positions * crate::layout::format::SIXTEENTHS_PER_BLOCK as u64 } else { 0 };
+    let largest = positions + 2 * segments + fragments;
     (u64::BITS - largest.leading_zeros()).max(1)
 }
 

@@ -59,6 +59,17 @@ pub fn compress(block: &[u8], output: &mut [u8]) -> Compressed {
     }
 }
 
+/// A fragment's share of its packed block in sixteenths (256 bytes), its table entry
+/// included, rounded to the nearest and at least 1: what the index entry records and the
+/// segment's live count adds (docs/compression.md). An estimate of the space it holds
+/// (a block's fragments may add up to a little more or less than 16); what matters is that
+/// a fragment's reference adds and removes the same amount.
+pub fn sixteenths(length: usize) -> u8 {
+    let unit = BLOCK_SIZE_BYTES / crate::layout::format::SIXTEENTHS_PER_BLOCK as usize;
+    ((length + TABLE_ENTRY_BYTES + unit / 2) / unit).clamp(1, crate::layout::format::SIXTEENTHS_PER_BLOCK as usize)
+        as u8
+}
+
 /// One fragment's table entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FragmentEntry {
@@ -70,22 +81,7 @@ pub struct FragmentEntry {
     pub checksum: u32,
 }
 
-/// Why a packed block or a fragment of it is not what it should be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PackedProblem {
-    #[error("not a packed block (magic or version)")]
-    NotPacked,
-    #[error("fragment count {0} is outside 1 … 16")]
-    BadCount(u8),
-    #[error("fragment {0} lies outside its block's free bytes or overlaps another")]
-    BadExtent(usize),
-    #[error("no fragment of logical block {0} in the packed block")]
-    Missing(u64),
-    #[error("fragment {0} does not decompress to a 4096-byte block")]
-    Undecodable(usize),
-    #[error("fragment {0} decompresses to a block whose checksum is not the recorded one")]
-    WrongContent(usize),
-}
+pub use crate::error::PackedProblem;
 
 /// Start an empty packed block in `block` (4096 bytes).
 pub fn initialize(block: &mut [u8]) {

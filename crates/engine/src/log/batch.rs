@@ -5,6 +5,7 @@
 
 use crate::layout::format::{self, BatchHeader, Entry, Summary, ENTRIES_PER_SUMMARY};
 use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
+use crate::layout::packed;
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
 use std::time::Instant;
@@ -92,6 +93,15 @@ struct Group {
     entries: Vec<Entry>,
 }
 
+/// The packed block an open batch is filling (docs/compression.md): its batch index,
+/// the group whose summary describes it, and its `Packed` entry in that group.
+#[derive(Clone, Copy)]
+struct Packing {
+    index: u32,
+    group: usize,
+    entry: usize,
+}
+
 pub struct OpenBatch {
     pub sequence: u64,
     pub segment: u64,
@@ -102,6 +112,10 @@ pub struct OpenBatch {
     data_columns: u32,
     next_index: u32,
     groups: Vec<Group>,
+    /// The packed block being filled, if any. Fragments go into it while it has room and
+    /// its group's summary is the last one (a further fragment names no block: it is in
+    /// the block its summary's latest `Packed` entry opened).
+    packing: Option<Packing>,
     buffers: PooledBuffers,
     pub opened_at: Instant,
     /// Positions whose blocks the batch's entries made dead: dropped from the block cache
@@ -140,6 +154,7 @@ impl OpenBatch {
             data_columns,
             next_index: 0,
             groups: Vec::new(),
+            packing: None,
             buffers,
             opened_at: Instant::now(),
             killed_positions: Vec::new(),
@@ -190,13 +205,66 @@ impl OpenBatch {
 
     /// Set the lifetime class of the last entry, when it is data for `logical_block`.
     pub fn set_last_lifetime_class(&mut self, logical_block: u64, class: u8) {
-        if let Some(Entry::Data { logical_block: last, lifetime_class, .. }) =
-            self.groups.last_mut().and_then(|group| group.entries.last_mut())
+        if let Some(
+            Entry::Data { logical_block: last, lifetime_class, .. }
+            | Entry::Packed { logical_block: last, lifetime_class, .. }
+            | Entry::Fragment { logical_block: last, lifetime_class, .. },
+        ) = self.groups.last_mut().and_then(|group| group.entries.last_mut())
         {
             if *last == logical_block {
                 *lifetime_class = class;
             }
         }
+    }
+
+    /// Put `fragment` (logical block `logical_block`, whose decompressed block checksum is
+    /// `checksum`) into the packed block being filled, or into a new one taking the next
+    /// data slot. Returns the packed block's batch index and its block checksum as it now
+    /// is (the checksum its position must prove), or `None` when the batch is full.
+    pub fn append_fragment(
+        &mut self,
+        logical_block: u64,
+        fragment: &[u8],
+        checksum: u32,
+        lifetime_class: u8,
+        sixteenths: u8,
+    ) -> Option<(u32, u32)> {
+        let continuing = self.packing.filter(|packing| {
+            packing.group + 1 == self.groups.len()
+                && self.groups[packing.group].entries.len() < ENTRIES_PER_SUMMARY
+                && packed::fits(self.block(packing.index), fragment.len())
+        });
+        let packing = match continuing {
+            Some(packing) => {
+                self.groups[packing.group].entries.push(Entry::Fragment {
+                    logical_block,
+                    checksum,
+                    lifetime_class,
+                    sixteenths,
+                });
+                packing
+            }
+            None => {
+                let Slot::Block(index) = self.reserve(true)? else {
+                    unreachable!("a reservation with a block gives a block");
+                };
+                packed::initialize(self.block_mut(index));
+                let group = self.groups.len() - 1;
+                let entries = &mut self.groups[group].entries;
+                // Its checksum is set below, once the fragment is in.
+                entries.push(Entry::Packed { logical_block, checksum: 0, lifetime_class, sixteenths });
+                let packing = Packing { index, group, entry: entries.len() - 1 };
+                self.packing = Some(packing);
+                packing
+            }
+        };
+        packed::append(self.block_mut(packing.index), logical_block, fragment, checksum)
+            .expect("checked to fit, or an empty packed block, which holds any fragment");
+        let block_checksum = format::block_checksum(self.block(packing.index));
+        if let Entry::Packed { checksum, .. } = &mut self.groups[packing.group].entries[packing.entry] {
+            *checksum = block_checksum;
+        }
+        Some((packing.index, block_checksum))
     }
 
     /// Extend the last entry when it is a range of the same kind ending at
