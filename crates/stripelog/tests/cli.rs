@@ -382,3 +382,43 @@ fn a_write_log_is_created_shown_removed_and_added_and_mistakes_are_refused() {
     let check = stripelog(&with_members(&["check"], &members));
     assert!(check.status.success(), "{}", text(&check));
 }
+
+/// `create --compression lz4` makes a volume that compresses (version-4 superblocks,
+/// `info` says so); `stripelog set` turns it off and on offline; a volume created
+/// without compression refuses to turn it on, and a bad setting is named.
+#[test]
+fn compression_is_created_shown_and_set() {
+    let directory = Directory::new("compression");
+    let members = directory.members(3);
+    let create = stripelog(&with_members(
+        &["create", "--raid", "5", "--chunk", "64KiB", "--member-size", "16MiB", "--compression", "lz4"],
+        &members,
+    ));
+    assert!(create.status.success(), "{}", text(&create));
+    assert!(text(&create).contains("compression    lz4"), "{}", text(&create));
+    let info = |members: &[String]| -> serde_json::Value {
+        let output = stripelog(&with_members(&["info", "--json"], members));
+        assert!(output.status.success(), "{}", text(&output));
+        serde_json::from_slice(&output.stdout).expect("JSON")
+    };
+    let stats = info(&members);
+    assert_eq!(stats["superblock_version"], 4);
+    assert_eq!(stats["compression"]["setting"], "lz4");
+    let off = stripelog(&with_members(&["set", "compression=off"], &members));
+    assert!(off.status.success(), "{}", text(&off));
+    assert_eq!(info(&members)["compression"]["setting"], "off");
+    let on = stripelog(&with_members(&["set", "compression=lz4"], &members));
+    assert!(on.status.success(), "{}", text(&on));
+    assert_eq!(info(&members)["compression"]["setting"], "lz4");
+    let bad = stripelog(&with_members(&["set", "compression=zstd"], &members));
+    assert!(!bad.status.success() && text(&bad).contains("expected lz4 or off"), "{}", text(&bad));
+
+    let plain = directory.members(6)[3..].to_vec();
+    let create =
+        stripelog(&with_members(&["create", "--raid", "5", "--chunk", "64KiB", "--member-size", "16MiB"], &plain));
+    assert!(create.status.success(), "{}", text(&create));
+    assert!(info(&plain)["compression"].is_null());
+    let refused = stripelog(&with_members(&["set", "compression=lz4"], &plain));
+    assert!(!refused.status.success(), "{}", text(&refused));
+    assert!(text(&refused).contains("created without compression"), "{}", text(&refused));
+}

@@ -15,6 +15,12 @@ pub const SHARE_WHOLE: u32 = 1000;
 pub const CONTROL_INTERVAL: Duration = Duration::from_millis(100);
 /// The CPU counts as the limit at this share of the cores the process may use.
 const CPU_BUSY_PER_MILLE: u64 = 900;
+/// After this many offered blocks in a row did not compress, only one in
+/// [`TRIED_WHILE_REFUSING`] is tried until one compresses again: incompressible data comes
+/// in runs (media, encrypted or already compressed files), and even the probe costs CPU
+/// that a 2-core server lacks (docs/compression.md, "As built").
+pub const REFUSALS_BEFORE_SKIPPING: u64 = 64;
+pub const TRIED_WHILE_REFUSING: u64 = 8;
 /// The share never drops below this: the controller keeps measuring what compression
 /// costs, and incompressible data is refused by the probe at little cost anyway.
 const SHARE_MINIMUM: u32 = 50;
@@ -28,6 +34,9 @@ pub(crate) struct Compression {
     /// Advanced by the share for each block offered; a block is compressed when it
     /// crosses a multiple of [`SHARE_WHOLE`] (deterministic: no randomness).
     credit: AtomicU64,
+    /// Offered blocks in a row that did not compress, and the offers skipped since.
+    refused_in_a_row: AtomicU64,
+    offers_while_refusing: AtomicU64,
     controller: Mutex<Controller>,
 }
 
@@ -43,6 +52,8 @@ impl Compression {
             share: AtomicU32::new(SHARE_WHOLE),
             adaptive,
             credit: AtomicU64::new(0),
+            refused_in_a_row: AtomicU64::new(0),
+            offers_while_refusing: AtomicU64::new(0),
             controller: Mutex::new(Controller { measured_at: Instant::now(), cpu_seconds: process_cpu_seconds() }),
         }
     }
@@ -77,14 +88,23 @@ impl Compression {
             Counters::add(&counters.blocks_whole_by_share, 1);
             return None;
         }
+        if self.refused_in_a_row.load(Ordering::Relaxed) >= REFUSALS_BEFORE_SKIPPING
+            && !self.offers_while_refusing.fetch_add(1, Ordering::Relaxed).is_multiple_of(TRIED_WHILE_REFUSING)
+        {
+            Counters::add(&counters.blocks_whole_incompressible, 1);
+            return None;
+        }
         let mut output = [0u8; COMPRESS_BUFFER_BYTES];
         match packed::compress(block, &mut output) {
             Compressed::Fragment { length } => {
+                self.refused_in_a_row.store(0, Ordering::Relaxed);
+                self.offers_while_refusing.store(0, Ordering::Relaxed);
                 Counters::add(&counters.blocks_compressed, 1);
                 Counters::add(&counters.fragment_bytes, length as u64);
                 Some(output[..length].to_vec())
             }
             Compressed::RefusedByProbe | Compressed::TooLarge => {
+                self.refused_in_a_row.fetch_add(1, Ordering::Relaxed);
                 Counters::add(&counters.blocks_whole_incompressible, 1);
                 None
             }
@@ -176,6 +196,24 @@ mod tests {
         compression.set(CompressionSetting::Off);
         assert!(compression.compress(&counters, &compressible()).is_none());
         assert_eq!(Counters::get(&counters.blocks_compressed), 3);
+    }
+
+    /// A run of blocks that do not compress makes it try one block in eight, until one
+    /// compresses again.
+    #[test]
+    fn runs_of_incompressible_blocks_are_mostly_not_tried() {
+        let counters = Counters::default();
+        let compression = Compression::new(CompressionSetting::Lz4, false);
+        let mut prng = stripelog_blockdev::Prng::new(3);
+        let mut noise = vec![0u8; 4096];
+        for _ in 0..=REFUSALS_BEFORE_SKIPPING {
+            prng.fill(&mut noise);
+            assert!(compression.compress(&counters, &noise).is_none());
+        }
+        let outcomes: Vec<bool> =
+            (0..TRIED_WHILE_REFUSING + 1).map(|_| compression.compress(&counters, &compressible()).is_some()).collect();
+        assert_eq!(outcomes, [false, false, false, false, false, false, false, true, true]);
+        assert_eq!(Counters::get(&counters.blocks_whole_incompressible), REFUSALS_BEFORE_SKIPPING + 1 + 7);
     }
 
     /// The controller lowers the share when the CPU is busy and the members are not, and

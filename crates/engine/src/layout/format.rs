@@ -1228,22 +1228,7 @@ mod tests {
 
     #[test]
     fn a_version_1_summary_reads_with_unknown_clocks_and_classes() {
-        let header = BatchHeader {
-            volume_uuid: [3; 16],
-            sequence: 5,
-            segment: 1,
-            segment_open_sequence: 5,
-            durable_through_sequence: 4,
-            first_row: 0,
-            row_count: 1,
-            block_count: 2,
-            summary_count: 1,
-            epoch: 1,
-            previous_segment: 0,
-            next_segment: 7,
-            write_clock: 99,
-            stream: 1,
-        };
+        let header = BatchHeader { block_count: 2, ..sample_header() };
         let entries = vec![Entry::Data { logical_block: 8, checksum: 1, lifetime_class: 12 }];
         let mut block = vec![0u8; BLOCK_SIZE_BYTES];
         Summary { header, summary_index: 0, entries }.encode(&mut block);

@@ -60,14 +60,13 @@ pub fn compress(block: &[u8], output: &mut [u8]) -> Compressed {
 }
 
 /// A fragment's share of its packed block in sixteenths (256 bytes), its table entry
-/// included, rounded to the nearest and at least 1: what the index entry records and the
-/// segment's live count adds (docs/compression.md). An estimate of the space it holds
-/// (a block's fragments may add up to a little more or less than 16); what matters is that
-/// a fragment's reference adds and removes the same amount.
+/// included, rounded up: what the index entry records and the segment's live count adds
+/// (docs/compression.md). An estimate of the space it holds, on the high side (packing
+/// leaves some of a block unused); what matters is that a fragment's reference adds and
+/// removes the same amount.
 pub fn sixteenths(length: usize) -> u8 {
     let unit = BLOCK_SIZE_BYTES / crate::layout::format::SIXTEENTHS_PER_BLOCK as usize;
-    ((length + TABLE_ENTRY_BYTES + unit / 2) / unit).clamp(1, crate::layout::format::SIXTEENTHS_PER_BLOCK as usize)
-        as u8
+    (length + TABLE_ENTRY_BYTES).div_ceil(unit).clamp(1, crate::layout::format::SIXTEENTHS_PER_BLOCK as usize) as u8
 }
 
 /// One fragment's table entry.
@@ -212,6 +211,16 @@ pub fn fragment_bytes<'a>(block: &'a [u8], entries: &[FragmentEntry], index: usi
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A fragment's share rounds up, table entry included, and stays within 1 … 16.
+    #[test]
+    fn sixteenths_round_up() {
+        assert_eq!(sixteenths(1), 1);
+        assert_eq!(sixteenths(240), 1);
+        assert_eq!(sixteenths(241), 2);
+        assert_eq!(sixteenths(FRAGMENT_BYTES_MAXIMUM), 14);
+        assert_eq!(sixteenths(BLOCK_SIZE_BYTES), 16);
+    }
 
     /// A block whose first `varied` bytes are pseudo-random and the rest a repeated byte.
     fn block_with(seed: u64, varied: usize) -> Vec<u8> {
