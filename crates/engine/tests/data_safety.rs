@@ -6,7 +6,9 @@
 
 use std::sync::Arc;
 use stripelog_blockdev::{AlignedBuffer, BlockDevice, MemoryDevice, Prng};
-use stripelog_engine::format::{Superblock, SUPERBLOCK_OFFSETS_BYTES, SUPERBLOCK_VERSION};
+use stripelog_engine::format::{
+    Superblock, SUPERBLOCK_OFFSETS_BYTES, SUPERBLOCK_VERSION, SUPERBLOCK_VERSION_WITH_FEATURES,
+};
 use stripelog_engine::{
     CreateOptions, Error, IoMode, MaintenanceOptions, Mapping, MemberDevice, OpenOptions, RaidLevel, ReplaceOptions,
     Volume, BLOCK_SIZE_BYTES,
@@ -298,14 +300,14 @@ fn an_old_volume_opens_read_only_and_read_write_only_when_upgraded() {
     for device in &devices {
         for &offset in &SUPERBLOCK_OFFSETS_BYTES {
             device.read_at(&mut block, offset).unwrap();
-            block[8..12].copy_from_slice(&(SUPERBLOCK_VERSION + 1).to_le_bytes());
+            block[8..12].copy_from_slice(&(SUPERBLOCK_VERSION_WITH_FEATURES + 1).to_le_bytes());
             let checksum = crc32c::crc32c(&block[..BLOCK_SIZE_BYTES - 4]);
             block[BLOCK_SIZE_BYTES - 4..].copy_from_slice(&checksum.to_le_bytes());
             device.write_at(&block, offset).unwrap();
         }
     }
     let error = expect_error(Volume::open(members(&devices), &read_only()), "a later format version");
-    let later = format!("format version {} is not supported", SUPERBLOCK_VERSION + 1);
+    let later = format!("format version {} is not supported", SUPERBLOCK_VERSION_WITH_FEATURES + 1);
     assert!(error.to_string().contains(&later), "{error}");
 }
 

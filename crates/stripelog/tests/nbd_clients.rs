@@ -331,6 +331,48 @@ fn fio_random_writes_verify() {
     assert_eq!(job["read"]["io_bytes"], 2 * 16 * MEBIBYTE, "{job}");
 }
 
+/// fio's random writes of 75 %-compressible data verify on a volume created with
+/// compression; `stripelog set` turns it off through the control socket while served and
+/// the next writes verify too; after a clean stop `info` shows the fragments and the
+/// setting, and `check` finds the volume clean.
+#[test]
+fn a_compressed_volume_serves_fio_and_changes_its_setting_while_served() {
+    let Some(fio) = tool("fio") else { return };
+    let mut server = Server::start_with("5", &["--compression", "lz4"]);
+    let write_and_verify = |offset: &str| {
+        let output = server.client(
+            Command::new(&fio)
+                .current_dir(&server.directory)
+                .args(["--name=verify", "--ioengine=nbd", "--rw=randwrite", "--bs=4k", "--size=16M", "--iodepth=16"])
+                .args(["--buffer_compress_percentage=75", "--refill_buffers", "--verify=crc32c", "--verify_fatal=1"])
+                .args(["--verify_state_save=0", "--output-format=json"])
+                .arg(format!("--offset={offset}"))
+                .arg(format!("--uri={}", server.uri())),
+        );
+        let text = String::from_utf8_lossy(&output.stdout).to_string();
+        let report: serde_json::Value = serde_json::from_str(&text[text.find('{').expect("JSON")..]).expect("JSON");
+        let job = &report["jobs"][0];
+        assert_eq!(job["error"], 0, "{job}");
+        assert_eq!(job["read"]["io_bytes"], 16 * MEBIBYTE, "the verify pass read every block: {job}");
+    };
+    write_and_verify("0");
+    let control = format!("{}.control", server.socket.display());
+    let set = run_with_timeout(stripelog().args(["set", "compression=off", "--control", &control]), CLIENT_TIMEOUT);
+    assert!(set.status.success(), "stripelog set: {}\n{}", text(&set), server.log());
+    write_and_verify("32M");
+    server.stop_cleanly(libc::SIGTERM);
+    let info = run_with_timeout(stripelog().args(["info", "--json"]).args(&server.members), CLIENT_TIMEOUT);
+    assert!(info.status.success(), "stripelog info: {}", text(&info));
+    let compression = &json(&info)["compression"];
+    assert_eq!(compression["setting"], "off", "{compression}");
+    // fio's 75 % data packs about three to a block; the blocks written after the switch
+    // are whole.
+    let fragments = compression["fragment_blocks"].as_u64().expect("fragment_blocks");
+    assert!(fragments > 3000 && fragments <= 4096, "{compression}");
+    let check = run_with_timeout(stripelog().args(["check"]).args(&server.members), CLIENT_TIMEOUT);
+    assert!(check.status.success() && text(&check).contains("clean"), "{}", text(&check));
+}
+
 /// SIGKILL in the middle of a write load, after a completed flush: everything
 /// acknowledged before the flush reads back after a restart, and the volume checks clean.
 #[test]

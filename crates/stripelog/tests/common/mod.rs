@@ -203,6 +203,11 @@ impl Server {
     }
 
     pub fn start_raid(raid: &str) -> Server {
+        Server::start_with(raid, &[])
+    }
+
+    /// A volume of RAID level `raid` created with `create_arguments` added.
+    pub fn start_with(raid: &str, create_arguments: &[&str]) -> Server {
         let directory = fresh_directory("nbd");
         let members: Vec<PathBuf> = (0..MEMBER_COUNT).map(|index| directory.join(format!("m{index}"))).collect();
         let socket = directory.join("stripelog.sock");
@@ -211,7 +216,10 @@ impl Server {
 
         let create = run_with_timeout(
             // 96 MiB members: about 307 MiB of logical space, room for the 256 MiB image.
-            stripelog().args(["create", "--raid", raid, "--chunk", "64KiB", "--member-size", "96MiB"]).args(&members),
+            stripelog()
+                .args(["create", "--raid", raid, "--chunk", "64KiB", "--member-size", "96MiB"])
+                .args(create_arguments)
+                .args(&members),
             CLIENT_TIMEOUT,
         );
         assert!(create.status.success(), "stripelog create: {}", text(&create));
