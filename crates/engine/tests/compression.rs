@@ -118,6 +118,7 @@ fn fragments_survive_cleaning_reopen_and_scan() {
     verify(&volume, &model, logical_blocks, "after reopening");
     let report = volume.check().expect("check");
     assert!(report.is_clean(), "{report:?}");
+    assert!(report.fragments_checked >= model.len() as u64 / 2, "check decompresses every fragment: {report:?}");
     assert_eq!(volume.compression().0, CompressionSetting::Lz4, "the setting is kept");
     volume.close().expect("close");
 

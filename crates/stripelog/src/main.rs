@@ -865,6 +865,12 @@ fn print_check(report: &CheckReport) {
     println!("  damaged blocks rebuildable from redundancy: {}", report.blocks_repairable);
     println!("  damaged blocks that cannot be rebuilt:      {}", report.blocks_unrecoverable);
     println!("  stripe rows with bad parity or mirror:      {}", report.rows_with_bad_redundancy);
+    if report.fragments_checked > 0 || report.fragments_damaged > 0 {
+        println!(
+            "  compressed fragments decompressed:          {} ({} not the block written)",
+            report.fragments_checked, report.fragments_damaged
+        );
+    }
     if report.batches_after_log_end > 0 {
         println!("  batches after the end of the log (unflushed writes of a crash): {}", report.batches_after_log_end);
     }
