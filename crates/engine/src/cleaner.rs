@@ -789,7 +789,6 @@ impl Cleaner {
 /// block, as reads take) and the checksum of the block it decompresses to; `None` when the
 /// packed block has no valid one.
 fn fragment_of(packed_block: &[u8], logical_block: u64) -> Option<(&[u8], u32)> {
-    let entries = crate::layout::packed::table(packed_block).ok()?;
-    let index = entries.iter().rposition(|entry| entry.logical_block == logical_block)?;
+    let (entries, index) = crate::layout::packed::find(packed_block, logical_block).ok()?;
     Some((crate::layout::packed::fragment_bytes(packed_block, &entries, index), entries[index].checksum))
 }

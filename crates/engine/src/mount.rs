@@ -262,26 +262,9 @@ impl Reader<'_> {
                         if source == ReadSource::Reconstructed {
                             verification.blocks_repairable.push((base + column) as u32);
                         }
-                        // A packed block proven by its checksum: every fragment in it must
-                        // decompress to its own recorded checksum too.
-                        if packed_blocks.contains(&((base + column) as u32)) {
-                            match crate::layout::packed::table(&block) {
-                                Ok(entries) => {
-                                    for index in 0..entries.len() {
-                                        verification.fragments_checked += 1;
-                                        let result = crate::layout::packed::extract_index(
-                                            &block,
-                                            &entries,
-                                            index,
-                                            &mut decompressed,
-                                        );
-                                        if result.is_err() {
-                                            verification.fragments_damaged.push(entries[index].logical_block);
-                                        }
-                                    }
-                                }
-                                Err(_) => verification.fragments_damaged.push(u64::MAX),
-                            }
+                        let index = (base + column) as u32;
+                        if packed_blocks.contains(&index) {
+                            verify_fragments(&block, index, &mut decompressed, &mut verification);
                         }
                     }
                     Err(_) => {
@@ -357,14 +340,30 @@ struct ChainEnd {
 struct Verification {
     blocks_checked: u64,
     /// Fragments of the packed blocks read, decompressed and proven by their own checksum,
-    /// and the logical blocks of those that were not.
+    /// and those that were not: (the packed block's batch index, its logical block; `None`
+    /// when the block's table itself is not valid, which loses every fragment in it).
     fragments_checked: u64,
-    fragments_damaged: Vec<u64>,
+    fragments_damaged: Vec<(u32, Option<u64>)>,
     blocks_repairable: Vec<u32>,
     blocks_unrecoverable: Vec<u32>,
     rows_with_bad_redundancy: u64,
     /// (member, byte offset, content): damaged shards and what they must hold.
     repairs: Vec<(usize, u64, AlignedBuffer)>,
+}
+
+/// A packed block (batch index `index`) proven by its checksum: every fragment in it must
+/// also decompress to its own recorded checksum; those that do not are recorded.
+fn verify_fragments(block: &[u8], index: u32, decompressed: &mut [u8], verification: &mut Verification) {
+    let Ok(entries) = crate::layout::packed::table(block) else {
+        verification.fragments_damaged.push((index, None));
+        return;
+    };
+    for fragment in 0..entries.len() {
+        verification.fragments_checked += 1;
+        if crate::layout::packed::extract_index(block, &entries, fragment, decompressed).is_err() {
+            verification.fragments_damaged.push((index, Some(entries[fragment].logical_block)));
+        }
+    }
 }
 
 /// Steps 2–4: every batch found, by sequence number, and where the log ends.
@@ -849,10 +848,9 @@ pub(crate) fn check(
                 _ => continue,
             };
             let fragment_damaged = matches!(mapping, Mapping::Fragment { .. })
-                && verification
-                    .fragments_damaged
-                    .iter()
-                    .any(|&damaged| damaged == logical_block || damaged == u64::MAX);
+                && verification.fragments_damaged.iter().any(|&(packed_block, damaged)| {
+                    packed_block == index && damaged.is_none_or(|damaged| damaged == logical_block)
+                });
             if logical_block < map.block_count()
                 && map.get(logical_block)? == mapping
                 && (verification.blocks_unrecoverable.contains(&index) || fragment_damaged)

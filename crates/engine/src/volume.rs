@@ -623,28 +623,38 @@ impl Volume {
     pub fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<()> {
         self.shared.check_writable()?;
         self.shared.check_range(offset_bytes, data.len() as u64)?;
-        // Whole blocks are compressed here, before the state lock (docs/compression.md).
+        /// What a piece of the request is, decided once, before the state lock: whole
+        /// blocks are told apart from zeros and compressed here (docs/compression.md). The
+        /// fragments live here, for the write list to borrow.
+        enum Piece {
+            Partial,
+            Zeros,
+            Whole(Option<Vec<u8>>),
+        }
         let compression = &self.shared.compression;
-        let fragments: Vec<Option<Vec<u8>>> = block_pieces(offset_bytes, data.len())
+        let pieces: Vec<Piece> = block_pieces(offset_bytes, data.len())
             .map(|(_, _, range)| {
                 let piece = &data[range];
-                (piece.len() == BLOCK_SIZE_BYTES && !format::is_all_zero(piece))
-                    .then(|| compression.compress(&self.shared.counters, piece))
-                    .flatten()
+                if piece.len() < BLOCK_SIZE_BYTES {
+                    Piece::Partial
+                } else if format::is_all_zero(piece) {
+                    Piece::Zeros
+                } else {
+                    Piece::Whole(compression.compress(&self.shared.counters, piece))
+                }
             })
             .collect();
         let blocks: Vec<BlockWrite> = block_pieces(offset_bytes, data.len())
-            .zip(fragments.iter())
-            .map(|((logical_block, within, range), fragment)| {
+            .zip(pieces.iter())
+            .map(|((logical_block, within, range), kind)| {
                 let piece = &data[range];
-                if piece.len() < BLOCK_SIZE_BYTES {
-                    BlockWrite::Patch(logical_block, within, piece)
-                } else if format::is_all_zero(piece) {
-                    BlockWrite::Zero(logical_block)
-                } else if let Some(fragment) = fragment {
-                    BlockWrite::Compressed(logical_block, piece, format::block_checksum(piece), fragment)
-                } else {
-                    BlockWrite::Data(logical_block, piece, format::block_checksum(piece))
+                match kind {
+                    Piece::Partial => BlockWrite::Patch(logical_block, within, piece),
+                    Piece::Zeros => BlockWrite::Zero(logical_block),
+                    Piece::Whole(Some(fragment)) => {
+                        BlockWrite::Compressed(logical_block, piece, format::block_checksum(piece), fragment)
+                    }
+                    Piece::Whole(None) => BlockWrite::Data(logical_block, piece, format::block_checksum(piece)),
                 }
             })
             .collect();

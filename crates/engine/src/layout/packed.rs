@@ -174,12 +174,19 @@ pub fn table(block: &[u8]) -> Result<Vec<FragmentEntry>, PackedProblem> {
 /// version in the same block comes first) into `out` (4096 bytes) and prove it by its
 /// recorded checksum. `block` must already be proven by its position's checksum.
 pub fn extract(block: &[u8], logical_block: u64, out: &mut [u8]) -> Result<(), PackedProblem> {
+    let (entries, index) = find(block, logical_block)?;
+    extract_index(block, &entries, index, out)
+}
+
+/// The checked table of a packed block and the index of `logical_block`'s fragment in it:
+/// the last one with that address (an older version in the same block comes first).
+pub fn find(block: &[u8], logical_block: u64) -> Result<(Vec<FragmentEntry>, usize), PackedProblem> {
     let entries = table(block)?;
     let index = entries
         .iter()
         .rposition(|entry| entry.logical_block == logical_block)
         .ok_or(PackedProblem::Missing(logical_block))?;
-    extract_index(block, &entries, index, out)
+    Ok((entries, index))
 }
 
 /// Decompress fragment `index` of a block whose `entries` came from [`table`].
