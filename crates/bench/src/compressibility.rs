@@ -1,7 +1,7 @@
 //! `stripelog bench compressibility`: what stripelog's compression (docs/compression.md)
 //! would store for the data in a file or device, by running the engine's own fragment
-//! codec and packing (`layout::packed`: the probe, the 1/8 rule, next-fit packing of up to
-//! 16 fragments per block) over its 4 KiB blocks, and what that costs in CPU. It only reads.
+//! codec and packing (`layout::packed`: units of up to 4 blocks, the probe, the 1/8 rule,
+//! fragments packed in order and continuing into the next block) over its 4 KiB blocks, and what that costs in CPU. It only reads.
 //! Every fragment is decompressed again and proven by its checksum, so the figures are
 //! those of blocks that come back as they went in.
 
@@ -9,7 +9,7 @@ use serde::Serialize;
 use std::io::Read;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use stripelog_engine::layout::format::{block_checksum, is_all_zero};
+use stripelog_engine::layout::format::is_all_zero;
 use stripelog_engine::layout::packed::{self, Compressed, COMPRESS_BUFFER_BYTES};
 use stripelog_engine::BLOCK_SIZE_BYTES;
 
@@ -26,8 +26,10 @@ pub struct Report {
     /// Stored whole: the probe refused them, or compressed whole they saved less than 1/8.
     pub refused_by_probe_blocks: u64,
     pub too_large_blocks: u64,
-    /// Blocks stored as fragments, and the packed blocks holding them.
+    /// Blocks stored in fragments, the fragments (units of up to 4 blocks), and the packed
+    /// blocks holding them.
     pub fragment_blocks: u64,
+    pub fragments: u64,
     pub packed_blocks: u64,
     pub fragment_bytes: u64,
     /// Blocks on the members without compression (non-zero blocks) and with it (whole
@@ -43,41 +45,54 @@ pub struct Report {
     pub decompress_seconds_per_gib: f64,
 }
 
-/// Packs fragments as the engine does and proves each packed block when it closes.
+/// Packs fragments as the engine does (packed blocks version 2: a fragment continues into
+/// the next blocks when the rest of the block being filled holds at least
+/// `SPILL_START_BYTES_MINIMUM` of it) and proves each fragment once placed, from the
+/// packed blocks it lies in.
 struct Packer {
-    block: Vec<u8>,
-    open: bool,
-    out: Vec<u8>,
+    /// The packed block being filled, when there is one.
+    block: Option<Vec<u8>>,
+    unit: Vec<u8>,
     decompress: Duration,
 }
 
 impl Packer {
-    fn close(&mut self, report: &mut Report) -> Result<(), String> {
-        if !self.open {
-            return Ok(());
+    fn add(
+        &mut self,
+        report: &mut Report,
+        first: u64,
+        blocks: u8,
+        fragment: &[u8],
+        checksum: u32,
+    ) -> Result<(), String> {
+        let room = self.block.as_deref().map_or(0, packed::room);
+        let starts_here = room >= fragment.len() || room >= packed::SPILL_START_BYTES_MINIMUM;
+        let mut start = match self.block.take() {
+            Some(block) if starts_here => block,
+            _ => {
+                let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+                packed::initialize(&mut block, 0);
+                report.packed_blocks += 1;
+                block
+            }
+        };
+        let mut placed = packed::start_fragment(&mut start, first, blocks, (1 << blocks) - 1, fragment, checksum);
+        let mut following = Vec::new();
+        while placed < fragment.len() {
+            let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+            placed += packed::continue_fragment(&mut block, &fragment[placed..]);
+            report.packed_blocks += 1;
+            following.push(block);
         }
-        self.open = false;
-        report.packed_blocks += 1;
         let started = Instant::now();
-        let entries = packed::table(&self.block).map_err(|problem| format!("a packed block it built: {problem}"))?;
-        for index in 0..entries.len() {
-            packed::extract_index(&self.block, &entries, index, &mut self.out)
-                .map_err(|problem| format!("a fragment did not come back: {problem}"))?;
-        }
+        let entries = packed::table(&start).map_err(|problem| format!("a packed block it built: {problem}"))?;
+        let index = entries.len() - 1;
+        packed::gather(&start, &entries, index, &following)
+            .and_then(|bytes| packed::decompress(&bytes, &entries, index, &mut self.unit))
+            .map_err(|problem| format!("a fragment did not come back: {problem}"))?;
         self.decompress += started.elapsed();
+        self.block = Some(following.pop().unwrap_or(start));
         Ok(())
-    }
-
-    fn add(&mut self, report: &mut Report, logical_block: u64, fragment: &[u8], checksum: u32) -> Result<(), String> {
-        if self.open && packed::append(&mut self.block, logical_block, fragment, checksum).is_some() {
-            return Ok(());
-        }
-        self.close(report)?;
-        packed::initialize(&mut self.block);
-        self.open = true;
-        packed::append(&mut self.block, logical_block, fragment, checksum)
-            .map(|_| ())
-            .ok_or_else(|| "a fragment does not fit an empty packed block".to_string())
     }
 }
 
@@ -88,12 +103,7 @@ pub fn estimate(path: &Path, progress: &dyn Fn(u64)) -> Result<Report, String> {
     let mut report = Report { path: path.display().to_string(), ..Report::default() };
     let mut buffer = vec![0u8; READ_BUFFER_BYTES];
     let mut output = vec![0u8; COMPRESS_BUFFER_BYTES];
-    let mut packer = Packer {
-        block: vec![0; BLOCK_SIZE_BYTES],
-        open: false,
-        out: vec![0; BLOCK_SIZE_BYTES],
-        decompress: Duration::ZERO,
-    };
+    let mut packer = Packer { block: None, unit: vec![0; packed::UNIT_BYTES_MAXIMUM], decompress: Duration::ZERO };
     let mut compress = Duration::ZERO;
     let mut read_bytes = 0u64;
     loop {
@@ -112,33 +122,50 @@ pub fn estimate(path: &Path, progress: &dyn Fn(u64)) -> Result<Report, String> {
         read_bytes += filled as u64;
         let whole = filled.div_ceil(BLOCK_SIZE_BYTES) * BLOCK_SIZE_BYTES;
         buffer[filled..whole].fill(0);
-        for block in buffer[..whole].chunks_exact(BLOCK_SIZE_BYTES) {
-            let logical_block = report.logical_blocks;
-            report.logical_blocks += 1;
-            if is_all_zero(block) {
+        // Units as the volume cuts a request: runs of whole non-zero blocks, ending at
+        // logical addresses that are multiples of 4 (the buffer is a multiple of 16 KiB).
+        let blocks: Vec<&[u8]> = buffer[..whole].chunks_exact(BLOCK_SIZE_BYTES).collect();
+        let first_in_buffer = report.logical_blocks;
+        let mut next = 0;
+        while next < blocks.len() {
+            if is_all_zero(blocks[next]) {
                 report.zero_blocks += 1;
+                next += 1;
                 continue;
             }
+            let mut end = next + 1;
+            while end < blocks.len()
+                && end - next < packed::BLOCKS_PER_UNIT_MAXIMUM
+                && !end.is_multiple_of(packed::BLOCKS_PER_UNIT_MAXIMUM)
+                && !is_all_zero(blocks[end])
+            {
+                end += 1;
+            }
+            let unit = &buffer[next * BLOCK_SIZE_BYTES..end * BLOCK_SIZE_BYTES];
+            let count = (end - next) as u64;
             let started = Instant::now();
-            let judged = packed::compress(block, &mut output);
-            let checksum = block_checksum(block);
+            let judged = packed::compress(unit, &mut output);
+            let checksum = packed::unit_checksum(unit);
             compress += started.elapsed();
             match judged {
                 Compressed::Fragment { length } => {
-                    report.fragment_blocks += 1;
+                    report.fragment_blocks += count;
+                    report.fragments += 1;
                     report.fragment_bytes += length as u64;
-                    packer.add(&mut report, logical_block, &output[..length], checksum)?;
+                    let first = first_in_buffer + next as u64;
+                    packer.add(&mut report, first, count as u8, &output[..length], checksum)?;
                 }
-                Compressed::RefusedByProbe => report.refused_by_probe_blocks += 1,
-                Compressed::TooLarge => report.too_large_blocks += 1,
+                Compressed::RefusedByProbe => report.refused_by_probe_blocks += count,
+                Compressed::TooLarge => report.too_large_blocks += count,
             }
+            next = end;
         }
+        report.logical_blocks += blocks.len() as u64;
         progress(read_bytes);
         if filled < buffer.len() {
             break;
         }
     }
-    packer.close(&mut report)?;
     let whole_blocks = report.refused_by_probe_blocks + report.too_large_blocks;
     report.physical_blocks_without_compression = report.logical_blocks - report.zero_blocks;
     report.physical_blocks_with_compression = whole_blocks + report.packed_blocks;

@@ -66,6 +66,12 @@ impl std::ops::Deref for AlignedBuffer {
     }
 }
 
+impl AsRef<[u8]> for AlignedBuffer {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
 impl std::ops::DerefMut for AlignedBuffer {
     fn deref_mut(&mut self) -> &mut [u8] {
         self.as_mut_slice()

@@ -24,12 +24,13 @@ use crate::io::{Core, SegmentEntry, WriteState};
 use crate::layout::format;
 use crate::layout::format::Entry;
 use crate::layout::geometry::BLOCK_SIZE_BYTES;
-use crate::layout::packed::FRAGMENTS_PER_BLOCK_MAXIMUM;
+use crate::layout::packed::{BLOCKS_PER_UNIT_MAXIMUM, FRAGMENTS_PER_BLOCK_MAXIMUM};
 use crate::log::{HOST_STREAM, METADATA_STREAM, RELOCATION_STREAMS};
 use crate::space::{watermarks, SegmentStatus, MINIMUM_WON_SEGMENTS, ROUND_SEGMENTS};
 use crate::stats::Counters;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 use stripelog_blockdev::AlignedBuffer;
 
@@ -355,7 +356,9 @@ impl Cleaner {
     /// block, rather than one read per block. A block whose checksum does not match (bit
     /// rot, a read error, or rows still only in memory) is read again by `read_position`,
     /// which serves it from memory or rebuilds it from the rest of its row.
-    fn read_live(&self, live: &mut [Live], contents: &mut [u8]) -> Result<()> {
+    /// Returns, for each fragment record, its fragment as stored (start block and
+    /// continuations, proven).
+    fn read_live(&self, live: &mut [Live], contents: &mut [u8]) -> Result<Vec<Option<MovedFragment>>> {
         let _fence = self.core.reuse_fence.read();
         // (segment, column) → its live data blocks.
         let mut runs: std::collections::BTreeMap<(u64, usize), Vec<BlockToRead>> = Default::default();
@@ -445,19 +448,52 @@ impl Cleaner {
                 }
             }
         }
-        // A packed block proven by its checksum must hold the fragment its entry names;
-        // one that does not cannot be moved (its reads fail the same way).
+        // A packed block proven by its checksum must hold the fragment its entry names,
+        // and the blocks it continues into must continue it; one that does not cannot be
+        // moved (its reads fail the same way). The blocks of one unit share their read.
+        let mut fragments: Vec<Option<MovedFragment>> = vec![None; live.len()];
+        let mut gathered: rustc_hash::FxHashMap<(u64, usize), Option<MovedFragment>> = Default::default();
         for (index, record) in live.iter_mut().enumerate() {
-            if matches!(record.mapping, Mapping::Fragment { .. }) && !record.unreadable {
-                let content = &contents[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES];
-                if fragment_of(content, record.logical_block).is_none()
-                    && self.core.map.get(record.logical_block)? == record.mapping
-                {
-                    record.unreadable = true;
-                }
+            let Mapping::Fragment { position, .. } = record.mapping else {
+                continue;
+            };
+            if record.unreadable || self.core.map.get(record.logical_block)? != record.mapping {
+                continue;
+            }
+            let content = &contents[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES];
+            let found = crate::layout::packed::find(content, record.logical_block).ok();
+            let moved = match found {
+                None => None,
+                Some((entries, entry_index)) => match gathered.get(&(position, entry_index)) {
+                    Some(moved) => moved.clone(),
+                    None => {
+                        let mut following = Vec::new();
+                        for after in 1..=crate::layout::packed::following_blocks(&entries, entry_index) as u64 {
+                            let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+                            match self.core.read_position(position + after, record.logical_block, &mut block, None) {
+                                Ok(()) => following.push(block),
+                                Err(Error::Unrecoverable { .. }) => break,
+                                Err(error) => return Err(error),
+                            }
+                        }
+                        let moved = crate::layout::packed::gather(content, &entries, entry_index, &following).ok().map(
+                            |bytes| MovedFragment {
+                                entry: entries[entry_index],
+                                index: entry_index,
+                                bytes: Arc::new(bytes),
+                            },
+                        );
+                        gathered.insert((position, entry_index), moved.clone());
+                        moved
+                    }
+                },
+            };
+            match moved {
+                Some(moved) => fragments[index] = Some(moved),
+                None => record.unreadable = true,
             }
         }
-        Ok(())
+        Ok(fragments)
     }
 
     /// Pin the segments of the records that could not be read or rebuilt.
@@ -508,11 +544,7 @@ impl Cleaner {
                         records.push(record(logical_block, mapping, write_clock, lifetime_class));
                     }
                 }
-                (
-                    Entry::Packed { logical_block, lifetime_class, sixteenths, .. }
-                    | Entry::Fragment { logical_block, lifetime_class, sixteenths, .. },
-                    Some(position),
-                ) if !data_only => {
+                (Entry::Fragment { logical_block, lifetime_class, sixteenths, .. }, Some(position)) if !data_only => {
                     let mapping = Mapping::Fragment { position, sixteenths };
                     // (An older version of the block in the same packed block with the same
                     // share is the same mapping: one record.)
@@ -521,7 +553,7 @@ impl Cleaner {
                         && !records
                             .iter()
                             .rev()
-                            .take(FRAGMENTS_PER_BLOCK_MAXIMUM)
+                            .take(FRAGMENTS_PER_BLOCK_MAXIMUM * BLOCKS_PER_UNIT_MAXIMUM)
                             .any(|other: &Live| other.logical_block == logical_block && other.mapping == mapping)
                     {
                         records.push(record(logical_block, mapping, write_clock, lifetime_class));
@@ -646,7 +678,7 @@ impl Cleaner {
         // By stream (one batch run each), data blocks in position order (sequential reads).
         live.sort_by_key(|record| (record.stream, record.mapping.position().unwrap_or(u64::MAX), record.logical_block));
         let mut contents = vec![0u8; live.len() * BLOCK_SIZE_BYTES];
-        self.read_live(&mut live, &mut contents)?;
+        let fragments = self.read_live(&mut live, &mut contents)?;
         // Blocks of the next candidate complete the last rows of the relocation batches,
         // which would otherwise be padded: it is cleaned soon, and a block moved early
         // costs no more space than a padding block.
@@ -719,19 +751,56 @@ impl Cleaner {
                         let kept = Some((record.lifetime_class, record.write_clock));
                         self.core.accept_data(state, record.logical_block, content, checksum, kept)
                     }
-                    // Moved as stored, without decompressing: checked above to be there.
-                    Mapping::Fragment { .. } => {
-                        let content = &contents[next * BLOCK_SIZE_BYTES..(next + 1) * BLOCK_SIZE_BYTES];
-                        match fragment_of(content, record.logical_block) {
-                            Some((fragment, checksum)) => {
-                                let kept = Some((record.lifetime_class, record.write_clock));
-                                self.core.accept_fragment(state, record.logical_block, fragment, checksum, kept)
-                            }
-                            None => {
-                                next += 1;
-                                continue;
+                    // Moved as stored, without decompressing, once for every block of its
+                    // unit still served by it: read and checked above.
+                    Mapping::Fragment { position, .. } => {
+                        let Some(moved) = &fragments[next] else {
+                            next += 1;
+                            continue;
+                        };
+                        let start_block = &contents[next * BLOCK_SIZE_BYTES..(next + 1) * BLOCK_SIZE_BYTES];
+                        let entry = moved.entry;
+                        let mut mask = 0u8;
+                        for place in 0..entry.blocks {
+                            let logical_block = entry.first_logical_block + place as u64;
+                            let served_here = entry.serves(logical_block)
+                                && self.core.map.get(logical_block).is_ok_and(|mapping| {
+                                    matches!(mapping, Mapping::Fragment { position: at, .. } if at == position)
+                                })
+                                && crate::layout::packed::find(start_block, logical_block)
+                                    .is_ok_and(|(_, index)| index == moved.index);
+                            if served_here {
+                                mask |= 1 << place;
                             }
                         }
+                        if mask == 0 {
+                            next += 1;
+                            continue;
+                        }
+                        // Blocks it served died: their bytes would travel for ever. The
+                        // unit is decompressed, its dead blocks zeroed and it is compressed
+                        // again, so only the live blocks take space.
+                        let repacked =
+                            (mask != entry.mask).then(|| repack(&moved.bytes, entry, moved.index, mask)).flatten();
+                        let (bytes, checksum) = match &repacked {
+                            Some((bytes, checksum)) => (bytes.as_slice(), *checksum),
+                            None => (moved.bytes.as_slice(), entry.checksum),
+                        };
+                        let kept = Some((record.lifetime_class, record.write_clock));
+                        let accepted = self.core.accept_fragment(
+                            state,
+                            entry.first_logical_block,
+                            entry.blocks,
+                            mask,
+                            bytes,
+                            checksum,
+                            kept,
+                        );
+                        if accepted {
+                            // (This record's block is one of them: counted below.)
+                            relocated += mask.count_ones() as u64 - 1;
+                        }
+                        accepted
                     }
                     Mapping::Zero { .. } => self.core.record_range(state, record.logical_block, false),
                     Mapping::Trimmed { .. } => self.core.record_range(state, record.logical_block, true),
@@ -785,10 +854,33 @@ impl Cleaner {
     }
 }
 
-/// The stored bytes of `logical_block`'s fragment in `packed_block` (the last one of that
-/// block, as reads take) and the checksum of the block it decompresses to; `None` when the
-/// packed block has no valid one.
-fn fragment_of(packed_block: &[u8], logical_block: u64) -> Option<(&[u8], u32)> {
-    let (entries, index) = crate::layout::packed::find(packed_block, logical_block).ok()?;
-    Some((crate::layout::packed::fragment_bytes(packed_block, &entries, index), entries[index].checksum))
+/// The unit of `entry` (whose stored bytes are `bytes`) with the blocks not in `mask`
+/// zeroed, compressed again: its fragment and unit checksum, or `None` when it does not
+/// come out proven or would not save space (then it moves as stored).
+fn repack(bytes: &[u8], entry: crate::layout::packed::FragmentEntry, index: usize, mask: u8) -> Option<(Vec<u8>, u32)> {
+    use crate::layout::packed;
+    // (`decompress` names the fragment by its index in its block's table.)
+    let entries = vec![entry; index + 1];
+    let mut unit = vec![0u8; entry.blocks as usize * BLOCK_SIZE_BYTES];
+    packed::decompress(bytes, &entries, index, &mut unit).ok()?;
+    for (place, block) in unit.chunks_exact_mut(BLOCK_SIZE_BYTES).enumerate() {
+        if mask & (1 << place) == 0 {
+            block.fill(0);
+        }
+    }
+    let mut output = vec![0u8; packed::compress_buffer_bytes(unit.len())];
+    let length = packed::recompress(&unit, &mut output)?;
+    (length < bytes.len()).then(|| {
+        output.truncate(length);
+        (output, packed::unit_checksum(&unit))
+    })
+}
+
+/// A fragment a cleaning round moves: its table entry and index in its start block, and
+/// its bytes as stored (shared by the records of its unit's blocks).
+#[derive(Clone)]
+struct MovedFragment {
+    entry: crate::layout::packed::FragmentEntry,
+    index: usize,
+    bytes: Arc<Vec<u8>>,
 }

@@ -189,14 +189,16 @@ pub(crate) fn gibibytes(bytes: u64) -> String {
 pub enum PackedProblem {
     #[error("not a packed block (magic or version)")]
     NotPacked,
-    #[error("fragment count {0} is outside 1 … 16")]
+    #[error("fragment count {0} is over 16, or the table overlaps the continuation")]
     BadCount(u8),
     #[error("fragment {0} lies outside its block's free bytes or overlaps another")]
     BadExtent(usize),
     #[error("no fragment of logical block {0} in the packed block")]
     Missing(u64),
-    #[error("fragment {0} does not decompress to a 4096-byte block")]
+    #[error("fragment {0} spills into blocks that do not continue it")]
+    BrokenContinuation(usize),
+    #[error("fragment {0} does not decompress to its unit's size")]
     Undecodable(usize),
-    #[error("fragment {0} decompresses to a block whose checksum is not the recorded one")]
+    #[error("fragment {0} decompresses to a unit whose checksum is not the recorded one")]
     WrongContent(usize),
 }

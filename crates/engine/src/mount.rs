@@ -237,7 +237,9 @@ impl Reader<'_> {
             .filter(|(_, entry)| matches!(entry, Entry::Packed { .. }))
             .map(|(index, _)| index)
             .collect();
-        let mut decompressed = vec![0u8; BLOCK_SIZE_BYTES];
+        // The packed blocks read and proven, for their fragments to be checked once the
+        // blocks they continue into are read too.
+        let mut packed_read: std::collections::BTreeMap<u32, Vec<u8>> = Default::default();
         for row_in_batch in 0..batch.header.row_count {
             let row = batch.header.first_row + row_in_batch;
             let base = row_in_batch as usize * data_columns;
@@ -264,7 +266,7 @@ impl Reader<'_> {
                         }
                         let index = (base + column) as u32;
                         if packed_blocks.contains(&index) {
-                            verify_fragments(&block, index, &mut decompressed, &mut verification);
+                            packed_read.insert(index, block.to_vec());
                         }
                     }
                     Err(_) => {
@@ -277,6 +279,9 @@ impl Reader<'_> {
             if row_complete {
                 self.compare_shards(segment, row, &row_data, &mut verification);
             }
+        }
+        for (&index, block) in &packed_read {
+            verify_fragments(block, index, &packed_read, &mut verification);
         }
         verification
     }
@@ -340,10 +345,11 @@ struct ChainEnd {
 struct Verification {
     blocks_checked: u64,
     /// Fragments of the packed blocks read, decompressed and proven by their own checksum,
-    /// and those that were not: (the packed block's batch index, its logical block; `None`
-    /// when the block's table itself is not valid, which loses every fragment in it).
+    /// and those that were not: (the batch index of the packed block it starts in, its
+    /// table entry; `None` when the block's table itself is not valid, which loses every
+    /// fragment that starts in it).
     fragments_checked: u64,
-    fragments_damaged: Vec<(u32, Option<u64>)>,
+    fragments_damaged: Vec<(u32, Option<crate::layout::packed::FragmentEntry>)>,
     blocks_repairable: Vec<u32>,
     blocks_unrecoverable: Vec<u32>,
     rows_with_bad_redundancy: u64,
@@ -351,17 +357,32 @@ struct Verification {
     repairs: Vec<(usize, u64, AlignedBuffer)>,
 }
 
-/// A packed block (batch index `index`) proven by its checksum: every fragment in it must
-/// also decompress to its own recorded checksum; those that do not are recorded.
-fn verify_fragments(block: &[u8], index: u32, decompressed: &mut [u8], verification: &mut Verification) {
+/// A packed block (batch index `index`) proven by its checksum: every fragment that starts
+/// in it must also continue into the proven packed blocks after it (`packed_read`) and
+/// decompress to its unit's checksum; those that do not are recorded.
+fn verify_fragments(
+    block: &[u8],
+    index: u32,
+    packed_read: &std::collections::BTreeMap<u32, Vec<u8>>,
+    verification: &mut Verification,
+) {
     let Ok(entries) = crate::layout::packed::table(block) else {
         verification.fragments_damaged.push((index, None));
         return;
     };
+    let mut unit = vec![0u8; crate::layout::packed::UNIT_BYTES_MAXIMUM];
     for fragment in 0..entries.len() {
         verification.fragments_checked += 1;
-        if crate::layout::packed::extract_index(block, &entries, fragment, decompressed).is_err() {
-            verification.fragments_damaged.push((index, Some(entries[fragment].logical_block)));
+        let following: Option<Vec<&[u8]>> = (1..=crate::layout::packed::following_blocks(&entries, fragment) as u32)
+            .map(|after| packed_read.get(&(index + after)).map(Vec::as_slice))
+            .collect();
+        let proven = following.is_some_and(|following| {
+            crate::layout::packed::gather(block, &entries, fragment, &following)
+                .and_then(|bytes| crate::layout::packed::decompress(&bytes, &entries, fragment, &mut unit))
+                .is_ok()
+        });
+        if !proven {
+            verification.fragments_damaged.push((index, Some(entries[fragment])));
         }
     }
 }
@@ -690,7 +711,11 @@ fn replay(
                 let index = index.expect("a data entry describes a block");
                 (logical_block, 1, Mapping::Data { position: batch.position(geometry, index) })
             }
-            Entry::Packed { logical_block, sixteenths, .. } | Entry::Fragment { logical_block, sixteenths, .. } => {
+            Entry::Packed { .. } if !geometry.packed_fragments => {
+                return Err(LogInconsistency::FragmentWithoutFeature { sequence: batch.header.sequence });
+            }
+            Entry::Packed { .. } => continue,
+            Entry::Fragment { logical_block, sixteenths, .. } => {
                 if !geometry.packed_fragments {
                     return Err(LogInconsistency::FragmentWithoutFeature { sequence: batch.header.sequence });
                 }
@@ -842,14 +867,14 @@ pub(crate) fn check(
             let position = batch.position(geometry, index);
             let (logical_block, mapping) = match entry {
                 Entry::Data { logical_block, .. } => (logical_block, Mapping::Data { position }),
-                Entry::Packed { logical_block, sixteenths, .. } | Entry::Fragment { logical_block, sixteenths, .. } => {
+                Entry::Fragment { logical_block, sixteenths, .. } => {
                     (logical_block, Mapping::Fragment { position, sixteenths })
                 }
                 _ => continue,
             };
             let fragment_damaged = matches!(mapping, Mapping::Fragment { .. })
                 && verification.fragments_damaged.iter().any(|&(packed_block, damaged)| {
-                    packed_block == index && damaged.is_none_or(|damaged| damaged == logical_block)
+                    packed_block == index && damaged.is_none_or(|damaged| damaged.serves(logical_block))
                 });
             if logical_block < map.block_count()
                 && map.get(logical_block)? == mapping

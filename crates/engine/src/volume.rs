@@ -8,9 +8,9 @@ use crate::error::{Error, Result, Shutdown};
 use crate::index::checksums::ChecksumCache;
 use crate::index::lifetimes::Lifetimes;
 use crate::index::map::{BlockMap, Mapping};
-use crate::io::{block_pieces, BlockWrite, Core, Lookup, OpenProblem, WriteState};
-use crate::layout::format;
+use crate::io::{block_pieces, BlockWrite, CompressedUnit, Core, Lookup, OpenProblem, WriteState};
 use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
+use crate::layout::{format, packed};
 use crate::log::batch::{BufferPool, OpenBatch};
 use crate::log::IoMode;
 use crate::log::LogState;
@@ -624,40 +624,76 @@ impl Volume {
         self.shared.check_writable()?;
         self.shared.check_range(offset_bytes, data.len() as u64)?;
         /// What a piece of the request is, decided once, before the state lock: whole
-        /// blocks are told apart from zeros and compressed here (docs/compression.md). The
-        /// fragments live here, for the write list to borrow.
+        /// blocks are told apart from zeros, and runs of whole non-zero blocks are cut into
+        /// units at logical addresses that are multiples of 4 and compressed here
+        /// (docs/compression.md). The fragments live here, for the write list to borrow.
         enum Piece {
             Partial,
             Zeros,
-            Whole(Option<Vec<u8>>),
+            Whole,
         }
-        let compression = &self.shared.compression;
-        let pieces: Vec<Piece> = block_pieces(offset_bytes, data.len())
-            .map(|(_, _, range)| {
-                let piece = &data[range];
-                if piece.len() < BLOCK_SIZE_BYTES {
+        let pieces: Vec<(u64, usize, std::ops::Range<usize>, Piece)> = block_pieces(offset_bytes, data.len())
+            .map(|(logical_block, within, range)| {
+                let piece = &data[range.clone()];
+                let kind = if piece.len() < BLOCK_SIZE_BYTES {
                     Piece::Partial
                 } else if format::is_all_zero(piece) {
                     Piece::Zeros
                 } else {
-                    Piece::Whole(compression.compress(&self.shared.counters, piece))
-                }
+                    Piece::Whole
+                };
+                (logical_block, within, range, kind)
             })
             .collect();
-        let blocks: Vec<BlockWrite> = block_pieces(offset_bytes, data.len())
-            .zip(pieces.iter())
-            .map(|((logical_block, within, range), kind)| {
-                let piece = &data[range];
-                match kind {
-                    Piece::Partial => BlockWrite::Patch(logical_block, within, piece),
-                    Piece::Zeros => BlockWrite::Zero(logical_block),
-                    Piece::Whole(Some(fragment)) => {
-                        BlockWrite::Compressed(logical_block, piece, format::block_checksum(piece), fragment)
-                    }
-                    Piece::Whole(None) => BlockWrite::Data(logical_block, piece, format::block_checksum(piece)),
+        // Units: (index of the first piece, pieces, fragment).
+        let compression = &self.shared.compression;
+        let mut units: Vec<(usize, usize, Option<Vec<u8>>)> = Vec::new();
+        let mut next = 0;
+        while next < pieces.len() {
+            if !matches!(pieces[next].3, Piece::Whole) {
+                next += 1;
+                continue;
+            }
+            let mut end = next + 1;
+            while end < pieces.len()
+                && end - next < packed::BLOCKS_PER_UNIT_MAXIMUM
+                && matches!(pieces[end].3, Piece::Whole)
+                && !pieces[end].0.is_multiple_of(packed::BLOCKS_PER_UNIT_MAXIMUM as u64)
+            {
+                end += 1;
+            }
+            let bytes = pieces[next].2.start..pieces[end - 1].2.end;
+            units.push((next, end - next, compression.compress(&self.shared.counters, &data[bytes])));
+            next = end;
+        }
+        let mut blocks: Vec<BlockWrite> = Vec::with_capacity(pieces.len());
+        let mut units = units.iter().peekable();
+        let mut index = 0;
+        while index < pieces.len() {
+            let (logical_block, within, range, kind) = &pieces[index];
+            if let Some((_, count, fragment)) = units.next_if(|(first, ..)| *first == index) {
+                let bytes = &data[range.start..pieces[index + count - 1].2.end];
+                match fragment {
+                    Some(fragment) => blocks.push(BlockWrite::Compressed(CompressedUnit {
+                        first_logical_block: *logical_block,
+                        data: bytes,
+                        fragment,
+                        checksum: packed::unit_checksum(bytes),
+                    })),
+                    None => blocks.extend(bytes.chunks_exact(BLOCK_SIZE_BYTES).enumerate().map(|(place, block)| {
+                        BlockWrite::Data(logical_block + place as u64, block, format::block_checksum(block))
+                    })),
                 }
-            })
-            .collect();
+                index += count;
+                continue;
+            }
+            blocks.push(match kind {
+                Piece::Partial => BlockWrite::Patch(*logical_block, *within, &data[range.clone()]),
+                Piece::Zeros => BlockWrite::Zero(*logical_block),
+                Piece::Whole => unreachable!("every whole block is in a unit"),
+            });
+            index += 1;
+        }
         apply(&self.cleaner, &blocks)?;
         self.shared.evict_map_pages_if_needed();
         Counters::add(&self.shared.counters.host_bytes_written, data.len() as u64);

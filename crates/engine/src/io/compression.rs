@@ -3,7 +3,7 @@
 //! Compression runs on the accepting thread before the state lock is taken.
 
 use crate::layout::format::CompressionSetting;
-use crate::layout::packed::{self, Compressed, COMPRESS_BUFFER_BYTES};
+use crate::layout::packed::{self, Compressed};
 use crate::stats::Counters;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -76,36 +76,39 @@ impl Compression {
         self.share.store(share.min(SHARE_WHOLE), Ordering::Relaxed);
     }
 
-    /// The fragment of the 4096-byte `block` when the volume compresses, the share takes
-    /// this block and it saves an eighth; `None`: store it whole. Counts the outcome.
-    pub(crate) fn compress(&self, counters: &Counters, block: &[u8]) -> Option<Vec<u8>> {
+    /// The fragment of `unit` (1 … 4 whole blocks) when the volume compresses, the share
+    /// takes this unit and it saves an eighth; `None`: store its blocks whole. Counts the
+    /// outcome for each block.
+    pub(crate) fn compress(&self, counters: &Counters, unit: &[u8]) -> Option<Vec<u8>> {
         if self.setting() == CompressionSetting::Off {
             return None;
         }
+        let blocks = (unit.len() / crate::layout::geometry::BLOCK_SIZE_BYTES) as u64;
         let share = self.share() as u64;
         let before = self.credit.fetch_add(share, Ordering::Relaxed);
         if (before + share) / SHARE_WHOLE as u64 == before / SHARE_WHOLE as u64 {
-            Counters::add(&counters.blocks_whole_by_share, 1);
+            Counters::add(&counters.blocks_whole_by_share, blocks);
             return None;
         }
         if self.refused_in_a_row.load(Ordering::Relaxed) >= REFUSALS_BEFORE_SKIPPING
             && !self.offers_while_refusing.fetch_add(1, Ordering::Relaxed).is_multiple_of(TRIED_WHILE_REFUSING)
         {
-            Counters::add(&counters.blocks_whole_incompressible, 1);
+            Counters::add(&counters.blocks_whole_incompressible, blocks);
             return None;
         }
-        let mut output = [0u8; COMPRESS_BUFFER_BYTES];
-        match packed::compress(block, &mut output) {
+        let mut output = vec![0u8; packed::compress_buffer_bytes(unit.len())];
+        match packed::compress(unit, &mut output) {
             Compressed::Fragment { length } => {
                 self.refused_in_a_row.store(0, Ordering::Relaxed);
                 self.offers_while_refusing.store(0, Ordering::Relaxed);
-                Counters::add(&counters.blocks_compressed, 1);
+                Counters::add(&counters.blocks_compressed, blocks);
                 Counters::add(&counters.fragment_bytes, length as u64);
-                Some(output[..length].to_vec())
+                output.truncate(length);
+                Some(output)
             }
             Compressed::RefusedByProbe | Compressed::TooLarge => {
                 self.refused_in_a_row.fetch_add(1, Ordering::Relaxed);
-                Counters::add(&counters.blocks_whole_incompressible, 1);
+                Counters::add(&counters.blocks_whole_incompressible, blocks);
                 None
             }
         }

@@ -118,13 +118,50 @@ pub(crate) struct Core {
 pub(crate) enum BlockWrite<'a> {
     /// A whole block and its CRC32C (computed before the state lock is taken).
     Data(u64, &'a [u8], u32),
-    /// A whole block, its CRC32C and its LZ4 fragment (compressed before the state lock
-    /// is taken): stored packed (docs/compression.md).
-    Compressed(u64, &'a [u8], u32, &'a [u8]),
+    /// A unit of whole blocks from a logical block, compressed before the state lock is
+    /// taken: stored as one packed fragment (docs/compression.md).
+    Compressed(CompressedUnit<'a>),
     /// A partial block: bytes `data` at `offset_bytes` inside logical block.
     Patch(u64, usize, &'a [u8]),
     Zero(u64),
     Trim(u64),
+}
+
+/// A fragment as read from the members: its start block, its table, its index there, and
+/// the blocks it continues into, every one proven by its position's checksum.
+pub(crate) struct StoredFragment {
+    pub start: AlignedBuffer,
+    pub entries: Vec<crate::layout::packed::FragmentEntry>,
+    pub index: usize,
+    pub following: Vec<AlignedBuffer>,
+}
+
+impl StoredFragment {
+    /// `logical_block` (one the fragment serves) decompressed into `out`, proven.
+    pub fn extract(
+        &self,
+        logical_block: u64,
+        out: &mut [u8],
+    ) -> std::result::Result<(), crate::layout::packed::PackedProblem> {
+        crate::layout::packed::extract(&self.start, &self.entries, self.index, &self.following, logical_block, out)
+    }
+}
+
+/// Whole consecutive blocks written together and their LZ4 fragment.
+#[derive(Clone, Copy)]
+pub(crate) struct CompressedUnit<'a> {
+    pub first_logical_block: u64,
+    /// The blocks, `n × 4096` bytes (1 ≤ n ≤ 4).
+    pub data: &'a [u8],
+    pub fragment: &'a [u8],
+    /// `layout::packed::unit_checksum` of `data`.
+    pub checksum: u32,
+}
+
+impl CompressedUnit<'_> {
+    pub fn blocks(&self) -> u8 {
+        (self.data.len() / BLOCK_SIZE_BYTES) as u8
+    }
 }
 
 /// Why a client batch cannot be opened now.
@@ -329,11 +366,15 @@ impl Core {
                 if format::is_all_zero(&merged) {
                     BlockWrite::Zero(logical_block)
                 } else {
-                    let checksum = format::block_checksum(&merged);
                     merged_fragment = self.compression.compress(&self.counters, &merged);
                     match &merged_fragment {
-                        Some(fragment) => BlockWrite::Compressed(logical_block, &merged, checksum, fragment),
-                        None => BlockWrite::Data(logical_block, &merged, checksum),
+                        Some(fragment) => BlockWrite::Compressed(CompressedUnit {
+                            first_logical_block: logical_block,
+                            data: &merged,
+                            fragment,
+                            checksum: crate::layout::packed::unit_checksum(&merged),
+                        }),
+                        None => BlockWrite::Data(logical_block, &merged, format::block_checksum(&merged)),
                     }
                 }
             }
@@ -346,9 +387,20 @@ impl Core {
                 self.map.ensure_resident_for(logical_block)?;
                 self.accept_data(state, logical_block, data, checksum, None)
             }
-            BlockWrite::Compressed(logical_block, _, checksum, fragment) => {
-                self.map.ensure_resident_for(logical_block)?;
-                self.accept_fragment(state, logical_block, fragment, checksum, None)
+            BlockWrite::Compressed(unit) => {
+                for place in 0..unit.blocks() as u64 {
+                    self.map.ensure_resident_for(unit.first_logical_block + place)?;
+                }
+                let mask = (1u8 << unit.blocks()) - 1;
+                self.accept_fragment(
+                    state,
+                    unit.first_logical_block,
+                    unit.blocks(),
+                    mask,
+                    unit.fragment,
+                    unit.checksum,
+                    None,
+                )
             }
             BlockWrite::Zero(logical_block) => self.accept_range(state, logical_block, false)?,
             BlockWrite::Trim(logical_block) => self.accept_range(state, logical_block, true)?,
@@ -365,11 +417,21 @@ impl Core {
     fn stage(&self, state: &mut WriteState, block: &BlockWrite) {
         use crate::layout::write_log::{LogEntry, LogEntryKind};
         let batch_sequence = state.log.open.as_ref().map_or(state.log.next_sequence, |open| open.sequence);
+        if let BlockWrite::Compressed(unit) = block {
+            // The log holds whole blocks: each block of the unit is staged as one.
+            for (place, data) in unit.data.chunks_exact(BLOCK_SIZE_BYTES).enumerate() {
+                self.stage(
+                    state,
+                    &BlockWrite::Data(unit.first_logical_block + place as u64, data, format::block_checksum(data)),
+                );
+            }
+            return;
+        }
         let (logical_block, kind, checksum, data) = match *block {
-            BlockWrite::Data(logical_block, data, checksum)
-            | BlockWrite::Compressed(logical_block, data, checksum, _) => {
+            BlockWrite::Data(logical_block, data, checksum) => {
                 (logical_block, LogEntryKind::Data, checksum, Some(data))
             }
+            BlockWrite::Compressed(_) => unreachable!("staged block by block above"),
             BlockWrite::Zero(logical_block) => (logical_block, LogEntryKind::Zero, 0, None),
             BlockWrite::Trim(logical_block) => (logical_block, LogEntryKind::Trim, 0, None),
             BlockWrite::Patch(..) => unreachable!("a partial block is staged as the block it merged into"),
@@ -403,31 +465,44 @@ impl Core {
         true
     }
 
-    /// Accept a compressed block — `fragment`, the LZ4 form of logical block
-    /// `logical_block`, whose block checksum is `checksum` — into the open batch's packed
-    /// block (`false`: the batch is full). `relocated` as for [`Core::accept_data`].
+    /// Accept a fragment — the LZ4 form of the unit of `blocks` logical blocks from
+    /// `first_logical_block`, with unit checksum `checksum` — into the open batch's packed
+    /// blocks, mapping the blocks in `mask` to it (`false`: the batch is full). `relocated`
+    /// as for [`Core::accept_data`].
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn accept_fragment(
         &self,
         state: &mut WriteState,
-        logical_block: u64,
+        first_logical_block: u64,
+        blocks: u8,
+        mask: u8,
         fragment: &[u8],
         checksum: u32,
         relocated: Option<(u8, u64)>,
     ) -> bool {
         let lifetime_class = relocated.map_or(format::LIFETIME_CLASS_UNKNOWN, |(class, _)| class);
-        let sixteenths = crate::layout::packed::sixteenths(fragment.len());
+        // Shared among the blocks it serves now: what the segment holds for them.
+        let sixteenths = crate::layout::packed::sixteenths(fragment.len(), mask.count_ones() as usize);
         let open = state.log.open.as_mut().expect("an open batch");
-        let Some((index, block_checksum)) =
-            open.append_fragment(logical_block, fragment, checksum, lifetime_class, sixteenths)
+        let Some(placed) =
+            open.append_fragment(first_logical_block, blocks, mask, fragment, checksum, lifetime_class, sixteenths)
         else {
             return false;
         };
-        let position = self.record_checksum(state, index, block_checksum);
+        let mut position = 0;
+        for (index, block_checksum) in placed.touched {
+            let recorded = self.record_checksum(state, index, block_checksum);
+            if index == placed.start_index {
+                position = recorded;
+            }
+        }
         if let Some((_, clock)) = relocated {
             let open = state.log.open.as_mut().expect("an open batch");
             open.oldest_clock = open.oldest_clock.min(clock);
         }
-        self.remap(state, logical_block, Mapping::Fragment { position, sixteenths });
+        for place in (0..blocks as u64).filter(|place| mask & (1 << place) != 0) {
+            self.remap(state, first_logical_block + place, Mapping::Fragment { position, sixteenths });
+        }
         true
     }
 
@@ -546,9 +621,16 @@ impl Core {
     ) -> Result<(Option<OpenBatch>, usize)> {
         let rows_per_chunk = self.geometry.rows_per_chunk();
         let data_columns = self.geometry.data_columns() as u32;
+        // Room for a summary and the largest record: a block, or a fragment and the
+        // blocks it continues into.
+        let indices_needed = if self.geometry.packed_fragments {
+            1 + crate::layout::packed::BLOCKS_PER_FRAGMENT_MAXIMUM as u32
+        } else {
+            2
+        };
         if state.log.current_segments[stream]
             .as_ref()
-            .is_some_and(|current| (rows_per_chunk - current.next_row) * data_columns < 2)
+            .is_some_and(|current| (rows_per_chunk - current.next_row) * data_columns < indices_needed)
         {
             self.retire_stream_segment(state, stream);
         }
@@ -1046,9 +1128,8 @@ impl Core {
         match self.map.get(logical_block)? {
             Mapping::Data { position } => self.read_position(position, logical_block, out, held),
             Mapping::Fragment { position, .. } => {
-                let mut packed_block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-                self.read_position(position, logical_block, &mut packed_block, held)?;
-                self.decompress(&packed_block, logical_block, out)
+                let stored = self.read_fragment(position, logical_block, held)?;
+                stored.extract(logical_block, out).map_err(|problem| self.bad_fragment(logical_block, problem))
             }
             _ => {
                 out.fill(0);
@@ -1057,13 +1138,31 @@ impl Core {
         }
     }
 
-    /// Take logical block `logical_block` out of `packed_block` (already proven by its
-    /// position's checksum) into `out`, proven by its own checksum.
-    pub(crate) fn decompress(&self, packed_block: &[u8], logical_block: u64, out: &mut [u8]) -> Result<()> {
-        crate::layout::packed::extract(packed_block, logical_block, out).map_err(|problem| {
-            Counters::add(&self.counters.unrecoverable_reads, 1);
-            Error::Unrecoverable { logical_block, reason: ReadFailure::BadFragment(problem) }
-        })
+    fn bad_fragment(&self, logical_block: u64, problem: crate::layout::packed::PackedProblem) -> Error {
+        Counters::add(&self.counters.unrecoverable_reads, 1);
+        Error::Unrecoverable { logical_block, reason: ReadFailure::BadFragment(problem) }
+    }
+
+    /// Read the fragment serving `logical_block` whose start block is at `position`: that
+    /// block and the blocks it continues into, each proven by its position's checksum
+    /// (from memory when there). Same locking rules as [`Core::read_block`].
+    pub(crate) fn read_fragment(
+        &self,
+        position: u64,
+        logical_block: u64,
+        held: Option<&WriteState>,
+    ) -> Result<StoredFragment> {
+        let mut start = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+        self.read_position(position, logical_block, &mut start, held)?;
+        let (entries, index) = crate::layout::packed::find(&start, logical_block)
+            .map_err(|problem| self.bad_fragment(logical_block, problem))?;
+        let mut following = Vec::new();
+        for after in 1..=crate::layout::packed::following_blocks(&entries, index) as u64 {
+            let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+            self.read_position(position + after, logical_block, &mut block, held)?;
+            following.push(block);
+        }
+        Ok(StoredFragment { start, entries, index, following })
     }
 
     /// Read the block at data-space `position` (which holds `logical_block`) into `out`:
@@ -1113,14 +1212,25 @@ impl Core {
             None => Lookup::OnMembers,
             Some(Mapping::Data { position }) => self.position_from_memory(position, out, held),
             Some(Mapping::Fragment { position, .. }) => {
-                let mut packed_block = [0u8; BLOCK_SIZE_BYTES];
-                match self.position_from_memory(position, &mut packed_block, held) {
-                    // A fragment that does not come out is left to the member path, which
-                    // reports it.
-                    Lookup::Served if crate::layout::packed::extract(&packed_block, logical_block, out).is_ok() => {
-                        Lookup::Served
+                // A fragment that does not come out is left to the member path, which
+                // reports it.
+                let mut start = [0u8; BLOCK_SIZE_BYTES];
+                if !matches!(self.position_from_memory(position, &mut start, held), Lookup::Served) {
+                    return Lookup::OnMembers;
+                }
+                let Ok((entries, index)) = crate::layout::packed::find(&start, logical_block) else {
+                    return Lookup::OnMembers;
+                };
+                let following_count = crate::layout::packed::following_blocks(&entries, index);
+                let mut following = vec![[0u8; BLOCK_SIZE_BYTES]; following_count];
+                for (after, block) in following.iter_mut().enumerate() {
+                    if !matches!(self.position_from_memory(position + 1 + after as u64, block, held), Lookup::Served) {
+                        return Lookup::OnMembers;
                     }
-                    _ => Lookup::OnMembers,
+                }
+                match crate::layout::packed::extract(&start, &entries, index, &following, logical_block, out) {
+                    Ok(()) => Lookup::Served,
+                    Err(_) => Lookup::OnMembers,
                 }
             }
             Some(_) => {

@@ -14,9 +14,11 @@ pub const SUPERBLOCK_VERSION: u32 = 3;
 /// says which): a stripelog that does not know the feature must refuse the volume. No
 /// feature in use: [`SUPERBLOCK_VERSION`] is written, readable by older code.
 pub const SUPERBLOCK_VERSION_WITH_FEATURES: u32 = 4;
-/// Incompatible feature bit 1: index entries and summaries may name packed fragments
-/// (docs/compression.md); set by `create --compression` and never cleared.
-pub const FEATURE_PACKED_FRAGMENTS: u64 = 1 << 1;
+/// Incompatible feature bit 2: index entries and summaries may name packed fragments,
+/// packed blocks version 2 (docs/compression.md); set by `create --compression` and never
+/// cleared. (Bit 1, the first packed-block format, was never released and is retired: a
+/// volume with it is refused as having an unknown feature.)
+pub const FEATURE_PACKED_FRAGMENTS: u64 = 1 << 2;
 /// The incompatible features this code knows (bit 0, a write log on the members, is
 /// planned, not built: a volume with it is refused).
 pub const KNOWN_FEATURES: u64 = FEATURE_PACKED_FRAGMENTS;
@@ -614,14 +616,14 @@ pub enum Entry {
     /// the page numbered `number` of its kind. Replay and the cleaner pass over it; only
     /// the checkpoint that names it gives it meaning.
     Page { kind: PageKind, number: u64, checksum: u32 },
-    /// Logical block `logical_block` is the first fragment of a packed block, which is the
-    /// next data block of the group (docs/compression.md). `checksum`: the packed block's
-    /// block checksum (final when its batch is sealed); `sixteenths`: the fragment's share
-    /// of the block, 1–16.
-    Packed { logical_block: u64, checksum: u32, lifetime_class: u8, sixteenths: u8 },
-    /// Logical block `logical_block` is a further fragment of the packed block the latest
-    /// `Packed` entry of the same summary opened (it takes no block of its own).
-    /// `checksum`: the block checksum of the block the fragment decompresses to.
+    /// The next data block of the group is a packed block (docs/compression.md): fragments
+    /// start in it, or continue into it from the packed block before it. `checksum`: its
+    /// block checksum (final when its batch is sealed).
+    Packed { checksum: u32 },
+    /// Logical block `logical_block` is served by a fragment that starts in the packed
+    /// block the latest `Packed` entry of the same summary consumed (it takes no block of
+    /// its own). `checksum`: the fragment's unit checksum; `sixteenths`: the block's share
+    /// of the fragment's space, 1–16.
     Fragment { logical_block: u64, checksum: u32, lifetime_class: u8, sixteenths: u8 },
 }
 
@@ -650,10 +652,7 @@ impl Entry {
     fn encode(&self, bytes: &mut [u8]) {
         let mut share = 0u8;
         let (kind, class, value, logical_block) = match *self {
-            Entry::Packed { logical_block, checksum, lifetime_class, sixteenths } => {
-                share = sixteenths;
-                (ENTRY_KIND_PACKED, lifetime_class, checksum, logical_block)
-            }
+            Entry::Packed { checksum } => (ENTRY_KIND_PACKED, 0, checksum, 0),
             Entry::Fragment { logical_block, checksum, lifetime_class, sixteenths } => {
                 share = sixteenths;
                 (ENTRY_KIND_FRAGMENT, lifetime_class, checksum, logical_block)
@@ -689,15 +688,11 @@ impl Entry {
             ENTRY_KIND_DATA => Some(Entry::Data { logical_block, checksum: value, lifetime_class }),
             ENTRY_KIND_ZERO if value > 0 => Some(Entry::Zero { logical_block, block_count: value }),
             ENTRY_KIND_TRIM if value > 0 => Some(Entry::Trim { logical_block, block_count: value }),
-            kind @ (ENTRY_KIND_PACKED | ENTRY_KIND_FRAGMENT)
-                if version >= SUMMARY_VERSION && (1..=SIXTEENTHS_PER_BLOCK).contains(&bytes[2]) =>
-            {
-                let (checksum, sixteenths) = (value, bytes[2]);
-                Some(if kind == ENTRY_KIND_PACKED {
-                    Entry::Packed { logical_block, checksum, lifetime_class, sixteenths }
-                } else {
-                    Entry::Fragment { logical_block, checksum, lifetime_class, sixteenths }
-                })
+            ENTRY_KIND_PACKED if version >= SUMMARY_VERSION && logical_block == 0 && bytes[1..4] == [0, 0, 0] => {
+                Some(Entry::Packed { checksum: value })
+            }
+            ENTRY_KIND_FRAGMENT if version >= SUMMARY_VERSION && (1..=SIXTEENTHS_PER_BLOCK).contains(&bytes[2]) => {
+                Some(Entry::Fragment { logical_block, checksum: value, lifetime_class, sixteenths: bytes[2] })
             }
             kind @ ENTRY_KIND_INDEX_PAGE..=ENTRY_KIND_CHECKPOINT_ROOT if version > SUMMARY_VERSION_WITHOUT_CLOCKS => {
                 let kind = match kind {
@@ -914,8 +909,8 @@ pub fn next_summary_index(index: u32, summary: &Summary) -> u32 {
 /// Every entry of a batch, in order, with the batch index of the data block it describes
 /// (`None` for range entries, which describe no block), given the batch's summaries with
 /// their batch indices. Each data entry consumes the next block of its group; a further
-/// fragment (kind 9) is in the packed block its summary's latest kind-8 entry opened, whose
-/// index it is given (its checksum is not that block's).
+/// fragment (kind 9) starts in the packed block its summary's latest kind-8 entry consumed,
+/// whose index it is given (its checksum is not that block's).
 pub fn batch_entries<'a>(
     summaries: impl IntoIterator<Item = (&'a Summary, u32)> + 'a,
 ) -> impl Iterator<Item = (Option<u32>, Entry)> + 'a {
@@ -965,11 +960,7 @@ mod tests {
                     [PageKind::Index, PageKind::Directory, PageKind::SegmentTable, PageKind::Root][kind as usize];
                 Entry::Page { kind, number, checksum }
             }),
-            (any::<u64>(), any::<u32>(), any::<u8>(), 1u8..=SIXTEENTHS_PER_BLOCK).prop_map(
-                |(logical_block, checksum, lifetime_class, sixteenths)| {
-                    Entry::Packed { logical_block, checksum, lifetime_class, sixteenths }
-                }
-            ),
+            any::<u32>().prop_map(|checksum| Entry::Packed { checksum }),
         ]
     }
 
@@ -1060,7 +1051,9 @@ mod tests {
             seal(&mut changed);
             Superblock::decode(&changed, 1)
         };
-        assert_eq!(with(&|block| block[2360] |= 0b101), Err(SuperblockProblem::UnknownFeatures(0b101)));
+        assert_eq!(with(&|block| block[2360] |= 0b011), Err(SuperblockProblem::UnknownFeatures(0b011)));
+        // Bit 1 (the first packed-block format, retired) is refused as unknown.
+        assert_eq!(with(&|block| block[2360] = 0b010), Err(SuperblockProblem::UnknownFeatures(0b010)));
         assert!(matches!(with(&|block| block[2360] = 0), Err(SuperblockProblem::Inconsistent(_))));
         assert!(matches!(with(&|block| block[2337] = 7), Err(SuperblockProblem::Inconsistent(_))));
         superblock.incompatible_features = 0;
@@ -1073,12 +1066,13 @@ mod tests {
     }
 
     /// Kinds 8 and 9 round-trip in a summary of version 3 (a summary without them stays
-    /// version 2); a further fragment before any packed block, or a share outside 1–16,
-    /// is not a summary; a further fragment is given its packed block's batch index.
+    /// version 2); a fragment before any packed block, a share outside 1–16, or a packed
+    /// block naming a logical block, is not a summary; a fragment is given the batch index
+    /// of the packed block it starts in.
     #[test]
     fn fragment_entries_round_trip_and_are_checked() {
         let header = sample_header();
-        let packed = Entry::Packed { logical_block: 5, checksum: 11, lifetime_class: 2, sixteenths: 7 };
+        let packed = Entry::Packed { checksum: 11 };
         let fragment = Entry::Fragment { logical_block: 9, checksum: 12, lifetime_class: 3, sixteenths: 16 };
         let data = Entry::Data { logical_block: 1, checksum: 13, lifetime_class: 0 };
         let zero = Entry::Zero { logical_block: 2, block_count: 3 };
@@ -1093,9 +1087,14 @@ mod tests {
         let orphan = Summary { header, summary_index: 0, entries: vec![data, fragment] };
         orphan.encode(&mut block);
         assert_eq!(Summary::decode(&block, &header.volume_uuid), None);
-        let mut bad = Summary { header, summary_index: 0, entries: vec![packed] };
+        let mut bad = Summary { header, summary_index: 0, entries: vec![packed, fragment] };
         bad.encode(&mut block);
-        block[ENTRIES_OFFSET + 2] = 17;
+        block[ENTRIES_OFFSET + ENTRY_SIZE_BYTES + 2] = 17;
+        seal(&mut block);
+        assert_eq!(Summary::decode(&block, &header.volume_uuid), None);
+        // A packed-block entry names no logical block.
+        bad.encode(&mut block);
+        block[ENTRIES_OFFSET + 8] = 1;
         seal(&mut block);
         assert_eq!(Summary::decode(&block, &header.volume_uuid), None);
         bad.entries = vec![data, zero];

@@ -80,6 +80,14 @@ impl Drop for PooledBuffers {
     }
 }
 
+/// Where a fragment went: the batch index of the packed block it starts in, and every
+/// packed block it changed with its block checksum as it now is (the checksums their
+/// positions must prove).
+pub struct PlacedFragment {
+    pub start_index: u32,
+    pub touched: Vec<(u32, u32)>,
+}
+
 /// Where the next entry of an open batch goes.
 pub enum Slot {
     /// A data block at this batch index.
@@ -113,8 +121,8 @@ pub struct OpenBatch {
     next_index: u32,
     groups: Vec<Group>,
     /// The packed block being filled, if any. Fragments go into it while it has room and
-    /// its group's summary is the last one (a further fragment names no block: it is in
-    /// the block its summary's latest `Packed` entry opened).
+    /// its group's summary is the last one (a fragment's entry names no block: it starts
+    /// in the block its summary's latest `Packed` entry consumed).
     packing: Option<Packing>,
     buffers: PooledBuffers,
     pub opened_at: Instant,
@@ -177,8 +185,17 @@ impl OpenBatch {
     /// Reserve room for one more entry (with a block when `with_block`); `None` when the
     /// batch is full and must be sealed first.
     pub fn reserve(&mut self, with_block: bool) -> Option<Slot> {
-        let group_full = self.groups.last().is_none_or(|group| group.entries.len() == ENTRIES_PER_SUMMARY);
-        let needed = group_full as u32 + with_block as u32;
+        let first = self.reserve_run(with_block as u32, 1)?;
+        Some(if with_block { Slot::Block(first) } else { Slot::Range })
+    }
+
+    /// Reserve `blocks` consecutive batch indices described by `entries` entries of one
+    /// summary (a new group is started when the last one has no room for them all): the
+    /// first index, or `None` when the batch is full.
+    fn reserve_run(&mut self, blocks: u32, entries: usize) -> Option<u32> {
+        debug_assert!(entries <= ENTRIES_PER_SUMMARY);
+        let group_full = self.groups.last().is_none_or(|group| group.entries.len() + entries > ENTRIES_PER_SUMMARY);
+        let needed = group_full as u32 + blocks;
         if self.next_index + needed > self.capacity_blocks {
             return None;
         }
@@ -190,12 +207,8 @@ impl OpenBatch {
             self.groups.push(Group { summary_index: self.next_index, entries: Vec::new() });
             self.next_index += 1;
         }
-        if with_block {
-            self.next_index += 1;
-            Some(Slot::Block(self.next_index - 1))
-        } else {
-            Some(Slot::Range)
-        }
+        self.next_index += blocks;
+        Some(self.next_index - blocks)
     }
 
     /// Record an entry in the slot just reserved (in order).
@@ -203,68 +216,111 @@ impl OpenBatch {
         self.groups.last_mut().expect("reserve() opened a group").entries.push(entry);
     }
 
-    /// Set the lifetime class of the last entry, when it is data for `logical_block`.
+    /// Set the lifetime class of `logical_block`'s entry, when it is among the last few of
+    /// the batch (a fragment's entry may be followed by its continuation blocks').
     pub fn set_last_lifetime_class(&mut self, logical_block: u64, class: u8) {
-        if let Some(
-            Entry::Data { logical_block: last, lifetime_class, .. }
-            | Entry::Packed { logical_block: last, lifetime_class, .. }
-            | Entry::Fragment { logical_block: last, lifetime_class, .. },
-        ) = self.groups.last_mut().and_then(|group| group.entries.last_mut())
-        {
-            if *last == logical_block {
-                *lifetime_class = class;
+        let Some(group) = self.groups.last_mut() else {
+            return;
+        };
+        let recent =
+            group.entries.iter_mut().rev().take(packed::BLOCKS_PER_UNIT_MAXIMUM + packed::BLOCKS_PER_FRAGMENT_MAXIMUM);
+        for entry in recent {
+            if let Entry::Data { logical_block: last, lifetime_class, .. }
+            | Entry::Fragment { logical_block: last, lifetime_class, .. } = entry
+            {
+                if *last == logical_block {
+                    *lifetime_class = class;
+                    return;
+                }
             }
         }
     }
 
-    /// Put `fragment` (logical block `logical_block`, whose decompressed block checksum is
-    /// `checksum`) into the packed block being filled, or into a new one taking the next
-    /// data slot. Returns the packed block's batch index and its block checksum as it now
-    /// is (the checksum its position must prove), or `None` when the batch is full.
+    /// Put `fragment` — the unit of `blocks` logical blocks from `first_logical_block`, of
+    /// which those in `mask` are stored by it, with unit checksum `checksum` — into the
+    /// packed block being filled, spilling into the next batch indices when it does not
+    /// fit and that block is the batch's last index, or into a new packed block.
+    /// `sixteenths`: each block's share. `None` when the batch is full.
+    #[allow(clippy::too_many_arguments)]
     pub fn append_fragment(
         &mut self,
-        logical_block: u64,
+        first_logical_block: u64,
+        blocks: u8,
+        mask: u8,
         fragment: &[u8],
         checksum: u32,
         lifetime_class: u8,
         sixteenths: u8,
-    ) -> Option<(u32, u32)> {
-        let continuing = self.packing.filter(|packing| {
-            packing.group + 1 == self.groups.len()
-                && self.groups[packing.group].entries.len() < ENTRIES_PER_SUMMARY
-                && packed::fits(self.block(packing.index), fragment.len())
+    ) -> Option<PlacedFragment> {
+        debug_assert!(!fragment.is_empty() && fragment.len() <= packed::UNIT_BYTES_MAXIMUM);
+        let served = mask.count_ones() as usize;
+        let continuing = self.packing.filter(|packing| packing.group + 1 == self.groups.len()).and_then(|packing| {
+            let room = packed::room(self.block(packing.index));
+            let spill_blocks = packed::blocks_after(fragment.len(), room);
+            let group_room = ENTRIES_PER_SUMMARY - self.groups[packing.group].entries.len();
+            let fits_here = spill_blocks == 0 && room > 0 && group_room >= served;
+            let spills = spill_blocks > 0
+                && room >= packed::SPILL_START_BYTES_MINIMUM
+                && packing.index + 1 == self.next_index
+                && group_room >= served + spill_blocks
+                && self.next_index + spill_blocks as u32 <= self.capacity_blocks;
+            if fits_here || spills {
+                if spills {
+                    self.reserve_run(spill_blocks as u32, 0).expect("checked: room in the group and the batch");
+                }
+                Some(packing)
+            } else {
+                None
+            }
         });
         let packing = match continuing {
-            Some(packing) => {
-                self.groups[packing.group].entries.push(Entry::Fragment {
-                    logical_block,
-                    checksum,
-                    lifetime_class,
-                    sixteenths,
-                });
-                packing
-            }
+            Some(packing) => packing,
             None => {
-                let Slot::Block(index) = self.reserve(true)? else {
-                    unreachable!("a reservation with a block gives a block");
-                };
-                packed::initialize(self.block_mut(index));
+                let first_room = packed::EMPTY_BLOCK_ROOM_BYTES;
+                let spill_blocks = packed::blocks_after(fragment.len(), first_room);
+                let index = self.reserve_run(1 + spill_blocks as u32, 1 + served + spill_blocks)?;
+                packed::initialize(self.block_mut(index), 0);
                 let group = self.groups.len() - 1;
                 let entries = &mut self.groups[group].entries;
                 // Its checksum is set below, once the fragment is in.
-                entries.push(Entry::Packed { logical_block, checksum: 0, lifetime_class, sixteenths });
-                let packing = Packing { index, group, entry: entries.len() - 1 };
-                self.packing = Some(packing);
-                packing
+                entries.push(Entry::Packed { checksum: 0 });
+                Packing { index, group, entry: entries.len() - 1 }
             }
         };
-        packed::append(self.block_mut(packing.index), logical_block, fragment, checksum)
-            .expect("checked to fit, or an empty packed block, which holds any fragment");
+        let start_index = packing.index;
+        let block = self.block_mut(start_index);
+        let mut placed = packed::start_fragment(block, first_logical_block, blocks, mask, fragment, checksum);
+        let group = packing.group;
+        for place in (0..blocks).filter(|place| mask & (1 << place) != 0) {
+            self.groups[group].entries.push(Entry::Fragment {
+                logical_block: first_logical_block + place as u64,
+                checksum,
+                lifetime_class,
+                sixteenths,
+            });
+        }
+        let mut touched = vec![(start_index, self.refresh_checksum(packing))];
+        let mut packing = packing;
+        while placed < fragment.len() {
+            let index = packing.index + 1;
+            debug_assert!(index < self.next_index, "reserved above");
+            placed += packed::continue_fragment(self.block_mut(index), &fragment[placed..]);
+            let entries = &mut self.groups[group].entries;
+            entries.push(Entry::Packed { checksum: 0 });
+            packing = Packing { index, group, entry: entries.len() - 1 };
+            touched.push((index, self.refresh_checksum(packing)));
+        }
+        self.packing = Some(packing);
+        Some(PlacedFragment { start_index, touched })
+    }
+
+    /// Recompute the block checksum of a packed block being filled into its entry.
+    fn refresh_checksum(&mut self, packing: Packing) -> u32 {
         let block_checksum = format::block_checksum(self.block(packing.index));
-        if let Entry::Packed { checksum, .. } = &mut self.groups[packing.group].entries[packing.entry] {
+        if let Entry::Packed { checksum } = &mut self.groups[packing.group].entries[packing.entry] {
             *checksum = block_checksum;
         }
-        Some((packing.index, block_checksum))
+        block_checksum
     }
 
     /// Extend the last entry when it is a range of the same kind ending at
