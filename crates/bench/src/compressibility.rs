@@ -216,30 +216,32 @@ mod tests {
         std::fs::create_dir_all(&directory).unwrap();
         let path = directory.join("data");
         let mut bytes = Vec::new();
-        // 8 blocks that compress to a few dozen bytes (16 share one packed block at most),
+        // 8 blocks that compress to a few dozen bytes (two units of 4, sharing one packed
+        // block),
         bytes.extend((0..8u8).flat_map(|value| vec![value + 1; BLOCK_SIZE_BYTES]));
-        // 2 zero blocks,
-        bytes.extend(vec![0u8; 2 * BLOCK_SIZE_BYTES]);
-        // and 3 random ones (xorshift), refused by the probe.
+        // a unit of 4 random blocks (xorshift), refused by the probe,
         let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        bytes.extend((0..3 * BLOCK_SIZE_BYTES).map(|_| {
+        bytes.extend((0..4 * BLOCK_SIZE_BYTES).map(|_| {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
             state as u8
         }));
+        // and 2 zero blocks.
+        bytes.extend(vec![0u8; 2 * BLOCK_SIZE_BYTES]);
         // A partial last block, padded with zeros as the volume would read it.
         bytes.extend(vec![7u8; 100]);
         std::fs::write(&path, &bytes).unwrap();
         let report = estimate(&path, &|_| {}).unwrap();
         std::fs::remove_dir_all(&directory).unwrap();
-        assert_eq!(report.logical_blocks, 14);
+        assert_eq!(report.logical_blocks, 15);
         assert_eq!(report.zero_blocks, 2);
         assert_eq!(report.fragment_blocks, 9);
-        assert_eq!(report.refused_by_probe_blocks, 3);
+        assert_eq!(report.fragments, 3, "units 0-3, 4-7 and the last block alone");
+        assert_eq!(report.refused_by_probe_blocks, 4);
         assert_eq!(report.packed_blocks, 1);
-        assert_eq!(report.physical_blocks_without_compression, 12);
-        assert_eq!(report.physical_blocks_with_compression, 4);
-        assert!((report.compression_ratio - 3.0).abs() < 1e-9);
+        assert_eq!(report.physical_blocks_without_compression, 13);
+        assert_eq!(report.physical_blocks_with_compression, 5);
+        assert!((report.compression_ratio - 2.6).abs() < 1e-9);
     }
 }
