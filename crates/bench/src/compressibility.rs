@@ -88,7 +88,7 @@ impl Packer {
         let entries = packed::table(&start).map_err(|problem| format!("a packed block it built: {problem}"))?;
         let index = entries.len() - 1;
         packed::gather(&start, &entries, index, &following)
-            .and_then(|bytes| packed::decompress(&bytes, &entries, index, &mut self.unit))
+            .and_then(|bytes| packed::decompress(&bytes, entries[index], index, &mut self.unit))
             .map_err(|problem| format!("a fragment did not come back: {problem}"))?;
         self.decompress += started.elapsed();
         self.block = Some(following.pop().unwrap_or(start));

@@ -467,22 +467,28 @@ impl Cleaner {
                 Some((entries, entry_index)) => match gathered.get(&(position, entry_index)) {
                     Some(moved) => moved.clone(),
                     None => {
-                        let mut following = Vec::new();
-                        for after in 1..=crate::layout::packed::following_blocks(&entries, entry_index) as u64 {
-                            let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-                            match self.core.read_position(position + after, record.logical_block, &mut block, None) {
-                                Ok(()) => following.push(block),
-                                Err(Error::Unrecoverable { .. }) => break,
-                                Err(error) => return Err(error),
-                            }
-                        }
-                        let moved = crate::layout::packed::gather(content, &entries, entry_index, &following).ok().map(
-                            |bytes| MovedFragment {
+                        // A continuation nothing can read or rebuild leaves the fragment
+                        // unreadable, as its reads are.
+                        let following = match self.core.read_continuations(
+                            position,
+                            &entries,
+                            entry_index,
+                            record.logical_block,
+                            None,
+                        ) {
+                            Ok(following) => Some(following),
+                            Err(Error::Unrecoverable { .. }) => None,
+                            Err(error) => return Err(error),
+                        };
+                        let moved = following
+                            .and_then(|following| {
+                                crate::layout::packed::gather(content, &entries, entry_index, &following).ok()
+                            })
+                            .map(|bytes| MovedFragment {
                                 entry: entries[entry_index],
                                 index: entry_index,
                                 bytes: Arc::new(bytes),
-                            },
-                        );
+                            });
                         gathered.insert((position, entry_index), moved.clone());
                         moved
                     }
@@ -859,10 +865,8 @@ impl Cleaner {
 /// come out proven or would not save space (then it moves as stored).
 fn repack(bytes: &[u8], entry: crate::layout::packed::FragmentEntry, index: usize, mask: u8) -> Option<(Vec<u8>, u32)> {
     use crate::layout::packed;
-    // (`decompress` names the fragment by its index in its block's table.)
-    let entries = vec![entry; index + 1];
     let mut unit = vec![0u8; entry.blocks as usize * BLOCK_SIZE_BYTES];
-    packed::decompress(bytes, &entries, index, &mut unit).ok()?;
+    packed::decompress(bytes, entry, index, &mut unit).ok()?;
     for (place, block) in unit.chunks_exact_mut(BLOCK_SIZE_BYTES).enumerate() {
         if mask & (1 << place) == 0 {
             block.fill(0);

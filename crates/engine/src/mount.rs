@@ -378,7 +378,7 @@ fn verify_fragments(
             .collect();
         let proven = following.is_some_and(|following| {
             crate::layout::packed::gather(block, &entries, fragment, &following)
-                .and_then(|bytes| crate::layout::packed::decompress(&bytes, &entries, fragment, &mut unit))
+                .and_then(|bytes| crate::layout::packed::decompress(&bytes, entries[fragment], fragment, &mut unit))
                 .is_ok()
         });
         if !proven {

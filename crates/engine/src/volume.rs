@@ -645,54 +645,67 @@ impl Volume {
                 (logical_block, within, range, kind)
             })
             .collect();
-        // Units: (index of the first piece, pieces, fragment).
+        // The request in order: partial blocks (their piece), zero blocks, and units (the
+        // first piece, the count, the fragment when it compressed) of whole non-zero
+        // blocks, up to 4, each ending before a logical address that is a multiple of 4.
+        enum Step {
+            Patch(usize),
+            Zero(u64),
+            Unit(usize, usize, Option<Vec<u8>>),
+        }
         let compression = &self.shared.compression;
-        let mut units: Vec<(usize, usize, Option<Vec<u8>>)> = Vec::new();
+        let mut steps: Vec<Step> = Vec::with_capacity(pieces.len());
         let mut next = 0;
         while next < pieces.len() {
-            if !matches!(pieces[next].3, Piece::Whole) {
-                next += 1;
-                continue;
-            }
-            let mut end = next + 1;
-            while end < pieces.len()
-                && end - next < packed::BLOCKS_PER_UNIT_MAXIMUM
-                && matches!(pieces[end].3, Piece::Whole)
-                && !pieces[end].0.is_multiple_of(packed::BLOCKS_PER_UNIT_MAXIMUM as u64)
-            {
-                end += 1;
-            }
-            let bytes = pieces[next].2.start..pieces[end - 1].2.end;
-            units.push((next, end - next, compression.compress(&self.shared.counters, &data[bytes])));
+            let (step, end) = match pieces[next].3 {
+                Piece::Partial => (Step::Patch(next), next + 1),
+                Piece::Zeros => (Step::Zero(pieces[next].0), next + 1),
+                Piece::Whole => {
+                    let mut end = next + 1;
+                    while end < pieces.len()
+                        && end - next < packed::BLOCKS_PER_UNIT_MAXIMUM
+                        && matches!(pieces[end].3, Piece::Whole)
+                        && !pieces[end].0.is_multiple_of(packed::BLOCKS_PER_UNIT_MAXIMUM as u64)
+                    {
+                        end += 1;
+                    }
+                    let bytes = &data[pieces[next].2.start..pieces[end - 1].2.end];
+                    (Step::Unit(next, end - next, compression.compress(&self.shared.counters, bytes)), end)
+                }
+            };
+            steps.push(step);
             next = end;
         }
         let mut blocks: Vec<BlockWrite> = Vec::with_capacity(pieces.len());
-        let mut units = units.iter().peekable();
-        let mut index = 0;
-        while index < pieces.len() {
-            let (logical_block, within, range, kind) = &pieces[index];
-            if let Some((_, count, fragment)) = units.next_if(|(first, ..)| *first == index) {
-                let bytes = &data[range.start..pieces[index + count - 1].2.end];
-                match fragment {
-                    Some(fragment) => blocks.push(BlockWrite::Compressed(CompressedUnit {
-                        first_logical_block: *logical_block,
-                        data: bytes,
-                        fragment,
-                        checksum: packed::unit_checksum(bytes),
-                    })),
-                    None => blocks.extend(bytes.chunks_exact(BLOCK_SIZE_BYTES).enumerate().map(|(place, block)| {
-                        BlockWrite::Data(logical_block + place as u64, block, format::block_checksum(block))
-                    })),
+        for step in &steps {
+            match step {
+                Step::Patch(index) => {
+                    let (logical_block, within, range, _) = &pieces[*index];
+                    blocks.push(BlockWrite::Patch(*logical_block, *within, &data[range.clone()]));
                 }
-                index += count;
-                continue;
+                Step::Zero(logical_block) => blocks.push(BlockWrite::Zero(*logical_block)),
+                Step::Unit(first, count, fragment) => {
+                    let first_logical_block = pieces[*first].0;
+                    let bytes = &data[pieces[*first].2.start..pieces[first + count - 1].2.end];
+                    match fragment {
+                        Some(fragment) => blocks.push(BlockWrite::Compressed(CompressedUnit {
+                            first_logical_block,
+                            data: bytes,
+                            fragment,
+                            checksum: packed::unit_checksum(bytes),
+                        })),
+                        None => {
+                            blocks.extend(bytes.chunks_exact(BLOCK_SIZE_BYTES).enumerate().map(|(place, block)| {
+                                BlockWrite::Data(
+                                    first_logical_block + place as u64,
+                                    block,
+                                    format::block_checksum(block),
+                                )
+                            }))
+                        }
+                    }
+                }
             }
-            blocks.push(match kind {
-                Piece::Partial => BlockWrite::Patch(*logical_block, *within, &data[range.clone()]),
-                Piece::Zeros => BlockWrite::Zero(*logical_block),
-                Piece::Whole => unreachable!("every whole block is in a unit"),
-            });
-            index += 1;
         }
         apply(&self.cleaner, &blocks)?;
         self.shared.evict_map_pages_if_needed();

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{members, memory_members};
+use common::{members, memory_members, verify_contents};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use stripelog_blockdev::{BlockDevice, Prng};
@@ -50,14 +50,7 @@ fn block_with(prng: &mut Prng, random_bytes: usize) -> Vec<u8> {
 
 /// Every logical block reads as the model says (absent: zeros), and the map's counts agree.
 fn verify(volume: &Volume, model: &BTreeMap<u64, Vec<u8>>, logical_blocks: u64, when: &str) {
-    let mut content = vec![0u8; BLOCK_SIZE_BYTES];
-    for block in 0..logical_blocks {
-        volume.read(block * BLOCK_BYTES, &mut content).unwrap_or_else(|error| panic!("{when}: read {block}: {error}"));
-        match model.get(&block) {
-            Some(data) => assert!(content == *data, "{when}: block {block} does not hold its data"),
-            None => assert!(content.iter().all(|&byte| byte == 0), "{when}: block {block} should read as zeros"),
-        }
-    }
+    verify_contents(volume, model, logical_blocks, when);
     let stats = volume.stats();
     assert_eq!(stats.blocks_mapped, model.len() as u64, "{when}: logical blocks holding data");
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{members, memory_members};
+use common::{members, memory_members, verify_contents as verify};
 use std::collections::BTreeMap;
 use stripelog_blockdev::Prng;
 use stripelog_engine::{CreateOptions, Error, IoMode, OpenOptions, RaidLevel, Volume, BLOCK_SIZE_BYTES};
@@ -32,17 +32,6 @@ fn small_cache() -> OpenOptions {
 
 /// Logical block → content (absent: reads zeros).
 type Model = BTreeMap<u64, Vec<u8>>;
-
-fn verify(volume: &Volume, model: &Model, logical_blocks: u64, what: &str) {
-    let mut block = vec![0u8; BLOCK_SIZE_BYTES];
-    for logical_block in 0..logical_blocks {
-        volume.read(logical_block * BLOCK_BYTES, &mut block).unwrap_or_else(|error| panic!("{what}: {error}"));
-        match model.get(&logical_block) {
-            Some(content) => assert!(block == *content, "{what}: block {logical_block} differs"),
-            None => assert!(block.iter().all(|&byte| byte == 0), "{what}: block {logical_block} should be zeros"),
-        }
-    }
-}
 
 #[test]
 fn a_map_cache_of_two_pages_serves_every_block_through_checkpoints_a_crash_and_a_reopen() {

@@ -1156,13 +1156,27 @@ impl Core {
         self.read_position(position, logical_block, &mut start, held)?;
         let (entries, index) = crate::layout::packed::find(&start, logical_block)
             .map_err(|problem| self.bad_fragment(logical_block, problem))?;
-        let mut following = Vec::new();
-        for after in 1..=crate::layout::packed::following_blocks(&entries, index) as u64 {
-            let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-            self.read_position(position + after, logical_block, &mut block, held)?;
-            following.push(block);
-        }
+        let following = self.read_continuations(position, &entries, index, logical_block, held)?;
         Ok(StoredFragment { start, entries, index, following })
+    }
+
+    /// Read the blocks after `position` that fragment `index` of the packed block there
+    /// (its table `entries`) continues into, each proven by its position's checksum.
+    pub(crate) fn read_continuations(
+        &self,
+        position: u64,
+        entries: &[crate::layout::packed::FragmentEntry],
+        index: usize,
+        logical_block: u64,
+        held: Option<&WriteState>,
+    ) -> Result<Vec<AlignedBuffer>> {
+        (1..=crate::layout::packed::following_blocks(entries, index) as u64)
+            .map(|after| {
+                let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+                self.read_position(position + after, logical_block, &mut block, held)?;
+                Ok(block)
+            })
+            .collect()
     }
 
     /// Read the block at data-space `position` (which holds `logical_block`) into `out`:

@@ -325,10 +325,10 @@ pub fn gather<B: AsRef<[u8]>>(
     Ok(bytes)
 }
 
-/// Decompress the stored `bytes` of fragment `index` (entries from [`table`]) into
-/// `unit` (at least `blocks × 4096` bytes) and prove it by the entry's checksum.
-pub fn decompress(bytes: &[u8], entries: &[FragmentEntry], index: usize, unit: &mut [u8]) -> Result<(), PackedProblem> {
-    let entry = entries[index];
+/// Decompress the stored `bytes` of the fragment `entry` (fragment `index` of its block's
+/// table, which errors name) into `unit` (at least `blocks × 4096` bytes) and prove it by
+/// the entry's checksum.
+pub fn decompress(bytes: &[u8], entry: FragmentEntry, index: usize, unit: &mut [u8]) -> Result<(), PackedProblem> {
     let unit_bytes = entry.blocks as usize * BLOCK_SIZE_BYTES;
     let unit = &mut unit[..unit_bytes];
     match lz4_flex::block::decompress_into(bytes, unit) {
@@ -354,7 +354,7 @@ pub fn extract<B: AsRef<[u8]>>(
 ) -> Result<(), PackedProblem> {
     let bytes = gather(block, entries, index, following)?;
     let mut unit = [0u8; UNIT_BYTES_MAXIMUM];
-    decompress(&bytes, entries, index, &mut unit)?;
+    decompress(&bytes, entries[index], index, &mut unit)?;
     let place = (logical_block - entries[index].first_logical_block) as usize;
     out.copy_from_slice(&unit[place * BLOCK_SIZE_BYTES..(place + 1) * BLOCK_SIZE_BYTES]);
     Ok(())

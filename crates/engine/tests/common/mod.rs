@@ -17,3 +17,22 @@ pub fn members(devices: &[Arc<dyn BlockDevice>]) -> Vec<MemberDevice> {
         .map(|(index, device)| MemberDevice { name: format!("member{index}"), device: Some(device.clone()) })
         .collect()
 }
+
+/// Every logical block below `logical_blocks` reads as `model` says (absent: zeros).
+#[allow(dead_code)] // (not every test that includes this module checks contents so)
+pub fn verify_contents(
+    volume: &stripelog_engine::Volume,
+    model: &std::collections::BTreeMap<u64, Vec<u8>>,
+    logical_blocks: u64,
+    when: &str,
+) {
+    let block_bytes = stripelog_engine::BLOCK_SIZE_BYTES as u64;
+    let mut content = vec![0u8; stripelog_engine::BLOCK_SIZE_BYTES];
+    for block in 0..logical_blocks {
+        volume.read(block * block_bytes, &mut content).unwrap_or_else(|error| panic!("{when}: read {block}: {error}"));
+        match model.get(&block) {
+            Some(data) => assert!(content == *data, "{when}: block {block} does not hold its data"),
+            None => assert!(content.iter().all(|&byte| byte == 0), "{when}: block {block} should read as zeros"),
+        }
+    }
+}
