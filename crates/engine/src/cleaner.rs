@@ -484,10 +484,20 @@ impl Cleaner {
                             .and_then(|following| {
                                 crate::layout::packed::gather(content, &entries, entry_index, &following).ok()
                             })
-                            .map(|bytes| MovedFragment {
-                                entry: entries[entry_index],
-                                index: entry_index,
-                                bytes: Arc::new(bytes),
+                            .map(|bytes| {
+                                let entry = entries[entry_index];
+                                // Blocks it served died: their bytes would travel for
+                                // ever. The unit is decompressed, its dead blocks zeroed
+                                // and it is compressed again, so only the live blocks take
+                                // space; here, outside the state lock, for the blocks
+                                // served now (any that die before the move travel until
+                                // the next one).
+                                let mask = self.served_mask(content, position, &entry, entry_index);
+                                let repacked = (mask != 0 && mask != entry.mask)
+                                    .then(|| repack(&bytes, entry, entry_index, mask))
+                                    .flatten()
+                                    .map(|(bytes, checksum)| Arc::new(Repacked { mask, bytes, checksum }));
+                                MovedFragment { entry, index: entry_index, bytes: Arc::new(bytes), repacked }
                             });
                         gathered.insert((position, entry_index), moved.clone());
                         moved
@@ -500,6 +510,32 @@ impl Cleaner {
             }
         }
         Ok(fragments)
+    }
+
+    /// The blocks of fragment `index` of the packed block `start_block` at `position`
+    /// (table entry `entry`) it still serves: mapped to that position and found there in
+    /// that fragment, as bits of its live mask.
+    fn served_mask(
+        &self,
+        start_block: &[u8],
+        position: u64,
+        entry: &crate::layout::packed::FragmentEntry,
+        index: usize,
+    ) -> u8 {
+        let mut mask = 0u8;
+        for place in 0..entry.blocks {
+            let logical_block = entry.first_logical_block + place as u64;
+            let served_here =
+                entry.serves(logical_block)
+                    && self.core.map.get(logical_block).is_ok_and(
+                        |mapping| matches!(mapping, Mapping::Fragment { position: at, .. } if at == position),
+                    )
+                    && crate::layout::packed::find(start_block, logical_block).is_ok_and(|(_, found)| found == index);
+            if served_here {
+                mask |= 1 << place;
+            }
+        }
+        mask
     }
 
     /// Pin the segments of the records that could not be read or rebuilt.
@@ -766,31 +802,18 @@ impl Cleaner {
                         };
                         let start_block = &contents[next * BLOCK_SIZE_BYTES..(next + 1) * BLOCK_SIZE_BYTES];
                         let entry = moved.entry;
-                        let mut mask = 0u8;
-                        for place in 0..entry.blocks {
-                            let logical_block = entry.first_logical_block + place as u64;
-                            let served_here = entry.serves(logical_block)
-                                && self.core.map.get(logical_block).is_ok_and(|mapping| {
-                                    matches!(mapping, Mapping::Fragment { position: at, .. } if at == position)
-                                })
-                                && crate::layout::packed::find(start_block, logical_block)
-                                    .is_ok_and(|(_, index)| index == moved.index);
-                            if served_here {
-                                mask |= 1 << place;
-                            }
-                        }
+                        let mask = self.served_mask(start_block, position, &entry, moved.index);
                         if mask == 0 {
                             next += 1;
                             continue;
                         }
-                        // Blocks it served died: their bytes would travel for ever. The
-                        // unit is decompressed, its dead blocks zeroed and it is compressed
-                        // again, so only the live blocks take space.
-                        let repacked =
-                            (mask != entry.mask).then(|| repack(&moved.bytes, entry, moved.index, mask)).flatten();
-                        let (bytes, checksum) = match &repacked {
-                            Some((bytes, checksum)) => (bytes.as_slice(), *checksum),
-                            None => (moved.bytes.as_slice(), entry.checksum),
+                        // Repacked when read (for the blocks served then, of which these
+                        // are all or some), or as stored.
+                        let (bytes, checksum) = match &moved.repacked {
+                            Some(repacked) if mask & !repacked.mask == 0 => {
+                                (repacked.bytes.as_slice(), repacked.checksum)
+                            }
+                            _ => (moved.bytes.as_slice(), entry.checksum),
                         };
                         let kept = Some((record.lifetime_class, record.write_clock));
                         let accepted = self.core.accept_fragment(
@@ -880,11 +903,20 @@ fn repack(bytes: &[u8], entry: crate::layout::packed::FragmentEntry, index: usiz
     })
 }
 
-/// A fragment a cleaning round moves: its table entry and index in its start block, and
-/// its bytes as stored (shared by the records of its unit's blocks).
+/// A fragment a cleaning round moves: its table entry and index in its start block, its
+/// bytes as stored, and the unit repacked for the blocks it served when read when some
+/// others had died (shared by the records of its unit's blocks).
 #[derive(Clone)]
 struct MovedFragment {
     entry: crate::layout::packed::FragmentEntry,
     index: usize,
     bytes: Arc<Vec<u8>>,
+    repacked: Option<Arc<Repacked>>,
+}
+
+/// A unit compressed again with only the blocks of `mask` kept (the others zeroed).
+struct Repacked {
+    mask: u8,
+    bytes: Vec<u8>,
+    checksum: u32,
 }

@@ -25,6 +25,13 @@ pub const TRIED_WHILE_REFUSING: u64 = 8;
 /// costs, and incompressible data is refused by the probe at little cost anyway.
 const SHARE_MINIMUM: u32 = 50;
 
+thread_local! {
+    /// Each accepting thread's output buffer for [`Compression::compress`], big enough for
+    /// any unit ([`packed::COMPRESS_BUFFER_BYTES`]).
+    static COMPRESS_BUFFER: std::cell::RefCell<Vec<u8>> =
+        std::cell::RefCell::new(vec![0u8; packed::COMPRESS_BUFFER_BYTES]);
+}
+
 pub(crate) struct Compression {
     setting: AtomicU8,
     /// Blocks compressed per [`SHARE_WHOLE`] offered.
@@ -96,17 +103,24 @@ impl Compression {
             Counters::add(&counters.blocks_whole_incompressible, blocks);
             return None;
         }
-        let mut output = vec![0u8; packed::compress_buffer_bytes(unit.len())];
-        match packed::compress(unit, &mut output) {
-            Compressed::Fragment { length } => {
+        // The output goes to this thread's buffer first: a unit the probe refuses then
+        // costs no allocation, and one that compresses costs one of its fragment's size.
+        let judged = COMPRESS_BUFFER.with_borrow_mut(|output| {
+            let judged = packed::compress(unit, output);
+            match judged {
+                Compressed::Fragment { length } => (judged, output[..length].to_vec()),
+                _ => (judged, Vec::new()),
+            }
+        });
+        match judged {
+            (Compressed::Fragment { length }, fragment) => {
                 self.refused_in_a_row.store(0, Ordering::Relaxed);
                 self.offers_while_refusing.store(0, Ordering::Relaxed);
                 Counters::add(&counters.blocks_compressed, blocks);
                 Counters::add(&counters.fragment_bytes, length as u64);
-                output.truncate(length);
-                Some(output)
+                Some(fragment)
             }
-            Compressed::RefusedByProbe | Compressed::TooLarge => {
+            (Compressed::RefusedByProbe | Compressed::TooLarge, _) => {
                 self.refused_in_a_row.fetch_add(1, Ordering::Relaxed);
                 Counters::add(&counters.blocks_whole_incompressible, blocks);
                 None
