@@ -11,7 +11,9 @@
 #     then measured), and 4 KiB random reads of what was written (block cache off).
 # Usage: scripts/bench-compression.sh CORPORA_DIRECTORY [WORK_DIRECTORY]
 #   environment: SECONDS_PER_CELL (30), WARM (60), MEMBER_SIZE (2GiB, part 2),
-#                PARTS ("ratio iops"), PERCENTAGES ("0 75"), FORCE=1 to replace the work
+#                PARTS ("ratio iops"), PERCENTAGES ("0 75"), REPEATS (3, part 2: each
+#                cell measured this many times, off and lz4 taking turns to go first;
+#                the summary gives medians), FORCE=1 to replace the work
 #                directory's members
 set -euo pipefail
 corpora=${1:?usage: scripts/bench-compression.sh CORPORA_DIRECTORY [WORK_DIRECTORY]}
@@ -106,35 +108,64 @@ cell() { # rw compress_percentage runtime [ramp]
 }
 
 if [[ " $parts " == *" iops "* ]]; then
-  echo "| data | compression | fresh write IOPS | steady write IOPS (27 % spare) | random read IOPS | info ratio (estimate) | server CPU s/GiB (steady) |"
-  echo "|---|---|---:|---:|---:|---:|---:|"
+  # One machine's figures move by 10-20 % from run to run (2 cores shared with fio), more
+  # than the 5 % the bar allows: each cell is measured REPEATS times, off and lz4 taking
+  # turns to go first, and the summary gives the median of each and of the ratios.
+  results="$work/iops.tsv"
+  : >"$results"
+  echo "| data | run | compression | fresh write IOPS | steady write IOPS (27 % spare) | random read IOPS | info ratio (estimate) | server CPU s/GiB (steady) |"
+  echo "|---|---:|---|---:|---:|---:|---:|---:|"
   for percentage in ${PERCENTAGES:-0 75}; do
-    for setting in off lz4; do
-      create "$setting" 27% "$member_size"
-      logical_bytes=$(status | python3 -c 'import json,sys; print(json.load(sys.stdin)["logical_size_bytes"])')
-      # Block cache off: reads go to the members (and decompress).
-      serve 0
-      fresh=$(cell randwrite "$percentage" "$seconds")
-      # Steady state: everything written once in order, then overwritten at random.
-      fio --name=fill --ioengine=nbd --uri="$uri" --rw=write --bs=1m --iodepth=8 --numjobs=1 \
-          --buffer_compress_percentage="$percentage" --refill_buffers --size="$logical_bytes" >/dev/null 2>&1
-      cell randwrite "$percentage" "$warm" >/dev/null
-      before=$(cpu_seconds)
-      steady=$(cell randwrite "$percentage" "$seconds")
-      after=$(cpu_seconds)
-      read=$(cell randread "$percentage" "$seconds")
-      stop_server
-      status >"$work/info.json"
-      python3 - "$percentage" "$setting" "$fresh" "$steady" "$read" "$before" "$after" "$seconds" "$work/info.json" <<'PYTHON'
+    for run in $(seq "${REPEATS:-3}"); do
+      if (( run % 2 )); then order="off lz4"; else order="lz4 off"; fi
+      for setting in $order; do
+        create "$setting" 27% "$member_size"
+        logical_bytes=$(status | python3 -c 'import json,sys; print(json.load(sys.stdin)["logical_size_bytes"])')
+        serve 0
+        fresh=$(cell randwrite "$percentage" "$seconds")
+        fio --name=fill --ioengine=nbd --uri="$uri" --rw=write --bs=1m --iodepth=8 --numjobs=1 \
+            --buffer_compress_percentage="$percentage" --refill_buffers --size="$logical_bytes" >/dev/null 2>&1
+        cell randwrite "$percentage" "$warm" >/dev/null
+        before=$(cpu_seconds)
+        steady=$(cell randwrite "$percentage" "$seconds")
+        after=$(cpu_seconds)
+        read=$(cell randread "$percentage" "$seconds")
+        stop_server
+        status >"$work/info.json"
+        python3 - "$percentage" "$run" "$setting" "$fresh" "$steady" "$read" "$before" "$after" "$seconds" "$work/info.json" "$results" <<'PYTHON'
 import json, sys
-percentage, setting, fresh, steady, read, before, after, seconds, info = sys.argv[1:10]
+percentage, run, setting, fresh, steady, read, before, after, seconds, info, results = sys.argv[1:12]
 stats = json.load(open(info))
 compression = stats.get("compression")
 ratio = f"{compression['ratio']:.2f}" if compression else "1.00"
 written_gib = int(steady) * int(seconds) * 4096 / 2**30
 cpu = (float(after) - float(before)) / written_gib if written_gib else 0
-print(f"| {percentage} % compressible | {setting} | {fresh} | {steady} | {read} | {ratio} | {cpu:.2f} |")
+print(f"| {percentage} % compressible | {run} | {setting} | {fresh} | {steady} | {read} | {ratio} | {cpu:.2f} |", flush=True)
+with open(results, "a") as out:
+    out.write(f"{percentage}\t{run}\t{setting}\t{fresh}\t{steady}\t{read}\t{cpu:.3f}\n")
 PYTHON
+      done
     done
   done
+  echo
+  python3 - "$results" <<'PYTHON'
+import statistics, sys
+rows = [line.split("\t") for line in open(sys.argv[1]).read().splitlines()]
+cells = {}
+for percentage, run, setting, fresh, steady, read, cpu in rows:
+    cells.setdefault((percentage, run), {})[setting] = (float(fresh), float(steady), float(read), float(cpu))
+print("| data | measure | off (median) | lz4 (median) | lz4 ÷ off, median of runs | each run |")
+print("|---|---|---:|---:|---:|---|")
+for percentage in dict.fromkeys(p for p, _ in cells):
+    runs = [value for (p, _), value in cells.items() if p == percentage and len(value) == 2]
+    for column, name in enumerate(["fresh write IOPS", "steady write IOPS", "random read IOPS", "steady CPU s/GiB"]):
+        off = [run["off"][column] for run in runs]
+        lz4 = [run["lz4"][column] for run in runs]
+        ratios = [b / a for a, b in zip(off, lz4) if a]
+        print(f"| {percentage} % | {name} | {statistics.median(off):.0f} | {statistics.median(lz4):.0f} | "
+              f"**{statistics.median(ratios):.2f}** | {', '.join(f'{r:.2f}' for r in ratios)} |"
+              if column < 3 else
+              f"| {percentage} % | {name} | {statistics.median(off):.2f} | {statistics.median(lz4):.2f} | "
+              f"{statistics.median(ratios):.2f} | {', '.join(f'{r:.2f}' for r in ratios)} |")
+PYTHON
 fi
