@@ -96,6 +96,7 @@ const PLAN_EXAMPLES: &str = "Examples:
   stripelog plan --drive-size 3.84TB --price 310 --drive-writes-per-day 1 --read-iops 700000 \\
       --write-iops 90000 --linear-write 2000 --drives 12 --chassis-cost 6000 --daily-writes 10TB --json
   stripelog plan --config plan.toml
+  stripelog info --json d/m0 d/m1 d/m2 > info.json; stripelog plan --preset crucial-m550 --compression-of info.json
   stripelog plan --list-presets";
 
 #[derive(Subcommand)]

@@ -69,8 +69,12 @@ pub(crate) struct PlanArguments {
     #[arg(long, value_parser = parse_gigabytes, help_heading = "Build")]
     daily_writes: Option<f64>,
     /// Assumed compression ratio of the data (2 = 2:1).
-    #[arg(long, help_heading = "Build")]
+    #[arg(long, help_heading = "Build", conflicts_with = "compression_of")]
     compression: Option<f64>,
+    /// The compression ratio measured on a volume holding the data: the JSON that
+    /// `stripelog info --json` printed for it (its "compression"."ratio").
+    #[arg(long, value_name = "INFO.json", help_heading = "Build")]
+    compression_of: Option<PathBuf>,
     /// stripelog's spare fraction of its data space.
     #[arg(long, value_parser = units::parse_fraction_ppm, help_heading = "Build")]
     spare: Option<u32>,
@@ -215,6 +219,9 @@ fn overlay(arguments: &PlanArguments, mut input: PlanInput) -> Result<PlanInput,
     if let Some(ratio) = arguments.compression {
         build.compression_ratio = ratio;
     }
+    if let Some(path) = &arguments.compression_of {
+        build.compression_ratio = measured_compression_ratio(path)?;
+    }
     if let Some(spare) = arguments.spare {
         let spare = f64::from(spare) / 1e6;
         if (spare - build.stripelog_spare_fraction).abs() > 1e-9 {
@@ -242,6 +249,29 @@ fn overlay(arguments: &PlanArguments, mut input: PlanInput) -> Result<PlanInput,
         build.stripelog_measured_iops = Some(MeasuredIops { raid5, raid6, raid5_compressed, raid6_compressed });
     }
     Ok(input)
+}
+
+/// The compression ratio in a file of `stripelog info --json`; refused, naming what is
+/// wrong, when the file is not one or its volume does not compress or holds no data.
+fn measured_compression_ratio(path: &std::path::Path) -> Result<f64, String> {
+    let name = path.display();
+    let text = std::fs::read_to_string(path).map_err(|error| format!("{name}: {error}"))?;
+    let info: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|error| format!("{name}: not the JSON of `stripelog info --json`: {error}"))?;
+    let compression = match info.get("compression") {
+        Some(serde_json::Value::Null) => {
+            return Err(format!("{name}: its volume was created without compression: no ratio was measured"))
+        }
+        Some(compression) => compression,
+        None => return Err(format!("{name}: no \"compression\" object: not the JSON of `stripelog info --json`")),
+    };
+    if compression["logical_data_blocks"].as_u64() == Some(0) {
+        return Err(format!("{name}: its volume holds no data: no ratio was measured"));
+    }
+    match compression["ratio"].as_f64() {
+        Some(ratio) if ratio.is_finite() && ratio >= 1.0 => Ok(ratio),
+        other => Err(format!("{name}: compression ratio {other:?} is not a measured ratio (≥ 1)")),
+    }
 }
 
 /// The plan's inputs: the base with the flags laid over it. A measurement the base carries

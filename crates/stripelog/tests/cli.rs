@@ -421,4 +421,14 @@ fn compression_is_created_shown_and_set() {
     let refused = stripelog(&with_members(&["set", "compression=lz4"], &plain));
     assert!(!refused.status.success(), "{}", text(&refused));
     assert!(text(&refused).contains("created without compression"), "{}", text(&refused));
+
+    // The planner takes a measured ratio from `info --json`, and refuses one that
+    // measured nothing: a volume without compression, or one holding no data.
+    for (stats, expected) in [(info(&plain), "created without compression"), (info(&members), "holds no data")] {
+        let file = directory.0.join("info.json");
+        std::fs::write(&file, stats.to_string()).unwrap();
+        let refused = stripelog(&["plan", "--preset", "crucial-m550", "--compression-of", &file.display().to_string()]);
+        assert!(!refused.status.success(), "{}", text(&refused));
+        assert!(text(&refused).contains(expected), "{}", text(&refused));
+    }
 }

@@ -369,6 +369,17 @@ fn a_compressed_volume_serves_fio_and_changes_its_setting_while_served() {
     // are whole.
     let fragments = compression["fragment_blocks"].as_u64().expect("fragment_blocks");
     assert!(fragments > 3000 && fragments <= 4096, "{compression}");
+    // The planner's compressed columns take the ratio measured here.
+    let measured = compression["ratio"].as_f64().expect("ratio");
+    assert!(measured > 1.2, "{compression}");
+    let info_file = server.directory.join("info.json");
+    std::fs::write(&info_file, &info.stdout).expect("write info.json");
+    let plan = run_with_timeout(
+        stripelog().args(["plan", "--preset", "crucial-m550", "--json", "--compression-of"]).arg(&info_file),
+        CLIENT_TIMEOUT,
+    );
+    assert!(plan.status.success(), "stripelog plan: {}", text(&plan));
+    assert_eq!(json(&plan)["build"]["compression_ratio"].as_f64(), Some(measured));
     let check = run_with_timeout(stripelog().args(["check"]).args(&server.members), CLIENT_TIMEOUT);
     assert!(check.status.success() && text(&check).contains("clean"), "{}", text(&check));
 }
