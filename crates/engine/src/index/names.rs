@@ -1,0 +1,275 @@
+//! Block names and the tables that turn a name into a candidate duplicate
+//! (docs/deduplication.md, decisions 4–6). A name is XXH3-128 of a block's 4096 bytes.
+//! The tables hold *hints*: a logical block that held the content when it was named. A
+//! hint may be stale or, through a tag collision, wrong; the caller reads the candidate and
+//! compares bytes before sharing anything, so nothing here needs to be exact, only small
+//! and fast. Slots are atomics: concurrent writers may lose or duplicate a hint, never
+//! tear one.
+
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Slots per bucket: one 64-byte cache line of 8-byte slots.
+pub const SLOTS_PER_BUCKET: usize = 8;
+/// The sparse table is sized for this load (7/8) at one hook per `2^sampling_bits`
+/// physical blocks.
+const LOAD_NUMERATOR: u64 = 7;
+const LOAD_DENOMINATOR: u64 = 8;
+/// A slot holds a 28-bit tag of the name and a 36-bit logical block + 1 (0: empty), so
+/// volumes up to 2^36 logical blocks (256 TiB) have every block nameable.
+const TAG_BITS: u32 = 28;
+const LOGICAL_BITS: u32 = 36;
+pub const LOGICAL_BLOCKS_NAMEABLE: u64 = (1 << LOGICAL_BITS) - 1;
+/// Names the recent table holds (all names written, hooks or not): duplicates close in
+/// time, such as a benchmark's repeated buffers, are found whether they are hooks or not.
+pub const RECENT_NAMES: usize = 65_536;
+/// Open runs (decision 6), least recently used replaced.
+pub const RUNS_MAXIMUM: usize = 64;
+/// The sampling of the sparse index by default: one name in 8 is a hook.
+pub const DEFAULT_SAMPLING_BITS: u32 = 3;
+
+/// XXH3-128 of a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Name(pub u128);
+
+impl Name {
+    pub fn of(block: &[u8]) -> Name {
+        Name(xxhash_rust::xxh3::xxh3_128(block))
+    }
+
+    /// A hook: its low `sampling_bits` bits are zero (1 name in 2^bits, by content).
+    pub fn is_hook(self, sampling_bits: u32) -> bool {
+        self.0 & ((1u128 << sampling_bits) - 1) == 0
+    }
+
+    /// The bits that choose the bucket (above the sampling bits, which are zero in hooks).
+    fn bucket_bits(self) -> u64 {
+        (self.0 >> 32) as u64
+    }
+
+    /// The tag kept in the slot (bits the bucket choice does not use).
+    fn tag(self) -> u64 {
+        ((self.0 >> 96) as u64) & ((1 << TAG_BITS) - 1)
+    }
+}
+
+/// A table of hints: buckets of [`SLOTS_PER_BUCKET`] slots, each bucket most recent first;
+/// a full bucket drops its oldest hint.
+pub struct NameTable {
+    slots: Box<[AtomicU64]>,
+    buckets: u64,
+}
+
+impl NameTable {
+    /// A table of at least `hints` slots (whole buckets, at least one).
+    pub fn with_slots(hints: u64) -> NameTable {
+        let buckets = hints.div_ceil(SLOTS_PER_BUCKET as u64).max(1);
+        let slots = (0..buckets * SLOTS_PER_BUCKET as u64).map(|_| AtomicU64::new(0)).collect();
+        NameTable { slots, buckets }
+    }
+
+    /// The sparse index of a data space of `physical_blocks`: one slot per hook expected,
+    /// at 7/8 load.
+    pub fn sparse(physical_blocks: u64, sampling_bits: u32) -> NameTable {
+        let hooks = physical_blocks >> sampling_bits;
+        NameTable::with_slots(hooks * LOAD_DENOMINATOR / LOAD_NUMERATOR)
+    }
+
+    /// The recent table ([`RECENT_NAMES`] slots).
+    pub fn recent() -> NameTable {
+        NameTable::with_slots(RECENT_NAMES as u64)
+    }
+
+    pub fn memory_bytes(&self) -> u64 {
+        self.slots.len() as u64 * std::mem::size_of::<AtomicU64>() as u64
+    }
+
+    fn bucket(&self, name: Name) -> &[AtomicU64] {
+        let first = (name.bucket_bits() % self.buckets) as usize * SLOTS_PER_BUCKET;
+        &self.slots[first..first + SLOTS_PER_BUCKET]
+    }
+
+    /// Remember that `logical_block` holds the content named `name`. An existing hint of
+    /// the same name and block moves to the front; otherwise the oldest of the bucket is
+    /// dropped. Blocks beyond [`LOGICAL_BLOCKS_NAMEABLE`] are not remembered.
+    pub fn insert(&self, name: Name, logical_block: u64) {
+        if logical_block >= LOGICAL_BLOCKS_NAMEABLE {
+            return;
+        }
+        let slot = (name.tag() << LOGICAL_BITS) | (logical_block + 1);
+        let bucket = self.bucket(name);
+        let found = bucket.iter().position(|existing| existing.load(Ordering::Relaxed) == slot);
+        let last = found.unwrap_or(SLOTS_PER_BUCKET - 1);
+        for index in (1..=last).rev() {
+            bucket[index].store(bucket[index - 1].load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        bucket[0].store(slot, Ordering::Relaxed);
+    }
+
+    /// The logical blocks hinted for `name`, most recent first (usually none or one; a
+    /// tag collision may add another name's block).
+    pub fn candidates(&self, name: Name) -> impl Iterator<Item = u64> + '_ {
+        let tag = name.tag();
+        self.bucket(name).iter().filter_map(move |slot| {
+            let slot = slot.load(Ordering::Relaxed);
+            (slot != 0 && slot >> LOGICAL_BITS == tag).then(|| (slot & ((1 << LOGICAL_BITS) - 1)) - 1)
+        })
+    }
+}
+
+/// An open run: the next incoming block expected and its predicted candidate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Run {
+    next_incoming: u64,
+    next_candidate: u64,
+    used_at: u64,
+}
+
+/// Open runs of duplicates (decision 6): a verified `incoming ≡ candidate` predicts
+/// `incoming + 1 ≡ candidate + 1`.
+#[derive(Default)]
+pub struct Runs {
+    runs: Mutex<(Vec<Run>, u64)>,
+}
+
+impl Runs {
+    /// The candidate a run predicts for `incoming`, if one expects it.
+    pub fn predict(&self, incoming: u64) -> Option<u64> {
+        let runs = self.runs.lock();
+        runs.0.iter().find(|run| run.next_incoming == incoming).map(|run| run.next_candidate)
+    }
+
+    /// `incoming` was found to duplicate `candidate`: the run continues (or opens) with the
+    /// next pair; the least recently used run makes room.
+    pub fn confirm(&self, incoming: u64, candidate: u64) {
+        let mut guard = self.runs.lock();
+        let (runs, clock) = &mut *guard;
+        *clock += 1;
+        let next = Run { next_incoming: incoming + 1, next_candidate: candidate + 1, used_at: *clock };
+        if let Some(run) = runs.iter_mut().find(|run| run.next_incoming == incoming) {
+            *run = next;
+        } else if runs.len() < RUNS_MAXIMUM {
+            runs.push(next);
+        } else if let Some(oldest) = runs.iter_mut().min_by_key(|run| run.used_at) {
+            *oldest = next;
+        }
+    }
+
+    /// `incoming` did not duplicate what a run predicted: the run ends.
+    pub fn miss(&self, incoming: u64) {
+        self.runs.lock().0.retain(|run| run.next_incoming != incoming);
+    }
+
+    pub fn open_runs(&self) -> usize {
+        self.runs.lock().0.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn block(seed: u64) -> Vec<u8> {
+        let mut prng = stripelog_blockdev::Prng::new(seed);
+        let mut block = vec![0u8; 4096];
+        prng.fill(&mut block);
+        block
+    }
+
+    /// Names are of the content: equal blocks, equal names; a changed byte, another name.
+    /// About one name in 2^bits is a hook.
+    #[test]
+    fn names_follow_content_and_hooks_are_sampled_by_it() {
+        let a = block(1);
+        let mut b = a.clone();
+        assert_eq!(Name::of(&a), Name::of(&b));
+        b[4095] ^= 1;
+        assert_ne!(Name::of(&a), Name::of(&b));
+        let hooks = (0..8000u64).filter(|seed| Name::of(&block(*seed)).is_hook(3)).count();
+        assert!((800..1200).contains(&hooks), "{hooks} hooks of 8000 at 1 in 8");
+        assert!((0..100u64).all(|seed| Name::of(&block(seed)).is_hook(0)), "0 bits: every name");
+    }
+
+    /// The sparse index of 1 TiB of data at 1 in 8 takes about 1.14 bytes per block.
+    #[test]
+    fn the_sparse_index_fits_its_budget() {
+        let physical_blocks = 1u64 << 28;
+        let table = NameTable::sparse(physical_blocks, DEFAULT_SAMPLING_BITS);
+        let per_block = table.memory_bytes() as f64 / physical_blocks as f64;
+        assert!((1.1..1.2).contains(&per_block), "{per_block}");
+        assert_eq!(NameTable::recent().memory_bytes(), RECENT_NAMES as u64 * 8);
+    }
+
+    /// A bucket keeps its 8 most recent hints; re-inserting one moves it to the front
+    /// rather than taking a second slot.
+    #[test]
+    fn a_full_bucket_drops_its_oldest_hint() {
+        let table = NameTable::with_slots(1); // one bucket: every name shares it
+        let names: Vec<Name> = (0..9u64).map(|seed| Name::of(&block(seed))).collect();
+        for (logical, name) in names.iter().enumerate() {
+            table.insert(*name, logical as u64);
+        }
+        assert_eq!(table.candidates(names[0]).count(), 0, "the oldest was dropped");
+        assert_eq!(table.candidates(names[8]).collect::<Vec<_>>(), [8]);
+        table.insert(names[1], 1);
+        table.insert(names[1], 1);
+        assert_eq!(table.candidates(names[1]).collect::<Vec<_>>(), [1]);
+        assert_eq!(table.candidates(names[2]).collect::<Vec<_>>(), [2], "re-inserting dropped nothing");
+        table.insert(names[3], LOGICAL_BLOCKS_NAMEABLE);
+        assert_eq!(table.candidates(names[3]).collect::<Vec<_>>(), [3], "an unnameable block is ignored");
+    }
+
+    /// Runs predict the next pair, end on a miss, and the least recently used makes room.
+    #[test]
+    fn runs_predict_continue_and_end() {
+        let runs = Runs::default();
+        assert_eq!(runs.predict(10), None);
+        runs.confirm(10, 500);
+        assert_eq!(runs.predict(11), Some(501));
+        runs.confirm(11, 501);
+        assert_eq!(runs.predict(12), Some(502));
+        assert_eq!(runs.open_runs(), 1, "a continued run is one run");
+        runs.miss(12);
+        assert_eq!(runs.predict(12), None);
+        for index in 0..RUNS_MAXIMUM as u64 + 1 {
+            runs.confirm(1000 * index, 7);
+        }
+        assert_eq!(runs.open_runs(), RUNS_MAXIMUM);
+        assert_eq!(runs.predict(1), None, "the least recently used run made room");
+        assert_eq!(runs.predict(1000 * RUNS_MAXIMUM as u64 + 1), Some(8));
+    }
+
+    proptest! {
+        /// Whatever is inserted, a name's latest hint is found while fewer than 8 other
+        /// hints went into its bucket after it, and every candidate returned is a block
+        /// some name with the same bucket and tag was inserted with.
+        #[test]
+        fn the_latest_hints_are_found(inserts in proptest::collection::vec((0u64..64, 0u64..1000), 1..200)) {
+            let table = NameTable::with_slots(64);
+            let names: Vec<Name> = (0..64u64).map(|seed| Name::of(&block(seed))).collect();
+            for (step, &(name, logical)) in inserts.iter().enumerate() {
+                table.insert(names[name as usize], logical);
+                let bucket = |name: Name| name.bucket_bits() % table.buckets;
+                for (earlier, &(other, other_logical)) in inserts[..=step].iter().enumerate() {
+                    let later_in_bucket = inserts[earlier + 1..=step]
+                        .iter()
+                        .filter(|(name, _)| bucket(names[*name as usize]) == bucket(names[other as usize]))
+                        .count();
+                    let latest_of_name = inserts[earlier + 1..=step].iter().all(|(name, _)| *name != other);
+                    if latest_of_name && later_in_bucket < SLOTS_PER_BUCKET {
+                        prop_assert!(table.candidates(names[other as usize]).any(|found| found == other_logical));
+                    }
+                }
+                for (name, _) in &inserts[..=step] {
+                    let name = names[*name as usize];
+                    for found in table.candidates(name) {
+                        prop_assert!(inserts[..=step].iter().any(|(other, logical)| *logical == found
+                            && bucket(names[*other as usize]) == bucket(name)
+                            && names[*other as usize].tag() == name.tag()));
+                    }
+                }
+            }
+        }
+    }
+}
