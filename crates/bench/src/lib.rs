@@ -13,6 +13,7 @@
 pub mod chart;
 pub mod compare;
 pub mod compressibility;
+pub mod dedupability;
 pub mod engine;
 pub mod gc;
 pub mod grid;

@@ -666,3 +666,85 @@ pub fn compressibility(arguments: CompressibilityArguments) -> Result<ExitCode, 
     crate::write_json_file(arguments.json.as_deref(), &reports)?;
     Ok(ExitCode::SUCCESS)
 }
+
+#[derive(Args)]
+pub struct DedupabilityArguments {
+    /// Files, block devices or pipes to read in order, as if written one after another
+    /// into one volume (only read, never written).
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    /// Data capacity of the volume the sparse index is sized for (default: the inputs'
+    /// total size; required when an input is a pipe).
+    #[arg(long, value_parser = units::parse_size)]
+    capacity: Option<u64>,
+    /// One name in 2^bits is a hook kept in the sparse index.
+    #[arg(long, default_value_t = stripelog_engine::index::names::DEFAULT_SAMPLING_BITS)]
+    sampling_bits: u32,
+    /// Write the reports as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+pub fn dedupability(arguments: DedupabilityArguments) -> Result<ExitCode, String> {
+    if arguments.sampling_bits > 16 {
+        return Err("--sampling-bits: at most 16 (one name in 65 536)".into());
+    }
+    // Seeking to the end sizes block devices too (their metadata says 0); a pipe cannot.
+    let sizes: Vec<Option<u64>> = arguments
+        .paths
+        .iter()
+        .map(|path| {
+            let metadata = std::fs::metadata(path).ok()?;
+            if metadata.file_type().is_file() || std::os::unix::fs::FileTypeExt::is_block_device(&metadata.file_type())
+            {
+                std::fs::File::open(path)
+                    .and_then(|mut file| std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0)))
+                    .ok()
+            } else {
+                None
+            }
+        })
+        .collect();
+    let capacity_bytes = match arguments.capacity {
+        Some(capacity) => capacity,
+        None => match sizes.iter().copied().collect::<Option<Vec<u64>>>() {
+            Some(sizes) => sizes.iter().sum(),
+            None => return Err("an input is a pipe or cannot be sized: give --capacity".into()),
+        },
+    };
+    let capacity_blocks = capacity_bytes / stripelog_engine::BLOCK_SIZE_BYTES as u64;
+    if capacity_blocks == 0 {
+        return Err("--capacity: less than one block".into());
+    }
+    let mut finder = stripelog_bench::dedupability::Finder::new(capacity_blocks, arguments.sampling_bits);
+    let mut reports = Vec::new();
+    for (path, size) in arguments.paths.iter().zip(&sizes) {
+        let total_bytes = size.unwrap_or(0).max(1);
+        let report = with_progress(arguments.quiet, |progress| {
+            let step = path.display().to_string();
+            finder.read(path, &|read_bytes| progress(Some(&step), (read_bytes as f64 / total_bytes as f64).min(1.0)))
+        })?;
+        reports.push(report);
+    }
+    print!("{}", stripelog_bench::dedupability::table(&reports));
+    if let Some(last) = reports.last() {
+        println!(
+            "found {:.1} % of exact deduplication's duplicates (run {}, recent {}, sparse {}; {} wrong candidates); \
+             index {:.1} MiB, {:.2} bytes per physical block of {} GiB; naming {:.3} s/GiB",
+            last.found_share * 100.0,
+            last.found_by_run,
+            last.found_by_recent,
+            last.found_by_sparse,
+            last.candidates_wrong,
+            last.index_bytes as f64 / (1u64 << 20) as f64,
+            last.index_bytes_per_physical_block,
+            capacity_bytes >> 30,
+            last.name_seconds_per_gib
+        );
+    }
+    crate::write_json_file(arguments.json.as_deref(), &reports)?;
+    Ok(ExitCode::SUCCESS)
+}

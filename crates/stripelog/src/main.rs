@@ -340,6 +340,14 @@ enum BenchCommand {
         after_help = "Examples:\n  stripelog bench compressibility /var/tmp/usr.ext4 /var/tmp/pgbench.ext4\n  stripelog bench compressibility /dev/nvme0n1p3 --json estimate.json"
     )]
     Compressibility(bench::CompressibilityArguments),
+    /// How many of the duplicate 4 KiB blocks in files, devices or pipes, read in order as
+    /// if written into one volume, deduplication's finder (docs/deduplication.md: sampled
+    /// names, runs, a recent table) finds against exact deduplication, and the RAM its
+    /// index takes per physical block. Reads only.
+    #[command(
+        after_help = "Examples:\n  stripelog bench dedupability img0.ext4 img1.ext4 img2.ext4\n  stripelog bench dedupability --capacity 16GiB --sampling-bits 4 pipe0 pipe1 --json found.json"
+    )]
+    Dedupability(bench::DedupabilityArguments),
     /// One measurement of `bench scale`, in a process of its own (used by it).
     #[command(hide = true)]
     ScaleStep(ScaleStepArguments),
@@ -991,6 +999,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         }
         Command::Bench(BenchCommand::Mix(arguments)) => bench::mix(arguments),
         Command::Bench(BenchCommand::Compressibility(arguments)) => bench::compressibility(arguments),
+        Command::Bench(BenchCommand::Dedupability(arguments)) => bench::dedupability(arguments),
         Command::Bench(BenchCommand::Grid(arguments)) => bench::grid(arguments),
         Command::Bench(BenchCommand::Latency(arguments)) => bench::latency(arguments),
         Command::Bench(BenchCommand::Compare(arguments)) => bench::compare(arguments),

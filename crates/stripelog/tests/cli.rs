@@ -432,3 +432,45 @@ fn compression_is_created_shown_and_set() {
         assert!(text(&refused).contains(expected), "{}", text(&refused));
     }
 }
+
+/// `bench dedupability` over a file and a copy of it with one block changed finds the
+/// copy's duplicates (all but those before its first hook); an input it cannot size
+/// (a pipe) needs `--capacity`, and says so.
+#[test]
+fn dedupability_finds_a_copy_and_asks_for_a_capacity_for_pipes() {
+    let directory = Directory::new("dedupability");
+    let mut data = vec![0u8; 1 << 20];
+    let mut state = 11u64;
+    for byte in data.iter_mut() {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        *byte = (state >> 33) as u8;
+    }
+    let first = directory.0.join("first");
+    let second = directory.0.join("second");
+    std::fs::write(&first, &data).unwrap();
+    data[100 * 4096] ^= 1;
+    std::fs::write(&second, &data).unwrap();
+    let report_file = directory.0.join("found.json");
+    let output = stripelog(&[
+        "bench",
+        "dedupability",
+        "--quiet",
+        "--json",
+        &report_file.display().to_string(),
+        &first.display().to_string(),
+        &second.display().to_string(),
+    ]);
+    assert!(output.status.success(), "{}", text(&output));
+    assert!(text(&output).contains("of exact deduplication's duplicates"), "{}", text(&output));
+    let reports: serde_json::Value = serde_json::from_slice(&std::fs::read(&report_file).unwrap()).unwrap();
+    let last = &reports[1];
+    assert_eq!(last["duplicate_blocks"], 255, "{last}");
+    let found = last["found_blocks"].as_u64().unwrap();
+    assert!((200..=255).contains(&found), "{last}");
+
+    let pipe = directory.0.join("pipe");
+    let made = Command::new("mkfifo").arg(&pipe).status().expect("mkfifo");
+    assert!(made.success());
+    let refused = stripelog(&["bench", "dedupability", "--quiet", &pipe.display().to_string()]);
+    assert!(!refused.status.success() && text(&refused).contains("give --capacity"), "{}", text(&refused));
+}
