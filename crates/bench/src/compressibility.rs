@@ -6,15 +6,11 @@
 //! those of blocks that come back as they went in.
 
 use serde::Serialize;
-use std::io::Read;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use stripelog_engine::layout::format::is_all_zero;
 use stripelog_engine::layout::packed::{self, Compressed, COMPRESS_BUFFER_BYTES};
 use stripelog_engine::BLOCK_SIZE_BYTES;
-
-/// Bytes read per call (a bound on the estimator's buffer).
-const READ_BUFFER_BYTES: usize = 1 << 20;
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Report {
@@ -99,32 +95,14 @@ impl Packer {
 /// Estimate for `path` (a file or a block device), calling `progress(bytes read)` now and
 /// then.
 pub fn estimate(path: &Path, progress: &dyn Fn(u64)) -> Result<Report, String> {
-    let mut file = std::fs::File::open(path).map_err(|error| format!("{}: {error}", path.display()))?;
     let mut report = Report { path: path.display().to_string(), ..Report::default() };
-    let mut buffer = vec![0u8; READ_BUFFER_BYTES];
     let mut output = vec![0u8; COMPRESS_BUFFER_BYTES];
     let mut packer = Packer { block: None, unit: vec![0; packed::UNIT_BYTES_MAXIMUM], decompress: Duration::ZERO };
     let mut compress = Duration::ZERO;
-    let mut read_bytes = 0u64;
-    loop {
-        let mut filled = 0;
-        while filled < buffer.len() {
-            match file.read(&mut buffer[filled..]) {
-                Ok(0) => break,
-                Ok(count) => filled += count,
-                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(error) => return Err(format!("{}: {error}", path.display())),
-            }
-        }
-        if filled == 0 {
-            break;
-        }
-        read_bytes += filled as u64;
-        let whole = filled.div_ceil(BLOCK_SIZE_BYTES) * BLOCK_SIZE_BYTES;
-        buffer[filled..whole].fill(0);
+    crate::read_blocks(path, progress, |buffer| {
         // Units as the volume cuts a request: runs of whole non-zero blocks, ending at
         // logical addresses that are multiples of 4 (the buffer is a multiple of 16 KiB).
-        let blocks: Vec<&[u8]> = buffer[..whole].chunks_exact(BLOCK_SIZE_BYTES).collect();
+        let blocks: Vec<&[u8]> = buffer.chunks_exact(BLOCK_SIZE_BYTES).collect();
         let first_in_buffer = report.logical_blocks;
         let mut next = 0;
         while next < blocks.len() {
@@ -161,11 +139,8 @@ pub fn estimate(path: &Path, progress: &dyn Fn(u64)) -> Result<Report, String> {
             next = end;
         }
         report.logical_blocks += blocks.len() as u64;
-        progress(read_bytes);
-        if filled < buffer.len() {
-            break;
-        }
-    }
+        Ok(())
+    })?;
     let whole_blocks = report.refused_by_probe_blocks + report.too_large_blocks;
     report.physical_blocks_without_compression = report.logical_blocks - report.zero_blocks;
     report.physical_blocks_with_compression = whole_blocks + report.packed_blocks;

@@ -9,15 +9,11 @@
 
 use serde::Serialize;
 use std::collections::HashSet;
-use std::io::Read;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use stripelog_engine::index::names::{Name, NameTable, Runs};
 use stripelog_engine::layout::format::is_all_zero;
 use stripelog_engine::BLOCK_SIZE_BYTES;
-
-/// Bytes read per call (a bound on the estimator's buffer).
-const READ_BUFFER_BYTES: usize = 1 << 20;
 
 /// The figures after one input, counting every input read so far.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -173,30 +169,12 @@ impl Finder {
 
     /// Read `path` to its end (a partial last block padded with zeros) into the finder.
     pub fn read(&mut self, path: &Path, progress: &dyn Fn(u64)) -> Result<Report, String> {
-        let mut file = std::fs::File::open(path).map_err(|error| format!("{}: {error}", path.display()))?;
-        let mut buffer = vec![0u8; READ_BUFFER_BYTES];
-        let mut read_bytes = 0u64;
-        loop {
-            let mut filled = 0;
-            while filled < buffer.len() {
-                match file.read(&mut buffer[filled..]) {
-                    Ok(0) => break,
-                    Ok(count) => filled += count,
-                    Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(error) => return Err(format!("{}: {error}", path.display())),
-                }
-            }
-            if filled == 0 {
-                break;
-            }
-            read_bytes += filled as u64;
-            let whole = filled.div_ceil(BLOCK_SIZE_BYTES) * BLOCK_SIZE_BYTES;
-            buffer[filled..whole].fill(0);
-            for block in buffer[..whole].chunks_exact(BLOCK_SIZE_BYTES) {
+        crate::read_blocks(path, progress, |buffer| {
+            for block in buffer.chunks_exact(BLOCK_SIZE_BYTES) {
                 self.add(block);
             }
-            progress(read_bytes);
-        }
+            Ok(())
+        })?;
         Ok(self.report(&path.display().to_string()))
     }
 }

@@ -31,6 +31,48 @@ mod workload;
 
 pub use memory::resident_memory_bytes;
 
+/// Bytes read per call by [`read_blocks`] (a bound on the estimators' buffer; a whole
+/// number of 16 KiB units).
+const READ_BUFFER_BYTES: usize = 1 << 20;
+
+/// Read `path` (a file, block device or pipe) to its end and hand `each` its blocks a
+/// buffer at a time, a partial last block padded with zeros; `progress` gets the bytes
+/// read so far after each buffer. The estimators of `bench compressibility` and
+/// `bench dedupability` read their inputs through it.
+pub(crate) fn read_blocks(
+    path: &std::path::Path,
+    progress: &dyn Fn(u64),
+    mut each: impl FnMut(&[u8]) -> Result<(), String>,
+) -> Result<(), String> {
+    use std::io::Read;
+    let block = stripelog_engine::BLOCK_SIZE_BYTES;
+    let mut file = std::fs::File::open(path).map_err(|error| format!("{}: {error}", path.display()))?;
+    let mut buffer = vec![0u8; READ_BUFFER_BYTES];
+    let mut read_bytes = 0u64;
+    loop {
+        let mut filled = 0;
+        while filled < buffer.len() {
+            match file.read(&mut buffer[filled..]) {
+                Ok(0) => break,
+                Ok(count) => filled += count,
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(error) => return Err(format!("{}: {error}", path.display())),
+            }
+        }
+        if filled == 0 {
+            return Ok(());
+        }
+        read_bytes += filled as u64;
+        let whole = filled.div_ceil(block) * block;
+        buffer[filled..whole].fill(0);
+        each(&buffer[..whole])?;
+        progress(read_bytes);
+        if filled < buffer.len() {
+            return Ok(());
+        }
+    }
+}
+
 /// How the engine's index page cache did during a benchmark (`--map-cache`).
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct MapCacheUse {
