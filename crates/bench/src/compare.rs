@@ -220,6 +220,7 @@ pub fn run(options: &Options, progress: &(dyn Fn(&str, f64) + Sync)) -> Result<R
         // The raw-member run just wrote over them: `--force` was checked for the whole run.
         force: true,
         compression: Default::default(),
+        logical_size_bytes: None,
     };
     let volume = Arc::new(
         Volume::create(open_member_devices(&options.members, None)?, &create, &OpenOptions::default())

@@ -216,6 +216,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         volume_uuid: Some([7; 16]),
         force: false,
         compression: Default::default(),
+        logical_size_bytes: None,
     };
     let open = OpenOptions {
         flush_interval: None,

@@ -154,6 +154,7 @@ fn measure_column(
         // Each run creates a fresh volume over the last one: `--force` was checked once.
         force: true,
         compression: Default::default(),
+        logical_size_bytes: None,
     };
     let open = OpenOptions {
         cache_size_bytes: 0,

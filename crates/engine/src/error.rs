@@ -28,6 +28,12 @@ pub enum Error {
          delete data, or create the volume with a larger spare)"
     )]
     OutOfSpace,
+    /// A thinly provisioned volume holds as much data as it may (its provisioned size).
+    #[error(
+        "the thinly provisioned volume is full: it holds {held_blocks} blocks of data, its provisioned size, and \
+         this write needs {needed_blocks} more (trim or overwrite data to free room)"
+    )]
+    ThinLimit { held_blocks: u64, needed_blocks: u64 },
     /// `create` or `replace` found data or a volume on a device it would overwrite.
     #[error("member {member} ({path}) {found}: refusing to overwrite it unless forced")]
     WouldDestroy { member: usize, path: String, found: String },
@@ -89,7 +95,7 @@ impl Error {
     pub fn errno(&self) -> i32 {
         match self {
             Error::InvalidGeometry(_) | Error::InvalidRequest(_) => 22, // EINVAL
-            Error::OutOfSpace => 28,                                    // ENOSPC
+            Error::OutOfSpace | Error::ThinLimit { .. } => 28,          // ENOSPC
             Error::ReadOnly => 1,                                       // EPERM
             Error::Closed => 108,                                       // ESHUTDOWN
             _ => 5,                                                     // EIO

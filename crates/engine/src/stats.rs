@@ -270,12 +270,27 @@ pub struct CompressionStatus {
     pub mean_fragment_bytes: f64,
 }
 
+/// Thin provisioning (docs/deduplication.md, decision 10): what the volume may hold and
+/// holds.
+#[derive(Clone, Debug, Serialize)]
+pub struct ThinStatus {
+    /// The data the volume may hold (the data capacity less the spare); writes beyond it
+    /// fail with ENOSPC.
+    pub provisioned_size_bytes: u64,
+    /// The data it holds: whole blocks, and fragments' sixteenths rounded up to blocks.
+    pub held_data_bytes: u64,
+    /// held ÷ provisioned.
+    pub used_fraction: f64,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct VolumeStats {
     /// The write log, when the volume has one.
     pub write_log: Option<WriteLogStatus>,
     /// Compression, on a volume created with it.
     pub compression: Option<CompressionStatus>,
+    /// Thin provisioning, on a volume created with a logical size of its own.
+    pub thin_provisioning: Option<ThinStatus>,
     pub volume_uuid: String,
     pub raid_level: String,
     pub member_count: usize,

@@ -488,6 +488,7 @@ impl Volume {
                 }
                 compression
             },
+            thin_warned_percent: std::sync::atomic::AtomicU8::new(0),
             members,
             geometry,
         });
@@ -707,11 +708,57 @@ impl Volume {
                 }
             }
         }
+        self.admit_on_thin_volume(&blocks)?;
         apply(&self.cleaner, &blocks)?;
         self.shared.evict_map_pages_if_needed();
         Counters::add(&self.shared.counters.host_bytes_written, data.len() as u64);
         if fua {
             self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// On a thinly provisioned volume, refuse a write that would make the volume hold more
+    /// blocks of data than its provisioned size (`Error::ThinLimit`, ENOSPC), before any of
+    /// it is accepted; overwrites of blocks holding data add nothing. Concurrent writers
+    /// may overshoot by what they write at once, which the spare absorbs. Warns on
+    /// standard error as use crosses 80, 90 and 95 % (docs/deduplication.md, decision 10).
+    fn admit_on_thin_volume(&self, blocks: &[BlockWrite]) -> Result<()> {
+        if self.shared.geometry.thin_logical_block_count.is_none() {
+            return Ok(());
+        }
+        let mut needed_blocks = 0u64;
+        for block in blocks {
+            let (first, count) = match block {
+                BlockWrite::Data(logical_block, ..) | BlockWrite::Patch(logical_block, ..) => (*logical_block, 1),
+                BlockWrite::Compressed(unit) => (unit.first_logical_block, (unit.data.len() / BLOCK_SIZE_BYTES) as u64),
+                _ => continue,
+            };
+            for logical_block in first..first + count {
+                if !self.shared.map.get(logical_block)?.holds_data() {
+                    needed_blocks += 1;
+                }
+            }
+        }
+        let held_blocks = self.shared.map.counts().held_blocks();
+        let provisioned = self.shared.geometry.provisioned_block_count();
+        if needed_blocks > 0 && held_blocks + needed_blocks > provisioned {
+            return Err(Error::ThinLimit { held_blocks, needed_blocks });
+        }
+        let percent = ((held_blocks + needed_blocks) * 100 / provisioned.max(1)) as u8;
+        let level = [95u8, 90, 80].into_iter().find(|&level| percent >= level).unwrap_or(0);
+        let warned = self.shared.thin_warned_percent.swap(level, std::sync::atomic::Ordering::Relaxed);
+        if level > warned {
+            eprintln!(
+                "stripelog: warning: the thinly provisioned volume holds {percent} % of its provisioned size \
+                 ({} of {} blocks); writes beyond it will fail with ENOSPC",
+                held_blocks + needed_blocks,
+                provisioned
+            );
+        } else if level == 0 && warned > 0 {
+            eprintln!(
+                "stripelog: the thinly provisioned volume holds {percent} % of its provisioned size, under 80 % again"
+            );
         }
         Ok(())
     }
@@ -1102,6 +1149,14 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
             mean_fragment_bytes: Counters::get(&core.counters.fragment_bytes) as f64 / compressed.max(1) as f64,
         }
     });
+    let thin_provisioning = geometry.thin_logical_block_count.map(|_| {
+        let provisioned = geometry.provisioned_block_count();
+        crate::stats::ThinStatus {
+            provisioned_size_bytes: provisioned * BLOCK_SIZE_BYTES as u64,
+            held_data_bytes: counts.held_blocks() * BLOCK_SIZE_BYTES as u64,
+            used_fraction: counts.held_blocks() as f64 / provisioned.max(1) as f64,
+        }
+    });
     let map_cache = core.map.cache_stats();
     let state = core.state.lock();
     let count_status = |wanted: fn(&SegmentStatus) -> bool| {
@@ -1141,6 +1196,7 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
     VolumeStats {
         write_log,
         compression,
+        thin_provisioning,
         volume_uuid: uuid::Uuid::from_bytes(core.volume_uuid).to_string(),
         raid_level: geometry.raid_level.to_string(),
         member_count: geometry.member_count,

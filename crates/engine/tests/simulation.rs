@@ -298,6 +298,7 @@ impl Simulation {
             volume_uuid: Some(seed.to_le_bytes().repeat(2).try_into().expect("16 bytes")),
             force: false,
             compression: if compressed(seed) { CompressionSetting::Lz4 } else { CompressionSetting::Off },
+            logical_size_bytes: None,
         };
         let members = devices
             .iter()

@@ -190,6 +190,11 @@ struct CreateArguments {
     /// created off cannot turn it on.
     #[arg(long, default_value = "off")]
     compression: stripelog_engine::format::CompressionSetting,
+    /// Thin provisioning: a logical size of the volume's own (e.g. 64GiB), larger than
+    /// the data it may hold (the data capacity less --spare). Writes that would hold more
+    /// fail with ENOSPC, nothing written before is harmed, and trims free room again.
+    #[arg(long, value_parser = units::parse_size)]
+    logical_size: Option<u64>,
     /// A write log on this fast device or file (an NVMe namespace, PMEM, a partition of a
     /// drive with power-loss protection): flushes and FUA writes are durable once there.
     /// Twice: a mirrored log (docs/write-log.md).
@@ -729,6 +734,19 @@ fn print_info(stats: &VolumeStats) {
         stats.spare_fraction * 100.0,
         format_bytes(stats.data_capacity_bytes)
     );
+    if let Some(thin) = &stats.thin_provisioning {
+        println!(
+            "  thin           holds {} of {} provisioned ({:.1} %){}",
+            format_bytes(thin.held_data_bytes),
+            format_bytes(thin.provisioned_size_bytes),
+            thin.used_fraction * 100.0,
+            if thin.used_fraction >= 0.8 {
+                ": WARNING, writes beyond the provisioned size fail with ENOSPC"
+            } else {
+                ""
+            }
+        );
+    }
     let block = stats.block_size_bytes as u64;
     println!(
         "  mapped         {} in {} blocks; {} zero blocks (no media)",
@@ -929,6 +947,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 volume_uuid: None,
                 force: arguments.force,
                 compression: arguments.compression,
+                logical_size_bytes: arguments.logical_size,
             };
             let open = OpenOptions { holder_program: "stripelog create".into(), ..OpenOptions::default() };
             let volume = Volume::create(members, &options, &open).map_err(engine_error)?;

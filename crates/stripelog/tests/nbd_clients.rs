@@ -691,3 +691,35 @@ fn tcp_on_loopback_serves_several_exports() {
     assert_eq!(json(&beta_info)["exports"][0]["export-name"], "beta");
     assert!(status.is_some_and(|status| status.success()), "serve did not exit cleanly on SIGTERM: {status:?}");
 }
+
+/// A thinly provisioned export (`create --logical-size 1GiB` on members that hold about
+/// 300 MiB of data) through qemu-io: it shows its logical size, takes writes up to its
+/// provisioned size, refuses the next with ENOSPC ("No space left on device") without
+/// harming what it holds, and takes new writes again after a discard; `info` reports the
+/// use and `check` finds the volume clean.
+#[test]
+fn a_thin_export_refuses_writes_beyond_its_provisioned_size_with_enospc() {
+    let Some(qemu_io) = tool("qemu-io") else { return };
+    let mut server = Server::start_with("5", &["--logical-size", "1GiB"]);
+    assert_eq!(server.logical_size, 1 << 30);
+    server.qemu_io(&qemu_io, &["write -P 0x11 0 200M"]);
+    let refused = run_with_timeout(&mut server.qemu_io_command(&qemu_io, &["write -P 0x22 512M 200M"]), CLIENT_TIMEOUT);
+    assert!(!refused.status.success(), "a write beyond the provisioned size succeeded: {}", text(&refused));
+    assert!(text(&refused).contains("No space left on device"), "{}", text(&refused));
+    assert!(server.log().contains("warning: the thinly provisioned volume holds"), "{}", server.log());
+    server.qemu_io(&qemu_io, &["read -P 0x11 0 200M"]);
+    server.qemu_io(&qemu_io, &["discard 0 128M", "write -P 0x33 768M 100M", "read -P 0x33 768M 100M"]);
+    server.qemu_io(&qemu_io, &["read -P 0x11 128M 72M"]);
+    server.stop_cleanly(libc::SIGTERM);
+    let info = run_with_timeout(stripelog().args(["info", "--json"]).args(&server.members), CLIENT_TIMEOUT);
+    assert!(info.status.success(), "stripelog info: {}", text(&info));
+    let thin = &json(&info)["thin_provisioning"];
+    let held = thin["held_data_bytes"].as_u64().expect("held_data_bytes");
+    let provisioned = thin["provisioned_size_bytes"].as_u64().expect("provisioned_size_bytes");
+    assert!(provisioned < 400 << 20, "{thin}");
+    assert!(held >= 172 << 20 && held <= provisioned, "{thin}");
+    let human = run_with_timeout(stripelog().arg("info").args(&server.members), CLIENT_TIMEOUT);
+    assert!(text(&human).contains("provisioned"), "{}", text(&human));
+    let check = run_with_timeout(stripelog().args(["check"]).args(&server.members), CLIENT_TIMEOUT);
+    assert!(check.status.success() && text(&check).contains("clean"), "{}", text(&check));
+}

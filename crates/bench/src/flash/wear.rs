@@ -184,6 +184,7 @@ fn measure(options: &Options, model: &DriveModel, topology: Topology) -> Result<
                 volume_uuid: None,
                 force: false,
                 compression: Default::default(),
+                logical_size_bytes: None,
             };
             let open = OpenOptions { cache_size_bytes: 0, ..OpenOptions::default() };
             let created = Arc::new(

@@ -882,9 +882,24 @@ pub(crate) fn create(
         return Err(Error::InvalidGeometry("no members given".into()));
     }
     let compressed = options.compression != crate::layout::format::CompressionSetting::Off;
+    let thin_logical_blocks = match options.logical_size_bytes {
+        None => None,
+        Some(bytes) => {
+            let blocks = bytes / BLOCK_SIZE_BYTES as u64;
+            if !bytes.is_multiple_of(BLOCK_SIZE_BYTES as u64)
+                || !(1..=crate::layout::format::THIN_LOGICAL_BLOCKS_MAXIMUM).contains(&blocks)
+            {
+                return Err(Error::InvalidGeometry(format!(
+                    "the logical size must be a multiple of 4096 bytes from 4 KiB to 256 TiB, got {bytes} bytes"
+                )));
+            }
+            Some(blocks)
+        }
+    };
     let geometry =
         Geometry::new(options.raid_level, members.len(), options.chunk_size_bytes, options.spare_ppm, smallest)?
-            .with_packed_fragments(compressed);
+            .with_packed_fragments(compressed)
+            .with_thin_logical_blocks(thin_logical_blocks);
     accept(&geometry)?;
     if !options.force {
         for (index, member) in members.iter().enumerate() {
@@ -946,7 +961,8 @@ pub(crate) fn create(
                 member_bytes_written: 0,
                 write_log: None,
                 // Compression needs index entries that can name fragments, fixed now.
-                incompatible_features: if compressed { crate::layout::format::FEATURE_PACKED_FRAGMENTS } else { 0 },
+                incompatible_features: if compressed { crate::layout::format::FEATURE_PACKED_FRAGMENTS } else { 0 }
+                    | if thin_logical_blocks.is_some() { crate::layout::format::FEATURE_THIN_PROVISIONED } else { 0 },
                 compression: options.compression,
             };
             superblock.encode(&mut block);
@@ -1228,6 +1244,11 @@ pub struct CreateOptions {
     /// can turn it off and on again while served; one created without cannot turn it on
     /// (its index entries cannot name fragments).
     pub compression: crate::layout::format::CompressionSetting,
+    /// A logical size of its own, in bytes (a multiple of 4096), instead of the
+    /// provisioned size: thin provisioning when it is larger; writes that would hold more
+    /// data than the provisioned size then fail with `OutOfSpace` (docs/deduplication.md,
+    /// decision 10).
+    pub logical_size_bytes: Option<u64>,
 }
 
 impl Default for CreateOptions {
@@ -1239,6 +1260,7 @@ impl Default for CreateOptions {
             volume_uuid: None,
             force: false,
             compression: crate::layout::format::CompressionSetting::Off,
+            logical_size_bytes: None,
         }
     }
 }

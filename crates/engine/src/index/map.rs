@@ -47,6 +47,11 @@ impl Mapping {
     }
 
     /// The data-space position whose block holds the content (data or a packed block).
+    /// Whether the entry names stored data (a whole block or a fragment).
+    pub fn holds_data(self) -> bool {
+        matches!(self, Mapping::Data { .. } | Mapping::Fragment { .. })
+    }
+
     pub fn position(self) -> Option<u64> {
         match self {
             Mapping::Data { position } | Mapping::Fragment { position, .. } => Some(position),
@@ -356,6 +361,14 @@ pub struct MapCounts {
     pub zero_blocks: u64,
     pub fragment_blocks: u64,
     pub fragment_sixteenths: u64,
+}
+
+impl MapCounts {
+    /// The blocks of data the entries hold: whole blocks, and fragments' sixteenths
+    /// rounded up to blocks (a thin volume's admission limit counts these).
+    pub fn held_blocks(&self) -> u64 {
+        self.data_blocks + self.fragment_sixteenths.div_ceil(crate::layout::format::SIXTEENTHS_PER_BLOCK as u64)
+    }
 }
 
 /// Cache figures for `info` and the benchmarks.

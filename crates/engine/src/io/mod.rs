@@ -111,6 +111,8 @@ pub(crate) struct Core {
     pub(crate) staged_entries: std::sync::atomic::AtomicUsize,
     /// Whether client blocks are compressed, and the share the CPU affords.
     pub(crate) compression: compression::Compression,
+    /// On a thinly provisioned volume: the last use threshold warned of (0, 80, 90, 95 %).
+    pub(crate) thin_warned_percent: std::sync::atomic::AtomicU8,
 }
 
 /// One unit of work for the write loop, per logical block.

@@ -19,9 +19,15 @@ pub const SUPERBLOCK_VERSION_WITH_FEATURES: u32 = 4;
 /// cleared. (Bit 1, the first packed-block format, was never released and is retired: a
 /// volume with it is refused as having an unknown feature.)
 pub const FEATURE_PACKED_FRAGMENTS: u64 = 1 << 2;
+/// Incompatible feature bit 3: the logical size is the superblock's own, not the
+/// provisioned size (thin provisioning, docs/deduplication.md decision 10); set by
+/// `create --logical-size`.
+pub const FEATURE_THIN_PROVISIONED: u64 = 1 << 3;
 /// The incompatible features this code knows (bit 0, a write log on the members, is
 /// planned, not built: a volume with it is refused).
-pub const KNOWN_FEATURES: u64 = FEATURE_PACKED_FRAGMENTS;
+pub const KNOWN_FEATURES: u64 = FEATURE_PACKED_FRAGMENTS | FEATURE_THIN_PROVISIONED;
+/// The largest logical size of a thin volume, in blocks (2^36: 256 TiB).
+pub const THIN_LOGICAL_BLOCKS_MAXIMUM: u64 = 1 << 36;
 /// The superblock version before the index fields (entry width, checkpoint root).
 pub const SUPERBLOCK_VERSION_WITHOUT_INDEX: u32 = 2;
 /// The superblock version before member identity and the holder record.
@@ -446,7 +452,18 @@ impl Superblock {
             superblock.spare_ppm,
             superblock.member_size_bytes,
         )
-        .map_err(|error| SuperblockProblem::Inconsistent(error.to_string()))?;
+        .map_err(|error| SuperblockProblem::Inconsistent(error.to_string()))?
+        .with_thin_logical_blocks(superblock.geometry().thin_logical_block_count);
+        if superblock.incompatible_features & FEATURE_THIN_PROVISIONED != 0
+            && (!superblock.logical_size_bytes.is_multiple_of(BLOCK_SIZE_BYTES as u64)
+                || !(1..=THIN_LOGICAL_BLOCKS_MAXIMUM)
+                    .contains(&(superblock.logical_size_bytes / BLOCK_SIZE_BYTES as u64)))
+        {
+            return Err(SuperblockProblem::Inconsistent(format!(
+                "thin logical size {} is not a whole number of blocks from 1 to 2^36",
+                superblock.logical_size_bytes
+            )));
+        }
         if geometry.segment_count() != superblock.segment_count
             || geometry.logical_size_bytes() != superblock.logical_size_bytes
             || superblock.member_index >= superblock.member_count
@@ -544,6 +561,8 @@ impl Superblock {
             spare_ppm: self.spare_ppm,
             member_size_bytes: self.member_size_bytes,
             packed_fragments: self.incompatible_features & FEATURE_PACKED_FRAGMENTS != 0,
+            thin_logical_block_count: (self.incompatible_features & FEATURE_THIN_PROVISIONED != 0)
+                .then(|| self.logical_size_bytes / BLOCK_SIZE_BYTES as u64),
         }
     }
 
@@ -1063,6 +1082,34 @@ mod tests {
             matches!(Superblock::decode(&block, 1), Err(SuperblockProblem::Inconsistent(_))),
             "lz4 without the bit"
         );
+    }
+
+    /// A thinly provisioned volume keeps a logical size of its own (feature bit 3): its
+    /// geometry's logical size is the stored one, its provisioned size the formula's; the
+    /// same size without the bit, or a size that is not whole blocks, is refused.
+    #[test]
+    fn a_thin_logical_size_needs_its_feature_bit_and_whole_blocks() {
+        let mut superblock = sample_superblock();
+        let provisioned = superblock.geometry().provisioned_block_count();
+        superblock.incompatible_features = FEATURE_THIN_PROVISIONED;
+        superblock.version = SUPERBLOCK_VERSION_WITH_FEATURES;
+        superblock.logical_size_bytes = 4 * provisioned * BLOCK_SIZE_BYTES as u64;
+        let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+        superblock.encode(&mut block);
+        let decoded = Superblock::decode(&block, 1).expect("a thin superblock");
+        assert_eq!(decoded.geometry().logical_block_count(), 4 * provisioned);
+        assert_eq!(decoded.geometry().provisioned_block_count(), provisioned);
+        let with = |edit: &dyn Fn(&mut Vec<u8>)| {
+            let mut changed = block.clone();
+            edit(&mut changed);
+            seal(&mut changed);
+            Superblock::decode(&changed, 1)
+        };
+        assert!(matches!(with(&|block| block[72] = 1), Err(SuperblockProblem::Inconsistent(_))), "not whole blocks");
+        superblock.incompatible_features = 0;
+        superblock.version = SUPERBLOCK_VERSION;
+        superblock.encode(&mut block);
+        assert!(matches!(Superblock::decode(&block, 1), Err(SuperblockProblem::Inconsistent(_))), "without the bit");
     }
 
     /// Kinds 8 and 9 round-trip in a summary of version 3 (a summary without them stays

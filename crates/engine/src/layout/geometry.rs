@@ -97,6 +97,10 @@ pub struct Geometry {
     /// compression, superblock feature bit 1; docs/compression.md): wider index entries,
     /// and live counts in sixteenths of a block.
     pub packed_fragments: bool,
+    /// A thinly provisioned volume's logical size in blocks (superblock feature bit 3,
+    /// docs/deduplication.md decision 10), larger than the data it may hold; `None`: the
+    /// logical size is the provisioned size.
+    pub thin_logical_block_count: Option<u64>,
 }
 
 impl Geometry {
@@ -144,6 +148,7 @@ impl Geometry {
             spare_ppm,
             member_size_bytes,
             packed_fragments: false,
+            thin_logical_block_count: None,
         };
         if geometry.segment_count() < 2 {
             return Err(Error::InvalidGeometry(format!(
@@ -192,6 +197,13 @@ impl Geometry {
         index_entry_width_bits(self.physical_data_blocks(), self.segment_count(), self.packed_fragments)
     }
 
+    /// The same geometry with a logical size of `blocks` (thin provisioning), or the
+    /// provisioned size (`None`).
+    pub fn with_thin_logical_blocks(mut self, blocks: Option<u64>) -> Geometry {
+        self.thin_logical_block_count = blocks;
+        self
+    }
+
     /// The same geometry with packed fragments on or off.
     pub fn with_packed_fragments(mut self, on: bool) -> Geometry {
         self.packed_fragments = on;
@@ -225,13 +237,20 @@ impl Geometry {
     /// cleaner works in once every logical block has been written.
     pub fn spare_segments(&self) -> u64 {
         let data_blocks_per_segment = self.blocks_per_segment() - self.summary_blocks_per_segment();
-        self.segment_count().saturating_sub(self.logical_block_count().div_ceil(data_blocks_per_segment))
+        self.segment_count().saturating_sub(self.provisioned_block_count().div_ceil(data_blocks_per_segment))
     }
 
-    /// Logical size: the data capacity less the spare fraction.
-    pub fn logical_block_count(&self) -> u64 {
+    /// The blocks of data the volume may hold: the data capacity less the spare fraction.
+    /// The logical size, unless the volume is thinly provisioned; then the admission
+    /// limit of its writes.
+    pub fn provisioned_block_count(&self) -> u64 {
         let usable = self.data_capacity_blocks() as u128 * (1_000_000 - self.spare_ppm as u128) / 1_000_000;
         usable as u64
+    }
+
+    /// Logical size: the provisioned size, or a thin volume's own.
+    pub fn logical_block_count(&self) -> u64 {
+        self.thin_logical_block_count.unwrap_or_else(|| self.provisioned_block_count())
     }
 
     pub fn logical_size_bytes(&self) -> u64 {
