@@ -185,6 +185,8 @@ struct Simulation {
     ended: Option<String>,
     /// Reads that failed with an I/O error (beyond redundancy).
     unreadable_reads: u64,
+    /// Writes a thin volume refused at its provisioned size.
+    thin_refusals: u64,
     /// Rows damaged beyond redundancy.
     rows_destroyed: u64,
     /// The engine's durable frontier when the volume was last dropped by a crash (0 after
@@ -263,6 +265,13 @@ fn compressed(seed: u64) -> bool {
     seed % 5 == 2
 }
 
+/// A seventh of the seeds run on a thinly provisioned volume of twice its provisioned
+/// size (docs/deduplication.md, decision 10): filling seeds reach the limit, and writes
+/// beyond it are refused with nothing of them accepted, while trims make room again.
+fn thin(seed: u64) -> bool {
+    seed % 7 == 4
+}
+
 impl Simulation {
     fn new(seed: u64, trace: bool, filling: bool, beyond_redundancy: bool) -> Result<Simulation, String> {
         let mut prng = Prng::new(seed);
@@ -298,7 +307,19 @@ impl Simulation {
             volume_uuid: Some(seed.to_le_bytes().repeat(2).try_into().expect("16 bytes")),
             force: false,
             compression: if compressed(seed) { CompressionSetting::Lz4 } else { CompressionSetting::Off },
-            logical_size_bytes: None,
+            logical_size_bytes: if thin(seed) {
+                let geometry = stripelog_engine::Geometry::new(
+                    raid_level,
+                    member_count,
+                    CHUNK_SIZE_BYTES,
+                    400_000,
+                    member_size_bytes,
+                )
+                .map_err(|error| format!("geometry: {error}"))?;
+                Some(2 * geometry.provisioned_block_count() * BLOCK_SIZE_BYTES as u64)
+            } else {
+                None
+            },
         };
         let members = devices
             .iter()
@@ -324,6 +345,7 @@ impl Simulation {
             beyond_redundancy,
             ended: None,
             unreadable_reads: 0,
+            thin_refusals: 0,
             rows_destroyed: 0,
             durable_sequence_at_crash: 0,
             missing_member: None,
@@ -492,14 +514,22 @@ impl Simulation {
         while first < hot {
             let count = RUN_BLOCKS.min(hot - first);
             let mut data = Vec::with_capacity((count as usize) * BLOCK_SIZE_BYTES);
+            let effects_before = self.model.effects.len();
             for block in first..first + count {
                 let content = self.random_content();
                 self.model.push(block, Some(Arc::new(content.clone())));
                 data.extend(content);
             }
-            self.volume()
-                .write(first * BLOCK_SIZE_BYTES as u64, &data, false)
-                .map_err(|error| format!("fill at block {first}: {error}"))?;
+            match self.volume().write(first * BLOCK_SIZE_BYTES as u64, &data, false) {
+                Ok(()) => {}
+                // A thin volume holds its provisioned size: the fill ends there.
+                Err(Error::ThinLimit { .. }) if thin(self.seed) => {
+                    self.model.effects.truncate(effects_before);
+                    self.thin_refusals += 1;
+                    break;
+                }
+                Err(error) => return Err(format!("fill at block {first}: {error}")),
+            }
             first += count;
         }
         self.flush()
@@ -740,6 +770,15 @@ impl Simulation {
     /// block whose old content is lost refuses the whole request before any of it is
     /// accepted: the model forgets its effects. Anything else is `after_error`.
     fn refused_or_error(&mut self, what: &str, error: Error, effects_before: usize) -> Result<(), String> {
+        if matches!(error, Error::ThinLimit { .. }) && !self.array.has_crashed() {
+            if !thin(self.seed) {
+                return Err(format!("{what} refused as beyond a thin volume's limit on a volume that is not thin"));
+            }
+            // Refused whole, before anything of it was accepted.
+            self.model.effects.truncate(effects_before);
+            self.thin_refusals += 1;
+            return Ok(());
+        }
         if self.beyond_redundancy && matches!(error, Error::Unrecoverable { .. }) && !self.array.has_crashed() {
             if self.trace {
                 eprintln!("  {what} refused: {error}");
@@ -1193,6 +1232,7 @@ struct Exercised {
     scrubs: u64,
     faults: u64,
     unreadable_reads: u64,
+    thin_refusals: u64,
     ended_early: bool,
     /// Index pages evicted (to be read back from the log) since the last open.
     map_page_evictions: u64,
@@ -1231,7 +1271,7 @@ fn simulate(seed: u64, trace: bool, mode: Mode) -> Result<(String, Exercised), S
         simulation.run()?;
     }
     let summary = format!(
-        "{} recoveries, {} mid-operation crashes, {} faults, {} members lost, {} rebuilds, {} scrubs, raid {}, {} cleaning rounds, {} unreadable reads, {} rows destroyed{}{}",
+        "{} recoveries, {} mid-operation crashes, {} faults, {} members lost, {} rebuilds, {} scrubs, raid {}, {} cleaning rounds, {} unreadable reads, {} rows destroyed, {} thin refusals{}{}",
         simulation.recoveries,
         simulation.crashes_mid_operation,
         simulation.faults_injected,
@@ -1242,6 +1282,7 @@ fn simulate(seed: u64, trace: bool, mode: Mode) -> Result<(String, Exercised), S
         simulation.cleaning_rounds,
         simulation.unreadable_reads,
         simulation.rows_destroyed,
+        simulation.thin_refusals,
         if mode.write_log {
             format!(
                 "; write log: {} added, {} devices lost, {} faults, {} entries replayed, {} opens without it",
@@ -1263,6 +1304,7 @@ fn simulate(seed: u64, trace: bool, mode: Mode) -> Result<(String, Exercised), S
         scrubs: simulation.scrubs_finished,
         faults: simulation.faults_injected,
         unreadable_reads: simulation.unreadable_reads,
+        thin_refusals: simulation.thin_refusals,
         ended_early: simulation.ended.is_some(),
         map_page_evictions: simulation.volume.as_ref().map_or(0, |volume| volume.stats().map_page_evictions),
         log_entries_replayed: simulation.log_entries_replayed,
@@ -1351,16 +1393,22 @@ fn many_seeds() {
 fn filling_seeds() {
     let seeds = seed_range("STRIPELOG_SIM_FILLING_SEEDS", 100);
     let count = seeds.end - seeds.start;
-    let (mut cleaned, mut failures) = (0u64, Vec::new());
+    let (mut cleaned, mut thin_refusals, mut failures) = (0u64, 0u64, Vec::new());
     for seed in seeds {
         match check_seed(seed, FILLING) {
-            Ok(exercised) => cleaned += u64::from(exercised.cleaner),
+            Ok(exercised) => {
+                cleaned += u64::from(exercised.cleaner);
+                thin_refusals += exercised.thin_refusals;
+            }
             Err(message) => failures.push(message),
         }
     }
     assert!(failures.is_empty(), "{} of {count} seeds failed:\n{}", failures.len(), failures.join("\n"));
     // The workload exists to exercise the cleaner: it must actually run in nearly every seed.
-    eprintln!("{cleaned} of {count} filling seeds ran the cleaner");
+    eprintln!("{cleaned} of {count} filling seeds ran the cleaner; thin volumes refused {thin_refusals} writes");
+    if count >= 100 {
+        assert!(thin_refusals >= count / 7, "the thin seeds must reach their limit: {thin_refusals} refusals");
+    }
     assert!(cleaned * 10 >= count * 9, "only {cleaned} of {count} filling seeds ran the cleaner");
 }
 
