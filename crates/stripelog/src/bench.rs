@@ -648,12 +648,8 @@ pub struct CompressibilityArguments {
 pub fn compressibility(arguments: CompressibilityArguments) -> Result<ExitCode, String> {
     let mut reports = Vec::new();
     for path in &arguments.paths {
-        // Seeking to the end sizes block devices too (their metadata says 0); only for
-        // the progress bar.
-        let total_bytes = std::fs::File::open(path)
-            .and_then(|mut file| std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0)))
-            .unwrap_or(0)
-            .max(1);
+        // Only for the progress bar.
+        let total_bytes = input_size_bytes(path).unwrap_or(0).max(1);
         let report = with_progress(arguments.quiet, |progress| {
             let step = path.display().to_string();
             stripelog_bench::compressibility::estimate(path, &|read_bytes| {
@@ -692,22 +688,7 @@ pub fn dedupability(arguments: DedupabilityArguments) -> Result<ExitCode, String
     if arguments.sampling_bits > 16 {
         return Err("--sampling-bits: at most 16 (one name in 65 536)".into());
     }
-    // Seeking to the end sizes block devices too (their metadata says 0); a pipe cannot.
-    let sizes: Vec<Option<u64>> = arguments
-        .paths
-        .iter()
-        .map(|path| {
-            let metadata = std::fs::metadata(path).ok()?;
-            if metadata.file_type().is_file() || std::os::unix::fs::FileTypeExt::is_block_device(&metadata.file_type())
-            {
-                std::fs::File::open(path)
-                    .and_then(|mut file| std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0)))
-                    .ok()
-            } else {
-                None
-            }
-        })
-        .collect();
+    let sizes: Vec<Option<u64>> = arguments.paths.iter().map(|path| input_size_bytes(path)).collect();
     let capacity_bytes = match arguments.capacity {
         Some(capacity) => capacity,
         None => match sizes.iter().copied().collect::<Option<Vec<u64>>>() {
@@ -747,4 +728,15 @@ pub fn dedupability(arguments: DedupabilityArguments) -> Result<ExitCode, String
     }
     crate::write_json_file(arguments.json.as_deref(), &reports)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The size of a benchmark's input file or block device (seeking to the end sizes block
+/// devices too, whose metadata says 0); `None` for a pipe or anything else, which is not
+/// opened here (opening a pipe would wait for its writer).
+fn input_size_bytes(path: &std::path::Path) -> Option<u64> {
+    let file_type = std::fs::metadata(path).ok()?.file_type();
+    if !file_type.is_file() && !std::os::unix::fs::FileTypeExt::is_block_device(&file_type) {
+        return None;
+    }
+    std::fs::File::open(path).and_then(|mut file| std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))).ok()
 }

@@ -884,17 +884,11 @@ pub(crate) fn create(
     let compressed = options.compression != crate::layout::format::CompressionSetting::Off;
     let thin_logical_blocks = match options.logical_size_bytes {
         None => None,
-        Some(bytes) => {
-            let blocks = bytes / BLOCK_SIZE_BYTES as u64;
-            if !bytes.is_multiple_of(BLOCK_SIZE_BYTES as u64)
-                || !(1..=crate::layout::format::THIN_LOGICAL_BLOCKS_MAXIMUM).contains(&blocks)
-            {
-                return Err(Error::InvalidGeometry(format!(
-                    "the logical size must be a multiple of 4096 bytes from 4 KiB to 256 TiB, got {bytes} bytes"
-                )));
-            }
-            Some(blocks)
-        }
+        Some(bytes) => Some(crate::layout::format::thin_logical_blocks(bytes).ok_or_else(|| {
+            Error::InvalidGeometry(format!(
+                "the logical size must be a multiple of 4096 bytes from 4 KiB to 256 TiB, got {bytes} bytes"
+            ))
+        })?),
     };
     let geometry =
         Geometry::new(options.raid_level, members.len(), options.chunk_size_bytes, options.spare_ppm, smallest)?

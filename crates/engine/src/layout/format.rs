@@ -28,6 +28,15 @@ pub const FEATURE_THIN_PROVISIONED: u64 = 1 << 3;
 pub const KNOWN_FEATURES: u64 = FEATURE_PACKED_FRAGMENTS | FEATURE_THIN_PROVISIONED;
 /// The largest logical size of a thin volume, in blocks (2^36: 256 TiB).
 pub const THIN_LOGICAL_BLOCKS_MAXIMUM: u64 = 1 << 36;
+
+/// A thin volume's logical size in blocks, when `bytes` is one: a whole number of blocks
+/// from 1 to [`THIN_LOGICAL_BLOCKS_MAXIMUM`] (what `create` accepts and a superblock with
+/// feature bit 3 must hold).
+pub fn thin_logical_blocks(bytes: u64) -> Option<u64> {
+    let blocks = bytes / BLOCK_SIZE_BYTES as u64;
+    (bytes.is_multiple_of(BLOCK_SIZE_BYTES as u64) && (1..=THIN_LOGICAL_BLOCKS_MAXIMUM).contains(&blocks))
+        .then_some(blocks)
+}
 /// The superblock version before the index fields (entry width, checkpoint root).
 pub const SUPERBLOCK_VERSION_WITHOUT_INDEX: u32 = 2;
 /// The superblock version before member identity and the holder record.
@@ -455,9 +464,7 @@ impl Superblock {
         .map_err(|error| SuperblockProblem::Inconsistent(error.to_string()))?
         .with_thin_logical_blocks(superblock.geometry().thin_logical_block_count);
         if superblock.incompatible_features & FEATURE_THIN_PROVISIONED != 0
-            && (!superblock.logical_size_bytes.is_multiple_of(BLOCK_SIZE_BYTES as u64)
-                || !(1..=THIN_LOGICAL_BLOCKS_MAXIMUM)
-                    .contains(&(superblock.logical_size_bytes / BLOCK_SIZE_BYTES as u64)))
+            && thin_logical_blocks(superblock.logical_size_bytes).is_none()
         {
             return Err(SuperblockProblem::Inconsistent(format!(
                 "thin logical size {} is not a whole number of blocks from 1 to 2^36",
