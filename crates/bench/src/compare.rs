@@ -221,6 +221,7 @@ pub fn run(options: &Options, progress: &(dyn Fn(&str, f64) + Sync)) -> Result<R
         force: true,
         compression: Default::default(),
         logical_size_bytes: None,
+        deduplication: false,
     };
     let volume = Arc::new(
         Volume::create(open_member_devices(&options.members, None)?, &create, &OpenOptions::default())

@@ -217,6 +217,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         force: false,
         compression: Default::default(),
         logical_size_bytes: None,
+        deduplication: false,
     };
     let open = OpenOptions {
         flush_interval: None,

@@ -155,6 +155,7 @@ fn measure_column(
         force: true,
         compression: Default::default(),
         logical_size_bytes: None,
+        deduplication: false,
     };
     let open = OpenOptions {
         cache_size_bytes: 0,

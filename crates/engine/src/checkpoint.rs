@@ -57,6 +57,8 @@ struct Snapshot {
     index_pages: Vec<(u64, Vec<u8>)>,
     /// (page number, encoded block, digest of its records)
     table_pages: Vec<(u64, AlignedBuffer, u32)>,
+    /// (page number, encoded block) of the shared-block table pages that changed.
+    shared_pages: Vec<(u64, AlignedBuffer)>,
 }
 
 impl Core {
@@ -124,12 +126,14 @@ impl Core {
             self.dispatch(batch)?;
         }
         let taken_pages: Vec<u64> = snapshot.index_pages.iter().map(|(page, _)| *page).collect();
+        let taken_shared_pages: Vec<u64> = snapshot.shared_pages.iter().map(|(page, _)| *page).collect();
         let result = self.write_snapshot(&mut checkpoint, snapshot, batch_bytes);
         if result.is_err() {
             // Not committed: what the snapshot took is still to be written.
             for page in taken_pages {
                 self.map.mark_dirty(page);
             }
+            self.shared.write().mark_dirty(taken_shared_pages);
         }
         if result.is_ok() {
             // Committed: every clean page's copy is durable and named, so pages may go.
@@ -179,6 +183,12 @@ impl Core {
             dying.extend(checkpoint.table_pages.set(page, pointer).map(|old| old.position));
             checkpoint.table_digests[page as usize] = digest;
         }
+        let shared_blocks: Vec<(PageKind, u64, AlignedBuffer)> =
+            snapshot.shared_pages.into_iter().map(|(page, block)| (PageKind::SharedTable, page, block)).collect();
+        let (written, _) = self.write_blocks(shared_blocks)?;
+        for (page, pointer) in written {
+            dying.extend(checkpoint.shared_pages.set(page, pointer).map(|old| old.position));
+        }
         let mut directory_positions = Vec::new();
         let (index_depth, index_top) = self.write_tree(
             Tree::Index,
@@ -192,6 +202,14 @@ impl Core {
             Tree::SegmentTable,
             table_pages.len(),
             &|page| table_pages.get(page),
+            generation,
+            &mut directory_positions,
+        )?;
+        let shared_pages = &checkpoint.shared_pages;
+        let (shared_depth, shared_top) = self.write_tree(
+            Tree::SharedTable,
+            shared_pages.len(),
+            &|page| shared_pages.get(page),
             generation,
             &mut directory_positions,
         )?;
@@ -211,6 +229,9 @@ impl Core {
             zero_blocks: snapshot.counts.zero_blocks,
             fragment_blocks: snapshot.counts.fragment_blocks,
             fragment_sixteenths: snapshot.counts.fragment_sixteenths,
+            shared_blocks: snapshot.counts.shared_blocks,
+            shared_tree_depth: shared_depth,
+            shared_top,
         };
         let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
         root.encode(&mut block, &uuid);
@@ -331,6 +352,29 @@ impl Core {
                 table_pages.push((page, block, digest));
             }
         }
+        // The shared-block table's changed pages (and those in mostly dead segments).
+        let mut shared_table = self.shared.write();
+        let mut shared_page_numbers = shared_table.take_dirty_pages();
+        shared_page_numbers
+            .extend(checkpoint.shared_pages.iter().filter(|(_, pointer)| sparse(Some(*pointer))).map(|(page, _)| page));
+        shared_page_numbers.sort_unstable();
+        shared_page_numbers.dedup();
+        let shared_pages = shared_page_numbers
+            .into_iter()
+            .filter(|&page| page < checkpoint.shared_pages.len())
+            .map(|page| {
+                let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+                codec::encode_shared_table_page(
+                    &mut block,
+                    &self.volume_uuid,
+                    page,
+                    generation,
+                    &shared_table.page(page),
+                );
+                (page, block)
+            })
+            .collect();
+        drop(shared_table);
         let streams = std::array::from_fn(|stream| {
             if stream >= STREAM_COUNT {
                 return StreamPosition::default();
@@ -352,6 +396,7 @@ impl Core {
             counts,
             index_pages,
             table_pages,
+            shared_pages,
         }
     }
 
@@ -480,6 +525,8 @@ pub(crate) struct Loaded {
     pub root: CheckpointRoot,
     pub records: Vec<SegmentRecord>,
     pub state: CheckpointState,
+    /// The shared-block table as the checkpoint holds it.
+    pub shared: crate::space::shared::SharedTable,
 }
 
 /// Where a paged map reads its pages: the copies checkpoints wrote, verified like every
@@ -547,10 +594,26 @@ pub(crate) fn load(
         &mut |page, pointer| page < table_pages.len() && table_pages.set(page, pointer).is_none(),
         &mut directory_positions,
     )?;
+    let shared_pages = &state.shared_pages;
+    load_tree(
+        geometry,
+        members,
+        volume_uuid,
+        Tree::SharedTable,
+        root.shared_tree_depth,
+        &root.shared_top,
+        &mut |page, pointer| page < shared_pages.len() && shared_pages.set(page, pointer).is_none(),
+        &mut directory_positions,
+    )?;
     state.directory_positions = directory_positions;
     let fragments_possible = geometry.packed_fragments || (root.fragment_blocks == 0 && root.fragment_sixteenths == 0);
-    if root.data_blocks.saturating_add(root.zero_blocks).saturating_add(root.fragment_blocks)
+    if root
+        .data_blocks
+        .saturating_add(root.zero_blocks)
+        .saturating_add(root.fragment_blocks)
+        .saturating_add(root.shared_blocks)
         > geometry.logical_block_count()
+        || (root.shared_blocks > 0 && !geometry.shared_blocks)
         || root.fragment_sixteenths > root.fragment_blocks.saturating_mul(16)
         || !fragments_possible
     {
@@ -561,6 +624,7 @@ pub(crate) fn load(
         zero_blocks: root.zero_blocks,
         fragment_blocks: root.fragment_blocks,
         fragment_sixteenths: root.fragment_sixteenths,
+        shared_blocks: root.shared_blocks,
     });
     let segment_count = geometry.segment_count();
     let mut records = vec![record_of(&SegmentUse::FREE); segment_count as usize];
@@ -579,7 +643,23 @@ pub(crate) fn load(
         records[first as usize..end as usize].copy_from_slice(page_records);
         state.table_digests[page as usize] = records_digest(page_records);
     }
-    Ok(Loaded { root, records, state })
+    let mut shared = crate::space::shared::SharedTable::default();
+    for (page, pointer) in state.shared_pages.iter() {
+        read_block(geometry, members, pointer, "shared table page", &mut block)?;
+        let records = codec::decode_shared_table_page(&block, volume_uuid)
+            .filter(|(number, _, _)| *number == page)
+            .map(|(_, _, records)| records)
+            .ok_or(lost("shared table page", pointer.position))?;
+        let positions = geometry.physical_data_blocks();
+        let in_volume = records.iter().all(|&value| {
+            crate::space::shared::SharedRecord::unpack(value).is_none_or(|record| record.position < positions)
+        });
+        if !in_volume || !shared.install_page(page, &records) {
+            return Err(lost("shared table page", pointer.position));
+        }
+    }
+    shared.finish_loading();
+    Ok(Loaded { root, records, state, shared })
 }
 
 /// Read one tree's directory pages from the root's top pointers down, filling `leaves`.

@@ -250,6 +250,10 @@ struct Live {
     /// Redundancy could not rebuild it: it stays where it is (its reads fail) and its
     /// segment is pinned.
     unreadable: bool,
+    /// The shared-block record whose copy it is (then `logical_block` is the record's
+    /// number and `mapping` the copy's position as data): moved once for every logical
+    /// block that refers to it, by rewriting the record (docs/deduplication.md).
+    shared_record: Option<u64>,
 }
 
 /// The cleaner of one volume: its policy, and the state of its rounds.
@@ -364,7 +368,7 @@ impl Cleaner {
         let mut runs: std::collections::BTreeMap<(u64, usize), Vec<BlockToRead>> = Default::default();
         for (index, record) in live.iter_mut().enumerate() {
             if let Some(position) = record.mapping.position() {
-                if self.core.map.get(record.logical_block)? != record.mapping {
+                if !self.is_current(record)? {
                     continue; // overwritten meanwhile: skipped when appending
                 }
                 let location = self.core.geometry.locate(position);
@@ -438,7 +442,7 @@ impl Cleaner {
         }
         for (index, record) in live.iter_mut().enumerate() {
             if let (Some(position), false) = (record.mapping.position(), done[index]) {
-                if self.core.map.get(record.logical_block)? == record.mapping {
+                if self.is_current(record)? {
                     let content = &mut contents[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES];
                     match self.core.read_position(position, record.logical_block, content, None) {
                         Ok(()) => {}
@@ -457,7 +461,7 @@ impl Cleaner {
             let Mapping::Fragment { position, .. } = record.mapping else {
                 continue;
             };
-            if record.unreadable || self.core.map.get(record.logical_block)? != record.mapping {
+            if record.unreadable || !self.is_current(record)? {
                 continue;
             }
             let content = &contents[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES];
@@ -515,6 +519,18 @@ impl Cleaner {
     /// The blocks of fragment `index` of the packed block `start_block` at `position`
     /// (table entry `entry`) it still serves: mapped to that position and found there in
     /// that fragment, as bits of its live mask.
+    /// Whether what `record` describes is still where it was found: the index still maps
+    /// its logical block there, or its shared-block record still names its position.
+    fn is_current(&self, record: &Live) -> Result<bool> {
+        match record.shared_record {
+            Some(shared) => {
+                let copy = self.core.shared.read().get(shared);
+                Ok(copy.is_some_and(|copy| Some(copy.position) == record.mapping.position()))
+            }
+            None => Ok(self.core.map.get(record.logical_block)? == record.mapping),
+        }
+    }
+
     fn served_mask(
         &self,
         start_block: &[u8],
@@ -573,6 +589,7 @@ impl Cleaner {
             write_clock,
             lifetime_class,
             unreadable: false,
+            shared_record: None,
         };
         let logical_blocks = core.map.block_count();
         let mut records = Vec::new();
@@ -585,6 +602,14 @@ impl Cleaner {
                     if logical_block < logical_blocks && core.map.get(logical_block)? == mapping {
                         records.push(record(logical_block, mapping, write_clock, lifetime_class));
                     }
+                }
+                (Entry::SharedCopy { record: shared, lifetime_class, .. }, Some(position))
+                    if !data_only && core.shared.read().get(shared).is_some_and(|copy| copy.position == position) =>
+                {
+                    records.push(Live {
+                        shared_record: Some(shared),
+                        ..record(shared, Mapping::Data { position }, write_clock, lifetime_class)
+                    });
                 }
                 (Entry::Fragment { logical_block, lifetime_class, sixteenths, .. }, Some(position)) if !data_only => {
                     let mapping = Mapping::Fragment { position, sixteenths };
@@ -747,7 +772,7 @@ impl Cleaner {
             // (An index page that cannot be read: the block stays where it is, and so does
             // its segment, whose live count it keeps.)
             let still_current = |record: &Live| {
-                self.core.map.get(record.logical_block).is_ok_and(|mapping| mapping == record.mapping)
+                self.is_current(record).unwrap_or(false)
                     && match record.mapping.position() {
                         Some(position) => {
                             self.core.generation(self.core.geometry.locate(position).segment) == record.generation
@@ -787,6 +812,18 @@ impl Cleaner {
                     continue;
                 }
                 let accepted = match record.mapping {
+                    Mapping::Data { .. } if record.shared_record.is_some() => {
+                        let content = &contents[next * BLOCK_SIZE_BYTES..(next + 1) * BLOCK_SIZE_BYTES];
+                        let checksum = format::block_checksum(content);
+                        let shared = record.shared_record.expect("a shared copy");
+                        self.core.accept_moved_copy(
+                            state,
+                            shared,
+                            content,
+                            checksum,
+                            (record.lifetime_class, record.write_clock),
+                        )
+                    }
                     Mapping::Data { .. } => {
                         let content = &contents[next * BLOCK_SIZE_BYTES..(next + 1) * BLOCK_SIZE_BYTES];
                         let checksum = format::block_checksum(content);
@@ -833,7 +870,8 @@ impl Cleaner {
                     }
                     Mapping::Zero { .. } => self.core.record_range(state, record.logical_block, false),
                     Mapping::Trimmed { .. } => self.core.record_range(state, record.logical_block, true),
-                    Mapping::Unmapped => true,
+                    // (Live records name a shared copy by its position, never by its record.)
+                    Mapping::Unmapped | Mapping::Shared { .. } => true,
                 };
                 if !accepted {
                     break;

@@ -118,6 +118,10 @@ pub enum ReadFailure {
     /// that matched a checksum): never returned as data.
     #[error("its compressed fragment is not the block written ({0})")]
     BadFragment(PackedProblem),
+    /// The index names a shared-block record that holds no copy (a bug, or metadata
+    /// damage that matched its checksums): never returned as data.
+    #[error("its shared-block record {0} holds no copy")]
+    FreeSharedRecord(u64),
 }
 
 /// Which metadata mount found destroyed (docs/crash-consistency.md, "Lost metadata").
@@ -163,6 +167,10 @@ pub enum LogInconsistency {
     EntryBeyondVolume { sequence: u64, first_block: u64, block_count: u64, logical_blocks: u64 },
     #[error("batch {sequence} names compressed fragments on a volume created without compression")]
     FragmentWithoutFeature { sequence: u64 },
+    #[error("batch {sequence} names shared blocks on a volume created without deduplication")]
+    SharingWithoutFeature { sequence: u64 },
+    #[error("batch {sequence} names shared-block record {record}, beyond the volume's or not in use")]
+    BadSharedRecord { sequence: u64, record: u64 },
 }
 
 /// Why a volume stopped writing. Kept by the volume and returned to every later write.

@@ -45,7 +45,7 @@ pub use geometry::{Geometry, RaidLevel, BLOCK_SIZE_BYTES};
 pub use log::IoMode;
 pub use maintenance::{MaintenanceOptions, MaintenanceProgress, RebuildReport, ReplaceOptions, ScrubReport};
 pub use map::Mapping;
-pub use mount::CheckReport;
+pub use mount::{CheckReport, SharedReferenceCheck};
 pub use space::{checkpoint_headroom_segments, watermarks, working_spare_segments, CLEANING_RESERVE_SEGMENTS};
 pub use stats::{RecoveryReport, VolumeStats};
 pub use volume::{

@@ -6,6 +6,7 @@ use crate::error::{Error, LogInconsistency, LostMetadata, Result};
 use crate::index::map::{BlockMap, Mapping};
 use crate::layout::format::{self, BatchHeader, DamagedHead, Entry, Summary, NO_SEGMENT};
 use crate::layout::geometry::{BlockLocation, Geometry, RaidLevel, Role, BLOCK_SIZE_BYTES};
+use crate::space::shared::SharedTable;
 use crate::space::{SegmentStatus, SegmentUse};
 use crate::stats::{Counters, RecoveryReport};
 use serde::Serialize;
@@ -29,7 +30,10 @@ impl FoundBatch {
         let slots = self.header.row_count as usize * data_columns;
         let mut checksums = vec![format::zero_block_checksum(); slots];
         for (index, entry) in self.data_blocks() {
-            if let Entry::Data { checksum, .. } | Entry::Page { checksum, .. } | Entry::Packed { checksum, .. } = entry
+            if let Entry::Data { checksum, .. }
+            | Entry::Page { checksum, .. }
+            | Entry::Packed { checksum, .. }
+            | Entry::SharedCopy { checksum, .. } = entry
             {
                 checksums[index as usize] = checksum;
             }
@@ -86,6 +90,15 @@ pub(crate) struct Recovered {
     pub reserved_segments: [Option<u64>; crate::log::STREAM_COUNT],
     pub checkpoints: crate::space::CheckpointGenerations,
     pub report: RecoveryReport,
+    /// The shared-block table (empty without deduplication).
+    pub shared: SharedTable,
+}
+
+/// What replaying an entry does: a logical block's mapping changes, or a shared-block
+/// record's copy is written at a position (born, or moved there by the cleaner).
+pub(crate) enum Replayed {
+    Map(u64, Mapping),
+    Copy { record: u64, position: u64, moved: bool },
 }
 
 struct Reader<'a> {
@@ -605,12 +618,21 @@ pub(crate) fn recover(
     // version 1 do not say): a segment is as old as its oldest batch's clock.
     let mut replayed = 0;
     let mut write_clock = 0;
+    let mut shared = SharedTable::default();
     for (_, batch) in log.batches.range(..=log.last_sequence) {
         // A map with no page in the log yet: every page is in RAM, no set reads one.
         let mut failure = None;
-        replay(geometry, batch, logical_blocks, &mut |block, mapping| {
-            if let Err(error) = map.set(block, mapping) {
-                failure.get_or_insert(error);
+        replay(geometry, batch, logical_blocks, &mut |replayed| match replayed {
+            Replayed::Map(block, mapping) => {
+                if let Err(error) = map.set(block, mapping) {
+                    failure.get_or_insert(error);
+                }
+                Ok(())
+            }
+            // Counts come from the final map below.
+            Replayed::Copy { record, position, .. } => {
+                shared.born(record, position);
+                Ok(())
             }
         })
         .map_err(Error::InconsistentLog)?;
@@ -627,11 +649,29 @@ pub(crate) fn recover(
         replayed += 1;
     }
     let per_segment = geometry.blocks_per_segment();
+    let mut references: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
     map.for_each(|_, mapping| {
         if let Some(segment) = mapping.segment(per_segment) {
             segments[segment as usize].live_units += mapping.live_units(geometry);
         }
+        if let Mapping::Shared { record } = mapping {
+            *references.entry(record).or_default() += 1;
+        }
     })?;
+    // A shared copy is live while the index refers to its record; its count is the
+    // references the index holds (exact: a full scan replays every surviving batch).
+    let records: Vec<(u64, u64)> = shared.in_use_records().map(|(record, copy)| (record, copy.position)).collect();
+    for (record, position) in records {
+        let count = references.remove(&record).unwrap_or(0);
+        shared.set_references(record, count.min(crate::space::shared::REFERENCES_MAXIMUM as u64) as u8);
+        if count > 0 {
+            segments[(position / per_segment) as usize].live_units += geometry.live_units_per_block();
+        }
+    }
+    if let Some((&record, _)) = references.iter().next() {
+        return Err(Error::InconsistentLog(LogInconsistency::BadSharedRecord { sequence: log.last_sequence, record }));
+    }
+    shared.finish_loading();
     for (index, segment) in segments.iter_mut().enumerate() {
         if segment.opened_clock == u64::MAX {
             segment.opened_clock = 0;
@@ -692,19 +732,35 @@ pub(crate) fn recover(
         reserved_segments: Default::default(),
         checkpoints: Default::default(),
         report,
+        shared,
     })
 }
 
-/// Apply one batch to the map (step 6).
+/// Apply one batch to the map and the shared-block table (step 6).
 fn replay(
     geometry: &Geometry,
     batch: &FoundBatch,
     logical_blocks: u64,
-    apply: &mut dyn FnMut(u64, Mapping),
+    apply: &mut dyn FnMut(Replayed) -> std::result::Result<(), LogInconsistency>,
 ) -> std::result::Result<(), LogInconsistency> {
     let segment = batch.header.segment;
+    let sequence = batch.header.sequence;
     for (index, entry) in batch.entries() {
         let (first, count, mapping) = match entry {
+            Entry::SharedCopy { .. } | Entry::Reference { .. } if !geometry.shared_blocks => {
+                return Err(LogInconsistency::SharingWithoutFeature { sequence });
+            }
+            Entry::SharedCopy { record, .. } | Entry::Reference { record, .. }
+                if record >= geometry.physical_data_blocks() =>
+            {
+                return Err(LogInconsistency::BadSharedRecord { sequence, record });
+            }
+            Entry::SharedCopy { record, moved, .. } => {
+                let index = index.expect("a shared copy describes a block");
+                apply(Replayed::Copy { record, position: batch.position(geometry, index), moved })?;
+                continue;
+            }
+            Entry::Reference { record, logical_block } => (logical_block, 1, Mapping::Shared { record }),
             // Checkpoint blocks change no logical block.
             Entry::Page { .. } => continue,
             Entry::Data { logical_block, .. } => {
@@ -738,7 +794,7 @@ fn replay(
             });
         }
         for logical_block in first..first + count {
-            apply(logical_block, mapping);
+            apply(Replayed::Map(logical_block, mapping))?;
         }
     }
     Ok(())
@@ -815,6 +871,14 @@ pub struct CheckReport {
     /// or damage a checksum missed; docs/compression.md).
     pub fragments_checked: u64,
     pub fragments_damaged: u64,
+    /// Shared-block records in use whose counts were checked against the index
+    /// (deduplication), and those whose count differs from the references the index holds
+    /// (record, counted in the index, recorded). A count too high keeps a copy longer; one
+    /// too low would free it early.
+    pub shared_records_checked: u64,
+    pub shared_records_miscounted: Vec<(u64, u64, u64)>,
+    /// Index entries that name a record holding no copy (their blocks cannot be read).
+    pub shared_references_to_free_records: u64,
 }
 
 impl CheckReport {
@@ -823,9 +887,41 @@ impl CheckReport {
         self.blocks_repairable == 0
             && self.blocks_unrecoverable == 0
             && self.fragments_damaged == 0
+            && self.shared_records_miscounted.is_empty()
+            && self.shared_references_to_free_records == 0
             && self.rows_with_bad_redundancy == 0
             && self.members_not_redundant.is_empty()
     }
+}
+
+/// What counting the index's references to shared-block records found.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SharedReferenceCheck {
+    pub records_checked: u64,
+    /// (record, references the index holds, the record's count) where they differ.
+    pub records_miscounted: Vec<(u64, u64, u64)>,
+    pub references_to_free_records: u64,
+}
+
+/// Count the references the index holds to each shared-block record and compare them
+/// with the records' counts (one pass over the index).
+pub(crate) fn check_shared_references(map: &BlockMap, shared: &SharedTable) -> Result<SharedReferenceCheck> {
+    let mut references: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    map.for_each(|_, mapping| {
+        if let Mapping::Shared { record } = mapping {
+            *references.entry(record).or_default() += 1;
+        }
+    })?;
+    let mut found = SharedReferenceCheck::default();
+    for (record, copy) in shared.in_use_records() {
+        found.records_checked += 1;
+        let counted = references.remove(&record).unwrap_or(0);
+        if counted != copy.references as u64 {
+            found.records_miscounted.push((record, counted, copy.references as u64));
+        }
+    }
+    found.references_to_free_records = references.values().sum();
+    Ok(found)
 }
 
 /// Verify every batch of the log that still holds live blocks: every block against its
@@ -836,6 +932,7 @@ pub(crate) fn check(
     volume_uuid: &[u8; 16],
     superblock_durable_through: u64,
     map: &BlockMap,
+    shared: &SharedTable,
 ) -> Result<CheckReport> {
     let reader = Reader { geometry, members, volume_uuid, counters: Counters::default() };
     let log = read_log(&reader, false, superblock_durable_through)?;
@@ -851,6 +948,15 @@ pub(crate) fn check(
         batches_after_log_end: log.batches.range(log.last_sequence + 1..).count() as u64,
         ..CheckReport::default()
     };
+    let references = check_shared_references(map, shared)?;
+    report.shared_records_checked = references.records_checked;
+    report.shared_records_miscounted = references.records_miscounted;
+    report.shared_references_to_free_records = references.references_to_free_records;
+    for (_, copy) in shared.in_use_records() {
+        live_segments[(copy.position / per_segment) as usize] = true;
+    }
+    // Shared copies nothing can rebuild: every logical block referring to them.
+    let mut unrecoverable_records = std::collections::HashSet::new();
     for batch in log.batches.range(..=log.last_sequence).map(|(_, batch)| batch) {
         if !live_segments[batch.header.segment as usize] {
             continue;
@@ -866,6 +972,14 @@ pub(crate) fn check(
         for (index, entry) in batch.data_blocks() {
             let position = batch.position(geometry, index);
             let (logical_block, mapping) = match entry {
+                Entry::SharedCopy { record, .. } => {
+                    if shared.get(record).is_some_and(|copy| copy.position == position)
+                        && verification.blocks_unrecoverable.contains(&index)
+                    {
+                        unrecoverable_records.insert(record);
+                    }
+                    continue;
+                }
                 Entry::Data { logical_block, .. } => (logical_block, Mapping::Data { position }),
                 Entry::Fragment { logical_block, sixteenths, .. } => {
                     (logical_block, Mapping::Fragment { position, sixteenths })
@@ -883,6 +997,14 @@ pub(crate) fn check(
                 report.logical_blocks_unrecoverable.push(logical_block);
             }
         }
+    }
+    if !unrecoverable_records.is_empty() {
+        map.for_each(|logical_block, mapping| {
+            if matches!(mapping, Mapping::Shared { record } if unrecoverable_records.contains(&record)) {
+                report.logical_blocks_unrecoverable.push(logical_block);
+            }
+        })?;
+        report.logical_blocks_unrecoverable.sort_unstable();
     }
     Ok(report)
 }
@@ -1185,6 +1307,7 @@ pub(crate) fn recover_from_checkpoint(
         .collect();
     let mut replayed = 0;
     let mut write_clock = root.write_clock;
+    let mut shared = loaded.shared;
     for (_, batch) in batches.range(checkpoint_sequence + 1..=last_sequence) {
         let header = &batch.header;
         {
@@ -1201,23 +1324,53 @@ pub(crate) fn recover_from_checkpoint(
             usage.age_clock = usage.age_clock.max(header.write_clock);
             usage.sealed_rows = usage.sealed_rows.max(header.first_row + header.row_count);
         }
-        // Replay loads the index pages its batches touch (and only those).
+        // Replay loads the index pages its batches touch (and only those). Shared copies
+        // count once in their segment, through their record, as in the write path.
         let mut failure = None;
-        replay(geometry, batch, logical_blocks, &mut |block, mapping| {
+        let per_block = geometry.live_units_per_block();
+        replay(geometry, batch, logical_blocks, &mut |replayed| {
+            let (block, mapping) = match replayed {
+                Replayed::Map(block, mapping) => (block, mapping),
+                Replayed::Copy { record, position, moved } => {
+                    if moved {
+                        // (A record freed before its move was replayed has nothing to move.)
+                        let Some(old) = shared.get(record) else { return Ok(()) };
+                        let usage = &mut segments[(old.position / per_segment) as usize];
+                        usage.live_units = usage.live_units.saturating_sub(per_block);
+                        shared.moved(record, position);
+                    } else {
+                        shared.born(record, position);
+                    }
+                    segments[(position / per_segment) as usize].live_units += per_block;
+                    return Ok(());
+                }
+            };
+            if let Mapping::Shared { record } = mapping {
+                if shared.add_reference(record).is_err() {
+                    return Err(LogInconsistency::BadSharedRecord { sequence: header.sequence, record });
+                }
+            }
             let old = match map.set(block, mapping) {
                 Ok(old) => old,
                 Err(error) => {
                     failure.get_or_insert(error);
-                    return;
+                    return Ok(());
                 }
             };
             if let Some(segment) = old.segment(per_segment) {
                 let usage = &mut segments[segment as usize];
                 usage.live_units = usage.live_units.saturating_sub(old.live_units(geometry));
             }
+            if let Mapping::Shared { record } = old {
+                if let Some(position) = shared.remove_reference(record) {
+                    let usage = &mut segments[(position / per_segment) as usize];
+                    usage.live_units = usage.live_units.saturating_sub(per_block);
+                }
+            }
             if let Some(segment) = mapping.segment(per_segment) {
                 segments[segment as usize].live_units += mapping.live_units(geometry);
             }
+            Ok(())
         })
         .map_err(Error::InconsistentLog)?;
         if let Some(error) = failure {
@@ -1226,6 +1379,7 @@ pub(crate) fn recover_from_checkpoint(
         write_clock = write_clock.max(header.write_clock);
         replayed += 1;
     }
+    shared.finish_loading();
     // Checkpoint blocks are live where the committed checkpoint names them.
     for usage in segments.iter_mut() {
         if usage.stream as usize == crate::log::METADATA_STREAM {
@@ -1306,6 +1460,7 @@ pub(crate) fn recover_from_checkpoint(
         reserved_segments,
         checkpoints: crate::space::CheckpointGenerations { snapshot: generation, committed: generation },
         report,
+        shared,
     };
     Ok((recovered, loaded.state))
 }

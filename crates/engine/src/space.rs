@@ -1,5 +1,8 @@
 //! Layer 5: space. The segment table (status, live counts, ages, pins), the reserve and
-//! watermarks that say how much free space is kept for whom.
+//! watermarks that say how much free space is kept for whom, and the shared-block table
+//! of deduplication's reference counts (`space::shared`).
+
+pub mod shared;
 
 use crate::layout::geometry::Geometry;
 use crate::log::RELOCATION_STREAMS;
@@ -127,11 +130,19 @@ pub fn checkpoint_headroom_segments(geometry: &Geometry) -> usize {
         }
         pages
     };
-    let pages = index_pages + table_pages + directory_pages(index_pages) + directory_pages(table_pages) + 1;
-    // Four kinds of page, at least one batch each, each ending in a padded row.
-    const BATCHES: u64 = 4;
-    let summaries = pages.div_ceil(crate::layout::format::ENTRIES_PER_SUMMARY as u64) + BATCHES;
-    let padding = BATCHES * geometry.data_columns() as u64;
+    let shared_pages = crate::index::directory::shared_table_page_count(geometry);
+    let pages = index_pages
+        + table_pages
+        + shared_pages
+        + directory_pages(index_pages)
+        + directory_pages(table_pages)
+        + directory_pages(shared_pages)
+        + 1;
+    // Four kinds of page (index, segment table, directories, root), six with a shared
+    // table (its pages and directory), at least one batch each, each ending in a padded row.
+    let batches: u64 = if geometry.shared_blocks { 6 } else { 4 };
+    let summaries = pages.div_ceil(crate::layout::format::ENTRIES_PER_SUMMARY as u64) + batches;
+    let padding = batches * geometry.data_columns() as u64;
     let blocks = pages + summaries + padding;
     blocks.div_ceil(geometry.blocks_per_segment()) as usize + 1
 }

@@ -270,6 +270,43 @@ pub struct CompressionStatus {
     pub mean_fragment_bytes: f64,
 }
 
+/// Deduplication on a volume created with it (docs/deduplication.md).
+#[derive(Clone, Debug, Serialize)]
+pub struct DeduplicationStatus {
+    /// Whether new writes are deduplicated: "on" or "off".
+    pub setting: String,
+    /// Logical blocks served by shared copies, and the copies (records in use).
+    pub shared_logical_blocks: u64,
+    pub shared_copies: u64,
+    /// Blocks the sharing saves: shared logical blocks less their copies.
+    pub blocks_saved: u64,
+    /// Logical blocks holding data ÷ blocks of data stored (whole blocks, fragments'
+    /// sixteenths, shared copies).
+    pub ratio: f64,
+    /// One block name in 2^bits enters the sparse index.
+    pub sampling_bits: u32,
+    /// RAM of the name index (sparse and recent tables, fixed at open), and per data
+    /// position of the volume.
+    pub index_memory_bytes: u64,
+    pub index_memory_bytes_per_physical_block: f64,
+    /// RAM of the shared-block table (8 bytes per record number up to the highest used).
+    pub shared_table_memory_bytes: u64,
+    /// Since this open: whole blocks named, duplicates found by a run, the recent table
+    /// and the sparse index, candidates turned away by their stored checksum and by
+    /// their content, duplicates found but changed before the state lock (written whole),
+    /// and duplicates of copies at the 254-reference bound (written whole).
+    pub blocks_named: u64,
+    pub duplicates_by_run: u64,
+    pub duplicates_by_recent: u64,
+    pub duplicates_by_sparse: u64,
+    pub candidates_rejected_by_checksum: u64,
+    pub candidates_read_unequal: u64,
+    pub duplicates_lost_to_races: u64,
+    pub duplicates_over_bound: u64,
+    /// Since this open: shared copies the cleaner moved (one record rewritten each).
+    pub copies_moved: u64,
+}
+
 /// Thin provisioning (docs/deduplication.md, decision 10): what the volume may hold and
 /// holds.
 #[derive(Clone, Debug, Serialize)]
@@ -277,7 +314,8 @@ pub struct ThinStatus {
     /// The data the volume may hold (the data capacity less the spare); writes beyond it
     /// fail with ENOSPC.
     pub provisioned_size_bytes: u64,
-    /// The data it holds: whole blocks, and fragments' sixteenths rounded up to blocks.
+    /// The data it holds: whole blocks, fragments' sixteenths rounded up to blocks, and
+    /// shared copies (once each).
     pub held_data_bytes: u64,
     /// held ÷ provisioned.
     pub used_fraction: f64,
@@ -291,6 +329,8 @@ pub struct VolumeStats {
     pub compression: Option<CompressionStatus>,
     /// Thin provisioning, on a volume created with a logical size of its own.
     pub thin_provisioning: Option<ThinStatus>,
+    /// Deduplication, on a volume created with it.
+    pub deduplication: Option<DeduplicationStatus>,
     pub volume_uuid: String,
     pub raid_level: String,
     pub member_count: usize,

@@ -8,6 +8,7 @@ use crate::error::{Error, Result, Shutdown};
 use crate::index::checksums::ChecksumCache;
 use crate::index::lifetimes::Lifetimes;
 use crate::index::map::{BlockMap, Mapping};
+use crate::io::deduplication::Candidate;
 use crate::io::{block_pieces, BlockWrite, CompressedUnit, Core, Lookup, OpenProblem, WriteState};
 use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
 use crate::layout::{format, packed};
@@ -91,6 +92,10 @@ pub struct OpenOptions {
     /// On a volume with compression: the thousandths of client blocks compressed, fixed
     /// (`None`: the CPU-adaptive share, docs/compression.md; the simulation fixes it).
     pub compression_share: Option<u32>,
+    /// On a volume with deduplication: one block name in `2^bits` enters the sparse index
+    /// (`--dedup-sampling`; docs/deduplication.md, decision 5). More bits, less RAM and
+    /// fewer duplicates found away from the runs.
+    pub dedup_sampling_bits: u32,
 }
 
 /// Devices given for a volume's write log (by the simulation and tests; the CLI opens
@@ -137,6 +142,7 @@ impl Default for OpenOptions {
             write_log_devices: None,
             force_without_log: false,
             compression_share: None,
+            dedup_sampling_bits: crate::index::names::DEFAULT_SAMPLING_BITS,
         }
     }
 }
@@ -360,6 +366,16 @@ impl Volume {
             )));
         }
         let by_scan = options.mount_by_scan && options.read_only;
+        if by_scan && geometry.shared_blocks && superblock.checkpoint.is_some() {
+            // A reference entry takes no block and the cleaner does not move it: once a
+            // checkpoint holds it, the segment it was written in may be reused, so the
+            // summaries alone no longer say which blocks share (docs/deduplication.md).
+            return Err(Error::InvalidRequest(
+                "a volume with deduplication mounts from its checkpoint: its summaries alone do not hold every \
+                 reference to a shared block"
+                    .into(),
+            ));
+        }
         let codec = crate::index::map::EntryCodec::for_geometry(&geometry);
         let source = crate::checkpoint::MediaPages {
             geometry: geometry.clone(),
@@ -489,6 +505,14 @@ impl Volume {
                 compression
             },
             thin_warned_percent: std::sync::atomic::AtomicU8::new(0),
+            shared: RwLock::new(recovered.shared),
+            deduplication: geometry.shared_blocks.then(|| {
+                crate::io::deduplication::Deduplication::new(
+                    superblock.deduplication,
+                    geometry.physical_data_blocks(),
+                    options.dedup_sampling_bits.min(crate::index::names::SAMPLING_BITS_MAXIMUM),
+                )
+            }),
             members,
             geometry,
         });
@@ -646,12 +670,37 @@ impl Volume {
                 (logical_block, within, range, kind)
             })
             .collect();
-        // The request in order: partial blocks (their piece), zero blocks, and units (the
-        // first piece, the count, the fragment when it compressed) of whole non-zero
-        // blocks, up to 4, each ending before a logical address that is a multiple of 4.
+        // Deduplication first (docs/deduplication.md, decision 7): each whole non-zero
+        // block is named and compared with its candidates, under the reuse fence, before
+        // the state lock; the duplicates found are not compressed.
+        let finder = self.shared.deduplication.as_ref().filter(|finder| finder.enabled());
+        let mut names: Vec<Option<(crate::index::names::Name, u32, Option<Candidate>)>> = Vec::new();
+        if let Some(finder) = finder {
+            let _fence = self.shared.reuse_fence.read();
+            let mut scratch = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+            for (logical_block, _, range, piece) in &pieces {
+                if !matches!(piece, Piece::Whole) {
+                    // (Not a duplicate of what a run predicted: the run skips it.)
+                    finder.missed(*logical_block);
+                    names.push(None);
+                    continue;
+                }
+                let block = &data[range.clone()];
+                let name = crate::index::names::Name::of(block);
+                let checksum = format::block_checksum(block);
+                let found = self.shared.find_duplicate(finder, *logical_block, block, name, checksum, &mut scratch)?;
+                names.push(Some((name, checksum, found)));
+            }
+        }
+        let duplicate = |index: usize| names.get(index).and_then(|named| named.as_ref()?.2);
+        // The request in order: partial blocks (their piece), zero blocks, duplicates, and
+        // units (the first piece, the count, the fragment when it compressed) of whole
+        // non-zero blocks, up to 4, each ending before a logical address that is a multiple
+        // of 4.
         enum Step {
             Patch(usize),
             Zero(u64),
+            Duplicate(usize, Candidate),
             Unit(usize, usize, Option<Vec<u8>>),
         }
         let compression = &self.shared.compression;
@@ -661,11 +710,15 @@ impl Volume {
             let (step, end) = match pieces[next].3 {
                 Piece::Partial => (Step::Patch(next), next + 1),
                 Piece::Zeros => (Step::Zero(pieces[next].0), next + 1),
+                Piece::Whole if duplicate(next).is_some() => {
+                    (Step::Duplicate(next, duplicate(next).expect("checked")), next + 1)
+                }
                 Piece::Whole => {
                     let mut end = next + 1;
                     while end < pieces.len()
                         && end - next < packed::BLOCKS_PER_UNIT_MAXIMUM
                         && matches!(pieces[end].3, Piece::Whole)
+                        && duplicate(end).is_none()
                         && !pieces[end].0.is_multiple_of(packed::BLOCKS_PER_UNIT_MAXIMUM as u64)
                     {
                         end += 1;
@@ -685,6 +738,11 @@ impl Volume {
                     blocks.push(BlockWrite::Patch(*logical_block, *within, &data[range.clone()]));
                 }
                 Step::Zero(logical_block) => blocks.push(BlockWrite::Zero(*logical_block)),
+                Step::Duplicate(index, candidate) => {
+                    let (logical_block, _, range, _) = &pieces[*index];
+                    let checksum = names[*index].as_ref().expect("named").1;
+                    blocks.push(BlockWrite::Duplicate(*logical_block, &data[range.clone()], checksum, *candidate));
+                }
                 Step::Unit(first, count, fragment) => {
                     let first_logical_block = pieces[*first].0;
                     let bytes = &data[pieces[*first].2.start..pieces[first + count - 1].2.end];
@@ -710,6 +768,14 @@ impl Volume {
         }
         self.admit_on_thin_volume(&blocks)?;
         apply(&self.cleaner, &blocks)?;
+        if let Some(finder) = finder {
+            // What the blocks now hold is what later duplicates are compared with.
+            for ((logical_block, ..), named) in pieces.iter().zip(&names) {
+                if let Some((name, _, _)) = named {
+                    finder.remember(*name, *logical_block);
+                }
+            }
+        }
         self.shared.evict_map_pages_if_needed();
         Counters::add(&self.shared.counters.host_bytes_written, data.len() as u64);
         if fua {
@@ -740,7 +806,7 @@ impl Volume {
                 }
             }
         }
-        let held_blocks = self.shared.map.counts().held_blocks();
+        let held_blocks = self.shared.held_blocks();
         let provisioned = self.shared.geometry.provisioned_block_count();
         if needed_blocks > 0 && held_blocks + needed_blocks > provisioned {
             return Err(Error::ThinLimit { held_blocks, needed_blocks });
@@ -912,6 +978,23 @@ impl Volume {
         Ok(())
     }
 
+    /// Turn deduplication of new writes on or off while the volume is open (written to the
+    /// superblocks first). Blocks already shared stay shared. Refused on a volume created
+    /// without deduplication: its index entries cannot name shared blocks.
+    pub fn set_deduplication(&self, on: bool) -> Result<()> {
+        self.shared.check_writable()?;
+        let Some(finder) = self.shared.deduplication.as_ref() else {
+            return Err(Error::InvalidRequest(
+                "this volume was created without deduplication: its index cannot name shared blocks; \
+                 create a volume with --dedup on and copy the data to it"
+                    .into(),
+            ));
+        };
+        self.shared.members.update_superblock(|superblock| superblock.deduplication = on)?;
+        finder.set_enabled(on);
+        Ok(())
+    }
+
     /// Whether new writes are compressed, and the thousandths of them the CPU affords now.
     pub fn compression(&self) -> (format::CompressionSetting, u32) {
         (self.shared.compression.setting(), self.shared.compression.share())
@@ -930,10 +1013,24 @@ impl Volume {
         // batch on some members and not yet on others is not damage.
         let _state = shared.lock_with_batches_written();
         let durable = shared.members.superblock().durable_through_sequence;
-        let mut report =
-            crate::mount::check(&shared.geometry, &shared.members, &shared.volume_uuid, durable, &shared.map)?;
+        let mut report = crate::mount::check(
+            &shared.geometry,
+            &shared.members,
+            &shared.volume_uuid,
+            durable,
+            &shared.map,
+            &shared.shared.read(),
+        )?;
         report.members_not_redundant = shared.members.lost();
         Ok(report)
+    }
+
+    /// Count the index's references to every shared-block record and compare them with the
+    /// records' counts (deduplication; one pass over the index, no member read). Writers
+    /// wait meanwhile.
+    pub fn check_shared_references(&self) -> Result<crate::mount::SharedReferenceCheck> {
+        let _state = self.shared.state.lock();
+        crate::mount::check_shared_references(&self.shared.map, &self.shared.shared.read())
     }
 
     /// Flush, stop the background threads and close the volume.
@@ -1149,12 +1246,46 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
             mean_fragment_bytes: Counters::get(&core.counters.fragment_bytes) as f64 / compressed.max(1) as f64,
         }
     });
+    let (shared_copies, shared_table_memory_bytes) = {
+        let shared = core.shared.read();
+        (shared.in_use(), shared.memory_bytes())
+    };
+    let held_blocks = counts.held_blocks() + shared_copies;
     let thin_provisioning = geometry.thin_logical_block_count.map(|_| {
         let provisioned = geometry.provisioned_block_count();
         crate::stats::ThinStatus {
             provisioned_size_bytes: provisioned * BLOCK_SIZE_BYTES as u64,
-            held_data_bytes: counts.held_blocks() * BLOCK_SIZE_BYTES as u64,
-            used_fraction: counts.held_blocks() as f64 / provisioned.max(1) as f64,
+            held_data_bytes: held_blocks * BLOCK_SIZE_BYTES as u64,
+            used_fraction: held_blocks as f64 / provisioned.max(1) as f64,
+        }
+    });
+    let deduplication = core.deduplication.as_ref().map(|finder| {
+        let found = &finder.counters;
+        let get = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+        let stored = counts.data_blocks as f64
+            + counts.fragment_sixteenths as f64 / crate::layout::format::SIXTEENTHS_PER_BLOCK as f64
+            + shared_copies as f64;
+        let logical = (counts.data_blocks + counts.fragment_blocks + counts.shared_blocks) as f64;
+        crate::stats::DeduplicationStatus {
+            setting: if finder.enabled() { "on" } else { "off" }.to_string(),
+            shared_logical_blocks: counts.shared_blocks,
+            shared_copies,
+            blocks_saved: counts.shared_blocks.saturating_sub(shared_copies),
+            ratio: if stored > 0.0 { logical / stored } else { 1.0 },
+            sampling_bits: finder.sampling_bits,
+            index_memory_bytes: finder.memory_bytes(),
+            index_memory_bytes_per_physical_block: finder.memory_bytes() as f64
+                / geometry.physical_data_blocks().max(1) as f64,
+            shared_table_memory_bytes,
+            blocks_named: get(&found.blocks_named),
+            duplicates_by_run: get(&found.duplicates_by_run),
+            duplicates_by_recent: get(&found.duplicates_by_recent),
+            duplicates_by_sparse: get(&found.duplicates_by_sparse),
+            candidates_rejected_by_checksum: get(&found.candidates_rejected_by_checksum),
+            candidates_read_unequal: get(&found.candidates_read_unequal),
+            duplicates_lost_to_races: get(&found.duplicates_lost_to_races),
+            duplicates_over_bound: get(&found.duplicates_over_bound),
+            copies_moved: get(&found.copies_moved),
         }
     });
     let map_cache = core.map.cache_stats();
@@ -1197,6 +1328,7 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         write_log,
         compression,
         thin_provisioning,
+        deduplication,
         volume_uuid: uuid::Uuid::from_bytes(core.volume_uuid).to_string(),
         raid_level: geometry.raid_level.to_string(),
         member_count: geometry.member_count,

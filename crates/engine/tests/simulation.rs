@@ -187,6 +187,8 @@ struct Simulation {
     unreadable_reads: u64,
     /// Writes a thin volume refused at its provisioned size.
     thin_refusals: u64,
+    /// The most blocks deduplication saved at a recovery.
+    shared_blocks_seen: u64,
     /// Rows damaged beyond redundancy.
     rows_destroyed: u64,
     /// The engine's durable frontier when the volume was last dropped by a crash (0 after
@@ -265,6 +267,17 @@ fn compressed(seed: u64) -> bool {
     seed % 5 == 2
 }
 
+/// A quarter of the seeds run on a volume created with deduplication
+/// (docs/deduplication.md), writing many duplicates: blocks drawn from a small pool, and
+/// copies of what other ranges hold (runs). After every recovery the index's references
+/// must match the shared-block records' counts, besides the ordered prefix.
+fn deduplicated(seed: u64) -> bool {
+    seed % 4 == 3
+}
+
+/// Distinct contents the duplicates of a deduplicated seed are drawn from.
+const DUPLICATE_POOL: u64 = 6;
+
 /// A seventh of the seeds run on a thinly provisioned volume of twice its provisioned
 /// size (docs/deduplication.md, decision 10): filling seeds reach the limit, and writes
 /// beyond it are refused with nothing of them accepted, while trims make room again.
@@ -307,6 +320,7 @@ impl Simulation {
             volume_uuid: Some(seed.to_le_bytes().repeat(2).try_into().expect("16 bytes")),
             force: false,
             compression: if compressed(seed) { CompressionSetting::Lz4 } else { CompressionSetting::Off },
+            deduplication: deduplicated(seed),
             logical_size_bytes: if thin(seed) {
                 let geometry = stripelog_engine::Geometry::new(
                     raid_level,
@@ -346,6 +360,7 @@ impl Simulation {
             ended: None,
             unreadable_reads: 0,
             thin_refusals: 0,
+            shared_blocks_seen: 0,
             rows_destroyed: 0,
             durable_sequence_at_crash: 0,
             missing_member: None,
@@ -541,6 +556,11 @@ impl Simulation {
 
     fn random_content(&mut self) -> Vec<u8> {
         let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+        if deduplicated(self.seed) && self.prng.chance(1, 2) {
+            // One of a few contents, again and again.
+            Prng::new(self.seed ^ (0xD0_0000 + self.prng.below(DUPLICATE_POOL))).fill(&mut block);
+            return block;
+        }
         if !self.prng.chance(1, 10) {
             self.prng.fill(&mut block);
             // On compressed seeds, two blocks in three compress (fragments of tens to
@@ -589,6 +609,9 @@ impl Simulation {
             return Ok(());
         }
         let report = self.volume().check().map_err(|error| format!("check: {error}"))?;
+        if !report.shared_records_miscounted.is_empty() || report.shared_references_to_free_records > 0 {
+            return Err(format!("check found shared-block counts wrong: {report:?}"));
+        }
         if self.beyond_redundancy {
             // Whatever check calls unrecoverable must read as an I/O error, and everything
             // else as its content.
@@ -696,8 +719,19 @@ impl Simulation {
             let longest = if self.prng.chance(1, if self.filling { 2 } else { 4 }) { 48 } else { 8 };
             let count = 1 + self.prng.below(longest.min(hot - first));
             let mut data = Vec::new();
-            for _ in 0..count {
-                data.extend(self.random_content());
+            if deduplicated(self.seed) && self.prng.chance(1, 4) {
+                // A copy of what another range holds now (a run of duplicates).
+                let source = self.prng.below(hot - count + 1);
+                for block in source..source + count {
+                    match self.model.current_block(block) {
+                        Some(content) => data.extend_from_slice(&content),
+                        None => data.extend(std::iter::repeat_n(0u8, BLOCK_SIZE_BYTES)),
+                    }
+                }
+            } else {
+                for _ in 0..count {
+                    data.extend(self.random_content());
+                }
             }
             (first * BLOCK_SIZE_BYTES as u64, data)
         };
@@ -1143,6 +1177,15 @@ impl Simulation {
         };
         self.recoveries += 1;
         self.log_entries_replayed += volume.stats().recovery.write_log_entries_replayed;
+        if deduplicated(self.seed) {
+            let references =
+                volume.check_shared_references().map_err(|error| format!("count shared references: {error}"))?;
+            if !references.records_miscounted.is_empty() || references.references_to_free_records > 0 {
+                return Err(format!("after recovery, shared-block counts are wrong: {references:?}"));
+            }
+            self.shared_blocks_seen =
+                self.shared_blocks_seen.max(volume.stats().deduplication.map_or(0, |dedup| dedup.blocks_saved));
+        }
         let hot = self.model.hot_blocks;
         let mut actual = Vec::with_capacity(hot as usize);
         let mut buffer = vec![0u8; BLOCK_SIZE_BYTES];
@@ -1233,6 +1276,7 @@ struct Exercised {
     faults: u64,
     unreadable_reads: u64,
     thin_refusals: u64,
+    shared_blocks_seen: u64,
     ended_early: bool,
     /// Index pages evicted (to be read back from the log) since the last open.
     map_page_evictions: u64,
@@ -1305,6 +1349,7 @@ fn simulate(seed: u64, trace: bool, mode: Mode) -> Result<(String, Exercised), S
         faults: simulation.faults_injected,
         unreadable_reads: simulation.unreadable_reads,
         thin_refusals: simulation.thin_refusals,
+        shared_blocks_seen: simulation.shared_blocks_seen,
         ended_early: simulation.ended.is_some(),
         map_page_evictions: simulation.volume.as_ref().map_or(0, |volume| volume.stats().map_page_evictions),
         log_entries_replayed: simulation.log_entries_replayed,
@@ -1373,19 +1418,22 @@ fn many_seeds() {
                 total.rebuilds += exercised.rebuilds;
                 total.scrubs += exercised.scrubs;
                 total.map_page_evictions += exercised.map_page_evictions;
+                total.shared_blocks_seen += u64::from(exercised.shared_blocks_seen > 0);
             }
             Err(message) => failures.push(message),
         }
     }
     assert!(failures.is_empty(), "{} of {count} seeds failed:\n{}", failures.len(), failures.join("\n"));
-    // Member loss, online rebuilds, scrubs and index paging must actually happen.
+    // Member loss, online rebuilds, scrubs, index paging and sharing must actually happen.
     eprintln!(
-        "{count} seeds: {} members lost, {} rebuilds finished, {} scrubs finished, {} index pages evicted",
-        total.members_lost, total.rebuilds, total.scrubs, total.map_page_evictions
+        "{count} seeds: {} members lost, {} rebuilds finished, {} scrubs finished, {} index pages evicted, {} seeds \
+         recovered with shared blocks",
+        total.members_lost, total.rebuilds, total.scrubs, total.map_page_evictions, total.shared_blocks_seen
     );
     if count >= 100 {
         assert!(total.members_lost * 10 >= count && total.rebuilds * 20 >= count && total.scrubs * 10 >= count);
         assert!(total.map_page_evictions >= count, "the seeds with no map cache must evict pages");
+        assert!(total.shared_blocks_seen * 5 >= count, "the deduplicated seeds must share blocks");
     }
 }
 
@@ -1394,20 +1442,26 @@ fn filling_seeds() {
     let seeds = seed_range("STRIPELOG_SIM_FILLING_SEEDS", 100);
     let count = seeds.end - seeds.start;
     let (mut cleaned, mut thin_refusals, mut failures) = (0u64, 0u64, Vec::new());
+    let mut shared_seeds = 0u64;
     for seed in seeds {
         match check_seed(seed, FILLING) {
             Ok(exercised) => {
                 cleaned += u64::from(exercised.cleaner);
                 thin_refusals += exercised.thin_refusals;
+                shared_seeds += u64::from(exercised.shared_blocks_seen > 0);
             }
             Err(message) => failures.push(message),
         }
     }
     assert!(failures.is_empty(), "{} of {count} seeds failed:\n{}", failures.len(), failures.join("\n"));
     // The workload exists to exercise the cleaner: it must actually run in nearly every seed.
-    eprintln!("{cleaned} of {count} filling seeds ran the cleaner; thin volumes refused {thin_refusals} writes");
+    eprintln!(
+        "{cleaned} of {count} filling seeds ran the cleaner; thin volumes refused {thin_refusals} writes; \
+         {shared_seeds} seeds recovered with shared blocks"
+    );
     if count >= 100 {
         assert!(thin_refusals >= count / 7, "the thin seeds must reach their limit: {thin_refusals} refusals");
+        assert!(shared_seeds * 5 >= count, "the deduplicated seeds must share blocks: {shared_seeds} did");
     }
     assert!(cleaned * 10 >= count * 9, "only {cleaned} of {count} filling seeds ran the cleaner");
 }
@@ -1541,9 +1595,13 @@ fn replay_one_seed() {
 ///   row there still held another (self-checksummed) block; every such block has the same
 ///   whole-block CRC32C, so recovery took it for the batch's summary and "repaired" the
 ///   good side with it. Self-checksummed blocks are now known by their own CRC.
+/// - 11, 103 (deduplicated): mount replayed shared copies born after the checkpoint, then
+///   marked the shared table clean, so its own checkpoint did not write them; the next
+///   crash mounted an index whose references named records the table did not hold.
+///   Replayed pages now stay dirty.
 #[test]
 fn regression_seeds() {
-    const SEEDS: &[u64] = &[7, 25, 74, 282, 293, 838, 1524];
+    const SEEDS: &[u64] = &[7, 11, 25, 74, 103, 282, 293, 838, 1524];
     for &seed in SEEDS {
         check_seed(seed, HOT).unwrap();
     }

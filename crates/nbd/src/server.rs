@@ -783,7 +783,7 @@ impl ConnectionState {
         while position < end {
             let logical_block = position / block;
             let state = match volume.mapping(logical_block) {
-                Ok(Mapping::Data { .. } | Mapping::Fragment { .. }) => 0,
+                Ok(Mapping::Data { .. } | Mapping::Fragment { .. } | Mapping::Shared { .. }) => 0,
                 Ok(Mapping::Zero { .. }) => STATE_ZERO,
                 Ok(Mapping::Unmapped | Mapping::Trimmed { .. }) => STATE_HOLE | STATE_ZERO,
                 Err(error) => return self.reply_error(request, wire_error(&error), &error.to_string(), replies),

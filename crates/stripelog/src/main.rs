@@ -71,7 +71,7 @@ enum Command {
     Scrub(maintenance::ScrubArguments),
     /// Change a volume's setting, served (--control) or offline.
     #[command(
-        after_help = "Examples:\n  stripelog set compression=off --control s.sock.control\n  stripelog set compression=lz4 d/m0 d/m1 d/m2\nOnly a volume created with --compression lz4 can compress."
+        after_help = "Examples:\n  stripelog set compression=off --control s.sock.control\n  stripelog set compression=lz4 d/m0 d/m1 d/m2\n  stripelog set dedup=off --control s.sock.control\nOnly a volume created with --compression lz4 can compress, and one created with --dedup on deduplicate."
     )]
     Set(maintenance::SetArguments),
     /// A volume's write log: add or remove one (docs/write-log.md).
@@ -195,6 +195,13 @@ struct CreateArguments {
     /// fail with ENOSPC, nothing written before is harmed, and trims free room again.
     #[arg(long, value_parser = units::parse_size)]
     logical_size: Option<u64>,
+    /// Deduplicate blocks inline (docs/deduplication.md): equal 4 KiB blocks are stored
+    /// once, up to 254 logical blocks per copy, each found by a small index and compared
+    /// byte for byte before it is shared. Fixed at creation that the volume can: one
+    /// created on can turn it off and on again (`stripelog set dedup=off`), one created
+    /// off cannot turn it on.
+    #[arg(long, default_value = "off", value_parser = units::parse_on_off, action = clap::ArgAction::Set)]
+    dedup: bool,
     /// A write log on this fast device or file (an NVMe namespace, PMEM, a partition of a
     /// drive with power-loss protection): flushes and FUA writes are durable once there.
     /// Twice: a mirrored log (docs/write-log.md).
@@ -774,6 +781,31 @@ fn print_info(stats: &VolumeStats) {
             compression.blocks_whole_by_share
         );
     }
+    if let Some(dedup) = &stats.deduplication {
+        println!(
+            "  dedup          {}; {} logical blocks share {} copies ({} saved): ratio {:.2}; index {} ({:.2} B per \
+             physical block, 1 name in {} sampled), shared table {}",
+            dedup.setting,
+            dedup.shared_logical_blocks,
+            dedup.shared_copies,
+            format_bytes(dedup.blocks_saved * block),
+            dedup.ratio,
+            format_bytes(dedup.index_memory_bytes),
+            dedup.index_memory_bytes_per_physical_block,
+            1u64 << dedup.sampling_bits,
+            format_bytes(dedup.shared_table_memory_bytes)
+        );
+        println!(
+            "                 since open: {} blocks named, duplicates found {} by runs, {} recent, {} by the sparse \
+             index; candidates turned away {} by checksum, {} by content",
+            dedup.blocks_named,
+            dedup.duplicates_by_run,
+            dedup.duplicates_by_recent,
+            dedup.duplicates_by_sparse,
+            dedup.candidates_rejected_by_checksum,
+            dedup.candidates_read_unequal
+        );
+    }
     println!(
         "  segments       {} used, {} free, {} waiting for a flush, of {}",
         stats.segments_used, stats.segments_free, stats.segments_waiting_for_flush, stats.segments_total
@@ -898,6 +930,14 @@ fn print_check(report: &CheckReport) {
             report.fragments_checked, report.fragments_damaged
         );
     }
+    if report.shared_records_checked > 0 || report.shared_references_to_free_records > 0 {
+        println!(
+            "  shared copies whose references were counted: {} ({} miscounted, {} references to free records)",
+            report.shared_records_checked,
+            report.shared_records_miscounted.len(),
+            report.shared_references_to_free_records
+        );
+    }
     if report.batches_after_log_end > 0 {
         println!("  batches after the end of the log (unflushed writes of a crash): {}", report.batches_after_log_end);
     }
@@ -948,6 +988,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 force: arguments.force,
                 compression: arguments.compression,
                 logical_size_bytes: arguments.logical_size,
+                deduplication: arguments.dedup,
             };
             let open = OpenOptions { holder_program: "stripelog create".into(), ..OpenOptions::default() };
             let volume = Volume::create(members, &options, &open).map_err(engine_error)?;

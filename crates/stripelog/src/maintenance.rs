@@ -38,8 +38,8 @@ pub(crate) struct ReplaceArguments {
 
 #[derive(Args)]
 pub(crate) struct SetArguments {
-    /// The setting, as NAME=VALUE: compression=lz4 or compression=off (new writes only;
-    /// a volume created without compression cannot turn it on).
+    /// The setting, as NAME=VALUE: compression=lz4|off, dedup=on|off (new writes only; a
+    /// volume created without compression or deduplication cannot turn it on).
     setting: String,
     #[command(flatten)]
     volume: VolumeArguments,
@@ -48,21 +48,45 @@ pub(crate) struct SetArguments {
 /// `stripelog set NAME=VALUE`: on a running server through its control socket, or on the
 /// members offline.
 pub(crate) fn set(arguments: SetArguments) -> Result<ExitCode, String> {
-    let compression = match arguments.setting.split_once('=') {
-        Some(("compression", value)) => value.parse::<stripelog_engine::format::CompressionSetting>()?,
-        _ => return Err(format!("{}: the setting must be compression=lz4 or compression=off", arguments.setting)),
+    let Some((setting, value)) = arguments.setting.split_once('=') else {
+        return Err(format!("{}: the setting must be NAME=VALUE", arguments.setting));
     };
+    // Checked here, before a volume is opened or a server asked.
+    let value = setting_value(setting, value)?;
     if let Some(control) = &arguments.volume.control {
-        let request =
-            ControlRequest::Set { export: arguments.volume.export.clone(), compression: compression.to_string() };
+        let request = ControlRequest::Set {
+            export: arguments.volume.export.clone(),
+            setting: setting.to_string(),
+            value: value.clone(),
+        };
         call(control, &request, "set")?;
     } else {
         let volume = arguments.volume.open("stripelog set")?;
-        volume.set_compression(compression).map_err(engine_error)?;
+        apply_setting(&volume, setting, &value)?;
         volume.close().map_err(engine_error)?;
     }
-    println!("compression={compression}");
+    println!("{setting}={value}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The value of a setting `stripelog set` takes, as it is shown (`lz4`, `on`), or why it
+/// is not one.
+pub(crate) fn setting_value(setting: &str, value: &str) -> Result<String, String> {
+    match setting {
+        "compression" => Ok(value.parse::<stripelog_engine::format::CompressionSetting>()?.to_string()),
+        "dedup" => Ok(if crate::units::parse_on_off(value)? { "on" } else { "off" }.to_string()),
+        _ => Err(format!("{setting}: the setting must be compression=lz4|off or dedup=on|off")),
+    }
+}
+
+/// Change `setting` of an open volume to `value` (checked by [`setting_value`]).
+pub(crate) fn apply_setting(volume: &Volume, setting: &str, value: &str) -> Result<(), String> {
+    let value = setting_value(setting, value)?;
+    let result = match setting {
+        "dedup" => volume.set_deduplication(value == "on"),
+        _ => volume.set_compression(value.parse::<stripelog_engine::format::CompressionSetting>()?),
+    };
+    result.map_err(engine_error)
 }
 
 #[derive(Args)]
@@ -171,7 +195,9 @@ pub(crate) enum ControlRequest {
     /// Change a setting of the served volume (`stripelog set`).
     Set {
         export: Option<String>,
-        compression: String,
+        /// `compression` or `dedup`.
+        setting: String,
+        value: String,
     },
 }
 

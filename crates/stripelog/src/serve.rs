@@ -142,11 +142,11 @@ fn control_request(
     let to_json = |value: Result<serde_json::Value, serde_json::Error>| value.map_err(|error| error.to_string());
     match request {
         ControlRequest::Status { .. } => to_json(serde_json::to_value(volume.stats())),
-        ControlRequest::Set { compression, .. } => {
-            let setting: stripelog_engine::format::CompressionSetting = compression.parse()?;
-            volume.set_compression(setting).map_err(|error| error.to_string())?;
-            eprintln!("stripelog: export '{name}': compression set to {setting}");
-            Ok(serde_json::json!({ "compression": setting.to_string() }))
+        ControlRequest::Set { setting, value, .. } => {
+            let value = crate::maintenance::setting_value(setting.as_str(), value.as_str())?;
+            crate::maintenance::apply_setting(volume.as_ref(), setting.as_str(), &value)?;
+            eprintln!("stripelog: export '{name}': {setting} set to {value}");
+            Ok(serde_json::json!({ setting.as_str(): value }))
         }
         ControlRequest::Scrub { rate, .. } => {
             eprintln!("stripelog: export '{name}': scrub requested");

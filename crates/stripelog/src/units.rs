@@ -26,6 +26,15 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
+/// `on` or `off` (also `yes`/`no`, `true`/`false`).
+pub fn parse_on_off(text: &str) -> Result<bool, String> {
+    match text.to_ascii_lowercase().as_str() {
+        "on" | "yes" | "true" => Ok(true),
+        "off" | "no" | "false" => Ok(false),
+        _ => Err(format!("{text}: expected on or off")),
+    }
+}
+
 /// Parse a fraction as parts per million: `27%`, `27 %` or `0.27`.
 pub fn parse_fraction_ppm(text: &str) -> Result<u32, String> {
     let trimmed = text.trim();

@@ -185,6 +185,7 @@ fn measure(options: &Options, model: &DriveModel, topology: Topology) -> Result<
                 force: false,
                 compression: Default::default(),
                 logical_size_bytes: None,
+                deduplication: false,
             };
             let open = OpenOptions { cache_size_bytes: 0, ..OpenOptions::default() };
             let created = Arc::new(

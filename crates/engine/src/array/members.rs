@@ -893,7 +893,8 @@ pub(crate) fn create(
     let geometry =
         Geometry::new(options.raid_level, members.len(), options.chunk_size_bytes, options.spare_ppm, smallest)?
             .with_packed_fragments(compressed)
-            .with_thin_logical_blocks(thin_logical_blocks);
+            .with_thin_logical_blocks(thin_logical_blocks)
+            .with_shared_blocks(options.deduplication);
     accept(&geometry)?;
     if !options.force {
         for (index, member) in members.iter().enumerate() {
@@ -956,8 +957,10 @@ pub(crate) fn create(
                 write_log: None,
                 // Compression needs index entries that can name fragments, fixed now.
                 incompatible_features: if compressed { crate::layout::format::FEATURE_PACKED_FRAGMENTS } else { 0 }
-                    | if thin_logical_blocks.is_some() { crate::layout::format::FEATURE_THIN_PROVISIONED } else { 0 },
+                    | if thin_logical_blocks.is_some() { crate::layout::format::FEATURE_THIN_PROVISIONED } else { 0 }
+                    | if options.deduplication { crate::layout::format::FEATURE_DEDUPLICATION } else { 0 },
                 compression: options.compression,
+                deduplication: options.deduplication,
             };
             superblock.encode(&mut block);
             device.write_at(&block, *offset).map_err(member_error)?;
@@ -1243,6 +1246,10 @@ pub struct CreateOptions {
     /// data than the provisioned size then fail with `OutOfSpace` (docs/deduplication.md,
     /// decision 10).
     pub logical_size_bytes: Option<u64>,
+    /// Deduplicate client blocks (docs/deduplication.md): sets incompatible feature bit 4,
+    /// whose index entries can name shared-block records. A volume created with it can
+    /// turn deduplication off and on again while served; one created without cannot.
+    pub deduplication: bool,
 }
 
 impl Default for CreateOptions {
@@ -1255,6 +1262,7 @@ impl Default for CreateOptions {
             force: false,
             compression: crate::layout::format::CompressionSetting::Off,
             logical_size_bytes: None,
+            deduplication: false,
         }
     }
 }

@@ -22,6 +22,8 @@ pub(crate) struct CheckpointState {
     /// Per segment table page: CRC32C of the records it was last written with (a page
     /// whose records did not change is not written again).
     pub(crate) table_digests: Vec<u32>,
+    /// Per shared-block table page (volumes with deduplication): its latest copy.
+    pub(crate) shared_pages: PointerArray,
     /// Directory pages and root of the latest checkpoint written: they all die when the
     /// next one is committed (every directory page is written again each time).
     pub(crate) directory_positions: Vec<u64>,
@@ -40,6 +42,7 @@ impl CheckpointState {
         CheckpointState {
             table_pages: PointerArray::new(table_page_count),
             table_digests: vec![0; table_page_count as usize],
+            shared_pages: PointerArray::new(shared_table_page_count(geometry)),
             directory_positions: Vec::new(),
             root: None,
             generation: 0,
@@ -62,9 +65,20 @@ impl CheckpointState {
     pub(crate) fn live_positions<'a>(&'a self, map: &'a BlockMap) -> impl Iterator<Item = u64> + 'a {
         map.copies()
             .chain(self.table_pages.iter())
+            .chain(self.shared_pages.iter())
             .map(|(_, pointer)| pointer.position)
             .chain(self.directory_positions.iter().copied())
             .chain(self.root.map(|root| root.position))
+    }
+}
+
+/// Pages the shared-block table may take: one record per data position at most (zero
+/// without deduplication).
+pub(crate) fn shared_table_page_count(geometry: &Geometry) -> u64 {
+    if geometry.shared_blocks {
+        geometry.physical_data_blocks().div_ceil(crate::layout::checkpoint::SHARED_RECORDS_PER_PAGE as u64)
+    } else {
+        0
     }
 }
 

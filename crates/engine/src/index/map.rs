@@ -34,13 +34,17 @@ pub enum Mapping {
     /// `sixteenths` (1–16) of it (volumes with packed fragments; docs/compression.md). The
     /// block's own table says which fragment: the last one of this logical block.
     Fragment { position: u64, sixteenths: u8 },
+    /// Served by the copy shared-block record `record` names (volumes with deduplication,
+    /// docs/deduplication.md): the record says where the copy is and counts its references.
+    Shared { record: u64 },
 }
 
 impl Mapping {
-    /// The segment whose record this mapping depends on (kept live while it does).
+    /// The segment whose record this mapping depends on (kept live while it does). A
+    /// shared block's copy is counted once, through its record, not by each reference.
     pub fn segment(self, blocks_per_segment: u64) -> Option<u64> {
         match self {
-            Mapping::Unmapped => None,
+            Mapping::Unmapped | Mapping::Shared { .. } => None,
             Mapping::Data { position } | Mapping::Fragment { position, .. } => Some(position / blocks_per_segment),
             Mapping::Zero { segment } | Mapping::Trimmed { segment } => Some(segment),
         }
@@ -49,7 +53,7 @@ impl Mapping {
     /// The data-space position whose block holds the content (data or a packed block).
     /// Whether the entry names stored data (a whole block or a fragment).
     pub fn holds_data(self) -> bool {
-        matches!(self, Mapping::Data { .. } | Mapping::Fragment { .. })
+        matches!(self, Mapping::Data { .. } | Mapping::Fragment { .. } | Mapping::Shared { .. })
     }
 
     pub fn position(self) -> Option<u64> {
@@ -64,7 +68,7 @@ impl Mapping {
     /// record one unit (it takes no block: a summary entry).
     pub fn live_units(self, geometry: &Geometry) -> u64 {
         match self {
-            Mapping::Unmapped => 0,
+            Mapping::Unmapped | Mapping::Shared { .. } => 0,
             Mapping::Data { .. } => geometry.live_units_per_block(),
             Mapping::Fragment { sixteenths, .. } => sixteenths as u64,
             Mapping::Zero { .. } | Mapping::Trimmed { .. } => 1,
@@ -75,13 +79,15 @@ impl Mapping {
 /// How mappings become entries for one volume: `0` unmapped, `1 + p` data at position
 /// `p`, `1 + P + s` zeros recorded in segment `s`, `1 + P + S + s` trimmed there, and on
 /// volumes with packed fragments `1 + P + 2S + 16·p + (k − 1)` a fragment of `k`
-/// sixteenths in the packed block at `p`, for `P` positions and `S` segments;
-/// `width_bits` is what the largest value needs.
+/// sixteenths in the packed block at `p`, and on volumes with deduplication
+/// `1 + P + 2S + F + r` shared-block record `r` (`F` = 16·P with fragments, else 0), for
+/// `P` positions and `S` segments; `width_bits` is what the largest value needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EntryCodec {
     positions: u64,
     segments: u64,
     fragments: bool,
+    shared: bool,
     pub width_bits: u32,
 }
 
@@ -93,16 +99,32 @@ impl EntryCodec {
     }
 
     pub fn with_fragments(positions: u64, segments: u64, fragments: bool) -> EntryCodec {
+        EntryCodec::with_ranges(positions, segments, fragments, false)
+    }
+
+    pub fn with_ranges(positions: u64, segments: u64, fragments: bool, shared: bool) -> EntryCodec {
         EntryCodec {
             positions,
             segments,
             fragments,
-            width_bits: crate::layout::geometry::index_entry_width_bits(positions, segments, fragments),
+            shared,
+            width_bits: crate::layout::geometry::index_entry_width_bits(positions, segments, fragments, shared),
         }
     }
 
     pub fn for_geometry(geometry: &Geometry) -> EntryCodec {
-        EntryCodec::with_fragments(geometry.physical_data_blocks(), geometry.segment_count(), geometry.packed_fragments)
+        EntryCodec::with_ranges(
+            geometry.physical_data_blocks(),
+            geometry.segment_count(),
+            geometry.packed_fragments,
+            geometry.shared_blocks,
+        )
+    }
+
+    /// Where the shared-block records' range starts.
+    fn shared_base(&self) -> u64 {
+        let fragments = if self.fragments { SIXTEENTHS * self.positions } else { 0 };
+        1 + self.positions + 2 * self.segments + fragments
     }
 
     /// The entry of `mapping`; positions and segments beyond the volume are a caller's bug.
@@ -116,6 +138,10 @@ impl EntryCodec {
                 assert!(self.fragments, "a fragment on a volume without packed fragments");
                 assert!((1..=SIXTEENTHS).contains(&(sixteenths as u64)), "{mapping:?}: share outside 1-16");
                 1 + self.positions + 2 * self.segments + SIXTEENTHS * position + (sixteenths as u64 - 1)
+            }
+            Mapping::Shared { record } => {
+                assert!(self.shared && record < self.positions, "{mapping:?} on a volume without deduplication");
+                self.shared_base() + record
             }
         };
         assert!(value >> self.width_bits == 0, "{mapping:?} is beyond the volume");
@@ -131,6 +157,9 @@ impl EntryCodec {
             value if value <= positions + 2 * segments => {
                 Mapping::Trimmed { segment: value - 1 - positions - segments }
             }
+            value if self.shared && value >= self.shared_base() => {
+                Mapping::Shared { record: value - self.shared_base() }
+            }
             value => {
                 let fragment = value - 1 - positions - 2 * segments;
                 Mapping::Fragment { position: fragment / SIXTEENTHS, sixteenths: (fragment % SIXTEENTHS) as u8 + 1 }
@@ -141,8 +170,8 @@ impl EntryCodec {
     /// Whether `value` is an entry of this volume (below `1 + P + 2S`, or `1 + 17P + 2S`
     /// with packed fragments).
     pub fn is_valid(&self, value: u64) -> bool {
-        let fragments = if self.fragments { SIXTEENTHS * self.positions } else { 0 };
-        value <= self.positions + 2 * self.segments + fragments
+        let shared = if self.shared { self.positions } else { 0 };
+        value < self.shared_base() + shared
     }
 
     /// Entries in one index page.
@@ -361,6 +390,9 @@ pub struct MapCounts {
     pub zero_blocks: u64,
     pub fragment_blocks: u64,
     pub fragment_sixteenths: u64,
+    /// Logical blocks served by shared copies (their copies are counted by the shared
+    /// table's records in use, not here).
+    pub shared_blocks: u64,
 }
 
 impl MapCounts {
@@ -405,6 +437,7 @@ pub struct BlockMap {
     /// Entries that are fragments, and the sixteenths of a block they take in all.
     fragment_blocks: AtomicU64,
     fragment_sixteenths: AtomicU64,
+    shared_blocks: AtomicU64,
     /// Pages changed since the last checkpoint took them, and their numbers.
     dirty_pages: AtomicU64,
     dirty_list: Mutex<Vec<u64>>,
@@ -447,6 +480,7 @@ impl BlockMap {
             zero_blocks: AtomicU64::new(0),
             fragment_blocks: AtomicU64::new(0),
             fragment_sixteenths: AtomicU64::new(0),
+            shared_blocks: AtomicU64::new(0),
             dirty_pages: AtomicU64::new(0),
             dirty_list: Mutex::new(Vec::new()),
         }
@@ -624,6 +658,7 @@ impl BlockMap {
         let counter = |mapping: Mapping| match mapping {
             Mapping::Data { .. } => Some(&self.data_blocks),
             Mapping::Zero { .. } => Some(&self.zero_blocks),
+            Mapping::Shared { .. } => Some(&self.shared_blocks),
             _ => None,
         };
         if std::mem::discriminant(&old) != std::mem::discriminant(&mapping) {
@@ -716,6 +751,7 @@ impl BlockMap {
         self.zero_blocks.store(counts.zero_blocks, Ordering::Relaxed);
         self.fragment_blocks.store(counts.fragment_blocks, Ordering::Relaxed);
         self.fragment_sixteenths.store(counts.fragment_sixteenths, Ordering::Relaxed);
+        self.shared_blocks.store(counts.shared_blocks, Ordering::Relaxed);
     }
 
     /// Logical blocks mapped to whole data blocks, to zero records, and to fragments.
@@ -725,6 +761,7 @@ impl BlockMap {
             zero_blocks: self.zero_blocks.load(Ordering::Relaxed),
             fragment_blocks: self.fragment_blocks.load(Ordering::Relaxed),
             fragment_sixteenths: self.fragment_sixteenths.load(Ordering::Relaxed),
+            shared_blocks: self.shared_blocks.load(Ordering::Relaxed),
         }
     }
 
@@ -908,6 +945,7 @@ mod tests {
             4 if codec.fragments => {
                 Mapping::Fragment { position: value % codec.positions, sixteenths: (value >> 59) as u8 % 16 + 1 }
             }
+            3 if codec.shared => Mapping::Shared { record: value % codec.positions },
             _ => Mapping::Trimmed { segment: value % codec.segments },
         }
     }
@@ -930,6 +968,28 @@ mod tests {
         assert!(!plain.is_valid(packed.encode(first)));
     }
 
+    /// Shared-block records take one more range after the fragments (at most one more
+    /// bit), and decode apart from the last fragment and the last trim record.
+    #[test]
+    fn shared_records_follow_the_fragments_and_decode_apart() {
+        let packed = EntryCodec::with_fragments(350_000_000, 85_000, true);
+        let both = EntryCodec::with_ranges(350_000_000, 85_000, true, true);
+        let shared = EntryCodec::with_ranges(350_000_000, 85_000, false, true);
+        assert_eq!((packed.width_bits, both.width_bits, shared.width_bits), (33, 33, 30));
+        let last_fragment = Mapping::Fragment { position: 349_999_999, sixteenths: 16 };
+        let first = Mapping::Shared { record: 0 };
+        let last = Mapping::Shared { record: 349_999_999 };
+        assert_eq!(both.encode(first), both.encode(last_fragment) + 1);
+        assert_eq!(shared.encode(first), shared.encode(Mapping::Trimmed { segment: 84_999 }) + 1);
+        for codec in [both, shared] {
+            for mapping in [first, last, Mapping::Trimmed { segment: 84_999 }, Mapping::Data { position: 7 }] {
+                assert_eq!(codec.decode(codec.encode(mapping)), mapping);
+            }
+            assert!(codec.is_valid(codec.encode(last)) && !codec.is_valid(codec.encode(last) + 1));
+        }
+        assert!(!packed.is_valid(both.encode(first)));
+    }
+
     #[test]
     fn the_width_is_what_the_largest_entry_needs() {
         // 1 TiB of logical space at 20 % spare: about 2^28.4 positions.
@@ -944,8 +1004,8 @@ mod tests {
     proptest! {
         #[test]
         fn entries_round_trip(positions in 1u64..(1 << 40), segments in 1u64..(1 << 24), kind in 0u8..5, value: u64,
-                              fragments: bool) {
-            let codec = EntryCodec::with_fragments(positions, segments, fragments);
+                              fragments: bool, shared: bool) {
+            let codec = EntryCodec::with_ranges(positions, segments, fragments, shared);
             let mapping = mapping_of(codec, kind, value);
             prop_assert_eq!(codec.decode(codec.encode(mapping)), mapping);
         }
@@ -957,8 +1017,9 @@ mod tests {
             (positions, segments) in (1u64..(1 << 45), 1u64..(1 << 20)),
             operations in proptest::collection::vec((0u64..3000, any::<u64>(), 0u8..5), 0..300),
             fragments: bool,
+            shared: bool,
         ) {
-            let codec = EntryCodec::with_fragments(positions, segments, fragments);
+            let codec = EntryCodec::with_ranges(positions, segments, fragments, shared);
             let map = BlockMap::new(3000, codec);
             let mut reference = vec![Mapping::Unmapped; 3000];
             for (block, value, kind) in operations {
@@ -981,6 +1042,7 @@ mod tests {
                 zero_blocks: zero,
                 fragment_blocks: fragments.len() as u64,
                 fragment_sixteenths: fragments.iter().sum(),
+                shared_blocks: reference.iter().filter(|mapping| matches!(mapping, Mapping::Shared { .. })).count() as u64,
             };
             prop_assert_eq!(map.counts(), counts);
             prop_assert_eq!(map.iter().collect::<Vec<_>>(), reference);

@@ -32,6 +32,8 @@ pub const RUNS_MAXIMUM: usize = 64;
 pub const RUN_MISSES_MAXIMUM: u32 = 16;
 /// The sampling of the sparse index by default: one name in 8 is a hook.
 pub const DEFAULT_SAMPLING_BITS: u32 = 3;
+/// At most one name in 2^this is a hook (beyond, the sparse index finds next to nothing).
+pub const SAMPLING_BITS_MAXIMUM: u32 = 16;
 
 /// XXH3-128 of a block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

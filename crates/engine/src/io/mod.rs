@@ -15,6 +15,7 @@
 
 pub(crate) mod cache;
 pub(crate) mod compression;
+pub(crate) mod deduplication;
 
 use crate::array::members::{Members, ReadPurpose};
 use crate::error::{Error, ReadFailure, Result, Shutdown};
@@ -35,6 +36,9 @@ use stripelog_blockdev::AlignedBuffer;
 
 /// Requests are accepted at 512-byte granularity (sub-block writes merge in memory).
 pub const SECTOR_SIZE_BYTES: u64 = 512;
+/// A reader that finds a shared-block record freed reads the map again this many times
+/// (a writer replaced the block meanwhile) before it reports the record as holding nothing.
+const SHARED_RESOLVE_ATTEMPTS: usize = 4;
 
 /// The state every writer changes under `Core::state`, one part per layer.
 pub(crate) struct WriteState {
@@ -113,6 +117,13 @@ pub(crate) struct Core {
     pub(crate) compression: compression::Compression,
     /// On a thinly provisioned volume: the last use threshold warned of (0, 80, 90, 95 %).
     pub(crate) thin_warned_percent: std::sync::atomic::AtomicU8,
+    /// The shared-block table (volumes with deduplication; empty otherwise). Changed under
+    /// `state` (lock order: `reuse_fence`, `state`, `shared`); readers resolve a record
+    /// under the reuse fence alone, and a freed record is reused only after the fence has
+    /// been passed (`reclaim`).
+    pub(crate) shared: RwLock<crate::space::shared::SharedTable>,
+    /// The finder of duplicates (volumes created with deduplication).
+    pub(crate) deduplication: Option<deduplication::Deduplication>,
 }
 
 /// One unit of work for the write loop, per logical block.
@@ -125,6 +136,10 @@ pub(crate) enum BlockWrite<'a> {
     Compressed(CompressedUnit<'a>),
     /// A partial block: bytes `data` at `offset_bytes` inside logical block.
     Patch(u64, usize, &'a [u8]),
+    /// A whole block and its CRC32C, proven equal (outside the state lock) to the content
+    /// of a candidate: shared with it when the candidate is unchanged under the lock,
+    /// written whole otherwise (docs/deduplication.md).
+    Duplicate(u64, &'a [u8], u32, deduplication::Candidate),
     Zero(u64),
     Trim(u64),
 }
@@ -404,6 +419,11 @@ impl Core {
                     None,
                 )
             }
+            BlockWrite::Duplicate(logical_block, data, checksum, candidate) => {
+                self.map.ensure_resident_for(logical_block)?;
+                self.map.ensure_resident_for(candidate.logical_block)?;
+                self.accept_duplicate(state, logical_block, data, checksum, candidate)?
+            }
             BlockWrite::Zero(logical_block) => self.accept_range(state, logical_block, false)?,
             BlockWrite::Trim(logical_block) => self.accept_range(state, logical_block, true)?,
             BlockWrite::Patch(..) => unreachable!("merged above"),
@@ -430,7 +450,8 @@ impl Core {
             return;
         }
         let (logical_block, kind, checksum, data) = match *block {
-            BlockWrite::Data(logical_block, data, checksum) => {
+            BlockWrite::Data(logical_block, data, checksum)
+            | BlockWrite::Duplicate(logical_block, data, checksum, _) => {
                 (logical_block, LogEntryKind::Data, checksum, Some(data))
             }
             BlockWrite::Compressed(_) => unreachable!("staged block by block above"),
@@ -465,6 +486,178 @@ impl Core {
         }
         self.remap(state, logical_block, Mapping::Data { position });
         true
+    }
+
+    /// Accept a client block proven equal to `candidate`'s content (docs/deduplication.md,
+    /// "Paths"): when the candidate is unchanged — the same mapping, its content still
+    /// where it was compared — `logical_block` refers to the candidate's shared copy (a
+    /// reference entry), or, when the candidate is not shared yet, the block is written as
+    /// the copy of a new record that both refer to. Otherwise it is written whole. A block
+    /// rewritten with its own content changes nothing. `Ok(false)`: the batch is full.
+    pub(crate) fn accept_duplicate(
+        &self,
+        state: &mut WriteState,
+        logical_block: u64,
+        data: &[u8],
+        checksum: u32,
+        candidate: deduplication::Candidate,
+    ) -> Result<bool> {
+        let counters = &self.deduplication.as_ref().expect("a finder found the candidate").counters;
+        let unchanged = self.map.get(candidate.logical_block)? == candidate.mapping
+            && self.generation(self.geometry.locate(candidate.position).segment) == candidate.generation;
+        let shared_record = match candidate.mapping {
+            Mapping::Shared { record } => {
+                let current = self.shared.read().get(record);
+                match current {
+                    Some(current) if unchanged && current.position == candidate.position => {
+                        if current.references >= crate::space::shared::REFERENCES_MAXIMUM {
+                            counters.duplicates_over_bound.fetch_add(1, Ordering::Relaxed);
+                            return Ok(self.accept_data(state, logical_block, data, checksum, None));
+                        }
+                        Some(record)
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        if !unchanged || (matches!(candidate.mapping, Mapping::Shared { .. }) && shared_record.is_none()) {
+            // The candidate changed since it was compared — often because an earlier
+            // block of the same or a concurrent request shared it: its copy, when still
+            // in memory, is compared now instead.
+            if let Some(record) = self.shared_copy_equal_in_memory(state, candidate.logical_block, data)? {
+                return Ok(self.add_reference(state, logical_block, record, counters));
+            }
+            counters.duplicates_lost_to_races.fetch_add(1, Ordering::Relaxed);
+            return Ok(self.accept_data(state, logical_block, data, checksum, None));
+        }
+        if candidate.logical_block == logical_block {
+            // Its own content again: already accepted.
+            counters.blocks_shared.fetch_add(1, Ordering::Relaxed);
+            return Ok(true);
+        }
+        if let Some(record) = shared_record {
+            return Ok(self.add_reference(state, logical_block, record, counters));
+        }
+        let open = state.log.open.as_mut().expect("an open batch");
+        // The first duplicate: the block becomes the copy of a new record, which the
+        // candidate and the block refer to (the candidate's old copy dies).
+        let Some(index) = open.reserve_entries(1, 3) else {
+            return Ok(false);
+        };
+        open.block_mut(index).copy_from_slice(data);
+        let position = self.record_checksum(state, index, checksum);
+        let record = self.shared.write().allocate(position);
+        let open = state.log.open.as_mut().expect("an open batch");
+        open.push_entry(Entry::SharedCopy {
+            record,
+            checksum,
+            lifetime_class: format::LIFETIME_CLASS_UNKNOWN,
+            moved: false,
+        });
+        open.push_entry(Entry::Reference { record, logical_block: candidate.logical_block });
+        open.push_entry(Entry::Reference { record, logical_block });
+        let segment = position / self.geometry.blocks_per_segment();
+        state.space.segments[segment as usize].live_units += self.geometry.live_units_per_block();
+        self.remap(state, candidate.logical_block, Mapping::Shared { record });
+        self.remap(state, logical_block, Mapping::Shared { record });
+        counters.blocks_shared.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// `logical_block` refers to `record` from now on: a kind-11 entry (`false`: the batch
+    /// is full).
+    fn add_reference(
+        &self,
+        state: &mut WriteState,
+        logical_block: u64,
+        record: u64,
+        counters: &deduplication::DeduplicationCounters,
+    ) -> bool {
+        let open = state.log.open.as_mut().expect("an open batch");
+        if open.reserve(false).is_none() {
+            return false;
+        }
+        open.push_entry(Entry::Reference { record, logical_block });
+        self.remap(state, logical_block, Mapping::Shared { record });
+        counters.blocks_shared.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// The record `logical_block` now refers to, when it has room for one more reference
+    /// and its copy, still in memory (the open batch, a batch being written, the cache),
+    /// equals `data` byte for byte.
+    fn shared_copy_equal_in_memory(&self, state: &WriteState, logical_block: u64, data: &[u8]) -> Result<Option<u64>> {
+        let Mapping::Shared { record } = self.map.get(logical_block)? else {
+            return Ok(None);
+        };
+        let Some(copy) = self.shared.read().get(record) else {
+            return Ok(None);
+        };
+        if copy.references >= crate::space::shared::REFERENCES_MAXIMUM {
+            return Ok(None);
+        }
+        let mut content = [0u8; BLOCK_SIZE_BYTES];
+        let equal = matches!(self.position_from_memory(copy.position, &mut content, Some(state)), Lookup::Served)
+            && content[..] == *data;
+        Ok(equal.then_some(record))
+    }
+
+    /// The cleaner moves shared-block record `record`'s copy (`data`, CRC32C `checksum`)
+    /// into the open relocation batch (`false`: full): a kind-12 entry, the record's new
+    /// position, the live count moved from the old copy's segment to the new one.
+    pub(crate) fn accept_moved_copy(
+        &self,
+        state: &mut WriteState,
+        record: u64,
+        data: &[u8],
+        checksum: u32,
+        relocated: (u8, u64),
+    ) -> bool {
+        let old = match self.shared.read().get(record) {
+            Some(current) => current.position,
+            None => return true, // freed meanwhile: nothing to move
+        };
+        let entry = Entry::SharedCopy { record, checksum, lifetime_class: relocated.0, moved: true };
+        let Some(position) = self.append_block(state, data, checksum, entry) else {
+            return false;
+        };
+        let open = state.log.open.as_mut().expect("an open batch");
+        open.oldest_clock = open.oldest_clock.min(relocated.1);
+        self.shared.write().moved(record, position);
+        if let Some(finder) = &self.deduplication {
+            finder.counters.copies_moved.fetch_add(1, Ordering::Relaxed);
+        }
+        let per_segment = self.geometry.blocks_per_segment();
+        state.space.segments[(position / per_segment) as usize].live_units += self.geometry.live_units_per_block();
+        self.release_units(state, old, self.geometry.live_units_per_block());
+        true
+    }
+
+    /// `units` live units at `position` died: its segment's count goes down (waiting for
+    /// the killing batch to be durable when it reaches zero), its cache entry goes.
+    fn release_units(&self, state: &mut WriteState, position: u64, units: u64) {
+        if let Some(cache) = &self.cache {
+            // Its cache entry goes when the batch is written (member workers), or now when
+            // the batch already names too many.
+            match state.log.open.as_mut() {
+                Some(open) if open.killed_positions.len() < crate::log::batch::KILLED_POSITIONS_MAXIMUM => {
+                    open.killed_positions.push(position)
+                }
+                _ => cache.forget(position),
+            }
+        }
+        self.release_segment_units(state, position / self.geometry.blocks_per_segment(), units);
+    }
+
+    /// `units` live units of `segment` died (see [`Core::release_units`]).
+    fn release_segment_units(&self, state: &mut WriteState, segment: u64, units: u64) {
+        let killer = state.log.open.as_ref().map_or(state.log.next_sequence, |open| open.sequence);
+        let usage = &mut state.space.segments[segment as usize];
+        usage.live_units -= units;
+        if usage.live_units == 0 && usage.status == SegmentStatus::Used {
+            usage.status = SegmentStatus::WaitingForFlush(killer);
+        }
     }
 
     /// Accept a fragment — the LZ4 form of the unit of `blocks` logical blocks from
@@ -541,7 +734,7 @@ impl Core {
             Mapping::Unmapped => true,
             Mapping::Trimmed { .. } => true,
             Mapping::Zero { .. } => !trim,
-            Mapping::Data { .. } | Mapping::Fragment { .. } => false,
+            Mapping::Data { .. } | Mapping::Fragment { .. } | Mapping::Shared { .. } => false,
         };
         if redundant {
             return Ok(true);
@@ -589,23 +782,24 @@ impl Core {
         if let Some(segment) = mapping.segment(per_segment) {
             state.space.segments[segment as usize].live_units += mapping.live_units(&self.geometry);
         }
-        // (A packed block stays cached: its other fragments may still be live.)
-        if let (Some(cache), Mapping::Data { position }) = (&self.cache, old) {
-            // Its cache entry goes when the batch is written (member workers), or now when
-            // the batch already names too many.
-            match state.log.open.as_mut() {
-                Some(open) if open.killed_positions.len() < crate::log::batch::KILLED_POSITIONS_MAXIMUM => {
-                    open.killed_positions.push(position)
-                }
-                _ => cache.forget(position),
+        if let Mapping::Shared { record } = mapping {
+            // Callers checked it is in use and under the bound, under this lock.
+            let added = self.shared.write().add_reference(record);
+            debug_assert!(added.is_ok(), "record {record}: {added:?}");
+        }
+        if let Mapping::Shared { record } = old {
+            let freed = self.shared.write().remove_reference(record);
+            if let Some(position) = freed {
+                self.release_units(state, position, self.geometry.live_units_per_block());
             }
         }
-        if let Some(segment) = old.segment(per_segment) {
-            let killer = state.log.open.as_ref().map_or(state.log.next_sequence, |open| open.sequence);
-            let usage = &mut state.space.segments[segment as usize];
-            usage.live_units -= old.live_units(&self.geometry);
-            if usage.live_units == 0 && usage.status == SegmentStatus::Used {
-                usage.status = SegmentStatus::WaitingForFlush(killer);
+        // (A packed block stays cached: its other fragments may still be live.)
+        match old {
+            Mapping::Data { position } => self.release_units(state, position, old.live_units(&self.geometry)),
+            _ => {
+                if let Some(segment) = old.segment(per_segment) {
+                    self.release_segment_units(state, segment, old.live_units(&self.geometry));
+                }
             }
         }
     }
@@ -1093,7 +1287,13 @@ impl Core {
             }
             (releasing, durable)
         };
+        // Shared-block records freed so far are reused once the fence below is passed.
+        let records_freed = self.shared.read().quarantined_through();
         if releasing.is_empty() {
+            if let Some(serial) = records_freed {
+                let _fence = self.reuse_fence.write();
+                self.shared.write().release_through(serial);
+            }
             return Ok(());
         }
         // The batches in these segments leave the log: record durably that everything
@@ -1107,6 +1307,9 @@ impl Core {
             for &segment in &releasing {
                 self.generations[segment as usize].fetch_add(1, Ordering::AcqRel);
                 self.checksums.forget(segment);
+            }
+            if let Some(serial) = records_freed {
+                self.shared.write().release_through(serial);
             }
         }
         let zeros = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
@@ -1127,7 +1330,7 @@ impl Core {
     /// Read logical block `logical_block` into `out` (4096 bytes). Callers hold the reuse
     /// fence, or pass the state they hold (which also keeps segments from being reused).
     pub(crate) fn read_block(&self, logical_block: u64, out: &mut [u8], held: Option<&WriteState>) -> Result<()> {
-        match self.map.get(logical_block)? {
+        match self.resolved(logical_block)? {
             Mapping::Data { position } => self.read_position(position, logical_block, out, held),
             Mapping::Fragment { position, .. } => {
                 let stored = self.read_fragment(position, logical_block, held)?;
@@ -1138,6 +1341,39 @@ impl Core {
                 Ok(())
             }
         }
+    }
+
+    /// Blocks of data the volume holds: whole blocks, fragments' sixteenths rounded up,
+    /// and one per shared copy (however many logical blocks refer to it).
+    pub(crate) fn held_blocks(&self) -> u64 {
+        self.map.counts().held_blocks() + self.shared.read().in_use()
+    }
+
+    /// `logical_block`'s mapping, a shared block's as the data position of its copy.
+    /// Callers hold the reuse fence or the state lock (as for [`Core::read_block`]): a
+    /// record freed after the map was read is not reused meanwhile, so the map is read
+    /// again; a record the map still names that holds no copy is an error.
+    pub(crate) fn resolved(&self, logical_block: u64) -> Result<Mapping> {
+        let mut mapping = self.map.get(logical_block)?;
+        for _ in 0..SHARED_RESOLVE_ATTEMPTS {
+            let Mapping::Shared { record } = mapping else {
+                return Ok(mapping);
+            };
+            if let Some(current) = self.shared.read().get(record) {
+                return Ok(Mapping::Data { position: current.position });
+            }
+            let again = self.map.get(logical_block)?;
+            if again == mapping {
+                break;
+            }
+            mapping = again;
+        }
+        Counters::add(&self.counters.unrecoverable_reads, 1);
+        let record = match mapping {
+            Mapping::Shared { record } => record,
+            _ => unreachable!("only a shared mapping gets here"),
+        };
+        Err(Error::Unrecoverable { logical_block, reason: ReadFailure::FreeSharedRecord(record) })
     }
 
     fn bad_fragment(&self, logical_block: u64, problem: crate::layout::packed::PackedProblem) -> Error {
@@ -1227,6 +1463,10 @@ impl Core {
         match self.map.get_if_resident(logical_block) {
             None => Lookup::OnMembers,
             Some(Mapping::Data { position }) => self.position_from_memory(position, out, held),
+            Some(Mapping::Shared { record }) => match self.shared.read().get(record) {
+                Some(current) => self.position_from_memory(current.position, out, held),
+                None => Lookup::OnMembers,
+            },
             Some(Mapping::Fragment { position, .. }) => {
                 // A fragment that does not come out is left to the member path, which
                 // reports it.
@@ -1374,7 +1614,10 @@ impl Core {
                 // packed block's: the packed block's is its `Packed` entry's.)
                 if let (
                     Some(data_index),
-                    Entry::Data { checksum, .. } | Entry::Page { checksum, .. } | Entry::Packed { checksum, .. },
+                    Entry::Data { checksum, .. }
+                    | Entry::Page { checksum, .. }
+                    | Entry::Packed { checksum, .. }
+                    | Entry::SharedCopy { checksum, .. },
                 ) = (data_index, entry)
                 {
                     table.set(position_of(data_index) % per_segment, checksum);

@@ -14,6 +14,7 @@ pub const INDEX_PAGE_MAGIC: &[u8; 8] = b"SLINDEX\0";
 pub const DIRECTORY_PAGE_MAGIC: &[u8; 8] = b"SLIDIR\0\0";
 pub const SEGMENT_TABLE_PAGE_MAGIC: &[u8; 8] = b"SLSEGT\0\0";
 pub const CHECKPOINT_ROOT_MAGIC: &[u8; 8] = b"SLCKPT\0\0";
+pub const SHARED_TABLE_PAGE_MAGIC: &[u8; 8] = b"SLSHARE\0";
 
 /// Bytes of bit-packed entries in an index page (from offset 64 to the checksum).
 pub const INDEX_PAGE_PAYLOAD_BYTES: usize = BLOCK_SIZE_BYTES - HEADER_BYTES - 4;
@@ -107,6 +108,8 @@ pub fn decode_index_page<'a>(block: &'a [u8], uuid: &[u8; 16]) -> Option<(u64, u
 pub enum Tree {
     Index = 0,
     SegmentTable = 1,
+    /// The shared-block table of deduplication (docs/deduplication.md).
+    SharedTable = 2,
 }
 
 /// A directory page: pointers to the pages of the level below (level 1: index or segment
@@ -144,6 +147,7 @@ impl DirectoryPage {
         let tree = match tree {
             0 => Tree::Index,
             1 => Tree::SegmentTable,
+            2 => Tree::SharedTable,
             _ => return None,
         };
         if level == 0 {
@@ -218,6 +222,29 @@ impl SegmentTablePage {
     }
 }
 
+/// A page of the shared-block table: records `first_record …`, each 8 bytes (low 56 bits
+/// the copy's position + 1, 0 free; top 8 bits the reference count), as
+/// `space::shared::SharedRecord` packs them.
+pub fn encode_shared_table_page(block: &mut [u8], uuid: &[u8; 16], page_number: u64, generation: u64, records: &[u64]) {
+    assert!(records.len() <= SHARED_RECORDS_PER_PAGE);
+    encode_header(block, SHARED_TABLE_PAGE_MAGIC, [0, 0], uuid, page_number, generation);
+    for (index, record) in records.iter().enumerate() {
+        put(block, HEADER_BYTES + index * 8, &record.to_le_bytes());
+    }
+    seal(block);
+}
+
+/// (page number, generation, its [`SHARED_RECORDS_PER_PAGE`] packed records) of a valid
+/// shared table page.
+pub fn decode_shared_table_page(block: &[u8], uuid: &[u8; 16]) -> Option<(u64, u64, Vec<u64>)> {
+    let (_, page_number, generation) = decode_header(block, SHARED_TABLE_PAGE_MAGIC, uuid)?;
+    let records = (0..SHARED_RECORDS_PER_PAGE).map(|index| read_u64(block, HEADER_BYTES + index * 8)).collect();
+    Some((page_number, generation, records))
+}
+
+/// Records in a shared table page: 8 bytes each.
+pub const SHARED_RECORDS_PER_PAGE: usize = (BLOCK_SIZE_BYTES - HEADER_BYTES - 4) / 8;
+
 /// Where a stream was at the checkpoint, and where it goes on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StreamPosition {
@@ -255,6 +282,11 @@ pub struct CheckpointRoot {
     /// Entries that are fragments and the sixteenths they take (zero before compression).
     pub fragment_blocks: u64,
     pub fragment_sixteenths: u64,
+    /// Entries that name shared-block records (zero without deduplication).
+    pub shared_blocks: u64,
+    /// The shared-block table's tree (depth 0 and no pointer: no page).
+    pub shared_tree_depth: u8,
+    pub shared_top: Vec<Option<PagePointer>>,
 }
 
 const ROOT_STREAMS_OFFSET: usize = 64;
@@ -265,6 +297,11 @@ const ROOT_SEGMENT_TOP_OFFSET: usize = ROOT_INDEX_TOP_OFFSET + ROOT_TOP_POINTERS
 const NONE_SEGMENT: u64 = u64::MAX;
 /// After the lifetime counters' reserved area (1728, 24 × 8).
 const ROOT_LAST_SEGMENT_OFFSET: usize = 1920;
+/// After the counts (1920 … 1968): the shared-block count, the shared tree's depth and
+/// its top pointers (zeros in roots written before deduplication: no shared table).
+const ROOT_SHARED_BLOCKS_OFFSET: usize = 1968;
+const ROOT_SHARED_DEPTH_OFFSET: usize = 1976;
+const ROOT_SHARED_TOP_OFFSET: usize = 1984;
 
 impl CheckpointRoot {
     pub fn encode(&self, block: &mut [u8], uuid: &[u8; 16]) {
@@ -292,6 +329,12 @@ impl CheckpointRoot {
         put(block, ROOT_LAST_SEGMENT_OFFSET + 24, &self.zero_blocks.to_le_bytes());
         put(block, ROOT_LAST_SEGMENT_OFFSET + 32, &self.fragment_blocks.to_le_bytes());
         put(block, ROOT_LAST_SEGMENT_OFFSET + 40, &self.fragment_sixteenths.to_le_bytes());
+        assert!(self.shared_top.len() <= ROOT_TOP_POINTERS);
+        put(block, ROOT_SHARED_BLOCKS_OFFSET, &self.shared_blocks.to_le_bytes());
+        block[ROOT_SHARED_DEPTH_OFFSET] = self.shared_tree_depth;
+        for (index, pointer) in self.shared_top.iter().enumerate() {
+            put_pointer(block, ROOT_SHARED_TOP_OFFSET + index * POINTER_BYTES, *pointer);
+        }
         seal(block);
     }
 
@@ -325,6 +368,9 @@ impl CheckpointRoot {
             zero_blocks: read_u64(block, ROOT_LAST_SEGMENT_OFFSET + 24),
             fragment_blocks: read_u64(block, ROOT_LAST_SEGMENT_OFFSET + 32),
             fragment_sixteenths: read_u64(block, ROOT_LAST_SEGMENT_OFFSET + 40),
+            shared_blocks: read_u64(block, ROOT_SHARED_BLOCKS_OFFSET),
+            shared_tree_depth: block[ROOT_SHARED_DEPTH_OFFSET],
+            shared_top: pointers(ROOT_SHARED_TOP_OFFSET),
         })
     }
 }
@@ -412,11 +458,22 @@ mod tests {
         }
 
         #[test]
+        fn shared_table_pages_round_trip(page_number in any::<u64>(), generation in any::<u64>(),
+                                         records in proptest::collection::vec(any::<u64>(), SHARED_RECORDS_PER_PAGE),
+                                         flip in 0usize..BLOCK_SIZE_BYTES * 8) {
+            let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+            encode_shared_table_page(&mut block, &UUID, page_number, generation, &records);
+            prop_assert_eq!(decode_shared_table_page(&block, &UUID), Some((page_number, generation, records)));
+            assert_damage_detected(&block, decode_shared_table_page, flip);
+        }
+
+        #[test]
         fn roots_round_trip(generation in any::<u64>(), sequence in any::<u64>(), clock in any::<u64>(),
                             segments in proptest::collection::vec((proptest::option::of(0u64..u64::MAX), any::<u32>(),
                                                                    proptest::option::of(0u64..u64::MAX)), ROOT_STREAMS),
                             index_top in proptest::collection::vec(pointer(), ROOT_TOP_POINTERS),
                             segment_top in proptest::collection::vec(pointer(), ROOT_TOP_POINTERS),
+                            shared_top in proptest::collection::vec(pointer(), ROOT_TOP_POINTERS),
                             flip in 0usize..BLOCK_SIZE_BYTES * 8) {
             let streams = std::array::from_fn(|index| {
                 let (current_segment, next_row, reserved_segment) = segments[index];
@@ -427,6 +484,7 @@ mod tests {
                 index_tree_depth: 2, segment_tree_depth: 1, index_top, segment_top, last_segment: generation ^ 7, epoch: clock ^ 3,
                 data_blocks: generation ^ 11, zero_blocks: sequence ^ 13,
                 fragment_blocks: generation ^ 17, fragment_sixteenths: sequence ^ 19,
+                shared_blocks: clock ^ 23, shared_tree_depth: 1, shared_top,
             };
             let mut block = vec![0u8; BLOCK_SIZE_BYTES];
             root.encode(&mut block, &UUID);
@@ -442,6 +500,7 @@ mod tests {
         assert!(DirectoryPage::decode(&block, &UUID).is_none());
         assert!(SegmentTablePage::decode(&block, &UUID).is_none());
         assert!(CheckpointRoot::decode(&block, &UUID).is_none());
+        assert!(decode_shared_table_page(&block, &UUID).is_none());
     }
 
     #[test]

@@ -23,9 +23,13 @@ pub const FEATURE_PACKED_FRAGMENTS: u64 = 1 << 2;
 /// provisioned size (thin provisioning, docs/deduplication.md decision 10); set by
 /// `create --logical-size`.
 pub const FEATURE_THIN_PROVISIONED: u64 = 1 << 3;
+/// Incompatible feature bit 4: index entries may name shared-block records and summaries
+/// may hold shared copies and references (inline deduplication, docs/deduplication.md);
+/// set by `create --dedup on` and never cleared (`set dedup=off` only stops new sharing).
+pub const FEATURE_DEDUPLICATION: u64 = 1 << 4;
 /// The incompatible features this code knows (bit 0, a write log on the members, is
 /// planned, not built: a volume with it is refused).
-pub const KNOWN_FEATURES: u64 = FEATURE_PACKED_FRAGMENTS | FEATURE_THIN_PROVISIONED;
+pub const KNOWN_FEATURES: u64 = FEATURE_PACKED_FRAGMENTS | FEATURE_THIN_PROVISIONED | FEATURE_DEDUPLICATION;
 /// The largest logical size of a thin volume, in blocks (2^36: 256 TiB).
 pub const THIN_LOGICAL_BLOCKS_MAXIMUM: u64 = 1 << 36;
 
@@ -41,10 +45,14 @@ pub fn thin_logical_blocks(bytes: u64) -> Option<u64> {
 pub const SUPERBLOCK_VERSION_WITHOUT_INDEX: u32 = 2;
 /// The superblock version before member identity and the holder record.
 pub const SUPERBLOCK_VERSION_WITHOUT_IDENTITY: u32 = 1;
+/// Version of batch summary blocks holding shared copies or references (entry kinds 10–12,
+/// and shared table pages, kind 13); a summary without them is written as
+/// [`SUMMARY_VERSION_WITHOUT_SHARING`] or older, so that a volume that never shared a
+/// block stays readable by older code.
+pub const SUMMARY_VERSION: u16 = 4;
 /// Version of batch summary blocks holding packed fragments (entry kinds 8 and 9); a
-/// summary without them is written as [`SUMMARY_VERSION_WITHOUT_FRAGMENTS`], so that a
-/// volume that never stored a fragment stays readable by older code.
-pub const SUMMARY_VERSION: u16 = 3;
+/// summary without them is written as [`SUMMARY_VERSION_WITHOUT_FRAGMENTS`].
+pub const SUMMARY_VERSION_WITHOUT_SHARING: u16 = 3;
 /// Summaries before entry kinds 8 and 9.
 pub const SUMMARY_VERSION_WITHOUT_FRAGMENTS: u16 = 2;
 /// Summaries before the write clock, the stream, the forward link and the lifetime class
@@ -227,6 +235,9 @@ pub struct Superblock {
     pub incompatible_features: u64,
     /// How new writes are stored: [`CompressionSetting`] (changeable while served).
     pub compression: CompressionSetting,
+    /// Whether new writes are deduplicated (byte 2338; only with
+    /// [`FEATURE_DEDUPLICATION`]; changeable while served).
+    pub deduplication: bool,
 }
 
 /// Whether new writes are compressed (superblock byte 2337).
@@ -364,6 +375,7 @@ impl Superblock {
         }
         block[2336] = self.index_entry_width_bits;
         block[2337] = self.compression.code();
+        block[2338] = self.deduplication as u8;
         put(block, 2352, &self.member_bytes_written.to_le_bytes());
         put(block, 2360, &self.incompatible_features.to_le_bytes());
         for (index, value) in self.lifetime.to_array().iter().enumerate() {
@@ -409,6 +421,16 @@ impl Superblock {
                 "compression is set on a volume created without packed fragments".into(),
             ));
         }
+        let deduplication = match if version >= SUPERBLOCK_VERSION { block[2338] } else { 0 } {
+            0 => false,
+            1 if incompatible_features & FEATURE_DEDUPLICATION != 0 => true,
+            other => {
+                return Err(SuperblockProblem::Inconsistent(format!(
+                    "deduplication setting {other} on a volume {} deduplication",
+                    if incompatible_features & FEATURE_DEDUPLICATION != 0 { "with" } else { "created without" }
+                )))
+            }
+        };
         let copy = read_u32(block, 12);
         if copy != expected_copy {
             return Err(SuperblockProblem::Inconsistent(format!(
@@ -452,6 +474,7 @@ impl Superblock {
             write_log: None,
             incompatible_features,
             compression,
+            deduplication,
         };
         // The geometry must be one we would have created, and agree with its own sizes.
         let geometry = Geometry::new(
@@ -570,6 +593,7 @@ impl Superblock {
             packed_fragments: self.incompatible_features & FEATURE_PACKED_FRAGMENTS != 0,
             thin_logical_block_count: (self.incompatible_features & FEATURE_THIN_PROVISIONED != 0)
                 .then(|| self.logical_size_bytes / BLOCK_SIZE_BYTES as u64),
+            shared_blocks: self.incompatible_features & FEATURE_DEDUPLICATION != 0,
         }
     }
 
@@ -646,6 +670,13 @@ pub enum Entry {
     /// start in it, or continue into it from the packed block before it. `checksum`: its
     /// block checksum (final when its batch is sealed).
     Packed { checksum: u32 },
+    /// The next data block of the group is the copy of shared-block record `record`
+    /// (docs/deduplication.md): written when the record is born (kind 10) or moved there
+    /// by the cleaner (`moved`, kind 12). The record's position is this block's.
+    SharedCopy { record: u64, checksum: u32, lifetime_class: u8, moved: bool },
+    /// Logical block `logical_block` now refers to shared-block record `record` (kind 11;
+    /// it takes no block).
+    Reference { record: u64, logical_block: u64 },
     /// Logical block `logical_block` is served by a fragment that starts in the packed
     /// block the latest `Packed` entry of the same summary consumed (it takes no block of
     /// its own). `checksum`: the fragment's unit checksum; `sixteenths`: the block's share
@@ -660,6 +691,8 @@ pub enum PageKind {
     Directory,
     SegmentTable,
     Root,
+    /// A page of the shared-block table (deduplication's records).
+    SharedTable,
 }
 
 const ENTRY_KIND_DATA: u8 = 1;
@@ -671,13 +704,34 @@ const ENTRY_KIND_SEGMENT_TABLE_PAGE: u8 = 6;
 const ENTRY_KIND_CHECKPOINT_ROOT: u8 = 7;
 const ENTRY_KIND_PACKED: u8 = 8;
 const ENTRY_KIND_FRAGMENT: u8 = 9;
+const ENTRY_KIND_SHARED_COPY: u8 = 10;
+const ENTRY_KIND_REFERENCE: u8 = 11;
+const ENTRY_KIND_SHARED_COPY_MOVED: u8 = 12;
+const ENTRY_KIND_SHARED_TABLE_PAGE: u8 = 13;
+/// Shared-block record numbers fit in 56 bits (they are below the data positions).
+pub const SHARED_RECORD_BITS: u32 = 56;
 /// A fragment's share of its packed block, in sixteenths: 1 … this.
 pub const SIXTEENTHS_PER_BLOCK: u8 = 16;
 
 impl Entry {
     fn encode(&self, bytes: &mut [u8]) {
         let mut share = 0u8;
+        if let Entry::Reference { record, logical_block } = *self {
+            assert!(record >> SHARED_RECORD_BITS == 0, "record {record} beyond 56 bits");
+            bytes[..ENTRY_SIZE_BYTES].fill(0);
+            bytes[0] = ENTRY_KIND_REFERENCE;
+            bytes[1] = (record >> 48) as u8;
+            put(bytes, 2, &((record >> 32) as u16).to_le_bytes());
+            put(bytes, 4, &(record as u32).to_le_bytes());
+            put(bytes, 8, &logical_block.to_le_bytes());
+            return;
+        }
         let (kind, class, value, logical_block) = match *self {
+            Entry::SharedCopy { record, checksum, lifetime_class, moved } => {
+                let kind = if moved { ENTRY_KIND_SHARED_COPY_MOVED } else { ENTRY_KIND_SHARED_COPY };
+                (kind, lifetime_class, checksum, record)
+            }
+            Entry::Reference { .. } => unreachable!("encoded above"),
             Entry::Packed { checksum } => (ENTRY_KIND_PACKED, 0, checksum, 0),
             Entry::Fragment { logical_block, checksum, lifetime_class, sixteenths } => {
                 share = sixteenths;
@@ -694,6 +748,7 @@ impl Entry {
                     PageKind::Directory => ENTRY_KIND_DIRECTORY_PAGE,
                     PageKind::SegmentTable => ENTRY_KIND_SEGMENT_TABLE_PAGE,
                     PageKind::Root => ENTRY_KIND_CHECKPOINT_ROOT,
+                    PageKind::SharedTable => ENTRY_KIND_SHARED_TABLE_PAGE,
                 };
                 (kind, 0, checksum, number)
             }
@@ -714,11 +769,32 @@ impl Entry {
             ENTRY_KIND_DATA => Some(Entry::Data { logical_block, checksum: value, lifetime_class }),
             ENTRY_KIND_ZERO if value > 0 => Some(Entry::Zero { logical_block, block_count: value }),
             ENTRY_KIND_TRIM if value > 0 => Some(Entry::Trim { logical_block, block_count: value }),
-            ENTRY_KIND_PACKED if version >= SUMMARY_VERSION && logical_block == 0 && bytes[1..4] == [0, 0, 0] => {
+            ENTRY_KIND_PACKED
+                if version >= SUMMARY_VERSION_WITHOUT_SHARING && logical_block == 0 && bytes[1..4] == [0, 0, 0] =>
+            {
                 Some(Entry::Packed { checksum: value })
             }
-            ENTRY_KIND_FRAGMENT if version >= SUMMARY_VERSION && (1..=SIXTEENTHS_PER_BLOCK).contains(&bytes[2]) => {
+            ENTRY_KIND_FRAGMENT
+                if version >= SUMMARY_VERSION_WITHOUT_SHARING && (1..=SIXTEENTHS_PER_BLOCK).contains(&bytes[2]) =>
+            {
                 Some(Entry::Fragment { logical_block, checksum: value, lifetime_class, sixteenths: bytes[2] })
+            }
+            kind @ (ENTRY_KIND_SHARED_COPY | ENTRY_KIND_SHARED_COPY_MOVED)
+                if version >= SUMMARY_VERSION && bytes[2..4] == [0, 0] && logical_block >> SHARED_RECORD_BITS == 0 =>
+            {
+                Some(Entry::SharedCopy {
+                    record: logical_block,
+                    checksum: value,
+                    lifetime_class,
+                    moved: kind == ENTRY_KIND_SHARED_COPY_MOVED,
+                })
+            }
+            ENTRY_KIND_REFERENCE if version >= SUMMARY_VERSION => {
+                let record = (bytes[1] as u64) << 48 | (read_u16(bytes, 2) as u64) << 32 | value as u64;
+                Some(Entry::Reference { record, logical_block })
+            }
+            ENTRY_KIND_SHARED_TABLE_PAGE if version >= SUMMARY_VERSION => {
+                Some(Entry::Page { kind: PageKind::SharedTable, number: logical_block, checksum: value })
             }
             kind @ ENTRY_KIND_INDEX_PAGE..=ENTRY_KIND_CHECKPOINT_ROOT if version > SUMMARY_VERSION_WITHOUT_CLOCKS => {
                 let kind = match kind {
@@ -736,7 +812,15 @@ impl Entry {
     /// Whether the entry describes the next block of its group (data or a checkpoint page),
     /// rather than a range of logical blocks.
     pub fn has_block(&self) -> bool {
-        matches!(self, Entry::Data { .. } | Entry::Page { .. } | Entry::Packed { .. })
+        matches!(self, Entry::Data { .. } | Entry::Page { .. } | Entry::Packed { .. } | Entry::SharedCopy { .. })
+    }
+
+    /// Whether the entry needs summary version 4 (kinds 10–13).
+    pub fn is_sharing(&self) -> bool {
+        matches!(
+            self,
+            Entry::SharedCopy { .. } | Entry::Reference { .. } | Entry::Page { kind: PageKind::SharedTable, .. }
+        )
     }
 
     /// Whether the entry names a packed fragment (kind 8 or 9).
@@ -804,8 +888,10 @@ impl Summary {
         let header = &self.header;
         block[..BLOCK_SIZE_BYTES].fill(0);
         put(block, 0, SUMMARY_MAGIC);
-        let version = if self.entries.iter().any(Entry::is_fragment) {
+        let version = if self.entries.iter().any(Entry::is_sharing) {
             SUMMARY_VERSION
+        } else if self.entries.iter().any(Entry::is_fragment) {
+            SUMMARY_VERSION_WITHOUT_SHARING
         } else {
             SUMMARY_VERSION_WITHOUT_FRAGMENTS
         };
@@ -1054,6 +1140,7 @@ mod tests {
             write_log: Some(WriteLogReference { log_uuid: [9; 16], paths: vec!["/dev/pmem0".into(), "/x".into()] }),
             incompatible_features: 0,
             compression: CompressionSetting::Off,
+            deduplication: false,
         }
     }
 
@@ -1119,6 +1206,35 @@ mod tests {
         assert!(matches!(Superblock::decode(&block, 1), Err(SuperblockProblem::Inconsistent(_))), "without the bit");
     }
 
+    /// Kinds 10–13 round-trip in a summary of version 4 (records up to 56 bits), a shared
+    /// copy consumes a block and a reference none; a version-3 summary holding them, or a
+    /// shared copy naming a record beyond 56 bits, is not a summary.
+    #[test]
+    fn sharing_entries_round_trip_and_are_checked() {
+        let header = sample_header();
+        let record = (1u64 << 56) - 3;
+        let born = Entry::SharedCopy { record, checksum: 21, lifetime_class: 4, moved: false };
+        let moved = Entry::SharedCopy { record: 7, checksum: 22, lifetime_class: LIFETIME_CLASS_UNKNOWN, moved: true };
+        let reference = Entry::Reference { record, logical_block: 1 << 40 };
+        let page = Entry::Page { kind: PageKind::SharedTable, number: 3, checksum: 23 };
+        let data = Entry::Data { logical_block: 1, checksum: 13, lifetime_class: 0 };
+        let summary =
+            Summary { header, summary_index: 0, entries: vec![born, reference, reference, data, moved, page] };
+        let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+        summary.encode(&mut block);
+        assert_eq!(read_u16(&block, 8), SUMMARY_VERSION);
+        assert_eq!(Summary::decode(&block, &header.volume_uuid).unwrap(), summary);
+        let indices: Vec<Option<u32>> = batch_entries([(&summary, 0)]).map(|(index, _)| index).collect();
+        assert_eq!(indices, vec![Some(1), None, None, Some(2), Some(3), Some(4)]);
+        block[8..10].copy_from_slice(&SUMMARY_VERSION_WITHOUT_SHARING.to_le_bytes());
+        seal(&mut block);
+        assert_eq!(Summary::decode(&block, &header.volume_uuid), None, "kinds 10-13 need version 4");
+        summary.encode(&mut block);
+        block[ENTRIES_OFFSET + 15] = 1; // the born copy's record beyond 56 bits
+        seal(&mut block);
+        assert_eq!(Summary::decode(&block, &header.volume_uuid), None);
+    }
+
     /// Kinds 8 and 9 round-trip in a summary of version 3 (a summary without them stays
     /// version 2); a fragment before any packed block, a share outside 1–16, or a packed
     /// block naming a logical block, is not a summary; a fragment is given the batch index
@@ -1133,7 +1249,7 @@ mod tests {
         let summary = Summary { header, summary_index: 0, entries: vec![data, packed, zero, fragment, fragment] };
         let mut block = vec![0u8; BLOCK_SIZE_BYTES];
         summary.encode(&mut block);
-        assert_eq!(read_u16(&block, 8), SUMMARY_VERSION);
+        assert_eq!(read_u16(&block, 8), SUMMARY_VERSION_WITHOUT_SHARING);
         assert_eq!(Summary::decode(&block, &header.volume_uuid).unwrap(), summary);
         let indices: Vec<Option<u32>> = batch_entries([(&summary, 0)]).map(|(index, _)| index).collect();
         assert_eq!(indices, vec![Some(1), Some(2), None, Some(2), Some(2)]);

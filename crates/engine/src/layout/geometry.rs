@@ -101,6 +101,8 @@ pub struct Geometry {
     /// docs/deduplication.md decision 10), larger than the data it may hold; `None`: the
     /// logical size is the provisioned size.
     pub thin_logical_block_count: Option<u64>,
+    /// Index entries may name shared-block records (deduplication, feature bit 4).
+    pub shared_blocks: bool,
 }
 
 impl Geometry {
@@ -149,6 +151,7 @@ impl Geometry {
             member_size_bytes,
             packed_fragments: false,
             thin_logical_block_count: None,
+            shared_blocks: false,
         };
         if geometry.segment_count() < 2 {
             return Err(Error::InvalidGeometry(format!(
@@ -194,7 +197,18 @@ impl Geometry {
     /// (unmapped, data at a position, zeros or trimmed recorded in a segment;
     /// docs/index-and-checkpoints.md, decision 1).
     pub fn index_entry_width_bits(&self) -> u32 {
-        index_entry_width_bits(self.physical_data_blocks(), self.segment_count(), self.packed_fragments)
+        index_entry_width_bits(
+            self.physical_data_blocks(),
+            self.segment_count(),
+            self.packed_fragments,
+            self.shared_blocks,
+        )
+    }
+
+    /// The same geometry with shared-block records (deduplication) on or off.
+    pub fn with_shared_blocks(mut self, on: bool) -> Geometry {
+        self.shared_blocks = on;
+        self
     }
 
     /// The same geometry with a logical size of `blocks` (thin provisioning), or the
@@ -326,10 +340,12 @@ pub struct BlockLocation {
 }
 
 /// Bits of an index entry for `positions` data-space positions and `segments` segments.
-pub fn index_entry_width_bits(positions: u64, segments: u64, packed_fragments: bool) -> u32 {
+pub fn index_entry_width_bits(positions: u64, segments: u64, packed_fragments: bool, shared_blocks: bool) -> u32 {
     // Fragments: 16 more values per position (its position and its share in sixteenths).
     let fragments = if packed_fragments { positions * crate::layout::format::SIXTEENTHS_PER_BLOCK as u64 } else { 0 };
-    let largest = positions + 2 * segments + fragments;
+    // Shared-block records: one value per position (records never outnumber copies).
+    let shared = if shared_blocks { positions } else { 0 };
+    let largest = positions + 2 * segments + fragments + shared;
     (u64::BITS - largest.leading_zeros()).max(1)
 }
 

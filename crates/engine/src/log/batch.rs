@@ -189,6 +189,13 @@ impl OpenBatch {
         Some(if with_block { Slot::Block(first) } else { Slot::Range })
     }
 
+    /// Reserve `blocks` consecutive batch indices (0 or 1) described by the next `entries`
+    /// entries, all in one summary (a shared copy and its references): the first index,
+    /// or `None` when the batch is full. The caller pushes the entries in order.
+    pub fn reserve_entries(&mut self, blocks: u32, entries: usize) -> Option<u32> {
+        self.reserve_run(blocks, entries)
+    }
+
     /// Reserve `blocks` consecutive batch indices described by `entries` entries of one
     /// summary (a new group is started when the last one has no room for them all): the
     /// first index, or `None` when the batch is full.

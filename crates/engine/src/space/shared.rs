@@ -1,0 +1,328 @@
+//! The shared-block table (docs/deduplication.md, decisions 1, 3, 8 and 9): record `r`
+//! says where the one copy of a block shared by several logical blocks lies (a
+//! data-space position) and how many logical blocks refer to it (1 …
+//! [`REFERENCES_MAXIMUM`]). The index maps each of those logical blocks to the record,
+//! so the cleaner moves a shared copy by rewriting one record. A record whose last
+//! reference goes is free, but its number is reused only once the batch that freed it is
+//! durable and no reader can still hold it ([`SharedTable::release_through`]); until then
+//! a reader that resolved the record still finds the copy it named.
+//!
+//! Records are 8 bytes as the shared table's pages hold them: the low 56 bits the copy's
+//! position + 1 (0: free), the top 8 bits the reference count.
+
+/// References one copy takes at most (dm-vdo's bound): the next duplicate starts a new
+/// record, so one bad block never costs more than this many logical blocks.
+pub const REFERENCES_MAXIMUM: u8 = 254;
+const POSITION_BITS: u32 = 56;
+const POSITION_MASK: u64 = (1 << POSITION_BITS) - 1;
+
+/// One record, unpacked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedRecord {
+    /// Where the copy lies.
+    pub position: u64,
+    /// Logical blocks that refer to it.
+    pub references: u8,
+}
+
+impl SharedRecord {
+    /// The record as a shared table page holds it (0: free).
+    pub fn pack(record: Option<SharedRecord>) -> u64 {
+        match record {
+            None => 0,
+            Some(record) => ((record.references as u64) << POSITION_BITS) | (record.position + 1),
+        }
+    }
+
+    pub fn unpack(value: u64) -> Option<SharedRecord> {
+        let position = value & POSITION_MASK;
+        (position != 0).then(|| SharedRecord { position: position - 1, references: (value >> POSITION_BITS) as u8 })
+    }
+}
+
+/// Why a reference could not be added.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShareRefused {
+    /// The record is free (the copy died meanwhile).
+    Free,
+    /// The record has [`REFERENCES_MAXIMUM`] references.
+    Full,
+}
+
+/// Records in one shared table page (a 4 KiB block less its 64-byte header and CRC).
+pub const RECORDS_PER_PAGE: u64 = crate::layout::checkpoint::SHARED_RECORDS_PER_PAGE as u64;
+
+/// The records, in RAM (8 bytes per shared copy, as the segment table keeps its records),
+/// written by checkpoints as pages of [`RECORDS_PER_PAGE`] whose records changed.
+#[derive(Default)]
+pub struct SharedTable {
+    records: Vec<u64>,
+    /// Free record numbers that may be reused now, lowest last.
+    reusable: Vec<u64>,
+    /// Records freed (with the serial number of their freeing), not reusable before the
+    /// reuse fence has been passed after their freeing: a reader may still hold one.
+    quarantined: Vec<(u64, u64)>,
+    /// Frees so far (the serial numbers of `quarantined`).
+    frees: u64,
+    /// Pages whose records changed since the last checkpoint took them.
+    dirty_pages: std::collections::BTreeSet<u64>,
+    /// Records in use.
+    in_use: u64,
+}
+
+impl SharedTable {
+    pub fn get(&self, record: u64) -> Option<SharedRecord> {
+        self.records.get(record as usize).copied().and_then(SharedRecord::unpack)
+    }
+
+    /// A new record for a copy at `position`, with no reference yet (the caller adds the
+    /// blocks that share it): a reusable number, else the next one.
+    pub fn allocate(&mut self, position: u64) -> u64 {
+        let record = self.reusable.pop().unwrap_or(self.records.len() as u64);
+        self.born(record, position);
+        record
+    }
+
+    /// Record `record` is (re)born with its copy at `position` and no reference: what a
+    /// shared copy's summary entry (kind 10) says, in the write path and in replay.
+    pub fn born(&mut self, record: u64, position: u64) {
+        if record as usize >= self.records.len() {
+            self.records.resize(record as usize + 1, 0);
+        }
+        if self.records[record as usize] == 0 {
+            self.in_use += 1;
+        }
+        self.set(record, SharedRecord::pack(Some(SharedRecord { position, references: 0 })));
+        self.reusable.retain(|&free| free != record);
+        self.quarantined.retain(|&(_, free)| free != record);
+    }
+
+    fn set(&mut self, record: u64, value: u64) {
+        self.records[record as usize] = value;
+        self.dirty_pages.insert(record / RECORDS_PER_PAGE);
+    }
+
+    /// One more logical block refers to `record`.
+    pub fn add_reference(&mut self, record: u64) -> Result<(), ShareRefused> {
+        let mut current = self.get(record).ok_or(ShareRefused::Free)?;
+        if current.references >= REFERENCES_MAXIMUM {
+            return Err(ShareRefused::Full);
+        }
+        current.references += 1;
+        self.set(record, SharedRecord::pack(Some(current)));
+        Ok(())
+    }
+
+    /// A logical block that referred to `record` no longer does (overwritten, trimmed):
+    /// the copy's position when that was the last reference (the copy is dead; the record
+    /// is free but quarantined until [`SharedTable::release_through`] lets it go).
+    pub fn remove_reference(&mut self, record: u64) -> Option<u64> {
+        let mut current = self.get(record)?;
+        current.references = current.references.saturating_sub(1);
+        if current.references > 0 {
+            self.set(record, SharedRecord::pack(Some(current)));
+            return None;
+        }
+        self.set(record, 0);
+        self.in_use -= 1;
+        self.frees += 1;
+        self.quarantined.push((self.frees, record));
+        Some(current.position)
+    }
+
+    /// The cleaner moved record `record`'s copy to `position`.
+    pub fn moved(&mut self, record: u64, position: u64) {
+        if let Some(mut current) = self.get(record) {
+            current.position = position;
+            self.set(record, SharedRecord::pack(Some(current)));
+        }
+    }
+
+    /// Records freed up to serial `serial` ([`SharedTable::quarantined_through`] before
+    /// the caller passed the reuse fence) may be reused: no reader holds them.
+    pub fn release_through(&mut self, serial: u64) {
+        // Quarantined in the order freed: the released ones come first.
+        let released = self.quarantined.partition_point(|&(freed, _)| freed <= serial);
+        self.reusable.extend(self.quarantined.drain(..released).map(|(_, record)| record));
+        self.reusable.sort_unstable_by(|a, b| b.cmp(a));
+    }
+
+    /// The serial of the latest free still quarantined (`None`: none is).
+    pub fn quarantined_through(&self) -> Option<u64> {
+        self.quarantined.last().map(|&(serial, _)| serial)
+    }
+
+    /// Records in use.
+    pub fn in_use(&self) -> u64 {
+        self.in_use
+    }
+
+    /// RAM the records take (8 bytes per number up to the highest used).
+    pub fn memory_bytes(&self) -> u64 {
+        self.records.capacity() as u64 * 8
+    }
+
+    /// The packed records of page `page` ([`RECORDS_PER_PAGE`] of them, zero beyond the
+    /// table).
+    pub fn page(&self, page: u64) -> Vec<u64> {
+        let first = (page * RECORDS_PER_PAGE) as usize;
+        (first..first + RECORDS_PER_PAGE as usize)
+            .map(|record| self.records.get(record).copied().unwrap_or(0))
+            .collect()
+    }
+
+    /// The pages changed since the last call, in order (a checkpoint's snapshot takes them).
+    pub fn take_dirty_pages(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.dirty_pages).into_iter().collect()
+    }
+
+    /// Pages a checkpoint took and could not commit: written again by the next one.
+    pub fn mark_dirty(&mut self, pages: impl IntoIterator<Item = u64>) {
+        self.dirty_pages.extend(pages);
+    }
+
+    /// Install page `page` as a checkpoint wrote it (mount): `false` when a record is
+    /// not a valid one (a copy with no reference). Free numbers below the table's end are
+    /// reusable.
+    pub fn install_page(&mut self, page: u64, values: &[u64]) -> bool {
+        let first = page * RECORDS_PER_PAGE;
+        for (offset, &value) in values.iter().enumerate() {
+            if value == 0 {
+                continue;
+            }
+            match SharedRecord::unpack(value) {
+                Some(record) if record.references > 0 && record.references <= REFERENCES_MAXIMUM => {}
+                _ => return false,
+            }
+            let record = first + offset as u64;
+            if record as usize >= self.records.len() {
+                self.records.resize(record as usize + 1, 0);
+            }
+            if self.records[record as usize] == 0 {
+                self.in_use += 1;
+            }
+            self.records[record as usize] = value;
+        }
+        true
+    }
+
+    /// After mount installed or rebuilt every record: the free numbers become reusable.
+    /// Pages replay changed stay dirty: the mount's checkpoint writes them.
+    pub fn finish_loading(&mut self) {
+        self.reusable =
+            (0..self.records.len() as u64).rev().filter(|&record| self.records[record as usize] == 0).collect();
+        self.quarantined.clear();
+    }
+
+    /// Set a record's reference count outright (a full-scan mount counts references from
+    /// the index); zero frees it.
+    pub fn set_references(&mut self, record: u64, references: u8) {
+        let Some(mut current) = self.get(record) else { return };
+        if references == 0 {
+            self.set(record, 0);
+            self.in_use -= 1;
+            self.reusable.push(record);
+            return;
+        }
+        current.references = references;
+        self.set(record, SharedRecord::pack(Some(current)));
+    }
+
+    /// Every record in use, with its number.
+    pub fn in_use_records(&self) -> impl Iterator<Item = (u64, SharedRecord)> + '_ {
+        self.records
+            .iter()
+            .enumerate()
+            .filter_map(|(record, &value)| Some((record as u64, SharedRecord::unpack(value)?)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A record's life: born, shared, bounded, freed by its last reference and reused
+    /// only after the freeing batch is durable.
+    #[test]
+    fn a_record_is_shared_bounded_freed_and_reused_only_when_durable() {
+        let mut table = SharedTable::default();
+        let record = table.allocate(1000);
+        assert_eq!(table.get(record), Some(SharedRecord { position: 1000, references: 0 }));
+        for _ in 0..REFERENCES_MAXIMUM {
+            table.add_reference(record).expect("under the bound");
+        }
+        assert_eq!(table.add_reference(record), Err(ShareRefused::Full));
+        table.moved(record, 2000);
+        assert_eq!(table.get(record).unwrap().position, 2000, "the cleaner's move rewrites one record");
+        for _ in 1..REFERENCES_MAXIMUM {
+            assert_eq!(table.remove_reference(record), None);
+        }
+        let before = table.quarantined_through();
+        assert_eq!(table.remove_reference(record), Some(2000), "the last reference frees the copy");
+        assert_eq!(table.get(record), None);
+        assert_eq!(table.add_reference(record), Err(ShareRefused::Free));
+        assert_ne!(table.allocate(3000), record, "not reused before the reuse fence is passed");
+        table.release_through(before.unwrap_or(0));
+        assert_ne!(table.allocate(3001), record, "freed after the fence was entered");
+        table.release_through(table.quarantined_through().expect("quarantined"));
+        assert_eq!(table.allocate(3002), record, "reused once the fence is passed");
+        assert_eq!(table.in_use(), 3);
+    }
+
+    proptest! {
+        /// Records pack and unpack as they were, for any position below 2^56 − 1 and any
+        /// count.
+        #[test]
+        fn records_pack_and_unpack(position in 0u64..POSITION_MASK, references in 0u8..=255) {
+            let record = SharedRecord { position, references };
+            prop_assert_eq!(SharedRecord::unpack(SharedRecord::pack(Some(record))), Some(record));
+            prop_assert_eq!(SharedRecord::unpack(0), None);
+        }
+
+        /// Against a model of counts: any sequence of allocations, references added and
+        /// removed keeps every record's count equal to the model's, never reuses a record
+        /// that is in use, and frees a copy exactly when its last reference goes.
+        #[test]
+        fn counts_follow_a_model(steps in proptest::collection::vec((0u8..4, 0usize..8), 1..300)) {
+            let mut table = SharedTable::default();
+            let mut model: Vec<(u64, u64)> = Vec::new(); // (record, references) in use
+            let mut sequence = 0u64;
+            for (action, pick) in steps {
+                sequence += 1;
+                match action {
+                    0 => {
+                        let record = table.allocate(sequence);
+                        prop_assert!(model.iter().all(|&(used, _)| used != record), "reused a record in use");
+                        table.add_reference(record).unwrap();
+                        model.push((record, 1));
+                    }
+                    1 if !model.is_empty() => {
+                        let index = pick % model.len();
+                        match table.add_reference(model[index].0) {
+                            Ok(()) => model[index].1 += 1,
+                            Err(refused) => prop_assert_eq!((refused, model[index].1), (ShareRefused::Full, REFERENCES_MAXIMUM as u64)),
+                        }
+                    }
+                    2 if !model.is_empty() => {
+                        let index = pick % model.len();
+                        let freed = table.remove_reference(model[index].0);
+                        model[index].1 -= 1;
+                        prop_assert_eq!(freed.is_some(), model[index].1 == 0);
+                        if model[index].1 == 0 {
+                            model.remove(index);
+                        }
+                    }
+                    _ => {
+                        let through = table.quarantined_through().unwrap_or(0);
+                        table.release_through(through.saturating_sub(pick as u64));
+                    }
+                }
+                for &(record, references) in &model {
+                    prop_assert_eq!(table.get(record).map(|found| found.references as u64), Some(references));
+                }
+                prop_assert_eq!(table.in_use(), model.len() as u64);
+            }
+        }
+    }
+}

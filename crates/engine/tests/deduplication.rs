@@ -1,0 +1,211 @@
+//! Inline deduplication (docs/deduplication.md): equal blocks share one copy through a
+//! shared-block record, up to 254 references per copy; overwrites and trims drop
+//! references and free copies; the cleaner moves a shared copy once for all its
+//! references; counts and contents hold across checkpoints, a crash, a mount by scan and
+//! `check`, and with compression on.
+
+mod common;
+
+use common::{members, memory_members, verify_contents};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use stripelog_blockdev::{BlockDevice, Prng};
+use stripelog_engine::format::CompressionSetting;
+use stripelog_engine::{CreateOptions, IoMode, Mapping, OpenOptions, Volume, BLOCK_SIZE_BYTES};
+
+const BLOCK_BYTES: u64 = BLOCK_SIZE_BYTES as u64;
+
+fn open_options() -> OpenOptions {
+    OpenOptions {
+        flush_interval: None,
+        io_mode: IoMode::Inline,
+        cache_size_bytes: 0,
+        compression_share: Some(1000),
+        ..OpenOptions::default()
+    }
+}
+
+fn create(devices: &[Arc<dyn BlockDevice>], compression: CompressionSetting) -> Volume {
+    let options = CreateOptions {
+        chunk_size_bytes: 64 << 10,
+        spare_ppm: 250_000,
+        force: true,
+        deduplication: true,
+        compression,
+        ..CreateOptions::default()
+    };
+    Volume::create(members(devices), &options, &open_options()).expect("create with deduplication")
+}
+
+fn random_block(prng: &mut Prng) -> Vec<u8> {
+    let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+    prng.fill(&mut block);
+    block
+}
+
+/// Compressible half of the time (text-like), so that compression has work too.
+fn mixed_block(prng: &mut Prng, index: u64) -> Vec<u8> {
+    let mut block = random_block(prng);
+    if index.is_multiple_of(2) {
+        for (offset, byte) in block.iter_mut().enumerate() {
+            if offset % 64 >= 16 {
+                *byte = b'a' + (offset % 7) as u8;
+            }
+        }
+    }
+    block
+}
+
+fn write(volume: &Volume, model: &mut BTreeMap<u64, Vec<u8>>, block: u64, data: &[u8]) {
+    volume.write(block * BLOCK_BYTES, data, false).unwrap_or_else(|error| panic!("write {block}: {error}"));
+    model.insert(block, data.to_vec());
+}
+
+fn assert_clean_check(volume: &Volume, when: &str) -> stripelog_engine::CheckReport {
+    let report = volume.check().expect("check");
+    assert!(report.is_clean(), "{when}: check found {report:?}");
+    report
+}
+
+fn exercise(compression: CompressionSetting) {
+    let devices = memory_members(3, 16 << 20);
+    let volume = create(&devices, compression);
+    let logical_blocks = volume.logical_size_bytes() / BLOCK_BYTES;
+    let originals = 64u64;
+    let mut prng = Prng::new(5);
+    let mut model = BTreeMap::new();
+    let contents: Vec<Vec<u8>> = (0..originals).map(|index| mixed_block(&mut prng, index)).collect();
+    for (index, data) in contents.iter().enumerate() {
+        write(&volume, &mut model, index as u64, data);
+    }
+    // Three more copies of the same blocks, in one request each (runs find them).
+    for copy in 1..=3u64 {
+        let bytes: Vec<u8> = contents.concat();
+        volume.write(copy * originals * BLOCK_BYTES, &bytes, false).expect("write a copy");
+        for (index, data) in contents.iter().enumerate() {
+            model.insert(copy * originals + index as u64, data.clone());
+        }
+    }
+    let dedup = volume.stats().deduplication.expect("deduplication status");
+    assert_eq!(dedup.shared_copies, originals, "{dedup:?}");
+    assert_eq!(dedup.shared_logical_blocks, 4 * originals, "{dedup:?}");
+    assert_eq!(dedup.blocks_saved, 3 * originals);
+    assert!(matches!(volume.mapping(0).expect("mapping"), Mapping::Shared { .. }));
+    verify_contents(&volume, &model, logical_blocks, "after the copies");
+    let report = assert_clean_check(&volume, "after the copies");
+    assert_eq!(report.shared_records_checked, originals);
+
+    // Overwrites and trims drop references; the last one frees the copy.
+    for block in 0..originals / 2 {
+        for copy in 0..4 {
+            let target = copy * originals + block;
+            if copy % 2 == 0 {
+                write(&volume, &mut model, target, &random_block(&mut prng));
+            } else {
+                volume.trim(target * BLOCK_BYTES, BLOCK_BYTES).expect("trim");
+                model.remove(&target);
+            }
+        }
+    }
+    let dedup = volume.stats().deduplication.expect("status");
+    assert_eq!(dedup.shared_copies, originals / 2, "the copies of fully replaced blocks are freed: {dedup:?}");
+    assert_eq!(dedup.shared_logical_blocks, 4 * originals / 2);
+
+    // One block written 300 times: the first copy takes 254 references, a second the rest.
+    let popular = mixed_block(&mut prng, 1);
+    let base = 4 * originals;
+    for index in 0..300 {
+        write(&volume, &mut model, base + index, &popular);
+    }
+    let dedup = volume.stats().deduplication.expect("status");
+    assert_eq!(dedup.shared_copies, originals / 2 + 2, "{dedup:?}");
+    verify_contents(&volume, &model, logical_blocks, "after the bound");
+
+    // Churn elsewhere until the cleaner has moved segments holding shared copies.
+    let churn_first = base + 300;
+    let churn_blocks = (logical_blocks - churn_first) * 3 / 4;
+    let cleaned_before = volume.stats().segments_cleaned;
+    for round in 0..4u64 {
+        for index in 0..churn_blocks {
+            let block = churn_first + (index * 7919 + round) % churn_blocks;
+            write(&volume, &mut model, block, &random_block(&mut prng));
+        }
+    }
+    assert!(volume.stats().segments_cleaned > cleaned_before, "the churn made the cleaner run");
+    let moved = volume.stats().deduplication.expect("status").copies_moved;
+    assert!(moved > 0, "the cleaner moved shared copies");
+    volume.flush().expect("flush");
+    verify_contents(&volume, &model, logical_blocks, "after cleaning");
+    assert_clean_check(&volume, "after cleaning");
+    let copies = volume.stats().deduplication.expect("status").shared_copies;
+    assert_eq!(copies, originals / 2 + 2);
+
+    // More sharing after the last checkpoint, then a crash: the mount replays it.
+    let late = mixed_block(&mut prng, 3);
+    for index in 0..10 {
+        write(&volume, &mut model, churn_first + index, &late);
+    }
+    volume.flush().expect("flush");
+    volume.abandon();
+    let volume = Volume::open(members(&devices), &open_options()).expect("reopen after a crash");
+    verify_contents(&volume, &model, logical_blocks, "after the crash");
+    let report = assert_clean_check(&volume, "after the crash");
+    assert_eq!(report.shared_records_checked, copies + 1);
+    volume.close().expect("close");
+
+    // The summaries alone do not hold every reference (the cleaner does not move them):
+    // a mount that ignores the checkpoint is refused, not given a wrong index.
+    let refused =
+        Volume::open(members(&devices), &OpenOptions { read_only: true, mount_by_scan: true, ..open_options() })
+            .err()
+            .expect("a mount by scan is refused");
+    assert!(refused.to_string().contains("mounts from its checkpoint"), "{refused}");
+}
+
+#[test]
+fn duplicates_share_one_copy_through_overwrites_the_cleaner_and_a_crash() {
+    exercise(CompressionSetting::Off);
+}
+
+#[test]
+fn duplicates_share_one_copy_with_compression_on() {
+    exercise(CompressionSetting::Lz4);
+}
+
+/// Deduplication is a creation choice, and `set dedup=off` stops new sharing only.
+#[test]
+fn dedup_is_fixed_at_creation_and_can_be_paused() {
+    let devices = memory_members(3, 16 << 20);
+    let plain = Volume::create(
+        members(&devices),
+        &CreateOptions { chunk_size_bytes: 64 << 10, force: true, ..CreateOptions::default() },
+        &open_options(),
+    )
+    .expect("create");
+    assert!(plain.stats().deduplication.is_none());
+    let refused = plain.set_deduplication(true).expect_err("a plain volume cannot deduplicate");
+    assert!(refused.to_string().contains("created without deduplication"), "{refused}");
+    plain.close().expect("close");
+
+    let volume = create(&devices, CompressionSetting::Off);
+    let mut prng = Prng::new(9);
+    let block = random_block(&mut prng);
+    volume.set_deduplication(false).expect("pause");
+    volume.write(0, &block, false).expect("write");
+    volume.write(BLOCK_BYTES, &block, false).expect("write");
+    assert_eq!(volume.stats().deduplication.expect("status").shared_copies, 0);
+    volume.close().expect("close");
+    let volume = Volume::open(members(&devices), &open_options()).expect("reopen");
+    assert_eq!(volume.stats().deduplication.expect("status").setting, "off", "the setting persists");
+    volume.set_deduplication(true).expect("resume");
+    volume.write(2 * BLOCK_BYTES, &block, false).expect("write");
+    assert_eq!(
+        volume.stats().deduplication.expect("status").shared_copies,
+        0,
+        "blocks written while paused were not named"
+    );
+    let other = random_block(&mut prng);
+    volume.write(3 * BLOCK_BYTES, &other, false).expect("write");
+    volume.write(4 * BLOCK_BYTES, &other, false).expect("write");
+    assert_eq!(volume.stats().deduplication.expect("status").shared_copies, 1);
+}
