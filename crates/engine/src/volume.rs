@@ -611,16 +611,48 @@ impl Volume {
                 )));
             }
             log.begin_replay(after_sequence)?;
-            for chunk in replay.chunks(REPLAY_CHUNK_ENTRIES) {
-                let blocks: Vec<BlockWrite> = chunk
-                    .iter()
-                    .map(|(entry, data)| match (entry.kind, data) {
-                        (LogEntryKind::Data, Some(data)) => BlockWrite::Data(entry.logical_block, data, entry.checksum),
-                        (LogEntryKind::Trim, _) => BlockWrite::Trim(entry.logical_block),
-                        _ => BlockWrite::Zero(entry.logical_block),
-                    })
-                    .collect();
-                apply(&self.cleaner, &blocks)?;
+            // In order, as the client wrote them: runs of consecutive data blocks are
+            // stored as client writes are (shared when duplicates, compressed), so that a
+            // replay takes no more space than the writes took before the crash; trims and
+            // zeros a chunk at a time.
+            let mut next = 0;
+            while next < replay.len() {
+                let (first, _) = &replay[next];
+                if first.kind == LogEntryKind::Data && replay[next].1.is_some() {
+                    let mut end = next + 1;
+                    while end < replay.len()
+                        && end - next < REPLAY_CHUNK_ENTRIES
+                        && replay[end].0.kind == LogEntryKind::Data
+                        && replay[end].1.is_some()
+                        && replay[end].0.logical_block == first.logical_block + (end - next) as u64
+                    {
+                        end += 1;
+                    }
+                    let bytes: Vec<u8> = replay[next..end]
+                        .iter()
+                        .flat_map(|(_, data)| data.as_deref().unwrap_or_default())
+                        .copied()
+                        .collect();
+                    self.store(first.logical_block * BLOCK_SIZE_BYTES as u64, &bytes, Admission::Replay)?;
+                    next = end;
+                } else {
+                    let mut end = next + 1;
+                    while end < replay.len()
+                        && end - next < REPLAY_CHUNK_ENTRIES
+                        && !(replay[end].0.kind == LogEntryKind::Data && replay[end].1.is_some())
+                    {
+                        end += 1;
+                    }
+                    let blocks: Vec<BlockWrite> = replay[next..end]
+                        .iter()
+                        .map(|(entry, _)| match entry.kind {
+                            LogEntryKind::Trim => BlockWrite::Trim(entry.logical_block),
+                            _ => BlockWrite::Zero(entry.logical_block),
+                        })
+                        .collect();
+                    apply(&self.cleaner, &blocks)?;
+                    next = end;
+                }
             }
             self.shared.flush_members()?;
         }
@@ -648,6 +680,18 @@ impl Volume {
     pub fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<()> {
         self.shared.check_writable()?;
         self.shared.check_range(offset_bytes, data.len() as u64)?;
+        self.store(offset_bytes, data, Admission::Client)?;
+        Counters::add(&self.shared.counters.host_bytes_written, data.len() as u64);
+        if fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Store a write as the volume stores client writes: named and shared when a
+    /// duplicate, compressed when it compresses. `Admission::Client` checks a thin
+    /// volume's limit first; a write the write log replays was admitted before the crash.
+    fn store(&self, offset_bytes: u64, data: &[u8], admission: Admission) -> Result<()> {
         /// What a piece of the request is, decided once, before the state lock: whole
         /// blocks are told apart from zeros, and runs of whole non-zero blocks are cut into
         /// units at logical addresses that are multiples of 4 and compressed here
@@ -766,7 +810,9 @@ impl Volume {
                 }
             }
         }
-        self.admit_on_thin_volume(&blocks)?;
+        if admission == Admission::Client {
+            self.admit_on_thin_volume(&blocks)?;
+        }
         apply(&self.cleaner, &blocks)?;
         if let Some(finder) = finder {
             // What the blocks now hold is what later duplicates are compared with.
@@ -777,35 +823,63 @@ impl Volume {
             }
         }
         self.shared.evict_map_pages_if_needed();
-        Counters::add(&self.shared.counters.host_bytes_written, data.len() as u64);
-        if fua {
-            self.flush()?;
-        }
         Ok(())
     }
 
     /// On a thinly provisioned volume, refuse a write that would make the volume hold more
     /// blocks of data than its provisioned size (`Error::ThinLimit`, ENOSPC), before any of
-    /// it is accepted; overwrites of blocks holding data add nothing. Concurrent writers
+    /// it is accepted. What a write adds is counted as [`Core::held_blocks`] counts, in
+    /// sixteenths of a block: what it stores (a whole block, a fragment's share, nothing
+    /// for a duplicate of a copy already stored) less what it frees (a whole block, a
+    /// fragment's share, a shared copy whose last reference it is; zeros in the request
+    /// free nothing here). Overwriting a shared
+    /// block with new data therefore adds a block, and a write of duplicates adds none.
+    /// Concurrent writers, and a duplicate whose candidate changes before it is shared,
     /// may overshoot by what they write at once, which the spare absorbs. Warns on
     /// standard error as use crosses 80, 90 and 95 % (docs/deduplication.md, decision 10).
     fn admit_on_thin_volume(&self, blocks: &[BlockWrite]) -> Result<()> {
         if self.shared.geometry.thin_logical_block_count.is_none() {
             return Ok(());
         }
-        let mut needed_blocks = 0u64;
+        let whole = format::SIXTEENTHS_PER_BLOCK as i64;
+        let freed = |logical_block: u64| -> Result<i64> {
+            Ok(match self.shared.map.get(logical_block)? {
+                Mapping::Data { .. } => whole,
+                Mapping::Fragment { sixteenths, .. } => sixteenths as i64,
+                Mapping::Shared { record } => match self.shared.shared.read().get(record) {
+                    Some(copy) if copy.references <= 1 => whole,
+                    _ => 0,
+                },
+                _ => 0,
+            })
+        };
+        let mut growth_sixteenths = 0i64;
         for block in blocks {
-            let (first, count) = match block {
-                BlockWrite::Data(logical_block, ..) | BlockWrite::Patch(logical_block, ..) => (*logical_block, 1),
-                BlockWrite::Compressed(unit) => (unit.first_logical_block, (unit.data.len() / BLOCK_SIZE_BYTES) as u64),
-                _ => continue,
-            };
-            for logical_block in first..first + count {
-                if !self.shared.map.get(logical_block)?.holds_data() {
-                    needed_blocks += 1;
+            match block {
+                BlockWrite::Data(logical_block, ..) | BlockWrite::Patch(logical_block, ..) => {
+                    growth_sixteenths += whole - freed(*logical_block)?;
                 }
+                BlockWrite::Compressed(unit) => {
+                    let share = packed::sixteenths(unit.fragment.len(), unit.blocks() as usize) as i64;
+                    for logical_block in unit.first_logical_block..unit.first_logical_block + unit.blocks() as u64 {
+                        growth_sixteenths += share - freed(logical_block)?;
+                    }
+                }
+                BlockWrite::Duplicate(logical_block, _, _, candidate) => {
+                    // A whole candidate's block gives way to the shared copy; a shared one
+                    // gains a reference; a fragment's share stays with its unit.
+                    let stored = match candidate.mapping {
+                        Mapping::Data { .. } | Mapping::Shared { .. } => 0,
+                        _ => whole,
+                    };
+                    growth_sixteenths += stored - freed(*logical_block)?;
+                }
+                // A zero or trim record frees the block it replaces only in later
+                // requests' view: it keeps a place in its segment until cleaned.
+                BlockWrite::Zero(_) | BlockWrite::Trim(_) => {}
             }
         }
+        let needed_blocks = (growth_sixteenths.max(0) as u64).div_ceil(whole as u64);
         let held_blocks = self.shared.held_blocks();
         let provisioned = self.shared.geometry.provisioned_block_count();
         if needed_blocks > 0 && held_blocks + needed_blocks > provisioned {
@@ -869,6 +943,10 @@ impl Volume {
                 edges.push(BlockWrite::Patch(end_whole, 0, &ZEROS[..(end % block) as usize]));
             }
         }
+        // A partial edge is a write: on a thin volume at its limit, one that needs a block
+        // (an edge of a shared block, or of a block not yet stored) is refused with
+        // ENOSPC before anything is done. Whole blocks only free space.
+        self.admit_on_thin_volume(&edges)?;
         apply(&self.cleaner, &edges)?;
         // Whole blocks, a bounded slice of the work list at a time.
         const BLOCKS_PER_STEP: u64 = 1 << 16;
@@ -1153,6 +1231,15 @@ fn flush_timer(cleaner: Arc<Cleaner>, interval: Duration) {
 
 /// The write loop: accept `blocks` in order into open batches, sealing and
 /// dispatching full ones.
+/// Whether a store is checked against a thin volume's limit.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Admission {
+    /// A client's write: refused whole when it would pass the limit.
+    Client,
+    /// A write the write log replays at mount: accepted before the crash, never refused.
+    Replay,
+}
+
 fn apply(cleaner: &Cleaner, blocks: &[BlockWrite]) -> Result<()> {
     let core = &cleaner.core;
     // A partial block merges with its old content when it is accepted. One whose old

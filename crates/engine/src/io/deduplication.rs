@@ -176,7 +176,14 @@ impl crate::io::Core {
         let position = match mapping {
             Mapping::Data { position } | Mapping::Fragment { position, .. } => position,
             Mapping::Shared { record } => match self.shared.read().get(record) {
-                Some(copy) => copy.position,
+                Some(copy) if copy.references < crate::space::shared::REFERENCES_MAXIMUM => copy.position,
+                Some(_) => {
+                    // Full: the next source may name a copy with room (the recent table
+                    // names the newest block of this content); else the block is
+                    // written whole and becomes the next copy.
+                    counters.duplicates_over_bound.fetch_add(1, Ordering::Relaxed);
+                    return Ok(None);
+                }
                 None => return Ok(None),
             },
             Mapping::Unmapped | Mapping::Zero { .. } | Mapping::Trimmed { .. } => return Ok(None),
