@@ -7,24 +7,16 @@
 
 mod common;
 
+use common::inline_open_options as open_options;
+
 use common::{members, memory_members, verify_contents};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use stripelog_blockdev::{BlockDevice, Prng};
 use stripelog_engine::format::CompressionSetting;
-use stripelog_engine::{CreateOptions, IoMode, Mapping, OpenOptions, RaidLevel, Volume, BLOCK_SIZE_BYTES};
+use stripelog_engine::{CreateOptions, Mapping, OpenOptions, RaidLevel, Volume, BLOCK_SIZE_BYTES};
 
 const BLOCK_BYTES: u64 = BLOCK_SIZE_BYTES as u64;
-
-fn open_options() -> OpenOptions {
-    OpenOptions {
-        flush_interval: None,
-        io_mode: IoMode::Inline,
-        cache_size_bytes: 0,
-        compression_share: Some(1000),
-        ..OpenOptions::default()
-    }
-}
 
 fn compressed_volume(devices: &[Arc<dyn BlockDevice>]) -> Volume {
     let create_options = CreateOptions {

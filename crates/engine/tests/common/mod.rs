@@ -36,3 +36,16 @@ pub fn verify_contents(
         }
     }
 }
+
+/// Options for tests that drive the engine step by step: no flush timer, I/O on the
+/// calling thread, no block cache, every block tried for compression.
+#[allow(dead_code)] // (used by the compression and deduplication tests)
+pub fn inline_open_options() -> stripelog_engine::OpenOptions {
+    stripelog_engine::OpenOptions {
+        flush_interval: None,
+        io_mode: stripelog_engine::IoMode::Inline,
+        cache_size_bytes: 0,
+        compression_share: Some(1000),
+        ..stripelog_engine::OpenOptions::default()
+    }
+}
