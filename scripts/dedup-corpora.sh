@@ -5,7 +5,8 @@
 # each, at a place that depends on k. Ten images of /usr do not fit beside each other on
 # this machine's disk, so each is made, handed to its consumer and removed before the
 # next: the images are written in order into the named pipes DIRECTORY/image-0 …
-# image-9, which a reader opens in the same order, e.g.
+# image-9, which a reader opens in the same order (their size in bytes is in
+# DIRECTORY/image-bytes before the first is written), e.g.
 #   scripts/dedup-corpora.sh /var/tmp/dedup &
 #   ./target/release/stripelog bench dedupability --capacity 12GiB /var/tmp/dedup/image-{0..9}
 # Usage: [IMAGES=10] [FILES_CHANGED=20] [SOURCE=/usr] [FORCE=1] scripts/dedup-corpora.sh DIRECTORY
@@ -22,7 +23,7 @@ done
 mkdir -p "$directory"
 directory=$(cd "$directory" && pwd)
 if [ "${FORCE:-0}" != 1 ]; then
-  for name in tree image.ext4 $(seq -f 'image-%g' 0 $((images - 1))); do
+  for name in tree image.ext4 image-bytes $(seq -f 'image-%g' 0 $((images - 1))); do
     [ -e "$directory/$name" ] && { echo "dedup-corpora: $directory/$name exists (it would be replaced): FORCE=1 to go on" >&2; exit 1; }
   done
 fi
@@ -39,6 +40,8 @@ mapfile -t candidates < <(find "$source" -xdev -type f -size +64k 2>/dev/null | 
 [ "${#candidates[@]}" -gt 0 ] || { echo "dedup-corpora: no files over 64 KiB under $source" >&2; exit 1; }
 mib=$(du -sm --apparent-size "$source" | cut -f1)
 mib=$(( mib + mib / 4 + 256 ))
+# The images' size, for a consumer that places them side by side in one volume.
+echo $(( mib << 20 )) >"$directory/image-bytes"
 for index in $(seq 0 $((images - 1))); do
   rm -rf "$tree" "$image"
   if ! cp -al "$source" "$tree" 2>/dev/null; then
