@@ -42,6 +42,11 @@ pub use array::members::{CreateOptions, MemberDevice};
 pub use cleaner::CleaningPolicy;
 pub use error::{Error, Result};
 pub use geometry::{Geometry, RaidLevel, BLOCK_SIZE_BYTES};
+/// The deduplication finder's sparse-index sampling (one name in 2^bits): the default and
+/// the most `OpenOptions::dedup_sampling_bits` takes.
+pub use index::names::{
+    DEFAULT_SAMPLING_BITS as DEDUP_SAMPLING_BITS_DEFAULT, SAMPLING_BITS_MAXIMUM as DEDUP_SAMPLING_BITS_MAXIMUM,
+};
 pub use log::IoMode;
 pub use maintenance::{MaintenanceOptions, MaintenanceProgress, RebuildReport, ReplaceOptions, ScrubReport};
 pub use map::Mapping;

@@ -303,6 +303,14 @@ pub(crate) struct ServeArguments {
     /// machine's memory, else that quarter. More than the machine has is refused.
     #[arg(long, value_parser = units::parse_size)]
     map_cache: Option<u64>,
+    /// Deduplication's RAM: its sparse index keeps one block name in 2^BITS (the recent
+    /// table and runs find the rest). 3, the default, takes 1.31 bytes per physical
+    /// block (measured on a 12 GiB data space, docs/deduplication.md); each bit more
+    /// halves the sparse index. The served volume's status (control socket) reports
+    /// what it takes.
+    #[arg(long, value_name = "BITS", default_value_t = stripelog_engine::DEDUP_SAMPLING_BITS_DEFAULT,
+          value_parser = clap::value_parser!(u32).range(0..=stripelog_engine::DEDUP_SAMPLING_BITS_MAXIMUM as i64))]
+    dedup_sampling_bits: u32,
     /// Control socket for `stripelog replace/scrub --control` (default: SOCKET.control
     /// when serving on a Unix socket; none on TCP unless given).
     #[arg(long)]

@@ -325,6 +325,7 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
             read_only: arguments.read_only,
             cache_size_bytes: arguments.cache,
             map_cache_bytes: arguments.map_cache,
+            dedup_sampling_bits: arguments.dedup_sampling_bits,
             holder_program: "stripelog serve".into(),
             take_over_from_another_host: arguments.force,
             force_without_log: arguments.force_without_log,

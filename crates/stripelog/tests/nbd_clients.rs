@@ -735,6 +735,10 @@ fn a_deduplicated_export_stores_copies_once_and_changes_its_setting_while_served
     let Some(nbdcopy) = tool("nbdcopy") else { return };
     let Some(qemu_io) = tool("qemu-io") else { return };
     let mut server = Server::start_with("5", &["--dedup", "on"]);
+    // Served with half the default sparse index (one name in 16).
+    server.stop_cleanly(libc::SIGTERM);
+    server.serve_arguments = vec!["--dedup-sampling-bits".into(), "4".into()];
+    server.spawn();
     const PART: usize = 48 << 20;
     let random = random_bytes(PART, 23);
     let repeated: Vec<u8> = random_bytes(4096, 29).repeat(4096);
@@ -752,6 +756,17 @@ fn a_deduplicated_export_stores_copies_once_and_changes_its_setting_while_served
     let copied = std::fs::read(&copy).expect("read the copy");
     assert_same_bytes(&copied[..source_bytes.len()], &source_bytes, "the export read back");
     std::fs::remove_file(&copy).expect("remove the copy");
+    // The served volume's counters, through the control socket.
+    let status = {
+        use std::io::{BufRead, Write};
+        let mut stream = std::os::unix::net::UnixStream::connect(&control).expect("connect to the control socket");
+        writeln!(stream, r#"{{"command":"status"}}"#).expect("ask for the status");
+        let mut line = String::new();
+        std::io::BufReader::new(stream).read_line(&mut line).expect("read the status");
+        serde_json::from_str::<serde_json::Value>(&line).expect("a JSON status")
+    };
+    let served = &status["report"]["deduplication"];
+    assert_eq!(served["sampling_bits"], 4, "serve --dedup-sampling-bits: {served}");
     server.stop_cleanly(libc::SIGTERM);
     let info = run_with_timeout(stripelog().args(["info", "--json"]).args(&server.members), CLIENT_TIMEOUT);
     assert!(info.status.success(), "stripelog info: {}", text(&info));

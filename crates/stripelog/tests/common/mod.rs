@@ -195,6 +195,8 @@ pub struct Server {
     pub process: Option<Child>,
     /// How many times a server was started on this volume; names each run's log file.
     pub starts: usize,
+    /// Given to `stripelog serve` after the members and socket.
+    pub serve_arguments: Vec<String>,
 }
 
 impl Server {
@@ -227,7 +229,8 @@ impl Server {
         assert!(info.status.success(), "stripelog info: {}", text(&info));
         let logical_size = json(&info)["logical_size_bytes"].as_u64().expect("logical_size_bytes in info --json");
 
-        let mut server = Server { directory, members, socket, logical_size, process: None, starts: 0 };
+        let mut server =
+            Server { directory, members, socket, logical_size, process: None, starts: 0, serve_arguments: Vec::new() };
         server.spawn();
         server
     }
@@ -260,6 +263,7 @@ impl Server {
             .args(&self.members)
             .arg("--socket")
             .arg(&self.socket)
+            .args(&self.serve_arguments)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("clone the log file"))
             .stderr(log)
