@@ -100,7 +100,8 @@ rows = [json.loads(line) for line in open(sys.argv[1])]
 off = json.load(open(sys.argv[2]))
 on = json.load(open(sys.argv[3]))
 one_copy = off["thin_provisioning"]["held_data_bytes"] // 4096
-print(f"One copy (image 0, dedup off): {one_copy:,} blocks held".replace(",", " ").replace("0  dedup", "0, dedup"))
+n = lambda value: f"{value:,}".replace(",", " ")
+print(f"One copy (image 0, dedup off): {n(one_copy)} blocks held")
 print()
 print("| after image | non-zero blocks written | exact: kept | dedup on: held | ÷ one copy (dedup off) | found share of exact's duplicates | index RAM B/physical block | seconds |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -109,7 +110,6 @@ for row in rows:
     duplicates_exact = row["non_zero_blocks"] - row["exact_kept_blocks"]
     found = row["non_zero_blocks"] - row["held_blocks"]
     share = found / duplicates_exact if duplicates_exact else 1.0
-    n = lambda value: f"{value:,}".replace(",", " ")
     print(f"| {row['image']} | {n(row['non_zero_blocks'])} | {n(row['exact_kept_blocks'])} | {n(row['held_blocks'])} | "
           f"{row['held_blocks'] / one_copy:.3f} | {share:.4f} | {dedup['index_memory_bytes_per_physical_block']:.2f} | {row['seconds']} |")
 dedup = on["deduplication"]

@@ -615,34 +615,29 @@ impl Volume {
             // stored as client writes are (shared when duplicates, compressed), so that a
             // replay takes no more space than the writes took before the crash; trims and
             // zeros a chunk at a time.
+            let is_data = |index: usize| replay[index].0.kind == LogEntryKind::Data && replay[index].1.is_some();
+            // The end of the run from `start` (at most a chunk) of entries `belongs` takes.
+            let run_end = |start: usize, belongs: &dyn Fn(usize) -> bool| {
+                let limit = replay.len().min(start + REPLAY_CHUNK_ENTRIES);
+                (start + 1..limit).find(|&index| !belongs(index)).unwrap_or(limit)
+            };
             let mut next = 0;
             while next < replay.len() {
-                let (first, _) = &replay[next];
-                if first.kind == LogEntryKind::Data && replay[next].1.is_some() {
-                    let mut end = next + 1;
-                    while end < replay.len()
-                        && end - next < REPLAY_CHUNK_ENTRIES
-                        && replay[end].0.kind == LogEntryKind::Data
-                        && replay[end].1.is_some()
-                        && replay[end].0.logical_block == first.logical_block + (end - next) as u64
-                    {
-                        end += 1;
-                    }
+                let first = &replay[next].0;
+                let end = if is_data(next) {
+                    let consecutive = |index: usize| {
+                        is_data(index) && replay[index].0.logical_block == first.logical_block + (index - next) as u64
+                    };
+                    let end = run_end(next, &consecutive);
                     let bytes: Vec<u8> = replay[next..end]
                         .iter()
                         .flat_map(|(_, data)| data.as_deref().unwrap_or_default())
                         .copied()
                         .collect();
                     self.store(first.logical_block * BLOCK_SIZE_BYTES as u64, &bytes, Admission::Replay)?;
-                    next = end;
+                    end
                 } else {
-                    let mut end = next + 1;
-                    while end < replay.len()
-                        && end - next < REPLAY_CHUNK_ENTRIES
-                        && !(replay[end].0.kind == LogEntryKind::Data && replay[end].1.is_some())
-                    {
-                        end += 1;
-                    }
+                    let end = run_end(next, &|index| !is_data(index));
                     let blocks: Vec<BlockWrite> = replay[next..end]
                         .iter()
                         .map(|(entry, _)| match entry.kind {
@@ -651,8 +646,9 @@ impl Volume {
                         })
                         .collect();
                     apply(&self.cleaner, &blocks)?;
-                    next = end;
-                }
+                    end
+                };
+                next = end;
             }
             self.shared.flush_members()?;
         }
@@ -832,8 +828,8 @@ impl Volume {
     /// sixteenths of a block: what it stores (a whole block, a fragment's share, nothing
     /// for a duplicate of a copy already stored) less what it frees (a whole block, a
     /// fragment's share, a shared copy whose last reference it is; zeros in the request
-    /// free nothing here). Overwriting a shared
-    /// block with new data therefore adds a block, and a write of duplicates adds none.
+    /// free nothing here). Overwriting a shared block with new data therefore adds a
+    /// block, and a write of duplicates adds none.
     /// Concurrent writers, and a duplicate whose candidate changes before it is shared,
     /// may overshoot by what they write at once, which the spare absorbs. Warns on
     /// standard error as use crosses 80, 90 and 95 % (docs/deduplication.md, decision 10).
@@ -1229,8 +1225,6 @@ fn flush_timer(cleaner: Arc<Cleaner>, interval: Duration) {
     }
 }
 
-/// The write loop: accept `blocks` in order into open batches, sealing and
-/// dispatching full ones.
 /// Whether a store is checked against a thin volume's limit.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Admission {
@@ -1240,6 +1234,8 @@ enum Admission {
     Replay,
 }
 
+/// The write loop: accept `blocks` in order into open batches, sealing and
+/// dispatching full ones.
 fn apply(cleaner: &Cleaner, blocks: &[BlockWrite]) -> Result<()> {
     let core = &cleaner.core;
     // A partial block merges with its old content when it is accepted. One whose old
