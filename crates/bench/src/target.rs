@@ -177,7 +177,7 @@ impl Target for FileTarget {
     fn queue(&self, depth: usize, buffer_bytes: usize) -> Result<Box<dyn IoQueue>, String> {
         // Two entries per slot: a write and the flush linked to it.
         let entries = (2 * depth.max(1) as u32).next_power_of_two();
-        let ring = io_uring::IoUring::new(entries).map_err(|error| format!("io_uring: {error}"))?;
+        let ring = stripelog_blockdev::new_ring(entries).map_err(|error| format!("io_uring: {error}"))?;
         let buffers = (0..depth).map(|_| AlignedBuffer::zeroed(buffer_bytes)).collect();
         Ok(Box::new(FileQueue {
             device: self.device.clone(),

@@ -46,7 +46,7 @@ mod simulated;
 mod spike;
 
 pub use aligned::{AlignedBuffer, IO_ALIGNMENT_BYTES};
-pub use file::{FileDevice, FileDeviceOptions, IoEngine};
+pub use file::{new_ring, FileDevice, FileDeviceOptions, IoEngine};
 pub use memory::MemoryDevice;
 pub use prng::Prng;
 pub use simulated::{CrashReport, SimulatedArray, SimulatedDevice};
