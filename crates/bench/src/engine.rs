@@ -154,13 +154,38 @@ pub fn sequential_write_bandwidth(
     chunk_size_bytes: usize,
     duration: Duration,
 ) -> Result<f64, String> {
+    sequential_bandwidth(devices, chunk_size_bytes, duration, Direction::Write)
+}
+
+/// Read every member sequentially from its start, all members at once, with chunk-sized
+/// O_DIRECT reads, for `duration` or until the members end; returns bytes per second.
+pub fn sequential_read_bandwidth(
+    devices: &[Arc<FileDevice>],
+    chunk_size_bytes: usize,
+    duration: Duration,
+) -> Result<f64, String> {
+    sequential_bandwidth(devices, chunk_size_bytes, duration, Direction::Read)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Direction {
+    Read,
+    Write,
+}
+
+fn sequential_bandwidth(
+    devices: &[Arc<FileDevice>],
+    chunk_size_bytes: usize,
+    duration: Duration,
+    direction: Direction,
+) -> Result<f64, String> {
     let started = Instant::now();
-    let written: Vec<Result<u64, String>> = std::thread::scope(|scope| {
+    let moved: Vec<Result<u64, String>> = std::thread::scope(|scope| {
         let handles: Vec<_> = devices
             .iter()
             .map(|device| {
                 scope.spawn(move || {
-                    let buffers: Vec<AlignedBuffer> = (0..SEQUENTIAL_QUEUE_DEPTH)
+                    let mut buffers: Vec<AlignedBuffer> = (0..SEQUENTIAL_QUEUE_DEPTH)
                         .map(|index| {
                             let mut buffer = AlignedBuffer::zeroed(chunk_size_bytes);
                             Prng::new(index as u64 + 1).fill(&mut buffer);
@@ -172,20 +197,32 @@ pub fn sequential_write_bandwidth(
                     while started.elapsed() < duration
                         && offset + (chunk_size_bytes * SEQUENTIAL_QUEUE_DEPTH) as u64 <= size
                     {
-                        let mut requests: Vec<IoRequest> = buffers
-                            .iter()
-                            .enumerate()
-                            .map(|(index, buffer)| IoRequest::Write {
-                                buffer,
-                                offset_bytes: offset + (index * chunk_size_bytes) as u64,
-                            })
-                            .collect();
+                        let mut requests: Vec<IoRequest> = match direction {
+                            Direction::Write => buffers
+                                .iter()
+                                .enumerate()
+                                .map(|(index, buffer)| IoRequest::Write {
+                                    buffer,
+                                    offset_bytes: offset + (index * chunk_size_bytes) as u64,
+                                })
+                                .collect(),
+                            Direction::Read => buffers
+                                .iter_mut()
+                                .enumerate()
+                                .map(|(index, buffer)| IoRequest::Read {
+                                    buffer,
+                                    offset_bytes: offset + (index * chunk_size_bytes) as u64,
+                                })
+                                .collect(),
+                        };
                         for result in device.submit_batch(&mut requests) {
                             result.map_err(|error| error.to_string())?;
                         }
                         offset += (chunk_size_bytes * SEQUENTIAL_QUEUE_DEPTH) as u64;
                     }
-                    device.flush().map_err(|error| error.to_string())?;
+                    if direction == Direction::Write {
+                        device.flush().map_err(|error| error.to_string())?;
+                    }
                     Ok(offset)
                 })
             })
@@ -194,7 +231,7 @@ pub fn sequential_write_bandwidth(
     });
     let seconds = started.elapsed().as_secs_f64();
     let mut total = 0;
-    for bytes in written {
+    for bytes in moved {
         total += bytes?;
     }
     Ok(total as f64 / seconds)

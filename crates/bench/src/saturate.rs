@@ -8,7 +8,8 @@
 //! (measured on the same files in the same run).
 
 use crate::engine::{
-    create_on, fill_region, open_devices, sequential_write_bandwidth, with_member_files, IO_SIZE_BYTES,
+    create_on, fill_region, open_devices, sequential_read_bandwidth, sequential_write_bandwidth, with_member_files,
+    IO_SIZE_BYTES,
 };
 use crate::workload::RandomData;
 use hdrhistogram::Histogram;
@@ -87,6 +88,9 @@ pub struct Report {
     pub logical_size_bytes: u64,
     pub members: Vec<String>,
     pub sequential_write_bytes_per_second: f64,
+    /// The members' own sequential O_DIRECT read bandwidth, all at once, measured in the
+    /// same run after the write measurement.
+    pub sequential_read_bytes_per_second: f64,
     pub data_fraction: f64,
     pub fill_seconds: f64,
     pub seconds: f64,
@@ -98,6 +102,12 @@ pub struct Report {
     /// Steady IOPS (or, without a steady state, the mean of the last window) × 4 KiB ÷
     /// (sequential bandwidth × data fraction).
     pub ratio_to_sequential: f64,
+    /// What the cleaner's own traffic allows at the measured amplification WA: each host
+    /// block costs WA × 4 KiB written with parity (at the sequential write bandwidth) and
+    /// (WA − 1) × 4 KiB of live blocks read (at the sequential read bandwidth).
+    pub cleaner_bound_iops: f64,
+    /// Steady IOPS ÷ `cleaner_bound_iops`.
+    pub ratio_to_cleaner_bound: f64,
     /// Over the second half of the run.
     pub write_amplification: f64,
     pub write_amplification_total: f64,
@@ -190,6 +200,10 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
     progress("measuring the members' sequential O_DIRECT write bandwidth (all members at once, 5 s)");
     let sequential = sequential_write_bandwidth(&devices, options.chunk_size_bytes as usize, Duration::from_secs(5))?;
     progress(&format!("  {:.0} MB/s", sequential / 1e6));
+    progress("measuring the members' sequential O_DIRECT read bandwidth (all members at once, 5 s)");
+    let sequential_read =
+        sequential_read_bandwidth(&devices, options.chunk_size_bytes as usize, Duration::from_secs(5))?;
+    progress(&format!("  {:.0} MB/s", sequential_read / 1e6));
     let create = CreateOptions {
         raid_level: options.raid_level,
         chunk_size_bytes: options.chunk_size_bytes,
@@ -349,6 +363,7 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
     let write_amplification = cleaning_amplification(half, &end);
     let data_written = end.member_bytes_data.saturating_sub(half.member_bytes_data) as f64;
     let members_written = end.member_bytes_written.saturating_sub(half.member_bytes_written) as f64;
+    let cleaner_bound_iops = cleaner_bound_iops(write_amplification, data_fraction, sequential, sequential_read);
     let report = Report {
         member_count: options.member_count,
         raid_level: options.raid_level.to_string(),
@@ -360,6 +375,7 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         logical_size_bytes,
         members: descriptions,
         sequential_write_bytes_per_second: sequential,
+        sequential_read_bytes_per_second: sequential_read,
         data_fraction,
         fill_seconds,
         seconds,
@@ -367,6 +383,8 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         iops_per_second,
         intervals,
         ratio_to_sequential: steady_iops * IO_SIZE_BYTES as f64 / (sequential * data_fraction),
+        cleaner_bound_iops,
+        ratio_to_cleaner_bound: steady_iops / cleaner_bound_iops.max(1e-9),
         steady_state: steady,
         write_amplification,
         write_amplification_total: if data_written > 0.0 { members_written / data_written } else { 0.0 },
@@ -376,6 +394,24 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
     };
     volume.close().map_err(|error| error.to_string())?;
     Ok(report)
+}
+
+/// 4 KiB host writes per second that the members can take at write amplification
+/// `write_amplification` (cleaning: (host + relocated) ÷ host): each host block is written
+/// `write_amplification` times, with parity (`data_fraction` of what the members write is
+/// data), and `write_amplification − 1` relocated blocks are read first. Reads and writes
+/// are taken to share the members' time, as they do on one drive.
+pub fn cleaner_bound_iops(
+    write_amplification: f64,
+    data_fraction: f64,
+    sequential_write_bytes_per_second: f64,
+    sequential_read_bytes_per_second: f64,
+) -> f64 {
+    let block = IO_SIZE_BYTES as f64;
+    let amplification = write_amplification.max(1.0);
+    let seconds_per_block = amplification * block / (data_fraction * sequential_write_bytes_per_second)
+        + (amplification - 1.0) * block / sequential_read_bytes_per_second;
+    1.0 / seconds_per_block
 }
 
 /// A chart (SVG or PNG by extension): IOPS every second (top) and write latency p99 and maximum per interval
@@ -481,5 +517,16 @@ mod tests {
         let falling: Vec<f64> = (0..10).map(|round| 1000.0 * 0.97f64.powi(round)).collect();
         assert!(steady_state(&falling).is_none());
         assert!(steady_state(&[1.0, 1.0]).is_none());
+    }
+
+    #[test]
+    fn the_cleaner_bound_charges_parity_writes_and_relocation_reads() {
+        // No cleaning: the members' write bandwidth less parity.
+        let fresh = cleaner_bound_iops(1.0, 0.8, 1e9, 2e9);
+        assert!((fresh - 0.8e9 / 4096.0).abs() < 1e-3);
+        // WA 2: two parity-laden writes and one read per host block.
+        let steady = cleaner_bound_iops(2.0, 0.8, 1e9, 2e9);
+        let expected = 1.0 / (2.0 * 4096.0 / 0.8e9 + 4096.0 / 2e9);
+        assert!((steady - expected).abs() < 1e-6 * expected);
     }
 }

@@ -1320,6 +1320,14 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
         report.ratio_to_sequential
     );
     println!(
+        "steady IOPS ÷ the cleaner's traffic bound {:.0} IOPS (at WA {:.2}: WA × 4 KiB written with parity at {:.0} MB/s, (WA − 1) × 4 KiB read at {:.0} MB/s) = {:.3}",
+        report.cleaner_bound_iops,
+        report.write_amplification,
+        report.sequential_write_bytes_per_second / 1e6,
+        report.sequential_read_bytes_per_second / 1e6,
+        report.ratio_to_cleaner_bound
+    );
+    println!(
         "write_amplification (cleaning, second half) {:.3}; total with parity and summaries {:.3}; latency p99 {:.0} µs, max {:.1} ms",
         report.write_amplification,
         report.write_amplification_total,
