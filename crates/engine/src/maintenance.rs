@@ -11,7 +11,7 @@ use crate::layout::format;
 use crate::layout::geometry::{BlockLocation, Role, BLOCK_SIZE_BYTES};
 use crate::space::SegmentStatus;
 use serde::Serialize;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use stripelog_blockdev::{AlignedBuffer, IoRequest};
 
@@ -74,13 +74,74 @@ pub struct ScrubReport {
     pub seconds: f64,
 }
 
+/// Segments a rebuild or scrub works on at once (each read from every member, checked and
+/// written while the others wait on their I/O), bounded again by
+/// [`MAINTENANCE_BUFFER_BYTES_MAXIMUM`].
+const MAINTENANCE_WORKERS_MAXIMUM: usize = 8;
+
+/// The most buffer memory the workers of a rebuild or scrub hold together (each holds one
+/// chunk per member and one per rebuilt member).
+const MAINTENANCE_BUFFER_BYTES_MAXIMUM: usize = 256 << 20;
+
+/// How often the thread that started a parallel walk reports its progress.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
+
 /// A walk over every segment (rebuild, scrub): kept at or below a byte rate by sleeping,
-/// and reported to a progress callback at every segment and at the end.
+/// and reported to a progress callback as it goes and at the end.
 struct SegmentWalk<'a> {
+    progress: &'a dyn Fn(MaintenanceProgress),
+    tally: WalkTally,
+}
+
+/// What the workers of a walk share: the segments handed out and done, bytes moved.
+struct WalkTally {
     started: Instant,
     bytes_per_second: Option<u64>,
     segment_count: u64,
-    progress: &'a dyn Fn(MaintenanceProgress),
+    /// The next segment to hand out.
+    next_segment: AtomicU64,
+    segments_done: AtomicU64,
+    /// Bytes moved so far (read by a scrub, written by a rebuild).
+    bytes: AtomicU64,
+    /// A worker failed: the others stop at their next segment.
+    stopped: AtomicBool,
+}
+
+impl WalkTally {
+    /// The next segment to work on, once the rate allows (`None`: every segment is taken,
+    /// or a worker failed).
+    fn take(&self) -> Option<u64> {
+        if self.stopped.load(Ordering::Acquire) {
+            return None;
+        }
+        if let Some(rate) = self.bytes_per_second.filter(|&rate| rate > 0) {
+            let due = Duration::from_secs_f64(self.bytes.load(Ordering::Acquire) as f64 / rate as f64);
+            if let Some(wait) = due.checked_sub(self.started.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+        let segment = self.next_segment.fetch_add(1, Ordering::AcqRel);
+        (segment < self.segment_count).then_some(segment)
+    }
+
+    fn done(&self, bytes: u64) {
+        self.bytes.fetch_add(bytes, Ordering::AcqRel);
+        self.segments_done.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Take segments and `work` on them until none is left or one fails.
+    fn work_through<S>(&self, state: &mut S, work: &impl Fn(&mut S, u64) -> Result<u64>) -> Result<()> {
+        while let Some(segment) = self.take() {
+            match work(state, segment) {
+                Ok(bytes) => self.done(bytes),
+                Err(error) => {
+                    self.stopped.store(true, Ordering::Release);
+                    return Err(error);
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl SegmentWalk<'_> {
@@ -90,43 +151,119 @@ impl SegmentWalk<'_> {
         progress: &'a dyn Fn(MaintenanceProgress),
     ) -> SegmentWalk<'a> {
         SegmentWalk {
-            started: Instant::now(),
-            bytes_per_second: options.rate_bytes_per_second,
-            segment_count,
             progress,
+            tally: WalkTally {
+                started: Instant::now(),
+                bytes_per_second: options.rate_bytes_per_second,
+                segment_count,
+                next_segment: AtomicU64::new(0),
+                segments_done: AtomicU64::new(0),
+                bytes: AtomicU64::new(0),
+                stopped: AtomicBool::new(false),
+            },
         }
     }
 
-    /// About to do `segment`, with `bytes_so_far` moved: wait as the rate requires, report.
-    fn at(&self, segment: u64, bytes_so_far: u64) {
-        if let Some(rate) = self.bytes_per_second.filter(|&rate| rate > 0) {
-            let due = Duration::from_secs_f64(bytes_so_far as f64 / rate as f64);
-            if let Some(wait) = due.checked_sub(self.started.elapsed()) {
-                std::thread::sleep(wait);
+    fn report(&self) {
+        let tally = &self.tally;
+        (self.progress)(MaintenanceProgress {
+            segments_done: tally.segments_done.load(Ordering::Acquire).min(tally.segment_count),
+            segments_total: tally.segment_count,
+            bytes: tally.bytes.load(Ordering::Acquire),
+        });
+    }
+
+    fn finish(&self) {
+        self.tally.segments_done.store(self.tally.segment_count, Ordering::Release);
+        self.report();
+    }
+
+    /// Run `work` on every segment, each worker with its own `state` (buffers, counts),
+    /// and return the workers' states. Several segments at once when the engine's I/O is
+    /// threaded (`workers` of them); one after another on the calling thread otherwise, so
+    /// that a simulation stays deterministic. `work` returns the bytes it moved.
+    fn run<S: Send>(
+        &self,
+        workers: usize,
+        make_state: impl Fn() -> S + Sync,
+        work: impl Fn(&mut S, u64) -> Result<u64> + Sync,
+    ) -> Result<Vec<S>> {
+        let tally = &self.tally;
+        if workers <= 1 {
+            let mut state = make_state();
+            let report_each = |state: &mut S, segment: u64| {
+                self.report();
+                work(state, segment)
+            };
+            return tally.work_through(&mut state, &report_each).map(|()| vec![state]);
+        }
+        let (work, make_state) = (&work, &make_state);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..workers)
+                .map(|_| {
+                    scope.spawn(move || {
+                        let mut state = make_state();
+                        tally.work_through(&mut state, work).map(|()| state)
+                    })
+                })
+                .collect();
+            while !handles.iter().all(|handle| handle.is_finished()) {
+                self.report();
+                std::thread::sleep(PROGRESS_INTERVAL);
             }
-        }
-        self.report(segment, bytes_so_far);
-    }
-
-    fn finish(&self, bytes: u64) {
-        self.report(self.segment_count, bytes);
-    }
-
-    fn report(&self, segments_done: u64, bytes: u64) {
-        (self.progress)(MaintenanceProgress { segments_done, segments_total: self.segment_count, bytes });
+            let mut states = Vec::with_capacity(workers);
+            let mut failure = None;
+            for handle in handles {
+                match handle.join() {
+                    Ok(Ok(state)) => states.push(state),
+                    Ok(Err(error)) => {
+                        failure.get_or_insert(error);
+                    }
+                    Err(_) => {
+                        failure.get_or_insert(Error::InvalidRequest("a maintenance worker panicked".into()));
+                    }
+                }
+            }
+            match failure {
+                Some(error) => Err(error),
+                None => Ok(states),
+            }
+        })
     }
 }
 
-/// One segment's rows as read from every member (`None`: not readable there).
+/// One segment's rows as read from every member. A worker keeps one and reads every
+/// segment it takes into the same buffers (fresh ones would cost a page fault per 4 KiB).
 struct SegmentRows {
     segment: u64,
-    chunks: Vec<Option<AlignedBuffer>>,
+    /// One chunk-sized buffer per member.
+    buffers: Vec<AlignedBuffer>,
+    /// Per member: whether its rows were read (not readable there, skipped, or failed).
+    read: Vec<bool>,
+    /// Bytes read from each member that was read.
+    length_bytes: usize,
 }
 
 impl SegmentRows {
+    fn new(member_count: usize, chunk_size_bytes: usize) -> SegmentRows {
+        SegmentRows {
+            segment: 0,
+            buffers: (0..member_count).map(|_| AlignedBuffer::zeroed(chunk_size_bytes)).collect(),
+            read: vec![false; member_count],
+            length_bytes: 0,
+        }
+    }
+
+    /// The block of `row` as read from `member` (`None`: not read there, or beyond the rows
+    /// read; the buffer may hold an earlier segment there).
     fn block(&self, member: usize, row: u32) -> Option<&[u8]> {
         let start = row as usize * BLOCK_SIZE_BYTES;
-        self.chunks[member].as_ref().map(|chunk| &chunk[start..start + BLOCK_SIZE_BYTES])
+        (self.read[member] && start + BLOCK_SIZE_BYTES <= self.length_bytes)
+            .then(|| &self.buffers[member][start..start + BLOCK_SIZE_BYTES])
+    }
+
+    fn bytes_read(&self) -> u64 {
+        self.read.iter().filter(|&&read| read).count() as u64 * self.length_bytes as u64
     }
 }
 
@@ -140,6 +277,22 @@ struct VerifiedRow {
     unrecoverable: Vec<usize>,
     /// Member blocks of the row that were unreadable or wrong (data copies and parity).
     damaged_members: Vec<usize>,
+}
+
+/// What one worker of a rebuild keeps from segment to segment.
+struct RebuildWorker {
+    read: SegmentRows,
+    /// One chunk per rebuilt member.
+    outputs: Vec<AlignedBuffer>,
+    report: RebuildReport,
+}
+
+/// What one worker of a scrub keeps from segment to segment.
+struct ScrubWorker {
+    read: SegmentRows,
+    report: ScrubReport,
+    damaged_segments: Vec<u64>,
+    unrecoverable_positions: Vec<u64>,
 }
 
 /// Maintenance of one volume: replacement, rebuild and scrub, over its `Core` and, for
@@ -164,27 +317,55 @@ impl<'a> Maintenance<'a> {
         )
     }
 
-    /// Read rows `[0, rows)` of `segment` from every member readable there, one read each.
-    fn read_segment_rows(&self, segment: u64, rows: u32, skip: &[usize]) -> SegmentRows {
+    /// Segments worked on at once: as many as [`MAINTENANCE_WORKERS_MAXIMUM`] and the
+    /// buffer bound allow with threaded I/O, one with inline I/O (simulation).
+    fn workers(&self, chunks_per_worker: usize) -> usize {
+        if self.core.io_mode != crate::log::IoMode::Threaded {
+            return 1;
+        }
+        let bytes_per_worker = chunks_per_worker.max(1) * self.core.geometry.chunk_size_bytes as usize;
+        (MAINTENANCE_BUFFER_BYTES_MAXIMUM / bytes_per_worker).clamp(1, MAINTENANCE_WORKERS_MAXIMUM)
+    }
+
+    fn segment_rows(&self) -> SegmentRows {
+        SegmentRows::new(self.core.geometry.member_count, self.core.geometry.chunk_size_bytes as usize)
+    }
+
+    /// Read rows `[0, rows)` of `segment` from every member readable there, one read each
+    /// and all members at once, into `into`.
+    fn read_segment_rows(&self, segment: u64, rows: u32, skip: &[usize], into: &mut SegmentRows) {
         let length = rows as usize * BLOCK_SIZE_BYTES;
         let offset = self.core.geometry.member_offset_bytes(segment, 0);
-        let read_member = |member: usize| {
+        let read_member = |(member, buffer): (usize, &mut AlignedBuffer)| {
             if skip.contains(&member) {
-                return None;
+                return false;
             }
-            let device = self.core.members.readable(member, segment)?;
-            let mut chunk = AlignedBuffer::zeroed(length);
-            let result = device.read_at(&mut chunk, offset);
+            let Some(device) = self.core.members.readable(member, segment) else {
+                return false;
+            };
+            let result = device.read_at(&mut buffer[..length], offset);
             self.core.members.read_done(member, result.as_ref().err(), &self.core.counters);
-            result.ok().map(|()| chunk)
+            result.is_ok()
         };
-        let members: Vec<usize> = (0..self.core.geometry.member_count).collect();
+        into.segment = segment;
+        into.length_bytes = length;
         let parallel = self.core.io_mode == crate::log::IoMode::Threaded;
-        let chunks = crate::array::members::for_each_member(&members, parallel, read_member)
-            .into_iter()
-            .map(Option::flatten)
-            .collect();
-        SegmentRows { segment, chunks }
+        into.read = if parallel {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = into
+                    .buffers
+                    .iter_mut()
+                    .enumerate()
+                    .map(|member| {
+                        let read_member = &read_member;
+                        scope.spawn(move || read_member(member))
+                    })
+                    .collect();
+                handles.into_iter().map(|handle| handle.join().unwrap_or(false)).collect()
+            })
+        } else {
+            into.buffers.iter_mut().enumerate().map(read_member).collect()
+        };
     }
 
     /// The data of one row, every block checked against its CRC32C: a copy that
@@ -214,9 +395,7 @@ impl<'a> Maintenance<'a> {
                         slot.get_or_insert_with(|| block.to_vec());
                     }
                     Some(_) => damaged_members.push(member),
-                    None if read.chunks[member].is_none() && self.core.members.readable(member, segment).is_some() => {
-                        damaged_members.push(member)
-                    }
+                    None if self.core.members.readable(member, segment).is_some() => damaged_members.push(member),
                     None => {}
                 }
             }
@@ -264,6 +443,47 @@ impl<'a> Maintenance<'a> {
             }
         }
         VerifiedRow { data, parity: computed, unrecoverable, damaged_members }
+    }
+
+    /// The checksums of the segment in `read`, its summaries taken from the rows read
+    /// (rebuilt from their row when their member was not read) where they prove
+    /// themselves there, from the members otherwise. `None`: its summaries are lost.
+    fn checksum_table(&self, read: &SegmentRows) -> Option<std::sync::Arc<ChecksumTable>> {
+        let geometry = &self.core.geometry;
+        let from_rows = |position: u64, out: &mut [u8]| {
+            let location = geometry.locate(position);
+            if location.segment != read.segment {
+                return false;
+            }
+            let row = location.row;
+            if let Some(block) = geometry
+                .members_of_column(read.segment, location.column)
+                .into_iter()
+                .find_map(|member| read.block(member, row))
+            {
+                out.copy_from_slice(block);
+                return true;
+            }
+            let data: Vec<Option<&[u8]>> = (0..geometry.data_columns())
+                .map(|column| {
+                    geometry
+                        .members_of_column(read.segment, column)
+                        .into_iter()
+                        .find_map(|member| read.block(member, row))
+                })
+                .collect();
+            let parity: Vec<Option<&[u8]>> = (0..geometry.parity_shards())
+                .map(|shard| read.block(geometry.member_of_role(read.segment, Role::Parity { shard }), row))
+                .collect();
+            match crate::array::parity::reconstruct(geometry.raid_level, &data, &parity, location.column) {
+                Some(block) => {
+                    out.copy_from_slice(&block);
+                    true
+                }
+                None => false,
+            }
+        };
+        self.core.checksum_table_from_rows(read.segment, &from_rows).ok()
     }
 
     fn row_parity(&self, data: &[Vec<u8>]) -> Vec<Vec<u8>> {
@@ -437,55 +657,19 @@ impl<'a> Maintenance<'a> {
         self.core.flush_members()?;
         let segment_count = self.core.geometry.segment_count();
         let walk = SegmentWalk::new(options, segment_count, progress);
-        for segment in 0..segment_count {
-            walk.at(segment, report.bytes_written);
-            let targets: Vec<usize> = targets
-                .iter()
-                .copied()
-                .filter(|&member| self.core.members.readable(member, segment).is_none())
-                .collect();
-            if targets.is_empty() {
-                continue;
-            }
-            self.core.members.check_running()?;
-            // No release (and reuse) of the segment while it is rebuilt.
-            let _fence = self.core.reuse_fence.read();
-            let (status, rows) = self.segment_status_and_rows(segment);
-            if matches!(status, SegmentStatus::Free | SegmentStatus::Releasing) {
-                continue;
-            }
-            if rows > 0 {
-                let read = self.read_segment_rows(segment, rows, &targets);
-                let length = rows as usize * BLOCK_SIZE_BYTES;
-                let mut outputs: Vec<AlignedBuffer> = targets.iter().map(|_| AlignedBuffer::zeroed(length)).collect();
-                let table = self.core.checksum_table(segment, None).ok();
-                for row in 0..rows {
-                    let verified = self.verify_row(&read, row, table.as_deref());
-                    report.blocks_unrecoverable += verified.unrecoverable.len() as u64;
-                    for (index, &target) in targets.iter().enumerate() {
-                        let block = match self.core.geometry.role_of_member(segment, target) {
-                            Role::Data { column, .. } => &verified.data[column],
-                            Role::Parity { shard } => &verified.parity[shard],
-                        };
-                        let start = row as usize * BLOCK_SIZE_BYTES;
-                        outputs[index][start..start + BLOCK_SIZE_BYTES].copy_from_slice(block);
-                    }
-                }
-                let offset = self.core.geometry.member_offset_bytes(segment, 0);
-                for (index, &target) in targets.iter().enumerate() {
-                    let Some(device) = self.core.members.writable(target) else {
-                        return Err(Error::RebuildInterrupted { member: target });
-                    };
-                    device
-                        .write_at(&outputs[index], offset)
-                        .or_else(|error| self.core.members.write_failed(target, error))?;
-                    report.bytes_written += length as u64;
-                }
-                report.segments_rebuilt += 1;
-            }
-            for &target in &targets {
-                self.core.members.mark_readable(target, segment);
-            }
+        let chunk_size_bytes = self.core.geometry.chunk_size_bytes as usize;
+        let workers = self.workers(self.core.geometry.member_count + targets.len());
+        let make_state = || RebuildWorker {
+            read: self.segment_rows(),
+            outputs: targets.iter().map(|_| AlignedBuffer::zeroed(chunk_size_bytes)).collect(),
+            report: RebuildReport::default(),
+        };
+        let states =
+            walk.run(workers, make_state, |worker, segment| self.rebuild_segment(&targets, segment, worker))?;
+        for state in states {
+            report.segments_rebuilt += state.report.segments_rebuilt;
+            report.bytes_written += state.report.bytes_written;
+            report.blocks_unrecoverable += state.report.blocks_unrecoverable;
         }
         // Durable on the new members before the superblocks say they are whole.
         self.core.members.flush_all(self.core.io_mode == crate::log::IoMode::Threaded)?;
@@ -495,9 +679,61 @@ impl<'a> Maintenance<'a> {
             }
         }
         self.core.members.finish_rebuild(&targets)?;
-        walk.finish(report.bytes_written);
+        walk.finish();
         report.seconds = started.elapsed().as_secs_f64();
         Ok(report)
+    }
+
+    /// Rebuild `segment` on those of `targets` not yet readable there: read its written
+    /// rows from every other member, verify them row by row, write the targets' chunks.
+    /// Returns the bytes written.
+    fn rebuild_segment(&self, targets: &[usize], segment: u64, worker: &mut RebuildWorker) -> Result<u64> {
+        let targets: Vec<usize> =
+            targets.iter().copied().filter(|&member| self.core.members.readable(member, segment).is_none()).collect();
+        if targets.is_empty() {
+            return Ok(0);
+        }
+        self.core.members.check_running()?;
+        // No release (and reuse) of the segment while it is rebuilt.
+        let _fence = self.core.reuse_fence.read();
+        let (status, rows) = self.segment_status_and_rows(segment);
+        if matches!(status, SegmentStatus::Free | SegmentStatus::Releasing) {
+            return Ok(0);
+        }
+        let mut bytes_written = 0;
+        if rows > 0 {
+            self.read_segment_rows(segment, rows, &targets, &mut worker.read);
+            let length = rows as usize * BLOCK_SIZE_BYTES;
+            let table = self.checksum_table(&worker.read);
+            for row in 0..rows {
+                let verified = self.verify_row(&worker.read, row, table.as_deref());
+                worker.report.blocks_unrecoverable += verified.unrecoverable.len() as u64;
+                for (index, &target) in targets.iter().enumerate() {
+                    let block = match self.core.geometry.role_of_member(segment, target) {
+                        Role::Data { column, .. } => &verified.data[column],
+                        Role::Parity { shard } => &verified.parity[shard],
+                    };
+                    let start = row as usize * BLOCK_SIZE_BYTES;
+                    worker.outputs[index][start..start + BLOCK_SIZE_BYTES].copy_from_slice(block);
+                }
+            }
+            let offset = self.core.geometry.member_offset_bytes(segment, 0);
+            for (index, &target) in targets.iter().enumerate() {
+                let Some(device) = self.core.members.writable(target) else {
+                    return Err(Error::RebuildInterrupted { member: target });
+                };
+                device
+                    .write_at(&worker.outputs[index][..length], offset)
+                    .or_else(|error| self.core.members.write_failed(target, error))?;
+                bytes_written += length as u64;
+            }
+            worker.report.segments_rebuilt += 1;
+            worker.report.bytes_written += length as u64 * targets.len() as u64;
+        }
+        for &target in &targets {
+            self.core.members.mark_readable(target, segment);
+        }
+        Ok(bytes_written)
     }
 
     /// Read every written row of every segment in use from every member, verify it, and
@@ -514,34 +750,27 @@ impl<'a> Maintenance<'a> {
         }
         let segment_count = self.core.geometry.segment_count();
         let walk = SegmentWalk::new(options, segment_count, progress);
+        let workers = self.workers(self.core.geometry.member_count);
+        let make_state = || ScrubWorker {
+            read: self.segment_rows(),
+            report: ScrubReport::default(),
+            damaged_segments: Vec::new(),
+            unrecoverable_positions: Vec::new(),
+        };
+        let states = walk.run(workers, make_state, |worker, segment| Ok(self.scrub_segment(segment, worker)))?;
         let mut damaged_segments = Vec::new();
         let mut unrecoverable_positions = Vec::new();
-        for segment in 0..segment_count {
-            walk.at(segment, report.bytes_read);
-            let _fence = self.core.reuse_fence.read();
-            let (status, rows) = self.segment_status_and_rows(segment);
-            if rows == 0 || !matches!(status, SegmentStatus::Used | SegmentStatus::Current) {
-                continue;
-            }
-            report.segments_scanned += 1;
-            let read = self.read_segment_rows(segment, rows, &[]);
-            report.bytes_read += read.chunks.iter().flatten().map(|chunk| chunk.len() as u64).sum::<u64>();
-            let mut damaged = false;
-            let table = self.core.checksum_table(segment, None).ok();
-            for row in 0..rows {
-                let verified = self.verify_row(&read, row, table.as_deref());
-                report.blocks_checked += self.core.geometry.member_count as u64;
-                report.parity_rows_checked += (self.core.geometry.parity_shards() > 0) as u64;
-                report.blocks_damaged += verified.damaged_members.len() as u64;
-                damaged |= !verified.damaged_members.is_empty() || !verified.unrecoverable.is_empty();
-                for column in verified.unrecoverable {
-                    unrecoverable_positions.push(self.core.geometry.position(segment, row, column));
-                }
-            }
-            if damaged {
-                damaged_segments.push(segment);
-            }
+        for state in states {
+            report.segments_scanned += state.report.segments_scanned;
+            report.bytes_read += state.report.bytes_read;
+            report.blocks_checked += state.report.blocks_checked;
+            report.parity_rows_checked += state.report.parity_rows_checked;
+            report.blocks_damaged += state.report.blocks_damaged;
+            damaged_segments.extend(state.damaged_segments);
+            unrecoverable_positions.extend(state.unrecoverable_positions);
         }
+        // Repairs in segment order, whatever order the workers finished in.
+        damaged_segments.sort_unstable();
         // Live blocks at positions nothing can rebuild stay where they are (their reads
         // fail); their segments are kept from the cleaner.
         let mut pinned = Vec::new();
@@ -565,8 +794,38 @@ impl<'a> Maintenance<'a> {
             self.core.make_sealed_durable()?;
         }
         report.seconds = started.elapsed().as_secs_f64();
-        walk.finish(report.bytes_read);
+        walk.finish();
         Ok(report)
+    }
+
+    /// Read `segment`'s written rows from every member and verify them, if it is in use;
+    /// counts go to `worker`. Returns the bytes read.
+    fn scrub_segment(&self, segment: u64, worker: &mut ScrubWorker) -> u64 {
+        let _fence = self.core.reuse_fence.read();
+        let (status, rows) = self.segment_status_and_rows(segment);
+        if rows == 0 || !matches!(status, SegmentStatus::Used | SegmentStatus::Current) {
+            return 0;
+        }
+        worker.report.segments_scanned += 1;
+        self.read_segment_rows(segment, rows, &[], &mut worker.read);
+        let bytes_read = worker.read.bytes_read();
+        worker.report.bytes_read += bytes_read;
+        let mut damaged = false;
+        let table = self.checksum_table(&worker.read);
+        for row in 0..rows {
+            let verified = self.verify_row(&worker.read, row, table.as_deref());
+            worker.report.blocks_checked += self.core.geometry.member_count as u64;
+            worker.report.parity_rows_checked += (self.core.geometry.parity_shards() > 0) as u64;
+            worker.report.blocks_damaged += verified.damaged_members.len() as u64;
+            damaged |= !verified.damaged_members.is_empty() || !verified.unrecoverable.is_empty();
+            for column in verified.unrecoverable {
+                worker.unrecoverable_positions.push(self.core.geometry.position(segment, row, column));
+            }
+        }
+        if damaged {
+            worker.damaged_segments.push(segment);
+        }
+        bytes_read
     }
 
     /// Move every readable live block of `segment` into new segments (the cleaner's

@@ -1094,6 +1094,7 @@ impl Volume {
             durable,
             &shared.map,
             &shared.shared.read(),
+            shared.io_mode == IoMode::Threaded,
         )?;
         report.members_not_redundant = shared.members.lost();
         Ok(report)

@@ -926,8 +926,13 @@ fn print_info(stats: &VolumeStats) {
 
 fn print_check(report: &CheckReport) {
     println!(
-        "checked {} batches, {} blocks in {} segments",
-        report.batches_checked, report.blocks_checked, report.segments_scanned
+        "checked {} batches, {} blocks in {} segments: {} of member rows read in {:.1} s ({}/s)",
+        report.batches_checked,
+        report.blocks_checked,
+        report.segments_scanned,
+        crate::units::format_bytes(report.bytes_read),
+        report.seconds,
+        crate::units::format_bytes((report.bytes_read as f64 / report.seconds.max(1e-9)) as u64)
     );
     println!("  damaged blocks rebuildable from redundancy: {}", report.blocks_repairable);
     println!("  damaged blocks that cannot be rebuilt:      {}", report.blocks_unrecoverable);

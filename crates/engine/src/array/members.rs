@@ -436,8 +436,19 @@ impl Members {
     /// read fails. `FAILURE_READ_ERRORS` errors in a row fail the member (when the volume
     /// survives it; otherwise it stays, and its blocks are rebuilt where they can be).
     pub(crate) fn read_raw(&self, member: usize, offset_bytes: u64, counters: &Counters) -> Option<AlignedBuffer> {
+        self.read_raw_range(member, offset_bytes, BLOCK_SIZE_BYTES, counters)
+    }
+
+    /// [`Members::read_raw`] of `length_bytes` (within one segment) in one read.
+    pub(crate) fn read_raw_range(
+        &self,
+        member: usize,
+        offset_bytes: u64,
+        length_bytes: usize,
+        counters: &Counters,
+    ) -> Option<AlignedBuffer> {
         let device = self.readable_at(member, offset_bytes)?;
-        let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+        let mut block = AlignedBuffer::zeroed(length_bytes);
         let started = Instant::now();
         let result = device.read_at(&mut block, offset_bytes);
         self.read_latency[member].record(started.elapsed(), || self.hedge_deadline());

@@ -1531,6 +1531,10 @@ impl Core {
 
 /// What `Core::for_each_summary` hands each summary to: the summary with its batch index,
 /// the CRC32C of its block, and the data-space position of any batch index of its batch.
+/// A block at a data-space position from what a caller holds in memory (`false`: not
+/// there); what it gives must still prove itself.
+pub(crate) type BlockSource<'a> = dyn Fn(u64, &mut [u8]) -> bool + 'a;
+
 type SummaryVisitor<'a> = dyn FnMut((&format::Summary, u32), u32, &dyn Fn(u32) -> u64) + 'a;
 
 /// One entry of a segment's summaries, and the data-space position of the block it
@@ -1551,7 +1555,7 @@ impl Core {
     pub(crate) fn segment_entries(&self, segment: u64) -> std::result::Result<Vec<SegmentEntry>, ReadFailure> {
         let sealed_rows = self.state.lock().space.segments[segment as usize].sealed_rows;
         let mut entries = Vec::new();
-        self.for_each_summary(segment, sealed_rows, None, &mut |summary, _, position_of| {
+        self.for_each_summary(segment, sealed_rows, None, None, &mut |summary, _, position_of| {
             for (index, entry) in format::batch_entries(std::iter::once(summary)) {
                 entries.push(SegmentEntry {
                     entry,
@@ -1590,9 +1594,26 @@ impl Core {
             Some(state) => state.space.segments[segment as usize].sealed_rows,
             None => self.state.lock().space.segments[segment as usize].sealed_rows,
         };
-        let table = Arc::new(self.load_checksum_table(segment, sealed_rows, held)?);
+        let table = Arc::new(self.load_checksum_table(segment, sealed_rows, held, None)?);
         self.checksums.insert(segment, table.clone(), false);
         Ok(table)
+    }
+
+    /// [`Core::checksum_table`] for a caller that has read the segment's rows already (a
+    /// rebuild, a scrub): its summaries are taken from `rows` (the block at a data-space
+    /// position, `false`: not there) when they prove themselves there, and read from the
+    /// members only when not. The table is not cached: a walk over every segment would
+    /// evict the tables client reads use.
+    pub(crate) fn checksum_table_from_rows(
+        &self,
+        segment: u64,
+        rows: &BlockSource,
+    ) -> std::result::Result<Arc<ChecksumTable>, ReadFailure> {
+        if let Some(table) = self.checksums.get(segment) {
+            return Ok(table);
+        }
+        let sealed_rows = self.state.lock().space.segments[segment as usize].sealed_rows;
+        Ok(Arc::new(self.load_checksum_table(segment, sealed_rows, None, Some(rows))?))
     }
 
     /// The checksum of every position of `segment`, from its summaries: the CRC of each
@@ -1603,11 +1624,12 @@ impl Core {
         segment: u64,
         sealed_rows: u32,
         held: Option<&WriteState>,
+        rows: Option<&BlockSource>,
     ) -> std::result::Result<ChecksumTable, ReadFailure> {
         let per_segment = self.geometry.blocks_per_segment();
         let data_columns = self.geometry.data_columns() as u32;
         let table = ChecksumTable::new(per_segment);
-        self.for_each_summary(segment, sealed_rows, held, &mut |(summary, index), checksum, position_of| {
+        self.for_each_summary(segment, sealed_rows, held, rows, &mut |(summary, index), checksum, position_of| {
             table.set(position_of(index) % per_segment, checksum);
             for (data_index, entry) in format::batch_entries(std::iter::once((summary, index))) {
                 // (A further fragment's checksum is its decompressed block's, not its
@@ -1644,6 +1666,7 @@ impl Core {
         segment: u64,
         sealed_rows: u32,
         held: Option<&WriteState>,
+        rows: Option<&BlockSource>,
         visit: &mut SummaryVisitor,
     ) -> std::result::Result<(), ReadFailure> {
         let data_columns = self.geometry.data_columns() as u32;
@@ -1667,7 +1690,10 @@ impl Core {
                             }
                     })
                 };
-                self.read_self_verifying(position_of(index), &valid, held, &mut block)?;
+                let position = position_of(index);
+                if !rows.is_some_and(|rows| rows(position, &mut block) && valid(&block)) {
+                    self.read_self_verifying(position, &valid, held, &mut block)?;
+                }
                 let summary =
                     format::Summary::decode(&block, &self.volume_uuid).ok_or(ReadFailure::BeyondRedundancy)?;
                 visit((&summary, index), format::block_checksum(&block), &position_of);
