@@ -194,8 +194,12 @@ pub fn run(options: &Options, progress: &(dyn Fn(&str, f64) + Sync)) -> Result<R
     }
     let mut columns = Vec::new();
     // 1. The raw members, all at once. Opening them checks --force for the whole run.
-    let target_options =
-        TargetOptions { writes: true, force: options.force, create_size_bytes: options.member_size_bytes };
+    let target_options = TargetOptions {
+        writes: true,
+        force: options.force,
+        create_size_bytes: options.member_size_bytes,
+        ..Default::default()
+    };
     let raw: Vec<Box<dyn Target>> = options
         .members
         .iter()

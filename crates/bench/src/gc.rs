@@ -10,7 +10,7 @@ use stripelog_blockdev::{BlockDevice, MemoryDevice, Prng};
 use stripelog_engine::{
     CleaningPolicy, CreateOptions, IoMode, MemberDevice, OpenOptions, RaidLevel, Volume, BLOCK_SIZE_BYTES,
 };
-use stripelog_flashsim::theory::greedy_uniform_write_amplification;
+use stripelog_flashsim::theory::{greedy_uniform_write_amplification, two_pool_write_amplification};
 
 /// Which blocks the writes go to.
 #[derive(Clone, Debug, PartialEq)]
@@ -128,6 +128,9 @@ pub struct Report {
     pub spare_fraction_for_data: f64,
     /// The analytic greedy figure at that spare fraction (uniform writes).
     pub reference_greedy_uniform_for_data: Option<f64>,
+    /// Hot/cold workloads: the bound with perfect separation into two pools, each cleaned
+    /// greedily, at the nominal spare fraction (the cleaner's reserve not taken off).
+    pub reference_two_pool: Option<f64>,
     pub cleaning_rounds: u64,
     pub seconds: f64,
 }
@@ -312,6 +315,14 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         spare_fraction_for_data,
         reference_greedy_uniform_for_data: (options.workload == Workload::Uniform && spare_fraction_for_data > 0.0)
             .then(|| greedy_uniform_write_amplification(spare_fraction_for_data)),
+        reference_two_pool: match options.workload {
+            Workload::HotCold { hot_percent, hot_blocks_percent } => Some(two_pool_write_amplification(
+                hot_percent as f64 / 100.0,
+                hot_blocks_percent as f64 / 100.0,
+                options.spare_fraction,
+            )),
+            _ => None,
+        },
         cleaning_rounds: end.cleaning_rounds,
         seconds: started.elapsed().as_secs_f64(),
     })

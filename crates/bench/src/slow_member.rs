@@ -216,7 +216,7 @@ pub fn run(options: &Options, progress: &(dyn Fn(&str, f64) + Sync)) -> Result<R
         return Err("the region must be a multiple of 1 MiB".into());
     }
     // A fresh volume is created on the members: written over only with --force.
-    let overwrite = crate::target::TargetOptions { writes: true, force: options.force, create_size_bytes: None };
+    let overwrite = crate::target::TargetOptions { writes: true, force: options.force, ..Default::default() };
     for path in &options.members {
         crate::target::check_overwrite(path, &overwrite)?;
     }

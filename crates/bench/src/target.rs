@@ -102,6 +102,9 @@ pub struct TargetOptions {
     pub force: bool,
     /// Create a missing file of this size (sparse).
     pub create_size_bytes: Option<u64>,
+    /// `engine:` targets: the volume's block cache (`None`: the engine's default; 0: off,
+    /// so that every read goes to the members).
+    pub engine_cache_bytes: Option<u64>,
 }
 
 /// Open the target named by `spec` (see the module documentation for the forms).
@@ -401,10 +404,12 @@ impl EngineTarget {
                 let device = FileDevice::open(Path::new(path), &device_options).map_err(|error| error.to_string())?;
                 devices.push(MemberDevice { name: path.to_string(), device: Some(Arc::new(device)) });
             }
+            let defaults = VolumeOpenOptions::default();
             let open_options = VolumeOpenOptions {
                 read_only,
                 holder_program: "stripelog bench".into(),
-                ..VolumeOpenOptions::default()
+                cache_size_bytes: options.engine_cache_bytes.unwrap_or(defaults.cache_size_bytes),
+                ..defaults
             };
             Volume::open(devices, &open_options).map_err(|error| format!("engine:{members}: {error}"))
         };

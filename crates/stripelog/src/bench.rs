@@ -22,6 +22,10 @@ pub struct TargetArguments {
     /// Create a missing file target of this size (sparse).
     #[arg(long, value_parser = units::parse_size)]
     size: Option<u64>,
+    /// engine: targets: the volume's block cache (0: off, every read goes to the members;
+    /// default: the engine's, 256 MiB).
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size)]
+    engine_cache: Option<u64>,
     /// Allow writing to a target that holds data (its data is overwritten): a file or device
     /// that exists and is not empty, an NBD export with allocated extents (or that cannot say),
     /// an engine: volume with mapped blocks.
@@ -55,7 +59,12 @@ impl TargetArguments {
     }
 
     fn open(&self, writes: bool) -> Result<Box<dyn target::Target>, String> {
-        let options = TargetOptions { writes, force: self.force, create_size_bytes: self.size };
+        let options = TargetOptions {
+            writes,
+            force: self.force,
+            create_size_bytes: self.size,
+            engine_cache_bytes: self.engine_cache,
+        };
         target::open(&self.target, &options)
     }
 }
@@ -420,7 +429,8 @@ pub fn saturate_target(arguments: &SaturateTarget) -> Result<ExitCode, String> {
     if let Some(path) = &arguments.chart {
         stripelog_bench::chart::check(path)?;
     }
-    let options = TargetOptions { writes: true, force: arguments.force, create_size_bytes: arguments.size };
+    let options =
+        TargetOptions { writes: true, force: arguments.force, create_size_bytes: arguments.size, ..Default::default() };
     let target = target::open(&arguments.target, &options)?;
     let options = stripelog_bench::saturation::Options {
         precondition: arguments.precondition,

@@ -1128,6 +1128,12 @@ fn sim_gc(arguments: GcSimArguments) -> Result<ExitCode, String> {
         "spare fraction left once the cleaning reserve is taken {:.2} %{for_data}",
         report.spare_fraction_for_data * 100.0
     );
+    if let Some(bound) = report.reference_two_pool {
+        println!(
+            "two-pool bound (hot and cold perfectly separated, each cleaned greedily, at the nominal spare) {bound:.3}; measured ÷ bound {:.3}",
+            report.write_amplification / bound
+        );
+    }
     println!(
         "summaries {:.2} % and padding {:.2} % of the positions written; total amplification with RAID-5 parity {:.3}",
         report.summary_share * 100.0,
