@@ -53,7 +53,7 @@ fn workload(read_percent: u32, region_bytes: u64) -> Workload {
 }
 
 fn writes(create_size_bytes: Option<u64>, force: bool) -> TargetOptions {
-    TargetOptions { writes: true, force, create_size_bytes }
+    TargetOptions { writes: true, force, create_size_bytes, ..Default::default() }
 }
 
 #[test]
