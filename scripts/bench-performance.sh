@@ -124,6 +124,12 @@ nbd)
   serve "$d/s.sock" "$d/serve.log" "$stripelog" serve --cache 2GiB $(five_members "$d")
   rm -f "$d/k.sock"; nbdkit --foreground --unix "$d/k.sock" memory 4G 2>"$d/nbdkit.log" & children+=($!)
   wait_for_socket "$d/k.sock"
+  # A first pass on each, not counted: nbdkit allocates its pages on first write.
+  for server in s k; do
+    export_name=$([ $server = s ] && echo stripelog || echo "")
+    fio --name=warm --ioengine=nbd --uri="nbd+unix:///$export_name?socket=$d/$server.sock" --rw=write --bs=1m \
+      --iodepth=8 --size=1g >/dev/null 2>&1
+  done
   for round in 1 2 3; do
     for server in s k; do
       export_name=$([ $server = s ] && echo stripelog || echo "")
