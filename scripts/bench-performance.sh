@@ -83,11 +83,11 @@ tool)
   rm -f "$shm/tool"
   ;;
 steady)
-  "$stripelog" bench engine --dir "$directory/engine" --member-size 2GiB --region 4GiB --threads 4 \
+  "$stripelog" bench engine --dir "$directory/engine" --member-size 4GiB --region 8GiB --threads 4 \
     --read-threads 8 --duration "${seconds}s" --force --json "$directory/engine.json" >"$directory/engine.txt" 2>&1
   "$stripelog" bench saturate --dir "$directory/saturate" --member-size 2GiB --passes 3 --force \
     --json "$directory/saturate.json" --chart "$directory/saturate.svg" >"$directory/saturate.txt" 2>&1
-  fresh=$(json "$directory/engine.json" '[p for p in j["phases"] if p.get("ratio_to_sequential")][-1]["ratio_to_sequential"]')
+  fresh=$(json "$directory/engine.json" '"%.3f" % j["random_write"][-1]["ratio_to_sequential"]')
   echo "fresh volume, 4 KiB random writes (4 threads) × 4 KiB ÷ (members' sequential writes × data share): $fresh"
   ratio "steady state at 27 % spare: IOPS ÷ the cleaner's traffic bound" \
     "$(json "$directory/saturate.json" 'j["cleaner_bound_iops"] * j["ratio_to_cleaner_bound"]')" \

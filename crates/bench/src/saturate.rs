@@ -113,6 +113,9 @@ pub struct Report {
     pub write_amplification_total: f64,
     pub latency_p99_ns: u64,
     pub latency_max_ns: u64,
+    /// Client writes the engine's pacer held back, and the seconds they waited in all.
+    pub paced_writes: u64,
+    pub paced_seconds: f64,
     pub map_cache: crate::MapCacheUse,
 }
 
@@ -390,6 +393,8 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         write_amplification_total: if data_written > 0.0 { members_written / data_written } else { 0.0 },
         latency_p99_ns: overall.value_at_quantile(0.99),
         latency_max_ns: overall.max(),
+        paced_writes: end.paced_writes,
+        paced_seconds: end.paced_seconds,
         map_cache: crate::MapCacheUse::of(&end),
     };
     volume.close().map_err(|error| error.to_string())?;

@@ -146,9 +146,11 @@ pub(crate) fn background_cleaner(cleaner: std::sync::Arc<Cleaner>) {
                     return;
                 }
                 let free = state.space.free_segments.len();
+                shared.pacer.set_headroom(free, state.space.reserve());
                 let idle = state.lifetimes.write_clock == clock_seen;
                 clock_seen = state.lifetimes.write_clock;
-                if !nothing_to_gain && (free < low_watermark || (idle && free < high_watermark)) {
+                let threshold = crate::space::cleaner_thread_threshold(low_watermark, state.space.reserve());
+                if !nothing_to_gain && (free < threshold || (idle && free < high_watermark)) {
                     break;
                 }
                 nothing_to_gain = false;
@@ -169,6 +171,7 @@ pub(crate) fn background_cleaner(cleaner: std::sync::Arc<Cleaner>) {
                 return;
             }
         }
+        let (round_started, net_before) = (std::time::Instant::now(), net_segments());
         let gained = match cleaner.clean_round() {
             Ok(gained) => gained,
             // No free segment to relocate into: as good as nothing to gain; writers at the
@@ -179,6 +182,9 @@ pub(crate) fn background_cleaner(cleaner: std::sync::Arc<Cleaner>) {
                 return;
             }
         };
+        // What the round freed net, for the pace of client writes.
+        let client_blocks_per_segment = shared.geometry.blocks_per_segment() as i64;
+        shared.pacer.record_round((net_segments() - net_before) * client_blocks_per_segment, round_started.elapsed());
         let gained = gained && progress.after_round(net_segments());
         if !gained {
             progress = ProgressWindow::new(net_segments());

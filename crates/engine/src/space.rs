@@ -2,6 +2,7 @@
 //! watermarks that say how much free space is kept for whom, and the shared-block table
 //! of deduplication's reference counts (`space::shared`).
 
+pub(crate) mod pacing;
 pub mod shared;
 
 use crate::layout::geometry::Geometry;
@@ -109,6 +110,13 @@ pub fn watermarks(geometry: &Geometry) -> (usize, usize) {
     let segments = geometry.segment_count() as usize;
     let reserve = CLEANING_RESERVE_SEGMENTS + checkpoint_headroom_segments(geometry);
     (reserve + LOW_WATERMARK_ABOVE_RESERVE, reserve + (segments / 64).max(4))
+}
+
+/// Free segments below which the cleaner thread of a threaded volume runs its rounds back
+/// to back: the low watermark, or the top of the window where client writes are paced
+/// (`pacing`), whichever is higher — clients are never slowed while the cleaner rests.
+pub(crate) fn cleaner_thread_threshold(low_watermark: usize, reserve: usize) -> usize {
+    low_watermark.max(reserve + pacing::PACING_WINDOW_SEGMENTS)
 }
 
 /// Free segments only the checkpoint may take: room for one that rewrites every index,

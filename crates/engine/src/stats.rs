@@ -28,6 +28,9 @@ pub struct Counters {
     pub unrecoverable_reads: AtomicU64,
     /// Direct reads of a lagging member given up at the hedge deadline.
     pub late_reads: AtomicU64,
+    /// Client writes held back by the write pacer (`space::pacing`), and for how long.
+    pub paced_writes: AtomicU64,
+    pub paced_nanoseconds: AtomicU64,
     /// Checkpoints committed.
     pub checkpoints: AtomicU64,
     /// Client blocks stored as fragments, and those offered to compression but stored
@@ -412,6 +415,10 @@ pub struct VolumeStats {
     /// Direct reads of a lagging member given up at the hedge deadline (the block came
     /// from the rest of its row, or the read was waited for after all).
     pub late_reads: u64,
+    /// Client writes the pacer held back on a full volume, and the seconds they waited in
+    /// all (docs/garbage-collection.md, "Pacing").
+    pub paced_writes: u64,
+    pub paced_seconds: f64,
     /// Sealed batches the write pipeline holds at most: how far a slow member may lag.
     pub write_queue_batches: usize,
     /// Members failed while the volume was open (I/O errors, health checks).

@@ -484,6 +484,7 @@ impl Volume {
             cleaner_stop: AtomicBool::new(false),
             cleaner_gains_nothing: AtomicBool::new(false),
             cleaning_net_segments: AtomicI64::new(0),
+            pacer: Default::default(),
             stripe_queue: Mutex::new(None),
             io_mode: options.io_mode,
             flush_interval: options.flush_interval,
@@ -676,6 +677,13 @@ impl Volume {
     pub fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<()> {
         self.shared.check_writable()?;
         self.shared.check_range(offset_bytes, data.len() as u64)?;
+        if self.shared.background_cleaning {
+            let waited = self.shared.pacer.pace(data.len().div_ceil(BLOCK_SIZE_BYTES) as u64);
+            if !waited.is_zero() {
+                Counters::add(&self.shared.counters.paced_writes, 1);
+                Counters::add(&self.shared.counters.paced_nanoseconds, waited.as_nanos() as u64);
+            }
+        }
         self.store(offset_bytes, data, Admission::Client)?;
         Counters::add(&self.shared.counters.host_bytes_written, data.len() as u64);
         if fua {
@@ -1486,6 +1494,8 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         reconstructed_blocks: Counters::get(&counters.reconstructed_blocks),
         unrecoverable_reads: Counters::get(&counters.unrecoverable_reads),
         late_reads: Counters::get(&counters.late_reads),
+        paced_writes: Counters::get(&counters.paced_writes),
+        paced_seconds: Counters::get(&counters.paced_nanoseconds) as f64 / 1e9,
         write_queue_batches: core.write_queue_batches,
         member_failures: core.members.failures_while_open(),
         map_memory_bytes: core.map.size_bytes(),

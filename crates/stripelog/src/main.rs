@@ -1345,6 +1345,10 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
         report.latency_p99_ns as f64 / 1e3,
         report.latency_max_ns as f64 / 1e6
     );
+    println!(
+        "client writes paced to the cleaner (docs/garbage-collection.md, \"Pacing\"): {} of {}, {:.1} s of waiting in all",
+        report.paced_writes, report.writes, report.paced_seconds
+    );
     println!("{}", report.map_cache.describe());
     write_json_file(arguments.json.as_deref(), &report)?;
     if let Some(path) = &arguments.csv {

@@ -94,6 +94,8 @@ pub(crate) struct Core {
     /// into, since the volume opened: the cleaner's own net gain, which client writes do
     /// not move (`cleaner::ProgressWindow`).
     pub(crate) cleaning_net_segments: AtomicI64,
+    /// Client writes paced to what the cleaner thread frees (`space::pacing`).
+    pub(crate) pacer: crate::space::pacing::WritePacer,
     pub(crate) parity_pool: Arc<BufferPool>,
     /// Sealed batches the write pipeline may hold (the parity pool's sets; each member's
     /// queue bound): how far a slow member may lag.
@@ -271,10 +273,13 @@ impl Core {
         if state.log.current_segments[HOST_STREAM].is_none() {
             let (low_watermark, _) = crate::space::watermarks(&self.geometry);
             let free = state.space.free_segments.len();
+            self.pacer.set_headroom(free, state.space.reserve());
             if free <= state.space.reserve() {
                 return Err(OpenProblem::Space);
             }
-            if free < low_watermark && self.background_cleaning {
+            if free < crate::space::cleaner_thread_threshold(low_watermark, state.space.reserve())
+                && self.background_cleaning
+            {
                 self.cleaner_wakeup.notify_one();
             } else if free < low_watermark && !cleaned {
                 return Err(OpenProblem::Cleaning);

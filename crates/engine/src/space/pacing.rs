@@ -1,0 +1,130 @@
+//! Client writes paced to what the cleaner frees (docs/garbage-collection.md, "Pacing").
+//!
+//! On a full volume the cleaner thread, not the clients, sets the pace. Without pacing,
+//! writers run at full speed until the free segments reach the cleaner's reserve, then
+//! every writer waits for a whole round (tens of milliseconds) at once: the maximum write
+//! latency is a round. With pacing, once the free segments fall into a window above the
+//! reserve, each client write is admitted at the rate the cleaner's recent rounds freed
+//! blocks, slower the closer the free segments are to the reserve: the same throughput,
+//! with the wait spread over every write in small sleeps instead of one long stall.
+//! The reserve still stops writers outright when the estimate was too generous.
+
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Free segments above the reserve below which client writes are paced; the cleaner
+/// thread runs its rounds back to back below it too.
+pub(crate) const PACING_WINDOW_SEGMENTS: usize = 8;
+/// A writer sleeps only once it is at least this far ahead of its admission time (shorter
+/// sleeps cost more in timer slack than they smooth).
+const PACING_SLEEP_MINIMUM: Duration = Duration::from_micros(200);
+/// The longest a writer is made to wait for its admission in one call: beyond it the
+/// estimate is stale and the reserve's own wait takes over.
+const PACING_WAIT_MAXIMUM: Duration = Duration::from_millis(20);
+/// Weight of a new round's rate in the estimate (1/2^shift).
+const RATE_WEIGHT_SHIFT: u32 = 2;
+/// At the bottom of the window clients are admitted at this share of the cleaner's rate,
+/// so that the free segments climb back.
+const BOTTOM_SHARE: f64 = 0.5;
+
+pub(crate) struct WritePacer {
+    /// Blocks per second the cleaner's recent back-to-back rounds freed net (their
+    /// victims less the segments they relocated into), as `f64` bits; 0: no estimate.
+    cleaner_blocks_per_second: AtomicU64,
+    /// Free segments above the reserve, as last seen by a writer opening a segment or by
+    /// the cleaner after a round.
+    headroom_segments: AtomicI64,
+    /// When the next paced block may go.
+    next_admission: Mutex<Instant>,
+}
+
+impl Default for WritePacer {
+    fn default() -> WritePacer {
+        WritePacer {
+            cleaner_blocks_per_second: AtomicU64::new(0),
+            headroom_segments: AtomicI64::new(i64::MAX),
+            next_admission: Mutex::new(Instant::now()),
+        }
+    }
+}
+
+impl WritePacer {
+    pub(crate) fn set_headroom(&self, free_segments: usize, reserve_segments: usize) {
+        self.headroom_segments.store(free_segments as i64 - reserve_segments as i64, Ordering::Relaxed);
+    }
+
+    /// A round freed `net_blocks` in `elapsed` (rounds that won nothing count as
+    /// nothing: a round wins one segment, or two, or none).
+    pub(crate) fn record_round(&self, net_blocks: i64, elapsed: Duration) {
+        if elapsed.is_zero() {
+            return;
+        }
+        let rate = net_blocks.max(0) as f64 / elapsed.as_secs_f64();
+        let old = f64::from_bits(self.cleaner_blocks_per_second.load(Ordering::Relaxed));
+        let updated = if old > 0.0 { old + (rate - old) / (1u32 << RATE_WEIGHT_SHIFT) as f64 } else { rate };
+        self.cleaner_blocks_per_second.store(updated.to_bits(), Ordering::Relaxed);
+    }
+
+    /// The wait before `blocks` client blocks may be written (zero outside the window,
+    /// or without an estimate yet).
+    pub(crate) fn admission_wait(&self, blocks: u64, now: Instant) -> Duration {
+        let headroom = self.headroom_segments.load(Ordering::Relaxed);
+        let rate = f64::from_bits(self.cleaner_blocks_per_second.load(Ordering::Relaxed));
+        let mut next = self.next_admission.lock();
+        if headroom >= PACING_WINDOW_SEGMENTS as i64 || rate <= 0.0 {
+            // Unpaced; the next paced write starts from its own time.
+            *next = now;
+            return Duration::ZERO;
+        }
+        let depth = headroom.max(0) as f64 / PACING_WINDOW_SEGMENTS as f64;
+        let admitted_rate = rate * (BOTTOM_SHARE + (1.0 - BOTTOM_SHARE) * depth);
+        // A debt beyond the longest wait is forgiven: the estimate was too low, and the
+        // reserve stops writers if it was too high.
+        let start = (*next).max(now).min(now + PACING_WAIT_MAXIMUM);
+        *next = start + Duration::from_secs_f64(blocks as f64 / admitted_rate);
+        start.saturating_duration_since(now)
+    }
+
+    /// Wait, if need be, before writing `blocks` client blocks; returns the time waited.
+    pub(crate) fn pace(&self, blocks: u64) -> Duration {
+        let wait = self.admission_wait(blocks, Instant::now());
+        if wait < PACING_SLEEP_MINIMUM {
+            return Duration::ZERO;
+        }
+        std::thread::sleep(wait);
+        wait
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_go_unpaced_above_the_window_and_at_the_cleaner_s_rate_within_it() {
+        let pacer = WritePacer::default();
+        let now = Instant::now();
+        pacer.record_round(10_000, Duration::from_secs(1));
+        pacer.set_headroom(20 + PACING_WINDOW_SEGMENTS, 20);
+        assert_eq!(pacer.admission_wait(1_000, now), Duration::ZERO);
+        // At the top of the window: the cleaner's rate, 10 000 blocks a second.
+        pacer.set_headroom(20 + PACING_WINDOW_SEGMENTS - 1, 20);
+        assert_eq!(pacer.admission_wait(50, now), Duration::ZERO);
+        let second = pacer.admission_wait(50, now);
+        let expected = 50.0 / (10_000.0 * (BOTTOM_SHARE + (1.0 - BOTTOM_SHARE) * 7.0 / 8.0));
+        assert!((second.as_secs_f64() - expected).abs() < 1e-6, "{second:?}");
+        // At the reserve: half the rate, and never more than the longest wait.
+        pacer.set_headroom(20, 20);
+        let later = now + Duration::from_secs(1);
+        assert_eq!(pacer.admission_wait(100, later), Duration::ZERO);
+        assert!((pacer.admission_wait(1, later).as_secs_f64() - 100.0 / 5_000.0).abs() < 1e-6);
+        assert_eq!(pacer.admission_wait(1_000_000, later), PACING_WAIT_MAXIMUM);
+        // A round that won nothing moves the estimate down by a quarter; one that lost
+        // room counts as nothing.
+        pacer.record_round(0, Duration::from_secs(1));
+        assert_eq!(f64::from_bits(pacer.cleaner_blocks_per_second.load(Ordering::Relaxed)), 7_500.0);
+        pacer.record_round(-5, Duration::from_secs(1));
+        assert_eq!(f64::from_bits(pacer.cleaner_blocks_per_second.load(Ordering::Relaxed)), 5_625.0);
+    }
+}
