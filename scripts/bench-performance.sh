@@ -85,7 +85,7 @@ tool)
 steady)
   "$stripelog" bench engine --dir "$directory/engine" --member-size 4GiB --region 8GiB --threads 4 \
     --read-threads 8 --duration "${seconds}s" --force --json "$directory/engine.json" >"$directory/engine.txt" 2>&1
-  "$stripelog" bench saturate --dir "$directory/saturate" --member-size 2GiB --passes 3 --force \
+  "$stripelog" bench saturate --dir "$directory/saturate" --member-size 2GiB --passes 4 --force \
     --json "$directory/saturate.json" --chart "$directory/saturate.svg" >"$directory/saturate.txt" 2>&1
   fresh=$(json "$directory/engine.json" '"%.3f" % j["random_write"][-1]["ratio_to_sequential"]')
   echo "fresh volume, 4 KiB random writes (4 threads) × 4 KiB ÷ (members' sequential writes × data share): $fresh"
