@@ -130,6 +130,14 @@ const BACKGROUND_TICK: std::time::Duration = std::time::Duration::from_millis(20
 /// Client writes wait for it only at the reserve, where `make_space` also cleans itself
 /// if this thread cannot keep up, and reports `OutOfSpace` when nothing can be gained.
 pub(crate) fn background_cleaner(cleaner: std::sync::Arc<Cleaner>) {
+    run_rounds(&cleaner);
+    // Its last round is durable before the thread ends.
+    if let Err(error) = cleaner.finish_deferred_durability() {
+        cleaner.core.fail(crate::error::Shutdown::Cleaner(std::sync::Arc::new(error)));
+    }
+}
+
+fn run_rounds(cleaner: &Cleaner) {
     let shared = &cleaner.core;
     let (low_watermark, high_watermark) = watermarks(&shared.geometry);
     let mut nothing_to_gain = false;
@@ -172,7 +180,7 @@ pub(crate) fn background_cleaner(cleaner: std::sync::Arc<Cleaner>) {
             }
         }
         let (round_started, net_before) = (std::time::Instant::now(), net_segments());
-        let gained = match cleaner.clean_round() {
+        let gained = match cleaner.clean_round_with(RoundDurability::Overlapped) {
             Ok(gained) => gained,
             // No free segment to relocate into: as good as nothing to gain; writers at the
             // reserve then look for space themselves and report it.
@@ -271,11 +279,30 @@ pub(crate) struct Cleaner {
     separate_streams: bool,
     /// One round at a time; it holds the lifetime yardstick the rounds measure.
     round: parking_lot::Mutex<Lifespans>,
+    /// The cleaner thread's last round, being made durable while the next one reads its
+    /// victims (at most one at a time).
+    deferred_durability: parking_lot::Mutex<Option<std::thread::JoinHandle<Result<()>>>>,
+}
+
+/// When a round's relocations are made durable (and its victims released).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RoundDurability {
+    /// Before the round returns.
+    Now,
+    /// In a helper, while the caller goes on with the next round (the cleaner thread): the
+    /// disks then read the next victims while they write this round's relocations.
+    Overlapped,
 }
 
 impl Cleaner {
     pub(crate) fn new(core: std::sync::Arc<Core>, policy: CleaningPolicy, separate_streams: bool) -> Cleaner {
-        Cleaner { core, policy, separate_streams, round: parking_lot::Mutex::new(Lifespans::default()) }
+        Cleaner {
+            core,
+            policy,
+            separate_streams,
+            round: parking_lot::Mutex::new(Lifespans::default()),
+            deferred_durability: parking_lot::Mutex::new(None),
+        }
     }
 
     pub(crate) fn policy(&self) -> CleaningPolicy {
@@ -656,6 +683,21 @@ impl Cleaner {
     /// Run one cleaning round. `Ok(false)`: nothing could be gained (no used segment has
     /// dead space).
     pub(crate) fn clean_round(&self) -> Result<bool> {
+        self.clean_round_with(RoundDurability::Now)
+    }
+
+    /// Wait for the durability of the cleaner thread's last round, if it is still running.
+    pub(crate) fn finish_deferred_durability(&self) -> Result<()> {
+        let pending = self.deferred_durability.lock().take();
+        match pending {
+            Some(handle) => {
+                handle.join().unwrap_or_else(|_| Err(Error::InvalidRequest("a durability helper panicked".into())))
+            }
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn clean_round_with(&self, durability: RoundDurability) -> Result<bool> {
         let mut lifespans = self.round.lock();
         let per_segment = self.core.geometry.blocks_per_segment();
         // Room for data in one relocation segment (a summary block per few hundred entries).
@@ -715,7 +757,7 @@ impl Cleaner {
         if victims.is_empty() {
             return Ok(false);
         }
-        self.relocate(&victims, filler, yardstick)?;
+        self.relocate(&victims, filler, yardstick, durability)?;
         Ok(true)
     }
 
@@ -724,12 +766,18 @@ impl Cleaner {
     pub(crate) fn relocate_segment(&self, segment: u64) -> Result<u64> {
         let lifespans = self.round.lock();
         let yardstick = lifespans.average();
-        self.relocate(&[segment], None, yardstick)
+        self.relocate(&[segment], None, yardstick, RoundDurability::Now)
     }
 
     /// Relocate the live records of `victims` (completing the last rows with `filler`'s
     /// blocks) and make the result durable. Returns the data blocks moved.
-    fn relocate(&self, victims: &[u64], filler: Option<u64>, yardstick: Option<u64>) -> Result<u64> {
+    fn relocate(
+        &self,
+        victims: &[u64],
+        filler: Option<u64>,
+        yardstick: Option<u64>,
+        durability: RoundDurability,
+    ) -> Result<u64> {
         let mut blocks_moved = 0u64;
         // Live records of the victims, and the data blocks of the filler: what their
         // summaries say each position holds, where the index still points there.
@@ -922,7 +970,20 @@ impl Cleaner {
         Counters::add(&self.core.counters.cleaning_rounds, 1);
         Counters::add(&self.core.counters.segments_cleaned, emptied as u64);
         self.core.cleaning_net_segments.fetch_add(emptied as i64, std::sync::atomic::Ordering::SeqCst);
-        self.core.make_sealed_durable()?;
+        // The previous round's durability first: one helper at a time.
+        self.finish_deferred_durability()?;
+        match durability {
+            RoundDurability::Now => self.core.make_sealed_durable()?,
+            RoundDurability::Overlapped => {
+                let core = self.core.clone();
+                let target = core.state.lock().log.last_sealed_sequence;
+                let helper = std::thread::Builder::new()
+                    .name("stripelog-clean-durable".into())
+                    .spawn(move || core.make_durable(target))
+                    .map_err(|error| Error::InvalidRequest(format!("cannot start a durability helper: {error}")))?;
+                *self.deferred_durability.lock() = Some(helper);
+            }
+        }
         Ok(blocks_moved)
     }
 }
