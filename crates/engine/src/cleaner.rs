@@ -157,7 +157,11 @@ fn run_rounds(cleaner: &Cleaner) {
                 shared.pacer.set_headroom(free, state.space.reserve());
                 let idle = state.lifetimes.write_clock == clock_seen;
                 clock_seen = state.lifetimes.write_clock;
-                let threshold = crate::space::cleaner_thread_threshold(low_watermark, state.space.reserve());
+                let threshold = crate::space::cleaner_thread_threshold(
+                    low_watermark,
+                    state.space.reserve(),
+                    shared.pacer.window_segments(),
+                );
                 if !nothing_to_gain && (free < threshold || (idle && free < high_watermark)) {
                     break;
                 }

@@ -115,8 +115,8 @@ pub fn watermarks(geometry: &Geometry) -> (usize, usize) {
 /// Free segments below which the cleaner thread of a threaded volume runs its rounds back
 /// to back: the low watermark, or the top of the window where client writes are paced
 /// (`pacing`), whichever is higher — clients are never slowed while the cleaner rests.
-pub(crate) fn cleaner_thread_threshold(low_watermark: usize, reserve: usize) -> usize {
-    low_watermark.max(reserve + pacing::PACING_WINDOW_SEGMENTS)
+pub(crate) fn cleaner_thread_threshold(low_watermark: usize, reserve: usize, pacing_window: usize) -> usize {
+    low_watermark.max(reserve + pacing_window)
 }
 
 /// Free segments only the checkpoint may take: room for one that rewrites every index,

@@ -484,7 +484,7 @@ impl Volume {
             cleaner_stop: AtomicBool::new(false),
             cleaner_gains_nothing: AtomicBool::new(false),
             cleaning_net_segments: AtomicI64::new(0),
-            pacer: Default::default(),
+            pacer: crate::space::pacing::WritePacer::new(geometry.segment_count()),
             stripe_queue: Mutex::new(None),
             io_mode: options.io_mode,
             flush_interval: options.flush_interval,

@@ -277,7 +277,12 @@ impl Core {
             if free <= state.space.reserve() {
                 return Err(OpenProblem::Space);
             }
-            if free < crate::space::cleaner_thread_threshold(low_watermark, state.space.reserve())
+            if free
+                < crate::space::cleaner_thread_threshold(
+                    low_watermark,
+                    state.space.reserve(),
+                    self.pacer.window_segments(),
+                )
                 && self.background_cleaning
             {
                 self.cleaner_wakeup.notify_one();

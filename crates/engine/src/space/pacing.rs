@@ -13,9 +13,23 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Free segments above the reserve below which client writes are paced; the cleaner
-/// thread runs its rounds back to back below it too.
-pub(crate) const PACING_WINDOW_SEGMENTS: usize = 8;
+/// Free segments above the reserve below which client writes are paced, at most; the
+/// cleaner thread runs its rounds back to back below the window too. Every segment of
+/// the window is spare space the cleaner cannot use, so a small volume gets a smaller one
+/// ([`pacing_window_segments`]).
+pub(crate) const PACING_WINDOW_SEGMENTS_MAXIMUM: usize = 8;
+/// Segments of a volume per segment of pacing window.
+const SEGMENTS_PER_WINDOW_SEGMENT: u64 = 256;
+/// The smallest window: the low watermark's distance from the reserve.
+const PACING_WINDOW_SEGMENTS_MINIMUM: usize = 2;
+
+/// The pacing window of a volume of `segment_count` segments: one segment per 256, from
+/// 2 to 8 (8 from 2048 segments on: 0.4 % of the space; 2 on a volume of 127, where 8
+/// took 5 % of the space from the cleaner and raised its amplification).
+pub(crate) fn pacing_window_segments(segment_count: u64) -> usize {
+    ((segment_count / SEGMENTS_PER_WINDOW_SEGMENT) as usize)
+        .clamp(PACING_WINDOW_SEGMENTS_MINIMUM, PACING_WINDOW_SEGMENTS_MAXIMUM)
+}
 /// A writer sleeps only once it is at least this far ahead of its admission time (shorter
 /// sleeps cost more in timer slack than they smooth).
 const PACING_SLEEP_MINIMUM: Duration = Duration::from_micros(200);
@@ -29,6 +43,8 @@ const RATE_WEIGHT_SHIFT: u32 = 2;
 const BOTTOM_SHARE: f64 = 0.5;
 
 pub(crate) struct WritePacer {
+    /// Free segments above the reserve below which writes are paced.
+    window_segments: usize,
     /// Blocks per second the cleaner's recent back-to-back rounds freed net (their
     /// victims less the segments they relocated into), as `f64` bits; 0: no estimate.
     cleaner_blocks_per_second: AtomicU64,
@@ -39,9 +55,10 @@ pub(crate) struct WritePacer {
     next_admission: Mutex<Instant>,
 }
 
-impl Default for WritePacer {
-    fn default() -> WritePacer {
+impl WritePacer {
+    pub(crate) fn new(segment_count: u64) -> WritePacer {
         WritePacer {
+            window_segments: pacing_window_segments(segment_count),
             cleaner_blocks_per_second: AtomicU64::new(0),
             headroom_segments: AtomicI64::new(i64::MAX),
             next_admission: Mutex::new(Instant::now()),
@@ -50,6 +67,10 @@ impl Default for WritePacer {
 }
 
 impl WritePacer {
+    pub(crate) fn window_segments(&self) -> usize {
+        self.window_segments
+    }
+
     pub(crate) fn set_headroom(&self, free_segments: usize, reserve_segments: usize) {
         self.headroom_segments.store(free_segments as i64 - reserve_segments as i64, Ordering::Relaxed);
     }
@@ -72,12 +93,12 @@ impl WritePacer {
         let headroom = self.headroom_segments.load(Ordering::Relaxed);
         let rate = f64::from_bits(self.cleaner_blocks_per_second.load(Ordering::Relaxed));
         let mut next = self.next_admission.lock();
-        if headroom >= PACING_WINDOW_SEGMENTS as i64 || rate <= 0.0 {
+        if headroom >= self.window_segments as i64 || rate <= 0.0 {
             // Unpaced; the next paced write starts from its own time.
             *next = now;
             return Duration::ZERO;
         }
-        let depth = headroom.max(0) as f64 / PACING_WINDOW_SEGMENTS as f64;
+        let depth = headroom.max(0) as f64 / self.window_segments as f64;
         let admitted_rate = rate * (BOTTOM_SHARE + (1.0 - BOTTOM_SHARE) * depth);
         // A debt beyond the longest wait is forgiven: the estimate was too low, and the
         // reserve stops writers if it was too high.
@@ -103,7 +124,11 @@ mod tests {
 
     #[test]
     fn writes_go_unpaced_above_the_window_and_at_the_cleaner_s_rate_within_it() {
-        let pacer = WritePacer::default();
+        assert_eq!(pacing_window_segments(127), PACING_WINDOW_SEGMENTS_MINIMUM);
+        assert_eq!(pacing_window_segments(1024), 4);
+        assert_eq!(pacing_window_segments(1 << 20), PACING_WINDOW_SEGMENTS_MAXIMUM);
+        let pacer = WritePacer::new(4096);
+        const PACING_WINDOW_SEGMENTS: usize = PACING_WINDOW_SEGMENTS_MAXIMUM;
         let now = Instant::now();
         pacer.record_round(10_000, Duration::from_secs(1));
         pacer.set_headroom(20 + PACING_WINDOW_SEGMENTS, 20);
