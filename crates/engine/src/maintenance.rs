@@ -350,22 +350,10 @@ impl<'a> Maintenance<'a> {
         into.segment = segment;
         into.length_bytes = length;
         let parallel = self.core.io_mode == crate::log::IoMode::Threaded;
-        into.read = if parallel {
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = into
-                    .buffers
-                    .iter_mut()
-                    .enumerate()
-                    .map(|member| {
-                        let read_member = &read_member;
-                        scope.spawn(move || read_member(member))
-                    })
-                    .collect();
-                handles.into_iter().map(|handle| handle.join().unwrap_or(false)).collect()
-            })
-        } else {
-            into.buffers.iter_mut().enumerate().map(read_member).collect()
-        };
+        into.read = crate::array::members::for_each_item(into.buffers.iter_mut().enumerate(), parallel, read_member)
+            .into_iter()
+            .map(|read| read.unwrap_or(false))
+            .collect();
     }
 
     /// The data of one row, every block checked against its CRC32C: a copy that
@@ -728,7 +716,7 @@ impl<'a> Maintenance<'a> {
                 bytes_written += length as u64;
             }
             worker.report.segments_rebuilt += 1;
-            worker.report.bytes_written += length as u64 * targets.len() as u64;
+            worker.report.bytes_written += bytes_written;
         }
         for &target in &targets {
             self.core.members.mark_readable(target, segment);

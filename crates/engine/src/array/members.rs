@@ -837,12 +837,21 @@ pub(crate) fn for_each_member<T: Send>(
     parallel: bool,
     work: impl Fn(usize) -> T + Sync,
 ) -> Vec<Option<T>> {
+    for_each_item(members.iter().copied(), parallel, work)
+}
+
+/// [`for_each_member`] over any items (a member with its buffer, say).
+pub(crate) fn for_each_item<I: Send, T: Send>(
+    items: impl IntoIterator<Item = I>,
+    parallel: bool,
+    work: impl Fn(I) -> T + Sync,
+) -> Vec<Option<T>> {
     if !parallel {
-        return members.iter().map(|&member| Some(work(member))).collect();
+        return items.into_iter().map(|item| Some(work(item))).collect();
     }
     let work = &work;
     std::thread::scope(|scope| {
-        let handles: Vec<_> = members.iter().map(|&member| scope.spawn(move || work(member))).collect();
+        let handles: Vec<_> = items.into_iter().map(|item| scope.spawn(move || work(item))).collect();
         handles.into_iter().map(|handle| handle.join().ok()).collect()
     })
 }

@@ -1539,12 +1539,12 @@ impl Core {
     }
 }
 
-/// What `Core::for_each_summary` hands each summary to: the summary with its batch index,
-/// the CRC32C of its block, and the data-space position of any batch index of its batch.
 /// A block at a data-space position from what a caller holds in memory (`false`: not
 /// there); what it gives must still prove itself.
 pub(crate) type BlockSource<'a> = dyn Fn(u64, &mut [u8]) -> bool + 'a;
 
+/// What `Core::for_each_summary` hands each summary to: the summary with its batch index,
+/// the CRC32C of its block, and the data-space position of any batch index of its batch.
 type SummaryVisitor<'a> = dyn FnMut((&format::Summary, u32), u32, &dyn Fn(u32) -> u64) + 'a;
 
 /// One entry of a segment's summaries, and the data-space position of the block it
