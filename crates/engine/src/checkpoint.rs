@@ -75,8 +75,13 @@ impl Core {
     }
 
     /// Write a checkpoint when dead segments wait only for one to be committed (the reuse
-    /// rule) — the cleaner and writers short of space call it. `true`: one was written.
+    /// rule) — the cleaner and writers short of space call it — and release what it
+    /// freed. `true`: one was written and there are more free segments than before. (A
+    /// checkpoint also writes pages, and the metadata segments it empties wait for the
+    /// next one: on a volume short of space, checkpoints can free no more than they take,
+    /// and a caller that went on while one was merely written would loop for ever.)
     pub(crate) fn checkpoint_for_space(&self) -> Result<bool> {
+        let free_before = self.state.lock().space.free_segments.len();
         let blocked = {
             let state = self.state.lock();
             let durable = state.log.durable_through_sequence;
@@ -86,7 +91,11 @@ impl Core {
                     && !checkpoints.allows_reuse(usage.left_at_generation)
             })
         };
-        Ok(blocked && self.write_checkpoint()?.is_some())
+        if !blocked || self.write_checkpoint()?.is_none() {
+            return Ok(false);
+        }
+        self.stop_on_error(self.reclaim())?;
+        Ok(self.state.lock().space.free_segments.len() > free_before)
     }
 
     /// Bytes of batches (data columns) written since the volume was opened.

@@ -186,9 +186,17 @@ fn run_rounds(cleaner: &Cleaner) {
         let (round_started, net_before) = (std::time::Instant::now(), net_segments());
         let gained = match cleaner.clean_round_with(RoundDurability::Overlapped) {
             Ok(gained) => gained,
-            // No free segment to relocate into: as good as nothing to gain; writers at the
-            // reserve then look for space themselves and report it.
-            Err(Error::OutOfSpace) => false,
+            // No free segment to relocate into. The last round's victims come free once
+            // its helper has made it durable: wait for it, and try again. Otherwise it is
+            // as good as nothing to gain; writers at the reserve then look for space
+            // themselves and report it.
+            Err(Error::OutOfSpace) => match cleaner.finish_deferred_durability() {
+                Ok(was_pending) => was_pending,
+                Err(error) => {
+                    shared.fail(crate::error::Shutdown::Cleaner(std::sync::Arc::new(error)));
+                    return;
+                }
+            },
             Err(error) => {
                 shared.fail(crate::error::Shutdown::Cleaner(std::sync::Arc::new(error)));
                 return;
@@ -358,7 +366,7 @@ impl Cleaner {
             drop(state);
             // Dead segments a stream left since the last checkpoint come free once the
             // next one is committed: cheaper than a round, and a round may need them.
-            if self.core.checkpoint_for_space()? {
+            if self.checkpoint_for_space()? {
                 continue;
             }
             // Clean until there is room; nothing left to clean means the volume is full, and
@@ -373,7 +381,33 @@ impl Cleaner {
             if gained && progress.after_round(self.core.cleaning_net_segments.load(Ordering::SeqCst)) {
                 continue;
             }
+            // Rounds that ran since this flush and that checkpoint (this thread's, and the
+            // cleaner thread's, whose durability runs in a helper) may have emptied segments
+            // that come free only with one more flush or checkpoint: not a full volume if
+            // they make room. (Only then: going round again on a volume that stays full
+            // would run rounds for ever.)
+            let (mut after_a_flush, mut after_a_checkpoint) = (false, false);
+            {
+                let state = self.core.state.lock();
+                let durable = state.log.durable_through_sequence;
+                for segment in &state.space.segments {
+                    if let SegmentStatus::WaitingForFlush(tag) = segment.status {
+                        after_a_flush |= tag > durable;
+                        after_a_checkpoint |= !state.space.checkpoints.allows_reuse(segment.left_at_generation);
+                    }
+                }
+            }
+            if after_a_flush {
+                self.core.flush_members()?;
+                self.core.stop_on_error(self.core.reclaim())?;
+            }
+            if after_a_checkpoint || after_a_flush {
+                self.checkpoint_for_space()?;
+            }
             let mut state = self.core.state.lock();
+            if state.has_room_for_clients() {
+                return Ok(());
+            }
             let durable = state.log.durable_through_sequence;
             let checkpoints = state.space.checkpoints;
             // (One that waits for a checkpoint too is not coming: one was just tried.)
@@ -389,6 +423,15 @@ impl Cleaner {
             }
             self.core.members.check_running()?;
             self.core.progress.wait_for(&mut state, Duration::from_millis(10));
+        }
+    }
+
+    /// Write a checkpoint when segments wait for one to come free; `false` when none
+    /// does, or when no free segment is left for the checkpoint's streams.
+    fn checkpoint_for_space(&self) -> Result<bool> {
+        match self.core.checkpoint_for_space() {
+            Err(Error::OutOfSpace) => Ok(false),
+            other => other,
         }
     }
 
@@ -691,13 +734,15 @@ impl Cleaner {
     }
 
     /// Wait for the durability of the cleaner thread's last round, if it is still running.
-    pub(crate) fn finish_deferred_durability(&self) -> Result<()> {
+    /// Returns whether there was one.
+    pub(crate) fn finish_deferred_durability(&self) -> Result<bool> {
         let pending = self.deferred_durability.lock().take();
         match pending {
-            Some(handle) => {
-                handle.join().unwrap_or_else(|_| Err(Error::InvalidRequest("a durability helper panicked".into())))
-            }
-            None => Ok(()),
+            Some(handle) => handle
+                .join()
+                .unwrap_or_else(|_| Err(Error::InvalidRequest("a durability helper panicked".into())))
+                .map(|()| true),
+            None => Ok(false),
         }
     }
 

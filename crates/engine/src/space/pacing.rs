@@ -36,8 +36,10 @@ const PACING_SLEEP_MINIMUM: Duration = Duration::from_micros(200);
 /// The longest a writer is made to wait for its admission in one call: beyond it the
 /// estimate is stale and the reserve's own wait takes over.
 const PACING_WAIT_MAXIMUM: Duration = Duration::from_millis(20);
-/// Weight of a new round's rate in the estimate (1/2^shift).
-const RATE_WEIGHT_SHIFT: u32 = 2;
+/// The cleaner's rate is what its last this many rounds freed net over the time they took
+/// (a ratio of sums: most rounds at a small spare win nothing and a few win a segment, and
+/// an average of each round's rate would sink towards zero).
+const ROUNDS_IN_ESTIMATE: usize = 16;
 /// At the bottom of the window clients are admitted at this share of the cleaner's rate,
 /// so that the free segments climb back.
 const BOTTOM_SHARE: f64 = 0.5;
@@ -48,6 +50,9 @@ pub(crate) struct WritePacer {
     /// Blocks per second the cleaner's recent back-to-back rounds freed net (their
     /// victims less the segments they relocated into), as `f64` bits; 0: no estimate.
     cleaner_blocks_per_second: AtomicU64,
+    /// The last rounds' net blocks and durations (at most `ROUNDS_IN_ESTIMATE`; only the
+    /// cleaner thread records).
+    recent_rounds: Mutex<std::collections::VecDeque<(i64, Duration)>>,
     /// Free segments above the reserve, as last seen by a writer opening a segment or by
     /// the cleaner after a round.
     headroom_segments: AtomicI64,
@@ -60,6 +65,7 @@ impl WritePacer {
         WritePacer {
             window_segments: pacing_window_segments(segment_count),
             cleaner_blocks_per_second: AtomicU64::new(0),
+            recent_rounds: Mutex::new(std::collections::VecDeque::with_capacity(ROUNDS_IN_ESTIMATE)),
             headroom_segments: AtomicI64::new(i64::MAX),
             next_admission: Mutex::new(Instant::now()),
         }
@@ -75,16 +81,19 @@ impl WritePacer {
         self.headroom_segments.store(free_segments as i64 - reserve_segments as i64, Ordering::Relaxed);
     }
 
-    /// A round freed `net_blocks` in `elapsed` (rounds that won nothing count as
-    /// nothing: a round wins one segment, or two, or none).
+    /// A round freed `net_blocks` in `elapsed` (negative: it took more room than it won).
+    /// The estimate becomes the net blocks of the last rounds over their time; none when
+    /// they won nothing net (writers are then stopped by the reserve alone).
     pub(crate) fn record_round(&self, net_blocks: i64, elapsed: Duration) {
-        if elapsed.is_zero() {
-            return;
+        let mut rounds = self.recent_rounds.lock();
+        if rounds.len() == ROUNDS_IN_ESTIMATE {
+            rounds.pop_front();
         }
-        let rate = net_blocks.max(0) as f64 / elapsed.as_secs_f64();
-        let old = f64::from_bits(self.cleaner_blocks_per_second.load(Ordering::Relaxed));
-        let updated = if old > 0.0 { old + (rate - old) / (1u32 << RATE_WEIGHT_SHIFT) as f64 } else { rate };
-        self.cleaner_blocks_per_second.store(updated.to_bits(), Ordering::Relaxed);
+        rounds.push_back((net_blocks, elapsed));
+        let net: i64 = rounds.iter().map(|(blocks, _)| blocks).sum();
+        let seconds: f64 = rounds.iter().map(|(_, elapsed)| elapsed.as_secs_f64()).sum();
+        let rate = if net > 0 && seconds > 0.0 { net as f64 / seconds } else { 0.0 };
+        self.cleaner_blocks_per_second.store(rate.to_bits(), Ordering::Relaxed);
     }
 
     /// The wait before `blocks` client blocks may be written (zero outside the window,
@@ -103,7 +112,10 @@ impl WritePacer {
         // A debt beyond the longest wait is forgiven: the estimate was too low, and the
         // reserve stops writers if it was too high.
         let start = (*next).max(now).min(now + PACING_WAIT_MAXIMUM);
-        *next = start + Duration::from_secs_f64(blocks as f64 / admitted_rate);
+        // A rate that decayed towards zero (rounds that free nothing) would make the step
+        // infinite: no step is longer than the longest wait.
+        let step = Duration::try_from_secs_f64(blocks as f64 / admitted_rate).unwrap_or(PACING_WAIT_MAXIMUM);
+        *next = start + step.min(PACING_WAIT_MAXIMUM);
         start.saturating_duration_since(now)
     }
 
@@ -145,11 +157,41 @@ mod tests {
         assert_eq!(pacer.admission_wait(100, later), Duration::ZERO);
         assert!((pacer.admission_wait(1, later).as_secs_f64() - 100.0 / 5_000.0).abs() < 1e-6);
         assert_eq!(pacer.admission_wait(1_000_000, later), PACING_WAIT_MAXIMUM);
-        // A round that won nothing moves the estimate down by a quarter; one that lost
-        // room counts as nothing.
+        // The estimate is the last rounds' net blocks over their time: a round that won
+        // nothing halves it here, one that lost room takes its loss off.
+        let rate = || f64::from_bits(pacer.cleaner_blocks_per_second.load(Ordering::Relaxed));
         pacer.record_round(0, Duration::from_secs(1));
-        assert_eq!(f64::from_bits(pacer.cleaner_blocks_per_second.load(Ordering::Relaxed)), 7_500.0);
-        pacer.record_round(-5, Duration::from_secs(1));
-        assert_eq!(f64::from_bits(pacer.cleaner_blocks_per_second.load(Ordering::Relaxed)), 5_625.0);
+        assert_eq!(rate(), 5_000.0);
+        pacer.record_round(-1_000, Duration::from_secs(1));
+        assert_eq!(rate(), 3_000.0);
+        // Once the winning round is out of the window: no estimate, writes go unpaced
+        // (the reserve stops them).
+        for _ in 0..ROUNDS_IN_ESTIMATE {
+            pacer.record_round(0, Duration::from_millis(2));
+        }
+        assert_eq!(rate(), 0.0);
+        assert_eq!(pacer.admission_wait(1_000_000, later), Duration::ZERO);
+    }
+
+    /// At the smallest spare most rounds win nothing and a few win a segment: the estimate
+    /// is what they won together over their time, not an average of each round's rate,
+    /// which sank towards zero (to a subnormal number, where a block's step overflowed a
+    /// `Duration`: a client's write panicked) and paced writes at 50 a second.
+    #[test]
+    fn rounds_that_win_nothing_between_rounds_that_win_keep_the_estimate_at_what_they_win() {
+        let pacer = WritePacer::new(127);
+        for round in 0..1_000 {
+            let won = if round % 8 == 0 { 384 } else { 0 };
+            pacer.record_round(won, Duration::from_millis(2));
+        }
+        let rate = f64::from_bits(pacer.cleaner_blocks_per_second.load(Ordering::Relaxed));
+        assert!((rate - 2.0 * 384.0 / (16.0 * 0.002)).abs() < 1e-6, "{rate}");
+        // Whatever the estimate, a step is at most the longest wait, and nothing panics.
+        pacer.cleaner_blocks_per_second.store(f64::MIN_POSITIVE.to_bits() >> 20, Ordering::Relaxed);
+        pacer.set_headroom(7, 7);
+        let now = Instant::now();
+        assert_eq!(pacer.admission_wait(1, now), Duration::ZERO);
+        assert_eq!(pacer.admission_wait(1, now), PACING_WAIT_MAXIMUM);
+        assert_eq!(pacer.admission_wait(1, now), PACING_WAIT_MAXIMUM);
     }
 }
