@@ -92,6 +92,7 @@ steady)
   ratio "steady state at 27 % spare: IOPS ÷ the cleaner's traffic bound" \
     "$(json "$directory/saturate.json" 'j["cleaner_bound_iops"] * j["ratio_to_cleaner_bound"]')" \
     "$(json "$directory/saturate.json" 'j["cleaner_bound_iops"]')" "≥ 0.85, goal 0.95"
+  json "$directory/saturate.json" '"  the cleaner read %.2f bytes per live byte relocated (whole spans of rows); with those reads the bound is %.0f IOPS: ratio %.3f" % (j["cleaner_read_per_relocated_byte"], j["span_read_bound_iops"], j["ratio_to_span_read_bound"])'
   json "$directory/saturate.json" '"steady state: WA %.2f, maximum write latency per 10 s interval from the steady state on: %s ms (bar ≤ 20 ms)" % (j["write_amplification"], ", ".join("%.0f" % (i["latency_max_ns"] / 1e6) for i in j["intervals"][(j["steady_state"] or {"first_interval": 0})["first_interval"]:]))'
   ;;
 reads)

@@ -108,6 +108,15 @@ pub struct Report {
     pub cleaner_bound_iops: f64,
     /// Steady IOPS ÷ `cleaner_bound_iops`.
     pub ratio_to_cleaner_bound: f64,
+    /// Over the second half of the run: bytes the cleaner read from members ÷ the live
+    /// bytes it relocated. Above 1, it read the dead blocks between live ones too (one
+    /// request per victim column, from its first to its last live block).
+    pub cleaner_read_per_relocated_byte: f64,
+    /// The same bound with the bytes the cleaner really read: what its traffic allows
+    /// with whole-span reads.
+    pub span_read_bound_iops: f64,
+    /// Steady IOPS ÷ `span_read_bound_iops`.
+    pub ratio_to_span_read_bound: f64,
     /// Over the second half of the run.
     pub write_amplification: f64,
     pub write_amplification_total: f64,
@@ -367,6 +376,16 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
     let data_written = end.member_bytes_data.saturating_sub(half.member_bytes_data) as f64;
     let members_written = end.member_bytes_written.saturating_sub(half.member_bytes_written) as f64;
     let cleaner_bound_iops = cleaner_bound_iops(write_amplification, data_fraction, sequential, sequential_read);
+    let relocated = end.member_bytes_relocated.saturating_sub(half.member_bytes_relocated) as f64;
+    let cleaner_read = end.member_bytes_read_cleaning.saturating_sub(half.member_bytes_read_cleaning) as f64;
+    let cleaner_read_per_relocated_byte = if relocated > 0.0 { cleaner_read / relocated } else { 0.0 };
+    let span_read_bound_iops = cleaner_bound_iops_reading(
+        write_amplification,
+        data_fraction,
+        sequential,
+        sequential_read,
+        cleaner_read_per_relocated_byte.max(1.0),
+    );
     let report = Report {
         member_count: options.member_count,
         raid_level: options.raid_level.to_string(),
@@ -388,6 +407,9 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         ratio_to_sequential: steady_iops * IO_SIZE_BYTES as f64 / (sequential * data_fraction),
         cleaner_bound_iops,
         ratio_to_cleaner_bound: steady_iops / cleaner_bound_iops.max(1e-9),
+        cleaner_read_per_relocated_byte,
+        span_read_bound_iops,
+        ratio_to_span_read_bound: steady_iops / span_read_bound_iops.max(1e-9),
         steady_state: steady,
         write_amplification,
         write_amplification_total: if data_written > 0.0 { members_written / data_written } else { 0.0 },
@@ -412,10 +434,28 @@ pub fn cleaner_bound_iops(
     sequential_write_bytes_per_second: f64,
     sequential_read_bytes_per_second: f64,
 ) -> f64 {
+    cleaner_bound_iops_reading(
+        write_amplification,
+        data_fraction,
+        sequential_write_bytes_per_second,
+        sequential_read_bytes_per_second,
+        1.0,
+    )
+}
+
+/// [`cleaner_bound_iops`] with `read_bytes_per_relocated_byte` bytes read for each live
+/// byte relocated (1: exactly the live blocks).
+pub fn cleaner_bound_iops_reading(
+    write_amplification: f64,
+    data_fraction: f64,
+    sequential_write_bytes_per_second: f64,
+    sequential_read_bytes_per_second: f64,
+    read_bytes_per_relocated_byte: f64,
+) -> f64 {
     let block = IO_SIZE_BYTES as f64;
     let amplification = write_amplification.max(1.0);
     let seconds_per_block = amplification * block / (data_fraction * sequential_write_bytes_per_second)
-        + (amplification - 1.0) * block / sequential_read_bytes_per_second;
+        + (amplification - 1.0) * read_bytes_per_relocated_byte * block / sequential_read_bytes_per_second;
     1.0 / seconds_per_block
 }
 
@@ -533,5 +573,9 @@ mod tests {
         let steady = cleaner_bound_iops(2.0, 0.8, 1e9, 2e9);
         let expected = 1.0 / (2.0 * 4096.0 / 0.8e9 + 4096.0 / 2e9);
         assert!((steady - expected).abs() < 1e-6 * expected);
+        // Reading twice the live bytes doubles the read term only.
+        let spans = cleaner_bound_iops_reading(2.0, 0.8, 1e9, 2e9, 2.0);
+        let expected = 1.0 / (2.0 * 4096.0 / 0.8e9 + 2.0 * 4096.0 / 2e9);
+        assert!((spans - expected).abs() < 1e-6 * expected);
     }
 }

@@ -488,6 +488,7 @@ impl Cleaner {
                 let run = &mut buffer[..(last_row - first_row + 1) as usize * BLOCK_SIZE_BYTES];
                 let result = device.read_at(run, self.core.geometry.member_offset_bytes(*segment, first_row));
                 self.core.members.read_done(member, result.as_ref().err(), &self.core.counters);
+                Counters::add(&self.core.counters.member_bytes_read_cleaning, run.len() as u64);
                 let read = result.is_ok();
                 // Without the segment's checksums nothing here verifies: each block is
                 // then read again by position below, which reports it unreadable.

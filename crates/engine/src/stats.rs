@@ -31,6 +31,9 @@ pub struct Counters {
     /// Client writes held back by the write pacer (`space::pacing`), and for how long.
     pub paced_writes: AtomicU64,
     pub paced_nanoseconds: AtomicU64,
+    /// Bytes the cleaner read from members to relocate live blocks (whole spans of rows,
+    /// dead blocks between live ones included).
+    pub member_bytes_read_cleaning: AtomicU64,
     /// Checkpoints committed.
     pub checkpoints: AtomicU64,
     /// Client blocks stored as fragments, and those offered to compression but stored
@@ -419,6 +422,11 @@ pub struct VolumeStats {
     /// all (docs/garbage-collection.md, "Pacing").
     pub paced_writes: u64,
     pub paced_seconds: f64,
+    /// Bytes the cleaner read from members since the volume was opened: each victim
+    /// column's rows from its first to its last live block, in one request. Over
+    /// `member_bytes_relocated` it shows what reading whole spans costs against reading
+    /// exactly the live blocks.
+    pub member_bytes_read_cleaning: u64,
     /// Sealed batches the write pipeline holds at most: how far a slow member may lag.
     pub write_queue_batches: usize,
     /// Members failed while the volume was open (I/O errors, health checks).

@@ -1496,6 +1496,7 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         late_reads: Counters::get(&counters.late_reads),
         paced_writes: Counters::get(&counters.paced_writes),
         paced_seconds: Counters::get(&counters.paced_nanoseconds) as f64 / 1e9,
+        member_bytes_read_cleaning: Counters::get(&counters.member_bytes_read_cleaning),
         write_queue_batches: core.write_queue_batches,
         member_failures: core.members.failures_while_open(),
         map_memory_bytes: core.map.size_bytes(),

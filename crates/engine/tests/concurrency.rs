@@ -696,5 +696,14 @@ fn sustained_random_overwrites_by_several_writers_never_get_out_of_space() {
     // run into its reserve and wait there for whole rounds.
     assert!(stats.paced_writes > 0, "no write was paced ({} cleaning rounds)", stats.cleaning_rounds);
     eprintln!("{} writes paced, {:.3} s in all", stats.paced_writes, stats.paced_seconds);
+    // The cleaner read the live blocks it relocated from the members (victims are long
+    // out of memory), whole spans of rows: at least as many bytes as it relocated.
+    assert!(stats.member_bytes_relocated > 0);
+    assert!(
+        stats.member_bytes_read_cleaning >= stats.member_bytes_relocated,
+        "read {} bytes to relocate {}",
+        stats.member_bytes_read_cleaning,
+        stats.member_bytes_relocated
+    );
     Arc::try_unwrap(volume).ok().expect("one owner").close().expect("close");
 }

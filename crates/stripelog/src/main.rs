@@ -1339,6 +1339,10 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
         report.ratio_to_cleaner_bound
     );
     println!(
+        "the cleaner read {:.2} bytes per live byte it relocated (whole spans of rows); with those reads the bound is {:.0} IOPS: steady IOPS ÷ it = {:.3}",
+        report.cleaner_read_per_relocated_byte, report.span_read_bound_iops, report.ratio_to_span_read_bound
+    );
+    println!(
         "write_amplification (cleaning, second half) {:.3}; total with parity and summaries {:.3}; latency p99 {:.0} µs, max {:.1} ms",
         report.write_amplification,
         report.write_amplification_total,
