@@ -12,6 +12,7 @@ packages=(
   fio             # fio's nbd engine: load on the NBD server (benchmarks and stress)
   fuse3           # fusermount3: mounting an export with nbdfuse (FUSE tests)
   e2fsprogs       # mkfs.ext4 and e2fsck: a real file system on the export (FUSE/loop tests)
+  python3-prometheus-client  # the Prometheus project's own text-format parser, to check `serve --metrics`
   fonts-dejavu-core  # a TrueType font for the benchmark's SVG and PNG charts (plotters lays text out with it)
 )
 

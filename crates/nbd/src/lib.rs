@@ -7,7 +7,9 @@
 //! volumes only through `stripelog_engine::Volume`; the engine knows nothing of NBD.
 
 pub mod codec;
+pub mod metrics;
 pub mod protocol;
 pub mod server;
 
+pub use metrics::ExportMetrics;
 pub use server::{Export, Server, ServerStatistics};

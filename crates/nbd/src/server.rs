@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use stripelog_engine::{Mapping, Volume, BLOCK_SIZE_BYTES};
 
 /// Largest request payload (read or write) a client may send; advertised as the maximum
@@ -126,6 +126,8 @@ socket_connection!(std::net::TcpStream);
 pub struct Server {
     exports: Vec<Export>,
     pub statistics: ServerStatistics,
+    /// Per export (same order): requests, bytes, latency and errors.
+    metrics: Vec<crate::metrics::ExportMetrics>,
     shutting_down: AtomicBool,
     /// Read-side handles of open connections, to stop them at shutdown.
     open_connections: Mutex<Vec<(u64, Box<dyn Connection>)>>,
@@ -147,6 +149,7 @@ enum HandshakeEnd {
 impl Server {
     pub fn new(exports: Vec<Export>) -> Arc<Server> {
         Arc::new(Server {
+            metrics: exports.iter().map(|_| crate::metrics::ExportMetrics::default()).collect(),
             exports,
             statistics: ServerStatistics::default(),
             shutting_down: AtomicBool::new(false),
@@ -157,6 +160,11 @@ impl Server {
 
     pub fn exports(&self) -> &[Export] {
         &self.exports
+    }
+
+    /// The request metrics of each export, in the order of `exports`.
+    pub fn metrics(&self) -> &[crate::metrics::ExportMetrics] {
+        &self.metrics
     }
 
     /// Give the exports back (to close their volumes) once the server is done.
@@ -442,6 +450,8 @@ pub(crate) struct Replies<'a>(Option<&'a mut Vec<u8>>);
 /// One request handed to a worker.
 struct Job {
     request: Request,
+    /// When its header was read (its latency runs from there to its reply).
+    received: Instant,
     payload: Vec<u8>,
     /// A refusal decided while parsing (error number and message).
     refusal: Option<(u32, String)>,
@@ -468,6 +478,9 @@ fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Ne
         requests: AtomicU64::new(0),
         errors: AtomicU64::new(0),
     });
+    let metrics = &state.server.metrics[state.export];
+    metrics.connections_total.fetch_add(1, Ordering::Relaxed);
+    metrics.connections_open.fetch_add(1, Ordering::Relaxed);
     // Tokens bound the requests in flight: the reader takes one before reading a payload.
     let (token_return, tokens) = stripelog_engine::queue::bounded::<()>(REQUESTS_IN_FLIGHT_PER_CONNECTION);
     for _ in 0..REQUESTS_IN_FLIGHT_PER_CONNECTION {
@@ -490,6 +503,7 @@ fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Ne
         drop(job_sender);
         result
     });
+    metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
     let statistics = &state.server.statistics;
     statistics.requests.fetch_add(state.requests.load(Ordering::Relaxed), Ordering::Relaxed);
     statistics.errors.fetch_add(state.errors.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -552,6 +566,7 @@ fn read_requests_into(
             Err(error) => return Err(error),
         }
         let request = codec::parse_request(&header).map_err(protocol_error)?;
+        let received = Instant::now();
         if request.command == COMMAND_DISCONNECT {
             return Ok(());
         }
@@ -572,6 +587,7 @@ fn read_requests_into(
                 state.requests.fetch_add(1, Ordering::Relaxed);
                 state.server.statistics.bytes_read.fetch_add(length as u64, Ordering::Relaxed);
                 state.reply_data(&request, data, &mut Replies(Some(pending)))?;
+                state.metrics().record(COMMAND_READ, length as u64, received.elapsed());
                 state.flush_pending_if_full(pending)?;
                 continue;
             }
@@ -585,6 +601,7 @@ fn read_requests_into(
             // The whole payload is already in the read buffer: the engine copies it from
             // there into the open batch (no allocation, no extra copy).
             state.write(&request, &stream.buffer()[..length], &mut Replies(Some(pending)))?;
+            state.metrics().record(COMMAND_WRITE, length as u64, received.elapsed());
             io::BufRead::consume(stream, length);
             state.flush_pending_if_full(pending)?;
             continue;
@@ -594,7 +611,7 @@ fn read_requests_into(
             payload = vec![0u8; length];
             stream.read_exact(&mut payload)?;
         }
-        let job = Job { request, payload, refusal };
+        let job = Job { request, received, payload, refusal };
         if inline {
             state.run(job, &mut Replies(Some(pending)))?;
             state.flush_pending_if_full(pending)?;
@@ -671,8 +688,19 @@ impl ConnectionState {
         &self.server.exports[self.export]
     }
 
-    /// Run one request and write its reply.
+    fn metrics(&self) -> &crate::metrics::ExportMetrics {
+        &self.server.metrics[self.export]
+    }
+
+    /// Run one request, write its reply, and count it.
     fn run(&self, job: Job, replies: &mut Replies) -> io::Result<()> {
+        let (command, length, received) = (job.request.command, job.request.length_bytes as u64, job.received);
+        let result = self.execute(job, replies);
+        self.metrics().record(command, length, received.elapsed());
+        result
+    }
+
+    fn execute(&self, job: Job, replies: &mut Replies) -> io::Result<()> {
         let request = job.request;
         if let Some((error, message)) = job.refusal {
             return self.reply_error(&request, error, &message, replies);
@@ -749,6 +777,7 @@ impl ConnectionState {
 
     fn reply_error(&self, request: &Request, error: u32, message: &str, replies: &mut Replies) -> io::Result<()> {
         self.errors.fetch_add(1, Ordering::Relaxed);
+        self.metrics().record_error(error);
         if self.structured_replies {
             self.send(&[&codec::structured_error(request.cookie, error, message)], replies)
         } else {

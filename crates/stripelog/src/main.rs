@@ -3,6 +3,7 @@
 
 mod bench;
 mod maintenance;
+mod metrics;
 mod plan;
 mod serve;
 mod sim;
@@ -74,6 +75,12 @@ enum Command {
         after_help = "Examples:\n  stripelog set compression=off --control s.sock.control\n  stripelog set compression=lz4 d/m0 d/m1 d/m2\n  stripelog set dedup=off --control s.sock.control\nOnly a volume created with --compression lz4 can compress, and one created with --dedup on deduplicate."
     )]
     Set(maintenance::SetArguments),
+    /// What a running server is doing: each export's health, clients, space, counters and
+    /// the rebuilds or scrubs under way, through its control socket.
+    #[command(
+        after_help = "Examples:\n  stripelog status --control s.sock.control\n  stripelog status --control s.sock.control --json\n  watch -n 1 stripelog status --control s.sock.control"
+    )]
+    Status(maintenance::StatusArguments),
     /// A volume's write log: add or remove one (docs/write-log.md).
     #[command(subcommand)]
     Log(LogCommand),
@@ -311,10 +318,15 @@ pub(crate) struct ServeArguments {
     #[arg(long, value_name = "BITS", default_value_t = stripelog_engine::DEDUP_SAMPLING_BITS_DEFAULT,
           value_parser = clap::value_parser!(u32).range(0..=stripelog_engine::DEDUP_SAMPLING_BITS_MAXIMUM as i64))]
     dedup_sampling_bits: u32,
-    /// Control socket for `stripelog replace/scrub --control` (default: SOCKET.control
-    /// when serving on a Unix socket; none on TCP unless given).
+    /// Control socket for `stripelog status/replace/scrub/set --control` (default:
+    /// SOCKET.control when serving on a Unix socket; none on TCP unless given).
     #[arg(long)]
     control: Option<PathBuf>,
+    /// Serve Prometheus metrics over HTTP at ADDRESS:PORT (or PORT on loopback), path
+    /// /metrics: requests, bytes, latency and errors per export and command; cleaning,
+    /// space, members, rebuild/scrub progress, the write log.
+    #[arg(long, value_name = "ADDRESS:PORT")]
+    metrics: Option<String>,
     #[command(flatten)]
     degraded: DegradedArgument,
     /// Open volumes the superblocks say another host has open and did not close (that
@@ -1063,6 +1075,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Replace(arguments) => maintenance::replace(arguments),
         Command::Scrub(arguments) => maintenance::scrub(arguments),
         Command::Set(arguments) => maintenance::set(arguments),
+        Command::Status(arguments) => maintenance::status(arguments),
         Command::Bench(BenchCommand::Engine(arguments)) => bench_engine(arguments),
         Command::Bench(BenchCommand::Saturate(arguments)) => bench_saturate(arguments),
         Command::Bench(BenchCommand::Scale(arguments)) => bench_scale(arguments),

@@ -192,6 +192,9 @@ pub(crate) enum ControlRequest {
     Status {
         export: Option<String>,
     },
+    /// The whole server: every export's health, clients, space, counters, and what is
+    /// under way (`stripelog status`).
+    Overview {},
     /// Change a setting of the served volume (`stripelog set`).
     Set {
         export: Option<String>,
@@ -392,4 +395,111 @@ fn call(control: &Path, request: &ControlRequest, verb: &str) -> Result<serde_js
     }
     bar.finish_and_clear();
     Err(format!("{}: the server closed the connection without a report", control.display()))
+}
+
+#[derive(Args)]
+pub(crate) struct StatusArguments {
+    /// The control socket of a running `stripelog serve` (SOCKET.control by default).
+    #[arg(long)]
+    control: PathBuf,
+    /// Print the status as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `stripelog status --control SOCKET`: a running server's exports at a glance.
+pub(crate) fn status(arguments: StatusArguments) -> Result<ExitCode, String> {
+    let status = call(&arguments.control, &ControlRequest::Overview {}, "status")?;
+    if arguments.json {
+        print_json(&status)?;
+    } else {
+        print!("{}", status_text(&status));
+    }
+    let healthy =
+        status["exports"].as_array().is_some_and(|exports| exports.iter().all(|export| export["health"] == "ONLINE"));
+    Ok(if healthy { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// The human form of `status`, in the style of `zpool status`.
+fn status_text(status: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let number = |value: &serde_json::Value| value.as_u64().unwrap_or(0);
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "server   pid {}, stripelog {}, up {}, {} connection(s) accepted{}",
+        number(&status["process_id"]),
+        status["version"].as_str().unwrap_or("?"),
+        units::format_seconds(status["uptime_seconds"].as_f64().unwrap_or(0.0)),
+        number(&status["connections_accepted"]),
+        if status["shutting_down"] == true { ", SHUTTING DOWN" } else { "" }
+    );
+    for export in status["exports"].as_array().into_iter().flatten() {
+        let space = &export["space"];
+        let (total, free) = (number(&space["segments_total"]), number(&space["segments_free"]));
+        let (mapped, logical) = (number(&space["blocks_mapped"]), number(&space["logical_blocks"]).max(1));
+        let _ = writeln!(text);
+        let _ = writeln!(
+            text,
+            "export   {}  ({}, {})",
+            export["name"].as_str().unwrap_or("?"),
+            export["raid_level"].as_str().unwrap_or("?"),
+            format_bytes(number(&export["logical_size_bytes"]))
+        );
+        let _ = writeln!(text, "health   {}", export["health_detail"].as_str().unwrap_or("?"));
+        let _ = writeln!(text, "clients  {} connected", number(&export["clients"]));
+        let _ = writeln!(
+            text,
+            "space    {:.1} % of the logical blocks hold data; {free} of {total} segments free",
+            100.0 * mapped as f64 / logical as f64
+        );
+        let counters = &export["counters"];
+        let _ = writeln!(
+            text,
+            "written  {} by clients, read {}; {} flushes; {} cleaning rounds, write amplification {:.2} (cleaning) {:.2} (total)",
+            format_bytes(number(&counters["host_bytes_written"])),
+            format_bytes(number(&counters["host_bytes_read"])),
+            number(&counters["flushes"]),
+            number(&counters["cleaning_rounds"]),
+            counters["write_amplification_cleaning"].as_f64().unwrap_or(0.0),
+            counters["write_amplification_total"].as_f64().unwrap_or(0.0),
+        );
+        if let Some(requests) = counters["requests"].as_object() {
+            for (command, figures) in requests {
+                let _ = writeln!(
+                    text,
+                    "  {command:<13} {:>12} requests {:>12}  mean {}",
+                    number(&figures["requests"]),
+                    format_bytes(number(&figures["bytes"])),
+                    units::format_seconds(figures["latency_mean_seconds"].as_f64().unwrap_or(0.0))
+                );
+            }
+        }
+        if let Some(errors) = counters["errors"].as_object().filter(|errors| !errors.is_empty()) {
+            let list: Vec<String> = errors.iter().map(|(kind, count)| format!("{kind} {}", number(count))).collect();
+            let _ = writeln!(text, "errors   {}", list.join(", "));
+        }
+        let _ = writeln!(text, "members");
+        for member in export["members"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                text,
+                "  {:>2}  {:<11} {}",
+                number(&member["index"]),
+                member["state"].as_str().unwrap_or("?"),
+                member["name"].as_str().unwrap_or("?")
+            );
+        }
+        for operation in export["in_progress"].as_array().into_iter().flatten() {
+            let (done, total) = (number(&operation["segments_done"]), number(&operation["segments_total"]));
+            let _ = writeln!(
+                text,
+                "{:<8} {done} of {total} segments ({:.0} %), {} in {}",
+                operation["kind"].as_str().unwrap_or("?"),
+                100.0 * done as f64 / total.max(1) as f64,
+                format_bytes(number(&operation["bytes"])),
+                units::format_seconds(operation["seconds"].as_f64().unwrap_or(0.0))
+            );
+        }
+    }
+    text
 }

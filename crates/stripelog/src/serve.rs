@@ -19,7 +19,70 @@ const CONTROL_PROGRESS_INTERVAL: Duration = Duration::from_millis(200);
 /// Longest control request line accepted.
 const CONTROL_REQUEST_MAX_BYTES: u64 = 64 << 10;
 
-type Volumes = Vec<(String, Weak<Volume>)>;
+pub(crate) type Volumes = Vec<(String, Weak<Volume>)>;
+
+/// The rebuilds and scrubs under way (for `status` and the metrics).
+#[derive(Default)]
+pub(crate) struct Maintenance {
+    operations: std::sync::Mutex<Vec<(u64, Operation)>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+/// A rebuild or scrub under way, as last reported.
+#[derive(Clone, serde::Serialize)]
+pub(crate) struct Operation {
+    pub export: String,
+    /// "rebuild" or "scrub".
+    pub kind: &'static str,
+    pub segments_done: u64,
+    pub segments_total: u64,
+    /// Written by a rebuild, read by a scrub.
+    pub bytes: u64,
+    #[serde(skip)]
+    pub started: Instant,
+    pub seconds: f64,
+}
+
+impl Maintenance {
+    /// Record an operation starting; returns its number for `update` and `finish`.
+    pub(crate) fn start(&self, export: &str, kind: &'static str) -> u64 {
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        let operation = Operation {
+            export: export.to_string(),
+            kind,
+            segments_done: 0,
+            segments_total: 0,
+            bytes: 0,
+            started: Instant::now(),
+            seconds: 0.0,
+        };
+        self.lock().push((number, operation));
+        number
+    }
+
+    pub(crate) fn update(&self, number: u64, progress: &MaintenanceProgress) {
+        if let Some((_, operation)) = self.lock().iter_mut().find(|(each, _)| *each == number) {
+            operation.segments_done = progress.segments_done;
+            operation.segments_total = progress.segments_total;
+            operation.bytes = progress.bytes;
+        }
+    }
+
+    pub(crate) fn finish(&self, number: u64) {
+        self.lock().retain(|(each, _)| *each != number);
+    }
+
+    pub(crate) fn snapshot(&self) -> Vec<Operation> {
+        self.lock()
+            .iter()
+            .map(|(_, operation)| Operation { seconds: operation.started.elapsed().as_secs_f64(), ..operation.clone() })
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Operation)>> {
+        self.operations.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
 
 /// One line on what a volume's members are now: logged when it changes.
 fn health_line(name: &str, volume: &Volume) -> String {
@@ -68,11 +131,14 @@ fn watch_health(volumes: Volumes) {
 }
 
 /// Finish a rebuild found under way at open (a crash interrupted it).
-fn resume_rebuild(name: String, volume: Weak<Volume>) {
+fn resume_rebuild(name: String, volume: Weak<Volume>, maintenance: Arc<Maintenance>) {
     let Some(volume) = volume.upgrade() else { return };
     let members = volume.rebuilding_members();
     eprintln!("stripelog: export '{name}': resuming the rebuild of members {members:?} in the background");
-    match volume.rebuild(&MaintenanceOptions::default(), &|_| {}) {
+    let operation = maintenance.start(&name, "rebuild");
+    let outcome = volume.rebuild(&MaintenanceOptions::default(), &|progress| maintenance.update(operation, &progress));
+    maintenance.finish(operation);
+    match outcome {
         Ok(report) => eprintln!(
             "stripelog: export '{name}': members {:?} rebuilt ({} segments in {:.1} s)",
             report.members, report.segments_rebuilt, report.seconds
@@ -81,16 +147,25 @@ fn resume_rebuild(name: String, volume: Weak<Volume>) {
     }
 }
 
-fn serve_control(listener: std::os::unix::net::UnixListener, volumes: Volumes) {
+/// What the control socket and the metrics see of the running server.
+#[derive(Clone)]
+pub(crate) struct Served {
+    pub server: Weak<Server>,
+    pub volumes: Volumes,
+    pub maintenance: Arc<Maintenance>,
+    pub started: Instant,
+}
+
+fn serve_control(listener: std::os::unix::net::UnixListener, served: Served) {
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
-        let volumes = volumes.clone();
+        let served = served.clone();
         std::thread::spawn(move || {
             let mut writer = match stream.try_clone() {
                 Ok(writer) => writer,
                 Err(_) => return,
             };
-            let outcome = control_request(&stream, &mut writer, &volumes);
+            let outcome = control_request(&stream, &mut writer, &served);
             let line = match outcome {
                 Ok(report) => serde_json::json!({ "report": report }),
                 Err(error) => serde_json::json!({ "error": error }),
@@ -103,13 +178,15 @@ fn serve_control(listener: std::os::unix::net::UnixListener, volumes: Volumes) {
 fn control_request(
     stream: &std::os::unix::net::UnixStream,
     writer: &mut std::os::unix::net::UnixStream,
-    volumes: &Volumes,
+    served: &Served,
 ) -> Result<serde_json::Value, String> {
     use std::io::Read;
     let mut line = String::new();
     BufReader::new(stream.take(CONTROL_REQUEST_MAX_BYTES)).read_line(&mut line).map_err(|error| error.to_string())?;
     let request: ControlRequest = serde_json::from_str(&line).map_err(|error| format!("bad request: {error}"))?;
+    let volumes = &served.volumes;
     let export = match &request {
+        ControlRequest::Overview {} => return Ok(overview(served)),
         ControlRequest::Replace { export, .. }
         | ControlRequest::Scrub { export, .. }
         | ControlRequest::Status { export }
@@ -121,8 +198,31 @@ fn control_request(
     }
     .ok_or_else(|| format!("no export named {}", export.unwrap_or_default()))?;
     let volume = volume.upgrade().ok_or("the server is shutting down")?;
+    let operation = match &request {
+        ControlRequest::Scrub { .. } => Some(served.maintenance.start(name, "scrub")),
+        ControlRequest::Replace { .. } => Some(served.maintenance.start(name, "rebuild")),
+        _ => None,
+    };
+    let outcome = run_control_request(request, name, &volume, operation, served, writer);
+    if let Some(operation) = operation {
+        served.maintenance.finish(operation);
+    }
+    outcome
+}
+
+fn run_control_request(
+    request: ControlRequest,
+    name: &str,
+    volume: &Arc<Volume>,
+    operation: Option<u64>,
+    served: &Served,
+    writer: &mut std::os::unix::net::UnixStream,
+) -> Result<serde_json::Value, String> {
     let mut last_progress = Instant::now();
     let mut progress = |progress: MaintenanceProgress| {
+        if let Some(operation) = operation {
+            served.maintenance.update(operation, &progress);
+        }
         if last_progress.elapsed() >= CONTROL_PROGRESS_INTERVAL {
             last_progress = Instant::now();
             let line = serde_json::json!({ "progress": {
@@ -142,6 +242,7 @@ fn control_request(
     let to_json = |value: Result<serde_json::Value, serde_json::Error>| value.map_err(|error| error.to_string());
     match request {
         ControlRequest::Status { .. } => to_json(serde_json::to_value(volume.stats())),
+        ControlRequest::Overview {} => Ok(overview(served)),
         ControlRequest::Set { setting, value, .. } => {
             let value = crate::maintenance::setting_value(setting.as_str(), value.as_str())?;
             crate::maintenance::apply_setting(volume.as_ref(), setting.as_str(), &value)?;
@@ -162,8 +263,8 @@ fn control_request(
             to_json(serde_json::to_value(report))
         }
         ControlRequest::Replace { member, replacement, rate, force, .. } => {
-            let member = member_index(&volume, &member)?;
-            attach_replacement(&volume, member, &replacement, force)?;
+            let member = member_index(volume, &member)?;
+            attach_replacement(volume, member, &replacement, force)?;
             eprintln!("stripelog: export '{name}': member {member} replaced by {}; rebuilding", replacement.display());
             let report = volume
                 .rebuild(&MaintenanceOptions { rate_bytes_per_second: rate }, &report_progress)
@@ -175,6 +276,107 @@ fn control_request(
             to_json(serde_json::to_value(report))
         }
     }
+}
+
+/// The whole server at a glance (`stripelog status`): each export's health, clients,
+/// space, counters and what is under way.
+fn overview(served: &Served) -> serde_json::Value {
+    let server = served.server.upgrade();
+    let operations = served.maintenance.snapshot();
+    let exports: Vec<serde_json::Value> = served
+        .volumes
+        .iter()
+        .enumerate()
+        .filter_map(|(index, (name, volume))| {
+            let volume = volume.upgrade()?;
+            let stats = volume.stats();
+            let health = if stats.failure.is_some() {
+                "FAILED"
+            } else if stats.degraded {
+                "DEGRADED"
+            } else {
+                "ONLINE"
+            };
+            let metrics = server.as_ref().and_then(|server| server.metrics().get(index));
+            let requests: serde_json::Map<String, serde_json::Value> = metrics
+                .map(|metrics| {
+                    metrics
+                        .commands()
+                        .into_iter()
+                        .filter(|command| command.requests > 0)
+                        .map(|command| {
+                            let mean = command.latency_sum_seconds / command.requests.max(1) as f64;
+                            let value = serde_json::json!({
+                                "requests": command.requests,
+                                "bytes": command.bytes,
+                                "latency_mean_seconds": mean,
+                            });
+                            (command.name.to_string(), value)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let errors: serde_json::Map<String, serde_json::Value> = metrics
+                .map(|metrics| {
+                    metrics
+                        .errors()
+                        .into_iter()
+                        .filter(|(_, count)| *count > 0)
+                        .map(|(kind, count)| (kind.to_string(), count.into()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let clients = metrics.map_or(0, |metrics| metrics.connections_open.load(Ordering::Relaxed));
+            let members: Vec<serde_json::Value> = stats
+                .members
+                .iter()
+                .map(|member| {
+                    serde_json::json!({ "index": member.index, "name": member.name, "state": member.state,
+                        "description": member.description })
+                })
+                .collect();
+            let in_progress: Vec<&Operation> =
+                operations.iter().filter(|operation| operation.export == *name).collect();
+            Some(serde_json::json!({
+                "name": name,
+                "health": health,
+                "health_detail": health_line(name, &volume),
+                "failure": stats.failure,
+                "failures_still_tolerated": stats.failures_still_tolerated,
+                "raid_level": stats.raid_level,
+                "clients": clients,
+                "logical_size_bytes": stats.logical_size_bytes,
+                "space": {
+                    "segments_total": stats.segments_total,
+                    "segments_used": stats.segments_used,
+                    "segments_free": stats.segments_free,
+                    "blocks_mapped": stats.blocks_mapped,
+                    "logical_blocks": stats.logical_size_bytes / stats.block_size_bytes as u64,
+                },
+                "counters": {
+                    "requests": requests,
+                    "errors": errors,
+                    "host_bytes_written": stats.host_bytes_written,
+                    "host_bytes_read": stats.host_bytes_read,
+                    "flushes": stats.flushes,
+                    "cleaning_rounds": stats.cleaning_rounds,
+                    "write_amplification_cleaning": stats.write_amplification_cleaning,
+                    "write_amplification_total": stats.write_amplification_total,
+                },
+                "members": members,
+                "write_log": stats.write_log,
+                "in_progress": in_progress,
+            }))
+        })
+        .collect();
+    serde_json::json!({
+        "process_id": std::process::id(),
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_seconds": served.started.elapsed().as_secs_f64(),
+        "connections_accepted": server.as_ref().map_or(0, |server| server.statistics.connections.load(Ordering::Relaxed)),
+        "shutting_down": server.as_ref().is_none_or(|server| server.is_shutting_down()),
+        "exports": exports,
+    })
 }
 
 /// NAME=MEMBER,MEMBER,... or just NAME (then the positional members are its volume).
@@ -273,6 +475,14 @@ fn bind_listener(arguments: &ServeArguments) -> Result<Listener, String> {
     }
 }
 
+/// The metrics listener: ADDRESS:PORT, or PORT on loopback.
+fn bind_metrics(address: &str) -> Result<(std::net::TcpListener, String), String> {
+    let address = if address.contains(':') { address.to_string() } else { format!("127.0.0.1:{address}") };
+    let listener = std::net::TcpListener::bind(&address).map_err(|error| format!("--metrics {address}: {error}"))?;
+    let bound = listener.local_addr().map(|bound| bound.to_string()).unwrap_or(address);
+    Ok((listener, bound))
+}
+
 /// Loud, several lines: a degraded volume has less redundancy than the user chose.
 fn degraded_banner(name: &str, volume: &Volume) {
     let stats = volume.stats();
@@ -317,6 +527,7 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
         arguments.listen.is_none().then(|| PathBuf::from(format!("{}.control", arguments.socket.display())))
     });
     let mut control_socket = control.as_deref().map(bind_unix).transpose()?;
+    let metrics_listener = arguments.metrics.as_deref().map(bind_metrics).transpose()?;
     let mut exports = Vec::new();
     for (name, members) in exports_wanted {
         let devices = open_members(&members, None, arguments.read_only, arguments.degraded.degraded)
@@ -339,24 +550,35 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
         exports.push(Export { name, description, volume: Arc::new(volume), read_only: arguments.read_only });
     }
     let volumes: Volumes = exports.iter().map(|export| (export.name.clone(), Arc::downgrade(&export.volume))).collect();
+    let maintenance = Arc::new(Maintenance::default());
     for (name, volume) in &volumes {
         if volume.upgrade().is_some_and(|volume| !volume.rebuilding_members().is_empty()) {
-            let (name, volume) = (name.clone(), volume.clone());
-            std::thread::spawn(move || resume_rebuild(name, volume));
+            let (name, volume, maintenance) = (name.clone(), volume.clone(), maintenance.clone());
+            std::thread::spawn(move || resume_rebuild(name, volume, maintenance));
         }
     }
     {
         let volumes = volumes.clone();
         std::thread::spawn(move || watch_health(volumes));
     }
+    let server = Server::new(exports);
+    let served = Served { server: Arc::downgrade(&server), volumes, maintenance, started: Instant::now() };
     if let Some(socket) = control_socket.as_mut() {
         let path = socket.path.display();
-        eprintln!("stripelog: control socket {path} (stripelog replace/scrub --control {path})");
+        eprintln!("stripelog: control socket {path} (stripelog status/replace/scrub --control {path})");
         let listener = socket.listener.take().expect("bound above");
-        let volumes = volumes.clone();
-        std::thread::spawn(move || serve_control(listener, volumes));
+        let served = served.clone();
+        std::thread::spawn(move || serve_control(listener, served));
     }
-    let server = Server::new(exports);
+    if let Some((listener, address)) = metrics_listener {
+        eprintln!("stripelog: metrics on http://{address}/metrics");
+        let sources = crate::metrics::Sources {
+            server: served.server.clone(),
+            volumes: served.volumes.clone(),
+            maintenance: served.maintenance.clone(),
+        };
+        std::thread::spawn(move || crate::metrics::serve_metrics(listener, sources));
+    }
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
         .map_err(|error| format!("signals: {error}"))?;
     {

@@ -84,6 +84,30 @@ pub fn format_bytes(bytes: u64) -> String {
     }
 }
 
+/// `0.000042` → `42 µs`, `75.2` → `1 min 15 s`, `93784` → `1 d 2 h`: a time as a person reads it.
+pub fn format_seconds(seconds: f64) -> String {
+    if !seconds.is_finite() || seconds < 0.0 {
+        return "?".into();
+    }
+    if seconds < 1e-3 {
+        return format!("{:.0} µs", seconds * 1e6);
+    }
+    if seconds < 1.0 {
+        return format!("{:.1} ms", seconds * 1e3);
+    }
+    if seconds < 60.0 {
+        return format!("{seconds:.1} s");
+    }
+    let whole = seconds as u64;
+    if whole < 3_600 {
+        format!("{} min {} s", whole / 60, whole % 60)
+    } else if whole < 86_400 {
+        format!("{} h {} min", whole / 3_600, whole % 3_600 / 60)
+    } else {
+        format!("{} d {} h", whole / 86_400, whole % 86_400 / 3_600)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,5 +150,9 @@ mod tests {
         assert!(parse_duration("0s").is_err());
         assert_eq!(format_bytes(1536), "1.5 KiB");
         assert_eq!(format_bytes(512), "512 B");
+        assert_eq!(format_seconds(0.000042), "42 µs");
+        assert_eq!(format_seconds(0.0025), "2.5 ms");
+        assert_eq!(format_seconds(75.2), "1 min 15 s");
+        assert_eq!(format_seconds(93_784.0), "1 d 2 h");
     }
 }

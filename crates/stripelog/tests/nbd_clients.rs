@@ -789,3 +789,152 @@ fn a_deduplicated_export_stores_copies_once_and_changes_its_setting_while_served
     assert!(report["shared_records_checked"].as_u64().expect("shared_records_checked") > 0, "{report}");
     assert_eq!(report["shared_records_miscounted"], serde_json::json!([]), "{report}");
 }
+
+/// A GET of `path` on 127.0.0.1:`port`: the status line and the body.
+fn http_get(port: u16, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the metrics port");
+    stream.set_read_timeout(Some(CLIENT_TIMEOUT)).expect("set a read timeout");
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").expect("send the request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read the response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    (head.lines().next().unwrap_or_default().to_string(), body.to_string())
+}
+
+/// Every sample of a scrape as parsed by the Prometheus project's own Python parser
+/// (`prometheus_client.parser`): {"name": [[labels, value], ...]}. It raises on any line
+/// it does not take.
+const PARSE_METRICS: &str = r#"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+samples = {}
+for family in text_string_to_metric_families(sys.stdin.read()):
+    for sample in family.samples:
+        samples.setdefault(sample.name, []).append([sample.labels, sample.value])
+print(json.dumps(samples))
+"#;
+
+/// `serve --metrics` during a write load from qemu-io, scraped several times and parsed by
+/// Prometheus's own parser: the request counters only grow, the write histogram counts
+/// every write with cumulative buckets ending at its count, the bytes cover the load, and
+/// `stripelog status` shows the same counters and the client.
+#[test]
+fn metrics_are_scraped_during_a_load_and_parsed_by_prometheus_s_own_parser() {
+    let Some(qemu_io) = tool("qemu-io") else { return };
+    let Some(python) = python_with("prometheus_client.parser", "python3-prometheus-client") else { return };
+    let mut server = Server::start();
+    server.stop_cleanly(libc::SIGTERM);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port();
+    server.serve_arguments = vec!["--metrics".into(), format!("127.0.0.1:{port}")];
+    server.spawn();
+    let parse = |body: &str| -> serde_json::Value {
+        use std::io::Write;
+        let mut child = Command::new(&python)
+            .args(["-c", PARSE_METRICS])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start python3");
+        child.stdin.take().expect("stdin").write_all(body.as_bytes()).expect("give the scrape to the parser");
+        let output = child.wait_with_output().expect("the parser");
+        assert!(output.status.success(), "Prometheus's parser refused the scrape: {}\n{body}", text(&output));
+        serde_json::from_slice(&output.stdout).expect("the parser's JSON")
+    };
+    let value = |samples: &serde_json::Value, name: &str, labels: &[(&str, &str)]| -> f64 {
+        samples[name]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|sample| labels.iter().all(|(key, wanted)| sample[0][*key] == *wanted))
+            .and_then(|sample| sample[1].as_f64())
+            .unwrap_or_else(|| panic!("no sample {name}{labels:?}"))
+    };
+    let writes = |samples: &serde_json::Value| {
+        value(samples, "stripelog_nbd_requests_total", &[("export", "stripelog"), ("command", "write")])
+    };
+    // 96 writes of 1 MiB, each flushed, while the metrics are scraped.
+    let commands: Vec<String> = (0..96).map(|index| format!("write -P 0x5a {}M 1M", index)).collect();
+    let mut load = server.qemu_io_command(&qemu_io, &commands);
+    let mut load = load.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start qemu-io");
+    let mut seen = Vec::new();
+    while seen.len() < 3 || load.try_wait().expect("qemu-io").is_none() {
+        let (status, body) = http_get(port, "/metrics");
+        assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+        seen.push(writes(&parse(&body)));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(load.wait().expect("qemu-io").success(), "qemu-io failed\n{}", server.log());
+    assert!(seen.windows(2).all(|pair| pair[0] <= pair[1]), "the write counter went back: {seen:?}");
+    let (_, body) = http_get(port, "/metrics");
+    let samples = parse(&body);
+    let labels = [("export", "stripelog"), ("command", "write")];
+    assert!(writes(&samples) >= 96.0, "{body}");
+    assert!(value(&samples, "stripelog_nbd_request_bytes_total", &labels) >= (96 << 20) as f64, "{body}");
+    let count = value(&samples, "stripelog_nbd_request_duration_seconds_count", &labels);
+    assert_eq!(count, writes(&samples), "the histogram counts every write");
+    let buckets: Vec<(f64, f64)> = samples["stripelog_nbd_request_duration_seconds_bucket"]
+        .as_array()
+        .expect("buckets")
+        .iter()
+        .filter(|sample| sample[0]["command"] == "write")
+        .map(|sample| {
+            let bound = sample[0]["le"].as_str().expect("le");
+            (
+                if bound == "+Inf" { f64::INFINITY } else { bound.parse().expect("a bound") },
+                sample[1].as_f64().expect("count"),
+            )
+        })
+        .collect();
+    assert!(buckets.windows(2).all(|pair| pair[0].0 < pair[1].0 && pair[0].1 <= pair[1].1), "{buckets:?}");
+    assert_eq!(buckets.last().expect("+Inf"), &(f64::INFINITY, count));
+    assert!(value(&samples, "stripelog_volume_host_bytes_total", &[("operation", "written")]) >= (96 << 20) as f64);
+    assert_eq!(value(&samples, "stripelog_member_state", &[("member", "0"), ("state", "active")]), 1.0);
+    assert_eq!(value(&samples, "stripelog_volume_degraded", &[("export", "stripelog")]), 0.0);
+    let (status, _) = http_get(port, "/nothing");
+    assert_eq!(status, "HTTP/1.1 404 Not Found");
+    // `stripelog status` through the control socket: the same counters, for a person and as JSON.
+    let control = format!("{}.control", server.socket.display());
+    let human = run_with_timeout(stripelog().args(["status", "--control", &control]), CLIENT_TIMEOUT);
+    assert!(human.status.success(), "stripelog status: {}", text(&human));
+    let human = text(&human);
+    assert!(human.contains("is ONLINE") && human.contains("  write ") && human.contains("MiB"), "{human}");
+    let status = run_with_timeout(stripelog().args(["status", "--json", "--control", &control]), CLIENT_TIMEOUT);
+    let status = json(&status);
+    let export = &status["exports"][0];
+    assert_eq!(export["health"], "ONLINE", "{status}");
+    assert_eq!(export["counters"]["requests"]["write"]["requests"].as_f64(), Some(writes(&samples)), "{status}");
+    // During an online rebuild (replace, slowed by --rate), `status` and the metrics show
+    // it under way, with its progress.
+    let replacement = server.directory.join("new2");
+    let mut replace = stripelog()
+        .args(["replace", "--control", &control, "--member", "2", "--rate", "16MiB", "--with"])
+        .arg(&replacement)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start stripelog replace");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (rebuild, maintenance) = loop {
+        assert!(Instant::now() < deadline, "no rebuild in progress in `stripelog status`");
+        let status = run_with_timeout(stripelog().args(["status", "--json", "--control", &control]), CLIENT_TIMEOUT);
+        let rebuild = json(&status)["exports"][0]["in_progress"][0].clone();
+        if rebuild["segments_total"].as_u64().unwrap_or(0) > 0 {
+            let (_, body) = http_get(port, "/metrics");
+            break (rebuild, parse(&body));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(rebuild["kind"], "rebuild", "{rebuild}");
+    let labels = [("export", "stripelog"), ("operation", "rebuild")];
+    assert!(value(&maintenance, "stripelog_maintenance_segments", &labels) > 0.0);
+    assert!(value(&maintenance, "stripelog_volume_rebuilding_members", &[("export", "stripelog")]) >= 1.0);
+    let human = run_with_timeout(stripelog().args(["status", "--control", &control]), CLIENT_TIMEOUT);
+    assert!(text(&human).contains("DEGRADED") && text(&human).contains("rebuild "), "{}", text(&human));
+    assert_eq!(human.status.code(), Some(1), "status exits 1 while an export is not ONLINE");
+    assert!(wait_with_timeout(&mut replace, Duration::from_secs(60)).is_some_and(|status| status.success()));
+    let status = run_with_timeout(stripelog().args(["status", "--json", "--control", &control]), CLIENT_TIMEOUT);
+    assert_eq!(json(&status)["exports"][0]["in_progress"], serde_json::json!([]));
+    server.stop_cleanly(libc::SIGTERM);
+}

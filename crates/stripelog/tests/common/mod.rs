@@ -83,6 +83,21 @@ pub fn nbd_shell() -> Option<Command> {
     None
 }
 
+/// The first python3 on PATH (or the system's) that can import `module`, or `None` after
+/// saying the test is skipped.
+#[allow(dead_code)] // (not every test binary uses it)
+pub fn python_with(module: &str, package: &str) -> Option<PathBuf> {
+    let mut pythons = find_in_path("python3");
+    pythons.push(PathBuf::from("/usr/bin/python3"));
+    let found = pythons
+        .into_iter()
+        .find(|python| runs_successfully(Command::new(python).args(["-c", &format!("import {module}")])));
+    if found.is_none() {
+        cannot_run(&format!("no python3 here imports {module} (Debian package {package})"));
+    }
+    found
+}
+
 pub fn runs_successfully(command: &mut Command) -> bool {
     command
         .stdin(Stdio::null())

@@ -1,0 +1,497 @@
+//! `stripelog serve --metrics ADDRESS:PORT`: the served volumes and the NBD server in the
+//! Prometheus text exposition format (docs/operations.md, "Metrics"). Nothing is kept for
+//! it on the I/O path beyond the engine's and the server's atomic counters: every value is
+//! read from them when a scrape arrives.
+
+use crate::serve::{Maintenance, Volumes};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+use std::io::{Read, Write};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use stripelog_nbd::Server;
+
+/// Longest request head read from a scraper.
+const REQUEST_HEAD_MAXIMUM_BYTES: u64 = 8 << 10;
+/// A scraper that sends nothing for this long is dropped.
+const SCRAPE_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a scrape reads.
+pub(crate) struct Sources {
+    pub server: Weak<Server>,
+    pub volumes: Volumes,
+    pub maintenance: Arc<Maintenance>,
+}
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("Sources").finish_non_exhaustive()
+    }
+}
+
+type Labels<'a> = Vec<(&'static str, &'a str)>;
+/// An export's name, its commands and its errors by kind, as one scrape reads them.
+type ExportRequests<'a> = (&'a str, Vec<stripelog_nbd::metrics::CommandSnapshot>, Vec<(&'static str, u64)>);
+
+/// One metric family, then its samples.
+struct Family<'e> {
+    encoder: prometheus_client::encoding::MetricEncoder<'e>,
+}
+
+fn family<'e>(
+    encoder: &'e mut DescriptorEncoder<'_>,
+    name: &'e str,
+    help: &str,
+    unit: Option<&'e Unit>,
+    metric_type: MetricType,
+) -> Result<Family<'e>, std::fmt::Error> {
+    Ok(Family { encoder: encoder.encode_descriptor(name, help, unit, metric_type)? })
+}
+
+impl Family<'_> {
+    fn counter(&mut self, labels: &Labels, value: u64) -> Result<(), std::fmt::Error> {
+        ConstCounter::new(value).encode(self.encoder.encode_family(labels)?)
+    }
+    fn counter_seconds(&mut self, labels: &Labels, value: f64) -> Result<(), std::fmt::Error> {
+        ConstCounter::new(value).encode(self.encoder.encode_family(labels)?)
+    }
+    fn gauge(&mut self, labels: &Labels, value: f64) -> Result<(), std::fmt::Error> {
+        ConstGauge::new(value).encode(self.encoder.encode_family(labels)?)
+    }
+}
+
+impl Collector for Sources {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(server) = self.server.upgrade() else { return Ok(()) };
+        self.encode_nbd(&server, &mut encoder)?;
+        let volumes: Vec<(String, stripelog_engine::VolumeStats)> = self
+            .volumes
+            .iter()
+            .filter_map(|(name, volume)| volume.upgrade().map(|volume| (name.clone(), volume.stats())))
+            .collect();
+        encode_volumes(&volumes, &mut encoder)?;
+        self.encode_maintenance(&mut encoder)
+    }
+}
+
+impl Sources {
+    fn encode_nbd(&self, server: &Server, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let exports: Vec<ExportRequests> = server
+            .exports()
+            .iter()
+            .zip(server.metrics())
+            .map(|(export, metrics)| (export.name.as_str(), metrics.commands(), metrics.errors()))
+            .collect();
+        let mut requests =
+            family(encoder, "stripelog_nbd_requests", "NBD requests answered", None, MetricType::Counter)?;
+        for (export, commands, _) in &exports {
+            for command in commands {
+                requests.counter(&vec![("export", *export), ("command", command.name)], command.requests)?;
+            }
+        }
+        let mut bytes = family(
+            encoder,
+            "stripelog_nbd_request",
+            "Bytes the NBD requests covered (read, written, trimmed, zeroed)",
+            Some(&Unit::Bytes),
+            MetricType::Counter,
+        )?;
+        for (export, commands, _) in &exports {
+            for command in commands {
+                bytes.counter(&vec![("export", *export), ("command", command.name)], command.bytes)?;
+            }
+        }
+        {
+            let mut latency = encoder.encode_descriptor(
+                "stripelog_nbd_request_duration",
+                "Time from reading an NBD request to queuing its reply",
+                Some(&Unit::Seconds),
+                MetricType::Histogram,
+            )?;
+            for (export, commands, _) in &exports {
+                for command in commands {
+                    let labels: Labels = vec![("export", *export), ("command", command.name)];
+                    latency.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
+                        command.latency_sum_seconds,
+                        command.latency_count,
+                        &command.latency_buckets,
+                        None,
+                    )?;
+                }
+            }
+        }
+        let mut errors =
+            family(encoder, "stripelog_nbd_errors", "NBD error replies by error", None, MetricType::Counter)?;
+        for (export, _, kinds) in &exports {
+            for (kind, count) in kinds {
+                errors.counter(&vec![("export", *export), ("kind", kind)], *count)?;
+            }
+        }
+        let mut open = family(encoder, "stripelog_nbd_connections", "NBD connections open", None, MetricType::Gauge)?;
+        for (export, metrics) in server.exports().iter().zip(server.metrics()) {
+            let value = metrics.connections_open.load(std::sync::atomic::Ordering::Relaxed);
+            open.gauge(&vec![("export", export.name.as_str())], value as f64)?;
+        }
+        let mut accepted = family(
+            encoder,
+            "stripelog_nbd_connections_accepted",
+            "NBD connections that reached transmission",
+            None,
+            MetricType::Counter,
+        )?;
+        for (export, metrics) in server.exports().iter().zip(server.metrics()) {
+            let value = metrics.connections_total.load(std::sync::atomic::Ordering::Relaxed);
+            accepted.counter(&vec![("export", export.name.as_str())], value)?;
+        }
+        Ok(())
+    }
+
+    fn encode_maintenance(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let operations = self.maintenance.snapshot();
+        let mut done = family(
+            encoder,
+            "stripelog_maintenance_segments_done",
+            "Segments a running rebuild or scrub has done",
+            None,
+            MetricType::Gauge,
+        )?;
+        for operation in &operations {
+            let labels: Labels = vec![("export", &operation.export), ("operation", operation.kind)];
+            done.gauge(&labels, operation.segments_done as f64)?;
+        }
+        let mut total = family(
+            encoder,
+            "stripelog_maintenance_segments",
+            "Segments a running rebuild or scrub goes through",
+            None,
+            MetricType::Gauge,
+        )?;
+        for operation in &operations {
+            let labels: Labels = vec![("export", &operation.export), ("operation", operation.kind)];
+            total.gauge(&labels, operation.segments_total as f64)?;
+        }
+        let mut bytes = family(
+            encoder,
+            "stripelog_maintenance_processed",
+            "Bytes a running rebuild has written or a scrub has read",
+            Some(&Unit::Bytes),
+            MetricType::Gauge,
+        )?;
+        for operation in &operations {
+            let labels: Labels = vec![("export", &operation.export), ("operation", operation.kind)];
+            bytes.gauge(&labels, operation.bytes as f64)?;
+        }
+        Ok(())
+    }
+}
+
+fn encode_volumes(
+    volumes: &[(String, stripelog_engine::VolumeStats)],
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    use stripelog_engine::VolumeStats;
+    type Value = fn(&VolumeStats) -> f64;
+    fn export(name: &str) -> Labels<'_> {
+        vec![("export", name)]
+    }
+    // Gauges and counters with one sample per volume: (name, help, unit, type, value).
+    let simple: [(&str, &str, Option<Unit>, MetricType, Value); 16] = [
+        ("stripelog_volume_logical_size", "Size the volume offers", Some(Unit::Bytes), MetricType::Gauge, |s| {
+            s.logical_size_bytes as f64
+        }),
+        (
+            "stripelog_volume_degraded",
+            "1 when a member is missing, failed or rebuilding",
+            None,
+            MetricType::Gauge,
+            |s| s.degraded as u8 as f64,
+        ),
+        ("stripelog_volume_failed", "1 when the volume stopped on an error", None, MetricType::Gauge, |s| {
+            s.failure.is_some() as u8 as f64
+        }),
+        (
+            "stripelog_volume_failures_tolerated",
+            "Member failures the volume survives from now",
+            None,
+            MetricType::Gauge,
+            |s| s.failures_still_tolerated as f64,
+        ),
+        ("stripelog_volume_blocks_mapped", "Logical blocks holding data", None, MetricType::Gauge, |s| {
+            s.blocks_mapped as f64
+        }),
+        ("stripelog_volume_flushes", "Flushes served", None, MetricType::Counter, |s| s.flushes as f64),
+        ("stripelog_volume_checkpoints", "Checkpoints committed", None, MetricType::Counter, |s| s.checkpoints as f64),
+        ("stripelog_cleaner_rounds", "Cleaning rounds run", None, MetricType::Counter, |s| s.cleaning_rounds as f64),
+        ("stripelog_cleaner_segments_cleaned", "Segments emptied by cleaning", None, MetricType::Counter, |s| {
+            s.segments_cleaned as f64
+        }),
+        (
+            "stripelog_cleaner_relocated",
+            "Live data relocated by cleaning",
+            Some(Unit::Bytes),
+            MetricType::Counter,
+            |s| s.member_bytes_relocated as f64,
+        ),
+        (
+            "stripelog_cleaner_read",
+            "Bytes the cleaner read from members",
+            Some(Unit::Bytes),
+            MetricType::Counter,
+            |s| s.member_bytes_read_cleaning as f64,
+        ),
+        ("stripelog_volume_paced_writes", "Client writes the pacer held back", None, MetricType::Counter, |s| {
+            s.paced_writes as f64
+        }),
+        (
+            "stripelog_volume_paced",
+            "Time client writes waited for the pacer",
+            Some(Unit::Seconds),
+            MetricType::Counter,
+            |s| s.paced_seconds,
+        ),
+        (
+            "stripelog_volume_reconstructed_blocks",
+            "Blocks rebuilt from redundancy on a read",
+            None,
+            MetricType::Counter,
+            |s| s.reconstructed_blocks as f64,
+        ),
+        ("stripelog_volume_rebuilding_members", "Members being rebuilt", None, MetricType::Gauge, |s| {
+            s.rebuilding_members.len() as f64
+        }),
+        (
+            "stripelog_volume_member_failures",
+            "Members failed while the volume was open",
+            None,
+            MetricType::Counter,
+            |s| s.member_failures as f64,
+        ),
+    ];
+    for (name, help, unit, metric_type, value) in &simple {
+        let mut metric = family(encoder, name, help, unit.as_ref(), *metric_type)?;
+        for (volume, stats) in volumes {
+            match metric_type {
+                MetricType::Counter => metric.counter_seconds(&export(volume), value(stats))?,
+                _ => metric.gauge(&export(volume), value(stats))?,
+            }
+        }
+    }
+    let mut host =
+        family(encoder, "stripelog_volume_host", "Client bytes by operation", Some(&Unit::Bytes), MetricType::Counter)?;
+    for (volume, stats) in volumes {
+        for (operation, value) in [
+            ("written", stats.host_bytes_written),
+            ("read", stats.host_bytes_read),
+            ("zeroed", stats.host_bytes_zeroed),
+            ("trimmed", stats.host_bytes_trimmed),
+        ] {
+            host.counter(&vec![("export", volume.as_str()), ("operation", operation)], value)?;
+        }
+    }
+    let mut written = family(
+        encoder,
+        "stripelog_volume_member_written",
+        "Bytes written to the members, by what they hold",
+        Some(&Unit::Bytes),
+        MetricType::Counter,
+    )?;
+    for (volume, stats) in volumes {
+        for (kind, value) in [
+            ("data", stats.member_bytes_data),
+            ("relocated", stats.member_bytes_relocated),
+            ("redundancy", stats.member_bytes_redundancy),
+            ("metadata", stats.member_bytes_metadata),
+            ("padding", stats.member_bytes_padding),
+        ] {
+            written.counter(&vec![("export", volume.as_str()), ("kind", kind)], value)?;
+        }
+    }
+    let mut amplification = family(
+        encoder,
+        "stripelog_volume_write_amplification",
+        "Member bytes per client byte since the volume was opened, by cause",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (volume, stats) in volumes {
+        for (cause, value) in [
+            ("cleaning", stats.write_amplification_cleaning),
+            ("raid", stats.write_amplification_raid),
+            ("total", stats.write_amplification_total),
+        ] {
+            amplification.gauge(&vec![("export", volume.as_str()), ("cause", cause)], value)?;
+        }
+    }
+    let mut segments = family(encoder, "stripelog_volume_segments", "Segments by state", None, MetricType::Gauge)?;
+    for (volume, stats) in volumes {
+        for (state, value) in [
+            ("free", stats.segments_free),
+            ("used", stats.segments_used),
+            ("waiting_for_flush", stats.segments_waiting_for_flush),
+        ] {
+            segments.gauge(&vec![("export", volume.as_str()), ("state", state)], value as f64)?;
+        }
+    }
+    let mut errors =
+        family(encoder, "stripelog_volume_read_errors", "Read problems by kind", None, MetricType::Counter)?;
+    for (volume, stats) in volumes {
+        for (kind, value) in [
+            ("io", stats.read_errors),
+            ("checksum", stats.checksum_mismatches),
+            ("unrecoverable", stats.unrecoverable_reads),
+            ("late", stats.late_reads),
+        ] {
+            errors.counter(&vec![("export", volume.as_str()), ("kind", kind)], value)?;
+        }
+    }
+    let mut memory = family(
+        encoder,
+        "stripelog_volume_memory",
+        "RAM the volume holds, by use",
+        Some(&Unit::Bytes),
+        MetricType::Gauge,
+    )?;
+    for (volume, stats) in volumes {
+        for (use_, value) in [
+            ("index", stats.map_memory_bytes),
+            ("checksums", stats.checksum_memory_bytes),
+            ("write_buffer", stats.write_buffer_memory_bytes),
+            ("cache", stats.cache_memory_bytes),
+        ] {
+            memory.gauge(&vec![("export", volume.as_str()), ("use", use_)], value as f64)?;
+        }
+    }
+    encode_members(volumes, encoder)?;
+    encode_write_logs(volumes, encoder)
+}
+
+fn encode_members(
+    volumes: &[(String, stripelog_engine::VolumeStats)],
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    let indices: Vec<Vec<String>> = volumes
+        .iter()
+        .map(|(_, stats)| stats.members.iter().map(|member| member.index.to_string()).collect())
+        .collect();
+    let mut state = family(
+        encoder,
+        "stripelog_member_state",
+        "1 for each member's state (active, missing, failed, rebuilding, ...)",
+        None,
+        MetricType::Gauge,
+    )?;
+    for ((volume, stats), indices) in volumes.iter().zip(&indices) {
+        for (member, index) in stats.members.iter().zip(indices) {
+            let labels: Labels =
+                vec![("export", volume), ("member", index), ("name", &member.name), ("state", &member.state)];
+            state.gauge(&labels, 1.0)?;
+        }
+    }
+    let mut written = family(
+        encoder,
+        "stripelog_member_written",
+        "Bytes written to the member since the volume was opened",
+        Some(&Unit::Bytes),
+        MetricType::Counter,
+    )?;
+    for ((volume, stats), indices) in volumes.iter().zip(&indices) {
+        for (member, index) in stats.members.iter().zip(indices) {
+            written.counter(&vec![("export", volume.as_str()), ("member", index)], member.bytes_written)?;
+        }
+    }
+    let mut latency = family(
+        encoder,
+        "stripelog_member_read_latency_mean",
+        "Recent mean read latency of the member",
+        Some(&Unit::Seconds),
+        MetricType::Gauge,
+    )?;
+    for ((volume, stats), indices) in volumes.iter().zip(&indices) {
+        for (member, index) in stats.members.iter().zip(indices) {
+            latency
+                .gauge(&vec![("export", volume.as_str()), ("member", index)], member.read_latency_mean_micros / 1e6)?;
+        }
+    }
+    Ok(())
+}
+
+fn encode_write_logs(
+    volumes: &[(String, stripelog_engine::VolumeStats)],
+    encoder: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    let logs: Vec<(&str, &stripelog_engine::WriteLogStatus)> =
+        volumes.iter().filter_map(|(name, stats)| stats.write_log.as_ref().map(|log| (name.as_str(), log))).collect();
+    let mut size =
+        family(encoder, "stripelog_write_log_size", "Size of the write log", Some(&Unit::Bytes), MetricType::Gauge)?;
+    for (volume, log) in &logs {
+        size.gauge(&vec![("export", *volume)], log.size_bytes as f64)?;
+    }
+    let mut used =
+        family(encoder, "stripelog_write_log_used", "Write log bytes in use", Some(&Unit::Bytes), MetricType::Gauge)?;
+    for (volume, log) in &logs {
+        used.gauge(&vec![("export", *volume)], log.used_bytes as f64)?;
+    }
+    let mut appended = family(
+        encoder,
+        "stripelog_write_log_appended",
+        "Bytes appended to the write log",
+        Some(&Unit::Bytes),
+        MetricType::Counter,
+    )?;
+    for (volume, log) in &logs {
+        appended.counter(&vec![("export", *volume)], log.bytes_appended)?;
+    }
+    let mut syncs = family(encoder, "stripelog_write_log_syncs", "Syncs of the write log", None, MetricType::Counter)?;
+    for (volume, log) in &logs {
+        syncs.counter(&vec![("export", *volume)], log.syncs)?;
+    }
+    Ok(())
+}
+
+/// The text a scrape gets.
+pub(crate) fn render(registry: &Registry) -> String {
+    let mut text = String::new();
+    if let Err(error) = prometheus_client::encoding::prometheus_text::encode(&mut text, registry) {
+        text = format!("# encoding the metrics failed: {error}\n");
+    }
+    text
+}
+
+/// Answer scrapes on `listener` until the process ends: `GET /metrics` gets the metrics,
+/// anything else 404. One scraper at a time (Prometheus scrapes every few seconds).
+pub(crate) fn serve_metrics(listener: std::net::TcpListener, sources: Sources) {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(sources));
+    for stream in listener.incoming() {
+        let Ok(mut stream) = stream else { continue };
+        let _ = stream.set_read_timeout(Some(SCRAPE_READ_TIMEOUT));
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        let mut limited = (&stream).take(REQUEST_HEAD_MAXIMUM_BYTES);
+        while !head.ends_with(b"\r\n\r\n") && !head.ends_with(b"\n\n") {
+            match limited.read(&mut byte) {
+                Ok(1) => head.push(byte[0]),
+                _ => break,
+            }
+        }
+        let line = String::from_utf8_lossy(&head);
+        let mut words = line.split_whitespace();
+        let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+        let (status, content_type, body) = if method == "GET" && (path == "/metrics" || path.starts_with("/metrics?")) {
+            ("200 OK", "text/plain; version=0.0.4; charset=utf-8", render(&registry))
+        } else if method == "GET" && path == "/" {
+            ("200 OK", "text/plain; charset=utf-8", "stripelog: the metrics are at /metrics\n".to_string())
+        } else {
+            ("404 Not Found", "text/plain; charset=utf-8", "not found: the metrics are at /metrics\n".to_string())
+        };
+        let _ = write!(
+            stream,
+            "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    }
+}
