@@ -56,7 +56,7 @@ impl Family<'_> {
     fn counter(&mut self, labels: &Labels, value: u64) -> Result<(), std::fmt::Error> {
         ConstCounter::new(value).encode(self.encoder.encode_family(labels)?)
     }
-    fn counter_seconds(&mut self, labels: &Labels, value: f64) -> Result<(), std::fmt::Error> {
+    fn counter_fractional(&mut self, labels: &Labels, value: f64) -> Result<(), std::fmt::Error> {
         ConstCounter::new(value).encode(self.encoder.encode_family(labels)?)
     }
     fn gauge(&mut self, labels: &Labels, value: f64) -> Result<(), std::fmt::Error> {
@@ -152,221 +152,223 @@ impl Sources {
 
     fn encode_maintenance(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let operations = self.maintenance.snapshot();
-        let mut done = family(
-            encoder,
-            "stripelog_maintenance_segments_done",
-            "Segments a running rebuild or scrub has done",
-            None,
-            MetricType::Gauge,
-        )?;
-        for operation in &operations {
-            let labels: Labels = vec![("export", &operation.export), ("operation", operation.kind)];
-            done.gauge(&labels, operation.segments_done as f64)?;
-        }
-        let mut total = family(
-            encoder,
-            "stripelog_maintenance_segments",
-            "Segments a running rebuild or scrub goes through",
-            None,
-            MetricType::Gauge,
-        )?;
-        for operation in &operations {
-            let labels: Labels = vec![("export", &operation.export), ("operation", operation.kind)];
-            total.gauge(&labels, operation.segments_total as f64)?;
-        }
-        let mut bytes = family(
-            encoder,
-            "stripelog_maintenance_processed",
-            "Bytes a running rebuild has written or a scrub has read",
-            Some(&Unit::Bytes),
-            MetricType::Gauge,
-        )?;
-        for operation in &operations {
-            let labels: Labels = vec![("export", &operation.export), ("operation", operation.kind)];
-            bytes.gauge(&labels, operation.bytes as f64)?;
+        type Value = fn(&crate::serve::Operation) -> u64;
+        let families: [(&str, &str, Option<Unit>, Value); 3] = [
+            (
+                "stripelog_maintenance_segments_done",
+                "Segments a running rebuild or scrub has done",
+                None,
+                |operation| operation.segments_done,
+            ),
+            ("stripelog_maintenance_segments", "Segments a running rebuild or scrub goes through", None, |operation| {
+                operation.segments_total
+            }),
+            (
+                "stripelog_maintenance_processed",
+                "Bytes a running rebuild has written or a scrub has read",
+                Some(Unit::Bytes),
+                |operation| operation.bytes,
+            ),
+        ];
+        for (name, help, unit, value) in families {
+            let mut metric = family(encoder, name, help, unit.as_ref(), MetricType::Gauge)?;
+            for operation in &operations {
+                let labels: Labels = vec![("export", &operation.export), ("operation", operation.kind)];
+                metric.gauge(&labels, value(operation) as f64)?;
+            }
         }
         Ok(())
     }
+}
+
+/// The samples of a per-volume family: (value of its one label, or "" without, value).
+type VolumeSamples = Vec<(&'static str, f64)>;
+
+/// A per-volume family: (name, help, unit, type, its one label beyond `export` if any,
+/// the samples of a volume).
+type VolumeFamily = (
+    &'static str,
+    &'static str,
+    Option<Unit>,
+    MetricType,
+    Option<&'static str>,
+    fn(&stripelog_engine::VolumeStats) -> VolumeSamples,
+);
+
+/// A family with, for each volume, the samples its function gives: labelled `export`, and
+/// its label when there is one. Whole counters are written as integers.
+fn per_volume(
+    encoder: &mut DescriptorEncoder,
+    volumes: &[(String, stripelog_engine::VolumeStats)],
+    (name, help, unit, metric_type, label, values): &VolumeFamily,
+) -> Result<(), std::fmt::Error> {
+    let metric_type = *metric_type;
+    let mut metric = family(encoder, name, help, unit.as_ref(), metric_type)?;
+    for (volume, stats) in volumes {
+        for (label_value, value) in values(stats) {
+            let mut labels: Labels = vec![("export", volume)];
+            if let Some(label) = *label {
+                labels.push((label, label_value));
+            }
+            match metric_type {
+                MetricType::Counter if value.fract() == 0.0 && value < (1u64 << 53) as f64 => {
+                    metric.counter(&labels, value as u64)?
+                }
+                MetricType::Counter => metric.counter_fractional(&labels, value)?,
+                _ => metric.gauge(&labels, value)?,
+            }
+        }
+    }
+    Ok(())
 }
 
 fn encode_volumes(
     volumes: &[(String, stripelog_engine::VolumeStats)],
     encoder: &mut DescriptorEncoder,
 ) -> Result<(), std::fmt::Error> {
-    use stripelog_engine::VolumeStats;
-    type Value = fn(&VolumeStats) -> f64;
-    fn export(name: &str) -> Labels<'_> {
-        vec![("export", name)]
-    }
-    // Gauges and counters with one sample per volume: (name, help, unit, type, value).
-    let simple: [(&str, &str, Option<Unit>, MetricType, Value); 16] = [
-        ("stripelog_volume_logical_size", "Size the volume offers", Some(Unit::Bytes), MetricType::Gauge, |s| {
-            s.logical_size_bytes as f64
+    use MetricType::{Counter, Gauge};
+    // (name, help, unit, type, label, values)
+    let families: [VolumeFamily; 26] = [
+        ("stripelog_volume_logical_size", "Size the volume offers", Some(Unit::Bytes), Gauge, None, |s| {
+            vec![("", s.logical_size_bytes as f64)]
         }),
-        (
-            "stripelog_volume_degraded",
-            "1 when a member is missing, failed or rebuilding",
-            None,
-            MetricType::Gauge,
-            |s| s.degraded as u8 as f64,
-        ),
-        ("stripelog_volume_failed", "1 when the volume stopped on an error", None, MetricType::Gauge, |s| {
-            s.failure.is_some() as u8 as f64
+        ("stripelog_volume_degraded", "1 when a member is missing, failed or rebuilding", None, Gauge, None, |s| {
+            vec![("", s.degraded as u8 as f64)]
+        }),
+        ("stripelog_volume_failed", "1 when the volume stopped on an error", None, Gauge, None, |s| {
+            vec![("", s.failure.is_some() as u8 as f64)]
         }),
         (
             "stripelog_volume_failures_tolerated",
             "Member failures the volume survives from now",
             None,
-            MetricType::Gauge,
-            |s| s.failures_still_tolerated as f64,
+            Gauge,
+            None,
+            |s| vec![("", s.failures_still_tolerated as f64)],
         ),
-        ("stripelog_volume_blocks_mapped", "Logical blocks holding data", None, MetricType::Gauge, |s| {
-            s.blocks_mapped as f64
+        ("stripelog_volume_blocks_mapped", "Logical blocks holding data", None, Gauge, None, |s| {
+            vec![("", s.blocks_mapped as f64)]
         }),
-        ("stripelog_volume_flushes", "Flushes served", None, MetricType::Counter, |s| s.flushes as f64),
-        ("stripelog_volume_checkpoints", "Checkpoints committed", None, MetricType::Counter, |s| s.checkpoints as f64),
-        ("stripelog_cleaner_rounds", "Cleaning rounds run", None, MetricType::Counter, |s| s.cleaning_rounds as f64),
-        ("stripelog_cleaner_segments_cleaned", "Segments emptied by cleaning", None, MetricType::Counter, |s| {
-            s.segments_cleaned as f64
+        ("stripelog_volume_flushes", "Flushes served", None, Counter, None, |s| vec![("", s.flushes as f64)]),
+        ("stripelog_volume_checkpoints", "Checkpoints committed", None, Counter, None, |s| {
+            vec![("", s.checkpoints as f64)]
         }),
-        (
-            "stripelog_cleaner_relocated",
-            "Live data relocated by cleaning",
-            Some(Unit::Bytes),
-            MetricType::Counter,
-            |s| s.member_bytes_relocated as f64,
-        ),
-        (
-            "stripelog_cleaner_read",
-            "Bytes the cleaner read from members",
-            Some(Unit::Bytes),
-            MetricType::Counter,
-            |s| s.member_bytes_read_cleaning as f64,
-        ),
-        ("stripelog_volume_paced_writes", "Client writes the pacer held back", None, MetricType::Counter, |s| {
-            s.paced_writes as f64
+        ("stripelog_cleaner_rounds", "Cleaning rounds run", None, Counter, None, |s| {
+            vec![("", s.cleaning_rounds as f64)]
+        }),
+        ("stripelog_cleaner_segments_cleaned", "Segments emptied by cleaning", None, Counter, None, |s| {
+            vec![("", s.segments_cleaned as f64)]
+        }),
+        ("stripelog_cleaner_relocated", "Live data relocated by cleaning", Some(Unit::Bytes), Counter, None, |s| {
+            vec![("", s.member_bytes_relocated as f64)]
+        }),
+        ("stripelog_cleaner_read", "Bytes the cleaner read from members", Some(Unit::Bytes), Counter, None, |s| {
+            vec![("", s.member_bytes_read_cleaning as f64)]
+        }),
+        ("stripelog_volume_paced_writes", "Client writes the pacer held back", None, Counter, None, |s| {
+            vec![("", s.paced_writes as f64)]
         }),
         (
             "stripelog_volume_paced",
             "Time client writes waited for the pacer",
             Some(Unit::Seconds),
-            MetricType::Counter,
-            |s| s.paced_seconds,
+            Counter,
+            None,
+            |s| vec![("", s.paced_seconds)],
         ),
         (
             "stripelog_volume_reconstructed_blocks",
             "Blocks rebuilt from redundancy on a read",
             None,
-            MetricType::Counter,
-            |s| s.reconstructed_blocks as f64,
+            Counter,
+            None,
+            |s| vec![("", s.reconstructed_blocks as f64)],
         ),
-        ("stripelog_volume_rebuilding_members", "Members being rebuilt", None, MetricType::Gauge, |s| {
-            s.rebuilding_members.len() as f64
+        ("stripelog_volume_rebuilding_members", "Members being rebuilt", None, Gauge, None, |s| {
+            vec![("", s.rebuilding_members.len() as f64)]
+        }),
+        ("stripelog_volume_member_failures", "Members failed while the volume was open", None, Counter, None, |s| {
+            vec![("", s.member_failures as f64)]
+        }),
+        ("stripelog_volume_host", "Client bytes by operation", Some(Unit::Bytes), Counter, Some("operation"), |s| {
+            vec![
+                ("written", s.host_bytes_written as f64),
+                ("read", s.host_bytes_read as f64),
+                ("zeroed", s.host_bytes_zeroed as f64),
+                ("trimmed", s.host_bytes_trimmed as f64),
+            ]
         }),
         (
-            "stripelog_volume_member_failures",
-            "Members failed while the volume was open",
-            None,
-            MetricType::Counter,
-            |s| s.member_failures as f64,
+            "stripelog_volume_member_written",
+            "Bytes written to the members, by what they hold",
+            Some(Unit::Bytes),
+            Counter,
+            Some("kind"),
+            |s| {
+                vec![
+                    ("data", s.member_bytes_data as f64),
+                    ("relocated", s.member_bytes_relocated as f64),
+                    ("redundancy", s.member_bytes_redundancy as f64),
+                    ("metadata", s.member_bytes_metadata as f64),
+                    ("padding", s.member_bytes_padding as f64),
+                ]
+            },
         ),
+        (
+            "stripelog_volume_write_amplification",
+            "Member bytes per client byte since the volume was opened, by cause",
+            None,
+            Gauge,
+            Some("cause"),
+            |s| {
+                vec![
+                    ("cleaning", s.write_amplification_cleaning),
+                    ("raid", s.write_amplification_raid),
+                    ("total", s.write_amplification_total),
+                ]
+            },
+        ),
+        ("stripelog_volume_segments", "Segments by state", None, Gauge, Some("state"), |s| {
+            vec![
+                ("free", s.segments_free as f64),
+                ("used", s.segments_used as f64),
+                ("waiting_for_flush", s.segments_waiting_for_flush as f64),
+            ]
+        }),
+        ("stripelog_volume_read_errors", "Read problems by kind", None, Counter, Some("kind"), |s| {
+            vec![
+                ("io", s.read_errors as f64),
+                ("checksum", s.checksum_mismatches as f64),
+                ("unrecoverable", s.unrecoverable_reads as f64),
+                ("late", s.late_reads as f64),
+            ]
+        }),
+        ("stripelog_volume_memory", "RAM the volume holds, by use", Some(Unit::Bytes), Gauge, Some("use"), |s| {
+            vec![
+                ("index", s.map_memory_bytes as f64),
+                ("checksums", s.checksum_memory_bytes as f64),
+                ("write_buffer", s.write_buffer_memory_bytes as f64),
+                ("cache", s.cache_memory_bytes as f64),
+            ]
+        }),
+        // The write log's, for the volumes that have one.
+        ("stripelog_write_log_size", "Size of the write log", Some(Unit::Bytes), Gauge, None, |s| {
+            s.write_log.iter().map(|log| ("", log.size_bytes as f64)).collect()
+        }),
+        ("stripelog_write_log_used", "Write log bytes in use", Some(Unit::Bytes), Gauge, None, |s| {
+            s.write_log.iter().map(|log| ("", log.used_bytes as f64)).collect()
+        }),
+        ("stripelog_write_log_appended", "Bytes appended to the write log", Some(Unit::Bytes), Counter, None, |s| {
+            s.write_log.iter().map(|log| ("", log.bytes_appended as f64)).collect()
+        }),
+        ("stripelog_write_log_syncs", "Syncs of the write log", None, Counter, None, |s| {
+            s.write_log.iter().map(|log| ("", log.syncs as f64)).collect()
+        }),
     ];
-    for (name, help, unit, metric_type, value) in &simple {
-        let mut metric = family(encoder, name, help, unit.as_ref(), *metric_type)?;
-        for (volume, stats) in volumes {
-            match metric_type {
-                MetricType::Counter => metric.counter_seconds(&export(volume), value(stats))?,
-                _ => metric.gauge(&export(volume), value(stats))?,
-            }
-        }
+    for family in &families {
+        per_volume(encoder, volumes, family)?;
     }
-    let mut host =
-        family(encoder, "stripelog_volume_host", "Client bytes by operation", Some(&Unit::Bytes), MetricType::Counter)?;
-    for (volume, stats) in volumes {
-        for (operation, value) in [
-            ("written", stats.host_bytes_written),
-            ("read", stats.host_bytes_read),
-            ("zeroed", stats.host_bytes_zeroed),
-            ("trimmed", stats.host_bytes_trimmed),
-        ] {
-            host.counter(&vec![("export", volume.as_str()), ("operation", operation)], value)?;
-        }
-    }
-    let mut written = family(
-        encoder,
-        "stripelog_volume_member_written",
-        "Bytes written to the members, by what they hold",
-        Some(&Unit::Bytes),
-        MetricType::Counter,
-    )?;
-    for (volume, stats) in volumes {
-        for (kind, value) in [
-            ("data", stats.member_bytes_data),
-            ("relocated", stats.member_bytes_relocated),
-            ("redundancy", stats.member_bytes_redundancy),
-            ("metadata", stats.member_bytes_metadata),
-            ("padding", stats.member_bytes_padding),
-        ] {
-            written.counter(&vec![("export", volume.as_str()), ("kind", kind)], value)?;
-        }
-    }
-    let mut amplification = family(
-        encoder,
-        "stripelog_volume_write_amplification",
-        "Member bytes per client byte since the volume was opened, by cause",
-        None,
-        MetricType::Gauge,
-    )?;
-    for (volume, stats) in volumes {
-        for (cause, value) in [
-            ("cleaning", stats.write_amplification_cleaning),
-            ("raid", stats.write_amplification_raid),
-            ("total", stats.write_amplification_total),
-        ] {
-            amplification.gauge(&vec![("export", volume.as_str()), ("cause", cause)], value)?;
-        }
-    }
-    let mut segments = family(encoder, "stripelog_volume_segments", "Segments by state", None, MetricType::Gauge)?;
-    for (volume, stats) in volumes {
-        for (state, value) in [
-            ("free", stats.segments_free),
-            ("used", stats.segments_used),
-            ("waiting_for_flush", stats.segments_waiting_for_flush),
-        ] {
-            segments.gauge(&vec![("export", volume.as_str()), ("state", state)], value as f64)?;
-        }
-    }
-    let mut errors =
-        family(encoder, "stripelog_volume_read_errors", "Read problems by kind", None, MetricType::Counter)?;
-    for (volume, stats) in volumes {
-        for (kind, value) in [
-            ("io", stats.read_errors),
-            ("checksum", stats.checksum_mismatches),
-            ("unrecoverable", stats.unrecoverable_reads),
-            ("late", stats.late_reads),
-        ] {
-            errors.counter(&vec![("export", volume.as_str()), ("kind", kind)], value)?;
-        }
-    }
-    let mut memory = family(
-        encoder,
-        "stripelog_volume_memory",
-        "RAM the volume holds, by use",
-        Some(&Unit::Bytes),
-        MetricType::Gauge,
-    )?;
-    for (volume, stats) in volumes {
-        for (use_, value) in [
-            ("index", stats.map_memory_bytes),
-            ("checksums", stats.checksum_memory_bytes),
-            ("write_buffer", stats.write_buffer_memory_bytes),
-            ("cache", stats.cache_memory_bytes),
-        ] {
-            memory.gauge(&vec![("export", volume.as_str()), ("use", use_)], value as f64)?;
-        }
-    }
-    encode_members(volumes, encoder)?;
-    encode_write_logs(volumes, encoder)
+    encode_members(volumes, encoder)
 }
 
 fn encode_members(
@@ -415,39 +417,6 @@ fn encode_members(
             latency
                 .gauge(&vec![("export", volume.as_str()), ("member", index)], member.read_latency_mean_micros / 1e6)?;
         }
-    }
-    Ok(())
-}
-
-fn encode_write_logs(
-    volumes: &[(String, stripelog_engine::VolumeStats)],
-    encoder: &mut DescriptorEncoder,
-) -> Result<(), std::fmt::Error> {
-    let logs: Vec<(&str, &stripelog_engine::WriteLogStatus)> =
-        volumes.iter().filter_map(|(name, stats)| stats.write_log.as_ref().map(|log| (name.as_str(), log))).collect();
-    let mut size =
-        family(encoder, "stripelog_write_log_size", "Size of the write log", Some(&Unit::Bytes), MetricType::Gauge)?;
-    for (volume, log) in &logs {
-        size.gauge(&vec![("export", *volume)], log.size_bytes as f64)?;
-    }
-    let mut used =
-        family(encoder, "stripelog_write_log_used", "Write log bytes in use", Some(&Unit::Bytes), MetricType::Gauge)?;
-    for (volume, log) in &logs {
-        used.gauge(&vec![("export", *volume)], log.used_bytes as f64)?;
-    }
-    let mut appended = family(
-        encoder,
-        "stripelog_write_log_appended",
-        "Bytes appended to the write log",
-        Some(&Unit::Bytes),
-        MetricType::Counter,
-    )?;
-    for (volume, log) in &logs {
-        appended.counter(&vec![("export", *volume)], log.bytes_appended)?;
-    }
-    let mut syncs = family(encoder, "stripelog_write_log_syncs", "Syncs of the write log", None, MetricType::Counter)?;
-    for (volume, log) in &logs {
-        syncs.counter(&vec![("export", *volume)], log.syncs)?;
     }
     Ok(())
 }
