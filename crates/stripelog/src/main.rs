@@ -293,9 +293,15 @@ pub(crate) struct ServeArguments {
     /// Unix socket to serve on.
     #[arg(long, default_value = "stripelog.sock")]
     socket: PathBuf,
-    /// Serve on TCP instead: PORT (loopback) or ADDRESS:PORT.
-    #[arg(long)]
+    /// Serve on TCP instead: PORT (loopback) or ADDRESS:PORT. An address other than
+    /// loopback is refused unless --insecure (NBD carries no authentication or encryption
+    /// of its own).
+    #[arg(long, conflicts_with = "socket")]
     listen: Option<String>,
+    /// Serve --listen on an address other than loopback without TLS: whoever reaches the
+    /// port can read and write every export.
+    #[arg(long, requires = "listen")]
+    insecure: bool,
     /// NAME for the volume on MEMBER..., or NAME=MEMBER,MEMBER,... for another volume.
     #[arg(long)]
     export: Vec<String>,

@@ -469,7 +469,23 @@ fn bind_listener(arguments: &ServeArguments) -> Result<Listener, String> {
             let address = if address.contains(':') { address.clone() } else { format!("127.0.0.1:{address}") };
             let listener =
                 std::net::TcpListener::bind(&address).map_err(|error| format!("listen on {address}: {error}"))?;
-            Ok(Listener::Tcp(listener, address))
+            let bound = listener.local_addr().map_err(|error| format!("listen on {address}: {error}"))?;
+            if !bound.ip().is_loopback() {
+                if !arguments.insecure {
+                    return Err(format!(
+                        "--listen {address}: {} is not a loopback address, and NBD has no authentication or \
+                         encryption of its own: whoever reaches the port could read and write every export. \
+                         stripelog does not serve NBD over TLS yet: serve on loopback and reach it through an SSH \
+                         or WireGuard tunnel, or give --insecure on a network you trust",
+                        bound.ip()
+                    ));
+                }
+                eprintln!(
+                    "stripelog: WARNING: serving NBD without TLS on {bound} (--insecure): whoever reaches this \
+                     port can read and write every export"
+                );
+            }
+            Ok(Listener::Tcp(listener, bound.to_string()))
         }
         None => Ok(Listener::Unix(bind_unix(&arguments.socket)?)),
     }
@@ -615,11 +631,11 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
     result.map_err(|error| format!("accepting connections: {error}"))?;
     let statistics = &server.statistics;
     eprintln!(
-        "stripelog: served {} connection(s), {} request(s), {} bytes read, {} bytes written, {} error(s)",
+        "stripelog: served {} connection(s), {} request(s), {} read, {} written, {} error(s)",
         statistics.connections.load(Ordering::Relaxed),
         statistics.requests.load(Ordering::Relaxed),
-        statistics.bytes_read.load(Ordering::Relaxed),
-        statistics.bytes_written.load(Ordering::Relaxed),
+        crate::units::format_bytes(statistics.bytes_read.load(Ordering::Relaxed)),
+        crate::units::format_bytes(statistics.bytes_written.load(Ordering::Relaxed)),
         statistics.errors.load(Ordering::Relaxed)
     );
     drop(control_socket);

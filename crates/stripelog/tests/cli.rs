@@ -101,6 +101,10 @@ fn wrong_input_gets_a_clear_error_and_a_failing_exit() {
         (vec!["create", "--spare", "100%", "x"], "below 100 %"),
         (vec!["create", "--chunk", "3MiB", "--member-size", "8MiB", "x1", "x2", "x3"], "power of two"),
         (vec!["create", "--chunk", "lots", "x"], "is not a size"),
+        // NBD over TCP beyond loopback without TLS; a TCP and a Unix socket at once.
+        (with_members(&["serve", "--listen", "0.0.0.0:0"], &members), "is not a loopback address"),
+        (with_members(&["serve", "--listen", "0", "--socket", "s.sock"], &members), "cannot be used with"),
+        (with_members(&["serve", "--insecure"], &members), "--listen"),
     ];
     for (mut arguments, expected) in cases {
         // Paths of members a failing `create` may touch live in the test directory.
