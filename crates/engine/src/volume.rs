@@ -216,7 +216,7 @@ fn open_write_log(
     match crate::write_log::WriteLog::open(devices, superblock.volume_uuid, reference.log_uuid) {
         Ok((log, contents)) => Ok((Some(Arc::new(log)), Some(contents))),
         Err(error) if closed_cleanly || options.force_without_log || options.read_only => {
-            eprintln!("stripelog: {error}: the volume opens without its write log (flushes sync the members)");
+            log::warn!("{error}: the volume opens without its write log (flushes sync the members)");
             Ok((None, None))
         }
         Err(error) => Err(Error::WriteLogMissing(error.to_string())),
@@ -229,7 +229,7 @@ fn open_log_device(path: &str, read_only: bool) -> Option<Arc<dyn stripelog_bloc
     match stripelog_blockdev::FileDevice::open(std::path::Path::new(path), &options) {
         Ok(device) => Some(Arc::new(device)),
         Err(error) => {
-            eprintln!("stripelog: write log device {path}: {error}");
+            log::warn!("write log device {path}: {error}");
             None
         }
     }
@@ -658,7 +658,7 @@ impl Volume {
             // The members hold everything the log did (replayed and synced above): the
             // volume goes on without a log rather than refusing to open.
             Err(error) => {
-                eprintln!("stripelog: the write log cannot be written ({error}): flushes sync the members");
+                log::error!("the write log cannot be written ({error}): flushes sync the members");
                 self.shared.retire_failed_write_log()
             }
         }
@@ -893,16 +893,14 @@ impl Volume {
         let level = [95u8, 90, 80].into_iter().find(|&level| percent >= level).unwrap_or(0);
         let warned = self.shared.thin_warned_percent.swap(level, std::sync::atomic::Ordering::Relaxed);
         if level > warned {
-            eprintln!(
-                "stripelog: warning: the thinly provisioned volume holds {percent} % of its provisioned size \
+            log::warn!(
+                "the thinly provisioned volume holds {percent} % of its provisioned size \
                  ({} of {} blocks); writes beyond it will fail with ENOSPC",
                 held_blocks + needed_blocks,
                 provisioned
             );
         } else if level == 0 && warned > 0 {
-            eprintln!(
-                "stripelog: the thinly provisioned volume holds {percent} % of its provisioned size, under 80 % again"
-            );
+            log::info!("the thinly provisioned volume holds {percent} % of its provisioned size, under 80 % again");
         }
         Ok(())
     }

@@ -72,7 +72,7 @@ impl LogDevice {
     fn fail(&self, reason: String) {
         let mut failure = self.failure.lock();
         if failure.is_none() {
-            eprintln!("stripelog: write log device {} failed: {reason}", self.path);
+            log::error!("write log device {} failed: {reason}", self.path);
             *failure = Some(reason);
         }
     }
@@ -450,7 +450,7 @@ impl WriteLog {
                 let _ = self.mirror_helper.set(MirrorHelper { jobs });
             }
             // Without the thread the devices are written one after the other, as inline.
-            Err(error) => eprintln!("stripelog: write log: no mirror thread ({error}): mirror writes in turn"),
+            Err(error) => log::warn!("write log: no mirror thread ({error}): mirror writes in turn"),
         }
     }
 
@@ -617,7 +617,7 @@ pub(crate) fn forget(members: &crate::array::members::Members) -> Result<()> {
         return Ok(());
     }
     members.update_superblock(|superblock| superblock.write_log = None)?;
-    eprintln!("stripelog: the volume no longer has a write log; add one with `stripelog log add`");
+    log::warn!("the volume no longer has a write log; add one with `stripelog log add`");
     Ok(())
 }
 

@@ -209,7 +209,7 @@ impl Server {
                 Ok((stream, peer)) => {
                     threads.retain(|thread: &std::thread::JoinHandle<()>| !thread.is_finished());
                     if threads.len() >= MAXIMUM_CONNECTIONS {
-                        eprintln!("stripelog-nbd: client={peer} refused: {MAXIMUM_CONNECTIONS} connections already");
+                        log::warn!("client={peer} refused: {MAXIMUM_CONNECTIONS} connections already");
                         continue; // dropping the stream closes it
                     }
                     stream.set_blocking()?;
@@ -240,8 +240,18 @@ impl Server {
         let outcome = self.run_connection(stream, number, &peer);
         self.open_connections.lock().retain(|(open, _)| *open != number);
         match outcome {
-            Ok(summary) => eprintln!("stripelog-nbd: connection={number} client={peer} closed {summary}"),
-            Err(error) => eprintln!("stripelog-nbd: connection={number} client={peer} ended: {error}"),
+            Ok(summary) => log::debug!("connection={number} client={peer} closed {summary}"),
+            // A client that hangs up mid-request or mid-handshake (a probe, a killed
+            // process) is per-connection noise; anything else (a protocol error) is said.
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    io::ErrorKind::UnexpectedEof | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                log::debug!("connection={number} client={peer} ended: {error}")
+            }
+            Err(error) => log::info!("connection={number} client={peer} ended: {error}"),
         }
     }
 
@@ -259,8 +269,8 @@ impl Server {
             HandshakeEnd::Closed => return Ok("during the handshake".into()),
         };
         let export = &self.exports[negotiated.export];
-        eprintln!(
-            "stripelog-nbd: connection={number} client={peer} export={} size={} read_only={} structured_replies={} meta_context={}",
+        log::debug!(
+            "connection={number} client={peer} export={} size={} read_only={} structured_replies={} meta_context={}",
             export.name,
             export.size_bytes(),
             export.read_only,
@@ -493,7 +503,7 @@ fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Ne
             scope.spawn(move || {
                 for job in jobs {
                     if let Err(error) = state.run(job, &mut Replies(None)) {
-                        eprintln!("stripelog-nbd: writing a reply failed: {error}");
+                        log::warn!("writing a reply failed: {error}");
                     }
                     let _ = token_return.send(());
                 }

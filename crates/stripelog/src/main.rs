@@ -2,6 +2,7 @@
 //! printing reports. The work is done by the engine and benchmark crates.
 
 mod bench;
+mod logging;
 mod maintenance;
 mod metrics;
 mod plan;
@@ -36,6 +37,10 @@ Examples:
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log lines at this level and above go to standard error, one structured line each
+    /// (per-connection lines are at debug).
+    #[arg(long, global = true, value_enum, default_value = "info")]
+    log_level: logging::LogLevel,
 }
 
 #[derive(Subcommand)]
@@ -1474,7 +1479,9 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    logging::init(cli.log_level);
+    match run(cli) {
         Ok(code) => code,
         Err(message) => {
             eprintln!("stripelog: {message}");

@@ -121,7 +121,11 @@ fn watch_health(volumes: Volumes) {
             let line = health_line(name, &volume);
             if line != last[index] {
                 if !last[index].is_empty() || line.contains("DEGRADED") || line.contains("FAILED") {
-                    eprintln!("stripelog: {line}");
+                    match line {
+                        _ if line.contains("FAILED") => log::error!("{line}"),
+                        _ if line.contains("DEGRADED") => log::warn!("{line}"),
+                        _ => log::info!("{line}"),
+                    }
                 }
                 last[index] = line;
             }
@@ -134,16 +138,18 @@ fn watch_health(volumes: Volumes) {
 fn resume_rebuild(name: String, volume: Weak<Volume>, maintenance: Arc<Maintenance>) {
     let Some(volume) = volume.upgrade() else { return };
     let members = volume.rebuilding_members();
-    eprintln!("stripelog: export '{name}': resuming the rebuild of members {members:?} in the background");
+    log::info!("export '{name}': resuming the rebuild of members {members:?} in the background");
     let operation = maintenance.start(&name, "rebuild");
     let outcome = volume.rebuild(&MaintenanceOptions::default(), &|progress| maintenance.update(operation, &progress));
     maintenance.finish(operation);
     match outcome {
-        Ok(report) => eprintln!(
-            "stripelog: export '{name}': members {:?} rebuilt ({} segments in {:.1} s)",
-            report.members, report.segments_rebuilt, report.seconds
+        Ok(report) => log::info!(
+            "export '{name}': members {:?} rebuilt ({} segments in {:.1} s)",
+            report.members,
+            report.segments_rebuilt,
+            report.seconds
         ),
-        Err(error) => eprintln!("stripelog: export '{name}': rebuild stopped: {error}"),
+        Err(error) => log::error!("export '{name}': rebuild stopped: {error}"),
     }
 }
 
@@ -246,16 +252,16 @@ fn run_control_request(
         ControlRequest::Set { setting, value, .. } => {
             let value = crate::maintenance::setting_value(setting.as_str(), value.as_str())?;
             crate::maintenance::apply_setting(volume.as_ref(), setting.as_str(), &value)?;
-            eprintln!("stripelog: export '{name}': {setting} set to {value}");
+            log::info!("export '{name}': {setting} set to {value}");
             Ok(serde_json::json!({ setting.as_str(): value }))
         }
         ControlRequest::Scrub { rate, .. } => {
-            eprintln!("stripelog: export '{name}': scrub requested");
+            log::info!("export '{name}': scrub requested");
             let report = volume
                 .scrub(&MaintenanceOptions { rate_bytes_per_second: rate }, &report_progress)
                 .map_err(|error| error.to_string())?;
-            eprintln!(
-                "stripelog: export '{name}': scrub done: {} damaged, {} segments repaired, {} unrecoverable",
+            log::info!(
+                "export '{name}': scrub done: {} damaged, {} segments repaired, {} unrecoverable",
                 report.blocks_damaged,
                 report.segments_repaired,
                 report.logical_blocks_unrecoverable.len()
@@ -265,13 +271,15 @@ fn run_control_request(
         ControlRequest::Replace { member, replacement, rate, force, .. } => {
             let member = member_index(volume, &member)?;
             attach_replacement(volume, member, &replacement, force)?;
-            eprintln!("stripelog: export '{name}': member {member} replaced by {}; rebuilding", replacement.display());
+            log::info!("export '{name}': member {member} replaced by {}; rebuilding", replacement.display());
             let report = volume
                 .rebuild(&MaintenanceOptions { rate_bytes_per_second: rate }, &report_progress)
                 .map_err(|error| error.to_string())?;
-            eprintln!(
-                "stripelog: export '{name}': member {member} rebuilt: {} segments, {} bytes in {:.1} s",
-                report.segments_rebuilt, report.bytes_written, report.seconds
+            log::info!(
+                "export '{name}': member {member} rebuilt: {} segments, {} bytes in {:.1} s",
+                report.segments_rebuilt,
+                report.bytes_written,
+                report.seconds
             );
             to_json(serde_json::to_value(report))
         }
@@ -480,8 +488,8 @@ fn bind_listener(arguments: &ServeArguments) -> Result<Listener, String> {
                         bound.ip()
                     ));
                 }
-                eprintln!(
-                    "stripelog: WARNING: serving NBD without TLS on {bound} (--insecure): whoever reaches this \
+                log::warn!(
+                    "serving NBD without TLS on {bound} (--insecure): whoever reaches this \
                      port can read and write every export"
                 );
             }
@@ -506,20 +514,12 @@ fn degraded_banner(name: &str, volume: &Volume) {
         return;
     }
     let lost = members_not_active(&stats);
-    eprintln!("stripelog: ************************************************************************");
-    eprintln!(
-        "stripelog: WARNING: export '{name}' runs DEGRADED ({} on {} members)",
-        stats.raid_level, stats.member_count
-    );
+    log::warn!("WARNING: export '{name}' runs DEGRADED ({} on {} members)", stats.raid_level, stats.member_count);
     for line in &lost {
-        eprintln!("stripelog: WARNING:   {line}");
+        log::warn!("WARNING:   {line}");
     }
-    eprintln!(
-        "stripelog: WARNING: it survives {} more member failure(s); replace the member:",
-        stats.failures_still_tolerated
-    );
-    eprintln!("stripelog: WARNING:   stripelog replace --control SOCKET.control --member N --with NEW-DEVICE");
-    eprintln!("stripelog: ************************************************************************");
+    log::warn!("WARNING: it survives {} more member failure(s); replace the member:", stats.failures_still_tolerated);
+    log::warn!("WARNING:   stripelog replace --control SOCKET.control --member N --with NEW-DEVICE");
 }
 
 fn print_commands(socket: &Path, exports: &[Export]) {
@@ -527,11 +527,16 @@ fn print_commands(socket: &Path, exports: &[Export]) {
     let socket = socket.display();
     for export in exports {
         let uri = format!("nbd+unix:///{}?socket={socket}", export.name);
-        eprintln!("export '{}': {} bytes; try:", export.name, export.volume.logical_size_bytes());
-        eprintln!("  nbdinfo '{uri}'");
-        eprintln!("  qemu-io -f raw '{uri}' -c 'write -P 0xab 0 4k' -c 'read -P 0xab 0 4k'");
-        eprintln!("  mkdir -p /tmp/sl && nbdfuse /tmp/sl/disk '{uri}' &");
-        eprintln!("  losetup -f --show /tmp/sl/disk   # then: mkfs.ext4 /dev/loopN && mount /dev/loopN /mnt");
+        log::info!(
+            "export '{}': {} ({} bytes); try:",
+            export.name,
+            crate::units::format_bytes(export.volume.logical_size_bytes()),
+            export.volume.logical_size_bytes()
+        );
+        log::info!("  nbdinfo '{uri}'");
+        log::info!("  qemu-io -f raw '{uri}' -c 'write -P 0xab 0 4k' -c 'read -P 0xab 0 4k'");
+        log::info!("  mkdir -p /tmp/sl && nbdfuse /tmp/sl/disk '{uri}' &");
+        log::info!("  losetup -f --show /tmp/sl/disk   # then: mkfs.ext4 /dev/loopN && mount /dev/loopN /mnt");
     }
 }
 
@@ -581,13 +586,13 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
     let served = Served { server: Arc::downgrade(&server), volumes, maintenance, started: Instant::now() };
     if let Some(socket) = control_socket.as_mut() {
         let path = socket.path.display();
-        eprintln!("stripelog: control socket {path} (stripelog status/replace/scrub --control {path})");
+        log::info!("control socket {path} (stripelog status/replace/scrub --control {path})");
         let listener = socket.listener.take().expect("bound above");
         let served = served.clone();
         std::thread::spawn(move || serve_control(listener, served));
     }
     if let Some((listener, address)) = metrics_listener {
-        eprintln!("stripelog: metrics on http://{address}/metrics");
+        log::info!("metrics on http://{address}/metrics");
         let sources = crate::metrics::Sources {
             server: served.server.clone(),
             volumes: served.volumes.clone(),
@@ -605,12 +610,12 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
             for signal in signals.forever() {
                 received += 1;
                 if received == 1 {
-                    eprintln!("stripelog: signal {signal}: finishing requests in flight, flushing, closing");
+                    log::info!("signal {signal}: finishing requests in flight, flushing, closing");
                     if let Some(server) = server.upgrade() {
                         server.shutdown();
                     }
                 } else {
-                    eprintln!("stripelog: second signal: exiting now (flushed data is safe)");
+                    log::info!("second signal: exiting now (flushed data is safe)");
                     std::process::exit(130);
                 }
             }
@@ -618,11 +623,11 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
     }
     let result = match &mut listener {
         Listener::Tcp(listener, address) => {
-            eprintln!("stripelog: ready: serving on nbd://{address}/{}", server.exports()[0].name);
+            log::info!("ready: serving on nbd://{address}/{}", server.exports()[0].name);
             server.run_tcp(listener.try_clone().map_err(|error| format!("listen on {address}: {error}"))?)
         }
         Listener::Unix(socket) => {
-            eprintln!("stripelog: ready: serving on {}", socket.path.display());
+            log::info!("ready: serving on {}", socket.path.display());
             print_commands(&socket.path, server.exports());
             server.run_unix(socket.listener.take().expect("bound above"))
         }
@@ -630,8 +635,8 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
     drop(listener);
     result.map_err(|error| format!("accepting connections: {error}"))?;
     let statistics = &server.statistics;
-    eprintln!(
-        "stripelog: served {} connection(s), {} request(s), {} read, {} written, {} error(s)",
+    log::info!(
+        "served {} connection(s), {} request(s), {} read, {} written, {} error(s)",
         statistics.connections.load(Ordering::Relaxed),
         statistics.requests.load(Ordering::Relaxed),
         crate::units::format_bytes(statistics.bytes_read.load(Ordering::Relaxed)),
@@ -652,6 +657,6 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
             }
         }
     }
-    eprintln!("stripelog: volumes flushed and closed");
+    log::info!("volumes flushed and closed");
     Ok(ExitCode::SUCCESS)
 }

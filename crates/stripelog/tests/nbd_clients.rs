@@ -706,7 +706,8 @@ fn a_thin_export_refuses_writes_beyond_its_provisioned_size_with_enospc() {
     let refused = run_with_timeout(&mut server.qemu_io_command(&qemu_io, &["write -P 0x22 512M 200M"]), CLIENT_TIMEOUT);
     assert!(!refused.status.success(), "a write beyond the provisioned size succeeded: {}", text(&refused));
     assert!(text(&refused).contains("No space left on device"), "{}", text(&refused));
-    assert!(server.log().contains("warning: the thinly provisioned volume holds"), "{}", server.log());
+    let log = server.log();
+    assert!(log.contains("level=warn") && log.contains("the thinly provisioned volume holds"), "{log}");
     server.qemu_io(&qemu_io, &["read -P 0x11 0 200M"]);
     server.qemu_io(&qemu_io, &["discard 0 128M", "write -P 0x33 768M 100M", "read -P 0x33 768M 100M"]);
     server.qemu_io(&qemu_io, &["read -P 0x11 128M 72M"]);
@@ -937,4 +938,20 @@ fn metrics_are_scraped_during_a_load_and_parsed_by_prometheus_s_own_parser() {
     let status = run_with_timeout(stripelog().args(["status", "--json", "--control", &control]), CLIENT_TIMEOUT);
     assert_eq!(json(&status)["exports"][0]["in_progress"], serde_json::json!([]));
     server.stop_cleanly(libc::SIGTERM);
+    // The log: one structured line per event, health changes among them; per-connection
+    // lines only at --log-level debug.
+    let log = server.log();
+    // (The test's log file separates the runs with "--- stripelog serve, run N ---".)
+    let lines = log.lines().filter(|line| !line.starts_with("--- "));
+    assert!(lines.clone().all(|line| line.starts_with("time=") && line.contains(" level=")), "{log}");
+    assert!(log.contains("level=warn") && log.contains("DEGRADED"), "{log}");
+    let noise: Vec<&str> = lines.filter(|line| line.contains("connection=")).collect();
+    assert!(noise.is_empty(), "per-connection lines at the default level: {noise:#?}");
+    server.serve_arguments = vec!["--log-level".into(), "debug".into()];
+    server.members[2] = replacement; // the old member 2 is refused now
+    server.spawn();
+    server.qemu_io(&qemu_io, &["read 0 4k"]);
+    server.stop_cleanly(libc::SIGTERM);
+    let log = server.log();
+    assert!(log.contains("level=debug") && log.contains("connection="), "{log}");
 }

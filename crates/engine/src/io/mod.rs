@@ -1151,8 +1151,8 @@ impl Core {
                 Ok(true)
             }
             Err(crate::write_log::AppendProblem::Failed) => {
-                eprintln!(
-                    "stripelog: the write log failed ({}): flushes sync the members from now on",
+                log::error!(
+                    "the write log failed ({}): flushes sync the members from now on",
                     log.failure().unwrap_or_default()
                 );
                 // Retiring it syncs the members: what was staged is durable there.
