@@ -5,7 +5,7 @@ MEMBER_SIZE ?= 4GiB
 MEMBERS = $(DATA_DIR)/member-0 $(DATA_DIR)/member-1 $(DATA_DIR)/member-2 $(DATA_DIR)/member-3 $(DATA_DIR)/member-4
 STRIPELOG = ./target/release/stripelog
 
-.PHONY: run test deps build lint bench clean-data
+.PHONY: run test deps build lint bench clean-data install
 
 deps:
 	./scripts/install-deps.sh
@@ -39,6 +39,12 @@ test: deps lint
 BENCH_DIR ?= stripelog-bench
 bench: build
 	$(STRIPELOG) bench engine --dir $(BENCH_DIR) --members 5 --member-size 8GiB --threads 1,4 --read-threads 1,8 --duration 10s
+
+# The binary, man pages, shell completions, the systemd unit stripelog@.service and an
+# example volume configuration (docs/operations.md). PREFIX=/usr/local, SYSCONFDIR=/etc
+# and DESTDIR (staging) as usual.
+install: build
+	./scripts/install.sh $(STRIPELOG)
 
 clean-data:
 	rm -rf $(DATA_DIR)

@@ -13,6 +13,8 @@ packages=(
   fuse3           # fusermount3: mounting an export with nbdfuse (FUSE tests)
   e2fsprogs       # mkfs.ext4 and e2fsck: a real file system on the export (FUSE/loop tests)
   python3-prometheus-client  # the Prometheus project's own text-format parser, to check `serve --metrics`
+  systemd         # systemd-analyze verify: the installed stripelog@.service is checked by systemd itself
+  man-db          # man: systemd-analyze verify checks the unit's Documentation= man page exists
   fonts-dejavu-core  # a TrueType font for the benchmark's SVG and PNG charts (plotters lays text out with it)
 )
 

@@ -100,6 +100,15 @@ enum Command {
     /// and stripelog topologies side by side (docs/planner.md).
     #[command(after_help = PLAN_EXAMPLES)]
     Plan(plan::PlanArguments),
+    /// Print the completion script of a shell (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Examples:\n  stripelog completions bash > /usr/share/bash-completion/completions/stripelog\n  stripelog completions zsh > /usr/share/zsh/vendor-completions/_stripelog\n  source <(stripelog completions bash)"
+    )]
+    Completions { shell: clap_complete::Shell },
+    /// Write the man pages (stripelog.1 and one per command, e.g. stripelog-serve.1) into
+    /// DIRECTORY, generated from this CLI's own definition.
+    #[command(after_help = "Example:\n  stripelog manpages /usr/share/man/man1 && man stripelog-serve")]
+    Manpages { directory: PathBuf },
 }
 
 const PLAN_EXAMPLES: &str = "Examples:
@@ -1108,6 +1117,18 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Sim(SimCommand::LameRaid(arguments)) => sim::lame_raid(arguments).map(|()| ExitCode::SUCCESS),
         Command::Sim(SimCommand::Wear(arguments)) => sim::wear(arguments).map(|()| ExitCode::SUCCESS),
         Command::Plan(arguments) => plan::run(arguments).map(|()| ExitCode::SUCCESS),
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "stripelog", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Manpages { directory } => {
+            std::fs::create_dir_all(&directory).map_err(|error| format!("{}: {error}", directory.display()))?;
+            let command = <Cli as clap::CommandFactory>::command();
+            clap_mangen::generate_to(command, &directory)
+                .map_err(|error| format!("{}: {error}", directory.display()))?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
