@@ -368,6 +368,8 @@ pub struct VolumeStats {
     /// The superblock format version found on the members (3; 1 or 2 for a volume not
     /// upgraded yet, which opens read-only).
     pub superblock_version: u32,
+    /// When the volume was created (seconds since 1970, from its superblock).
+    pub created_unix_seconds: u64,
     /// What the volume has done over its whole life: persisted at every superblock update,
     /// plus what this open has done since. The fields below without `lifetime` count
     /// since this open.

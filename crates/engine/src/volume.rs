@@ -1457,6 +1457,7 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
             })
             .collect(),
         superblock_version: superblock.version,
+        created_unix_seconds: superblock.created_unix_seconds,
         lifetime,
         lifetime_write_amplification_cleaning: lifetime.cleaning_write_amplification(),
         lifetime_write_amplification_total: lifetime.total_write_amplification(),

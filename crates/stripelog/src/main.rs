@@ -9,6 +9,7 @@ mod plan;
 mod serve;
 mod sim;
 mod units;
+mod wear;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -51,8 +52,10 @@ enum Command {
     )]
     Create(CreateArguments),
     /// Show a volume's geometry, space and counters.
-    #[command(after_help = "Example:\n  stripelog info --json d/m0 d/m1 d/m2 d/m3 d/m4")]
-    Info(InspectArguments),
+    #[command(
+        after_help = "Examples:\n  stripelog info --json d/m0 d/m1 d/m2 d/m3 d/m4\n  # the drives' projected life: rated 600 TB written each, or 1 drive write a day for 5 years\n  stripelog info --drive-tbw 600TB d/m0 d/m1 d/m2 d/m3 d/m4\n  stripelog info --drive-writes-per-day 1 --warranty-years 5 --daily-writes 2TB d/m0 d/m1 d/m2 d/m3 d/m4"
+    )]
+    Info(InfoArguments),
     /// Verify every live block's checksum and every parity row; exit 1 on damage.
     #[command(after_help = "Example:\n  stripelog check d/m0 d/m1 d/m2 d/m3 d/m4 && echo clean")]
     Check(InspectArguments),
@@ -270,6 +273,27 @@ enum LogCommand {
     #[command(after_help = "Example:
   stripelog log remove d/m0 d/m1 d/m2 d/m3 d/m4")]
     Remove(LogRemoveArguments),
+}
+
+#[derive(Args)]
+struct InfoArguments {
+    #[command(flatten)]
+    inspect: InspectArguments,
+    /// Each drive's rated endurance in bytes written (TBW), e.g. 600TB: the wear report
+    /// then projects the drives' life.
+    #[arg(long, value_parser = units::parse_size, conflicts_with = "drive_writes_per_day")]
+    drive_tbw: Option<u64>,
+    /// Each drive's rating in drive writes per day (of the member size) over
+    /// --warranty-years, instead of --drive-tbw.
+    #[arg(long)]
+    drive_writes_per_day: Option<f64>,
+    /// The warranty the rating holds for.
+    #[arg(long, default_value_t = 5.0)]
+    warranty_years: f64,
+    /// Client bytes written a day to project from (default: the volume's own average
+    /// since it was created), e.g. 2TB.
+    #[arg(long, value_parser = units::parse_size)]
+    daily_writes: Option<u64>,
 }
 
 #[derive(Args)]
@@ -993,6 +1017,49 @@ fn print_check(report: &CheckReport) {
     println!("{}", if report.is_clean() { "clean" } else { "DAMAGED" });
 }
 
+/// The wear part of `info`, in the terms of the seeds.
+fn print_wear(wear: &wear::WearReport) {
+    println!(
+        "  wear           write amplification {:.2} per client byte: data {:.2}, cleaning {:.2}, redundancy {:.2}, \
+         metadata {:.2}, padding {:.2}",
+        wear.write_amplification_total,
+        wear.write_amplification_data,
+        wear.write_amplification_cleaning,
+        wear.write_amplification_redundancy,
+        wear.write_amplification_metadata,
+        wear.write_amplification_padding
+    );
+    println!(
+        "                 {} written by clients in {}; {} a day ({})",
+        format_bytes(wear.host_bytes_written),
+        units::format_seconds(wear.volume_age_days * 86_400.0),
+        format_bytes(wear.host_bytes_per_day as u64),
+        wear.host_bytes_per_day_basis
+    );
+    match (wear.rated_bytes_per_drive, wear.safe_overwrites_per_day) {
+        (Some(rated), Some(overwrites)) => println!(
+            "                 rated {} per drive: {overwrites:.2} safe overwrites of the volume a day; projected life {}",
+            format_bytes(rated as u64),
+            wear.projected_life_years
+                .map_or_else(|| "unknown (no writes a day to project from)".to_string(), |years| format!("{years:.1} years"))
+        ),
+        _ => println!("                 (give --drive-tbw or --drive-writes-per-day for the drives' projected life)"),
+    }
+    for member in &wear.members {
+        let rated = match (member.endurance_used_fraction, member.projected_life_years) {
+            (Some(used), Some(years)) => format!(", {:.4} % of its endurance, {years:.1} years left", used * 100.0),
+            (Some(used), None) => format!(", {:.4} % of its endurance", used * 100.0),
+            _ => String::new(),
+        };
+        println!(
+            "    member {:>2}   {} written{rated}  {}",
+            member.index,
+            format_bytes(member.lifetime_bytes_written),
+            member.name
+        );
+    }
+}
+
 fn show_info(stats: &VolumeStats, json: bool) -> Result<(), String> {
     if json {
         print_json(stats)
@@ -1073,8 +1140,35 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Info(arguments) => {
-            let volume = open_read_only(&arguments.members, arguments.degraded)?;
-            show_info(&volume.stats(), arguments.json)?;
+            let inspect = &arguments.inspect;
+            let volume = open_read_only(&inspect.members, inspect.degraded)?;
+            let stats = volume.stats();
+            let endurance = match (arguments.drive_tbw, arguments.drive_writes_per_day) {
+                (Some(bytes), _) => Some(wear::Endurance::BytesWritten(bytes as f64)),
+                (None, Some(drive_writes_per_day)) => {
+                    if !(drive_writes_per_day > 0.0 && arguments.warranty_years > 0.0) {
+                        return Err("--drive-writes-per-day and --warranty-years must be above zero".into());
+                    }
+                    Some(wear::Endurance::DriveWritesPerDay {
+                        drive_writes_per_day,
+                        warranty_years: arguments.warranty_years,
+                    })
+                }
+                (None, None) => None,
+            };
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|elapsed| elapsed.as_secs())
+                .unwrap_or(0);
+            let wear = wear::report(&stats, endurance, arguments.daily_writes.map(|bytes| bytes as f64), now);
+            if inspect.json {
+                let mut value = serde_json::to_value(&stats).map_err(|error| error.to_string())?;
+                value["wear"] = serde_json::to_value(&wear).map_err(|error| error.to_string())?;
+                print_json(&value)?;
+            } else {
+                print_info(&stats);
+                print_wear(&wear);
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Check(arguments) => {

@@ -478,3 +478,66 @@ fn dedupability_finds_a_copy_and_asks_for_a_capacity_for_pipes() {
     let refused = stripelog(&["bench", "dedupability", "--quiet", &pipe.display().to_string()]);
     assert!(!refused.status.success() && text(&refused).contains("give --capacity"), "{}", text(&refused));
 }
+
+/// `info` reports wear: each member's lifetime bytes, the amplification by cause, and,
+/// given a rating, the projected life and safe overwrites a day, computed by seed 002's
+/// and seed 001's formulas from the figures the report itself shows.
+#[test]
+fn info_reports_each_member_s_wear_and_the_drives_projected_life() {
+    use std::sync::Arc;
+    use stripelog_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
+    use stripelog_engine::{MemberDevice, OpenOptions, Volume};
+
+    let directory = Directory::new("wear");
+    let members = directory.members(3);
+    let create =
+        stripelog(&with_members(&["create", "--raid", "5", "--chunk", "64KiB", "--member-size", "16MiB"], &members));
+    assert!(create.status.success(), "{}", text(&create));
+    let devices: Vec<MemberDevice> = members
+        .iter()
+        .map(|path| MemberDevice {
+            name: path.clone(),
+            device: Some(Arc::new(FileDevice::open(Path::new(path), &FileDeviceOptions::default()).expect("open"))
+                as Arc<dyn BlockDevice>),
+        })
+        .collect();
+    let volume = Volume::open(devices, &OpenOptions::default()).expect("open");
+    let data: Vec<u8> = (0..4 << 20).map(|index: u32| (index.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    for _ in 0..3 {
+        volume.write(0, &data, false).expect("write");
+    }
+    volume.close().expect("close");
+    let arguments = ["info", "--json", "--drive-tbw", "600TB", "--daily-writes", "2TB"];
+    let info = stripelog(&with_members(&arguments, &members));
+    assert!(info.status.success(), "{}", text(&info));
+    let info: serde_json::Value = serde_json::from_slice(&info.stdout).expect("JSON");
+    let wear = &info["wear"];
+    let number = |value: &serde_json::Value| value.as_f64().unwrap_or_else(|| panic!("not a number: {wear}"));
+    let host = number(&wear["host_bytes_written"]);
+    assert_eq!(host, (12 << 20) as f64, "{wear}");
+    // The causes add up to the total, which is what the members were written.
+    let causes: f64 = ["data", "cleaning", "redundancy", "metadata", "padding"]
+        .iter()
+        .map(|cause| number(&wear[format!("write_amplification_{cause}")]))
+        .sum();
+    let members_written: f64 =
+        wear["members"].as_array().expect("members").iter().map(|m| number(&m["lifetime_bytes_written"])).sum();
+    assert!((causes - members_written / host).abs() < 0.01, "{wear}");
+    assert!((number(&wear["write_amplification_redundancy"]) - 0.5).abs() < 0.05, "RAID-5 on 3 members: {wear}");
+    // Seed 002: years = (rated − written) ÷ (the member's share of 2 TB a day) ÷ 365.
+    let rated = number(&wear["rated_bytes_per_drive"]);
+    assert_eq!(rated, 600e12);
+    for member in wear["members"].as_array().expect("members") {
+        let written = number(&member["lifetime_bytes_written"]);
+        let expected = (rated - written) / (2e12 * written / host) / 365.0;
+        assert!((number(&member["projected_life_years"]) - expected).abs() < 1e-6 * expected, "{member}");
+    }
+    // Seed 001: overwrites of the logical size a day over 5 years.
+    let logical = number(&info["logical_size_bytes"]);
+    let expected = rated * 3.0 / (365.0 * 5.0) / (members_written / host) / logical;
+    assert!((number(&wear["safe_overwrites_per_day"]) - expected).abs() < 1e-6 * expected, "{wear}");
+    let human = stripelog(&with_members(&["info", "--drive-writes-per-day", "1", "--daily-writes", "2TB"], &members));
+    assert!(text(&human).contains("safe overwrites of the volume a day; projected life"), "{}", text(&human));
+    let refused = stripelog(&with_members(&["info", "--drive-tbw", "1TB", "--drive-writes-per-day", "1"], &members));
+    assert!(!refused.status.success() && text(&refused).contains("cannot be used with"), "{}", text(&refused));
+}
