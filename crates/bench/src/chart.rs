@@ -83,6 +83,32 @@ macro_rules! render_chart {
     }};
 }
 
+/// An axis tick as a person writes it: no spurious decimals ("100000.0" is "100 k", "1.0"
+/// is "1", "0.010" is "0.01"), thousands and millions shortened.
+pub fn tick(value: &f64) -> String {
+    fn trimmed(text: String) -> String {
+        if text.contains('.') {
+            text.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            text
+        }
+    }
+    let magnitude = value.abs();
+    if magnitude >= 1e9 {
+        format!("{} G", trimmed(format!("{:.2}", value / 1e9)))
+    } else if magnitude >= 1e6 {
+        format!("{} M", trimmed(format!("{:.2}", value / 1e6)))
+    } else if magnitude >= 1e4 {
+        format!("{} k", trimmed(format!("{:.1}", value / 1e3)))
+    } else if magnitude >= 1.0 || *value == 0.0 {
+        trimmed(format!("{value:.1}"))
+    } else {
+        // Enough decimals for the first two significant digits.
+        let decimals = (-magnitude.log10().floor()) as usize + 1;
+        trimmed(format!("{value:.decimals$}"))
+    }
+}
+
 /// A plotters error as text, for charts' `Result<(), String>`.
 pub fn failed<E: std::fmt::Debug>(error: E) -> String {
     format!("drawing a chart: {error:?}")
@@ -98,5 +124,24 @@ mod tests {
         assert_eq!(format_of(Path::new("b.PNG")), Ok(Format::Png));
         assert!(format_of(Path::new("b.jpg")).is_err());
         assert!(format_of(Path::new("b")).is_err());
+    }
+
+    #[test]
+    fn ticks_have_no_spurious_decimals() {
+        let cases = [
+            (100_000.0, "100 k"),
+            (1.0, "1"),
+            (2.5, "2.5"),
+            (0.01, "0.01"),
+            (0.00025, "0.00025"),
+            (0.0, "0"),
+            (1_500_000.0, "1.5 M"),
+            (25_000.0, "25 k"),
+            (5_000.0, "5000"),
+            (2.5e9, "2.5 G"),
+        ];
+        for (value, expected) in cases {
+            assert_eq!(tick(&value), expected, "{value}");
+        }
     }
 }

@@ -122,22 +122,38 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
     let to_ms = |nanoseconds: f64| (nanoseconds / 1e6).max(1e-4);
     let highest = report.points.iter().map(|point| to_ms(point.average_maximum_ns)).fold(1e-3, f64::max) * 2.0;
     let lowest = report.points.iter().map(|point| to_ms(point.mean_ns)).fold(highest, f64::min) / 2.0;
+    // Depths on a log2 axis: every depth run gets its tick, up to the deepest.
     let deepest = report.points.iter().map(|point| point.queue_depth).max().unwrap_or(1) as f64;
+    let last = deepest.log2();
     let mut chart = ChartBuilder::on(root)
         .caption(format!("response time against queue depth: {}", report.target), ("sans-serif", 16))
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(70)
-        .build_cartesian_2d((1f64..deepest * 1.2).log_scale(), (lowest..highest).log_scale())
+        .build_cartesian_2d(-0.2f64..last + 0.2, (lowest..highest).log_scale())
         .map_err(failed)?;
-    chart.configure_mesh().x_desc("queue depth (log)").y_desc("response time, ms (log)").draw().map_err(failed)?;
+    chart
+        .configure_mesh()
+        .x_desc("queue depth (log)")
+        .y_desc("response time, ms (log)")
+        .x_labels(last.ceil() as usize + 1)
+        .x_label_formatter(&|x| if x.fract().abs() < 1e-9 { crate::chart::tick(&x.exp2()) } else { String::new() })
+        .y_label_formatter(&crate::chart::tick)
+        .draw()
+        .map_err(failed)?;
+    // The average maximum needs whole 10 s intervals; a shorter run has only its maximum.
+    let maximum_label = if report.options.duration_per_depth >= crate::run::MAXIMUM_INTERVAL {
+        "average maximum (10 s intervals)"
+    } else {
+        "maximum (runs shorter than 10 s)"
+    };
     for (label, color, pick) in [
         ("mean", BLUE, (|point: &Point| point.mean_ns) as fn(&Point) -> f64),
-        ("average maximum (10 s intervals)", RED, |point: &Point| point.average_maximum_ns),
+        (maximum_label, RED, |point: &Point| point.average_maximum_ns),
     ] {
         chart
             .draw_series(LineSeries::new(
-                report.points.iter().map(|point| (point.queue_depth as f64, to_ms(pick(point)))),
+                report.points.iter().map(|point| ((point.queue_depth as f64).log2(), to_ms(pick(point)))),
                 color.stroke_width(2),
             ))
             .map_err(failed)?

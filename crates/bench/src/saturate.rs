@@ -495,6 +495,8 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
         .configure_mesh()
         .x_desc("seconds (after the sequential fill)")
         .y_desc("write IOPS")
+        .x_label_formatter(&crate::chart::tick)
+        .y_label_formatter(&crate::chart::tick)
         .draw()
         .map_err(failed)?;
     iops_chart
@@ -524,7 +526,14 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..seconds, (lowest.max(1e-3)..highest).log_scale())
         .map_err(failed)?;
-    latency_chart.configure_mesh().x_desc("seconds").y_desc("write latency, ms (log)").draw().map_err(failed)?;
+    latency_chart
+        .configure_mesh()
+        .x_desc("seconds")
+        .y_desc("write latency, ms (log)")
+        .x_label_formatter(&crate::chart::tick)
+        .y_label_formatter(&crate::chart::tick)
+        .draw()
+        .map_err(failed)?;
     for (label, color, pick) in [
         ("p99 per interval", GREEN, (|interval: &Interval| interval.latency_p99_ns) as fn(&Interval) -> u64),
         ("maximum per interval", MAGENTA, |interval: &Interval| interval.latency_max_ns),

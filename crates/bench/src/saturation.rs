@@ -206,7 +206,8 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
             .configure_mesh()
             .x_desc(x_label)
             .y_desc("write IOPS")
-            .y_label_formatter(&|iops| format!("{iops:.0}"))
+            .x_label_formatter(&crate::chart::tick)
+            .y_label_formatter(&crate::chart::tick)
             .draw()
             .map_err(failed)?;
         chart

@@ -412,6 +412,8 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
         .configure_mesh()
         .x_desc("virtual seconds")
         .y_desc("MB accepted by the drives (flat: stalled)")
+        .x_label_formatter(&crate::chart::tick)
+        .y_label_formatter(&crate::chart::tick)
         .draw()
         .map_err(failed)?;
     for ((case, line), color) in report.cases.iter().zip(&lines).zip([BLACK, RED, BLUE, MAGENTA]) {

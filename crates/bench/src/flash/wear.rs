@@ -371,6 +371,7 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
                     String::new()
                 }
             })
+            .y_label_formatter(&crate::chart::tick)
             .draw()
             .map_err(failed)?;
         for (slot, color) in colors.iter().enumerate() {
