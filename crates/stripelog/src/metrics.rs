@@ -59,8 +59,14 @@ impl Family<'_> {
     fn counter_fractional(&mut self, labels: &Labels, value: f64) -> Result<(), std::fmt::Error> {
         ConstCounter::new(value).encode(self.encoder.encode_family(labels)?)
     }
+    /// Whole values are written as integers ("3740", not "3740.0").
     fn gauge(&mut self, labels: &Labels, value: f64) -> Result<(), std::fmt::Error> {
-        ConstGauge::new(value).encode(self.encoder.encode_family(labels)?)
+        let encoder = self.encoder.encode_family(labels)?;
+        if value.fract() == 0.0 && value.abs() < (1u64 << 53) as f64 {
+            ConstGauge::new(value as i64).encode(encoder)
+        } else {
+            ConstGauge::new(value).encode(encoder)
+        }
     }
 }
 
