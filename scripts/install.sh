@@ -2,8 +2,9 @@
 # Install stripelog: the binary, its man pages and shell completions (generated from the
 # CLI's own definition), the systemd unit and an example volume configuration.
 #   scripts/install.sh BINARY       (make install runs it with target/release/stripelog)
-# Honours DESTDIR (staging, for packages), PREFIX (default /usr/local) and SYSCONFDIR
-# (default /etc). An existing configuration file is never overwritten.
+# Honours DESTDIR (staging, for packages), PREFIX (default /usr/local), SYSCONFDIR
+# (default /etc) and UNITDIR (default PREFIX/lib/systemd/system). Only the example
+# configuration is written: a NAME.conf an operator wrote is never touched.
 set -euo pipefail
 
 binary=${1:?usage: scripts/install.sh BINARY}

@@ -172,12 +172,12 @@ fn run_rounds(cleaner: &Cleaner) {
             }
         }
         // Dead segments waiting only for a checkpoint come free without a round.
-        match shared.checkpoint_for_space() {
+        match cleaner.checkpoint_for_space() {
             Ok(true) => {
                 shared.progress.notify_all();
                 continue;
             }
-            Ok(false) | Err(Error::OutOfSpace) => {}
+            Ok(false) => {}
             Err(error) => {
                 shared.fail(crate::error::Shutdown::Checkpoint(std::sync::Arc::new(error)));
                 return;
@@ -426,8 +426,9 @@ impl Cleaner {
         }
     }
 
-    /// Write a checkpoint when segments wait for one to come free; `false` when none
-    /// does, or when no free segment is left for the checkpoint's streams.
+    /// Write a checkpoint when segments wait for one to come free; `true` when it left
+    /// more free segments than before, `false` when none waits, when it freed nothing net,
+    /// or when no free segment is left for the checkpoint's streams.
     fn checkpoint_for_space(&self) -> Result<bool> {
         match self.core.checkpoint_for_space() {
             Err(Error::OutOfSpace) => Ok(false),

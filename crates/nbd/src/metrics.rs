@@ -6,11 +6,9 @@ use crate::protocol::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Upper bounds of the latency buckets, in seconds (a last bucket takes the rest): from a
-/// request served from memory to one that waited on a member for seconds.
-pub const LATENCY_BUCKET_BOUNDS_SECONDS: [f64; 16] =
-    [25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1.0, 2.5];
-const LATENCY_BUCKET_BOUNDS_NANOSECONDS: [u64; 16] = [
+/// Upper bounds of the latency buckets, in nanoseconds (a last bucket takes the rest):
+/// from a request served from memory (25 µs) to one that waited on a member for seconds.
+pub const LATENCY_BUCKET_BOUNDS_NANOSECONDS: [u64; 16] = [
     25_000,
     50_000,
     100_000,
@@ -60,7 +58,7 @@ pub struct CommandSnapshot {
     pub name: &'static str,
     pub requests: u64,
     pub bytes: u64,
-    /// Requests within each bound of `LATENCY_BUCKET_BOUNDS_SECONDS` and above the one
+    /// Requests within each bound (in seconds) and above the one
     /// before (not cumulative: the Prometheus encoder sums them); `latency_count` also
     /// counts those above the last bound.
     pub latency_buckets: Vec<(f64, u64)>,
@@ -119,10 +117,10 @@ impl ExportMetrics {
             .iter()
             .zip(&self.commands)
             .map(|(&name, metrics)| {
-                let latency_buckets: Vec<(f64, u64)> = LATENCY_BUCKET_BOUNDS_SECONDS
+                let latency_buckets: Vec<(f64, u64)> = LATENCY_BUCKET_BOUNDS_NANOSECONDS
                     .iter()
                     .zip(&metrics.latency_buckets)
-                    .map(|(&bound, count)| (bound, count.load(Ordering::Relaxed)))
+                    .map(|(&bound, count)| (bound as f64 / 1e9, count.load(Ordering::Relaxed)))
                     .collect();
                 let latency_count = latency_buckets.iter().map(|(_, count)| count).sum::<u64>()
                     + metrics.latency_buckets[BUCKETS - 1].load(Ordering::Relaxed);
@@ -146,8 +144,23 @@ impl ExportMetrics {
         errors
     }
 
+    /// Count a connection open until the guard is dropped.
+    pub fn connection_opened(&self) -> OpenConnection<'_> {
+        self.connections_open.fetch_add(1, Ordering::Relaxed);
+        OpenConnection(self)
+    }
+
     pub fn requests_total(&self) -> u64 {
         self.commands.iter().map(|metrics| metrics.requests.load(Ordering::Relaxed)).sum()
+    }
+}
+
+/// A connection counted in `connections_open` until dropped.
+pub struct OpenConnection<'a>(&'a ExportMetrics);
+
+impl Drop for OpenConnection<'_> {
+    fn drop(&mut self) {
+        self.0.connections_open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -490,7 +490,8 @@ fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Ne
     });
     let metrics = &state.server.metrics[state.export];
     metrics.connections_total.fetch_add(1, Ordering::Relaxed);
-    metrics.connections_open.fetch_add(1, Ordering::Relaxed);
+    // Open until this function ends, however it ends.
+    let _open = metrics.connection_opened();
     // Tokens bound the requests in flight: the reader takes one before reading a payload.
     let (token_return, tokens) = stripelog_engine::queue::bounded::<()>(REQUESTS_IN_FLIGHT_PER_CONNECTION);
     for _ in 0..REQUESTS_IN_FLIGHT_PER_CONNECTION {
@@ -513,7 +514,6 @@ fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Ne
         drop(job_sender);
         result
     });
-    metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
     let statistics = &state.server.statistics;
     statistics.requests.fetch_add(state.requests.load(Ordering::Relaxed), Ordering::Relaxed);
     statistics.errors.fetch_add(state.errors.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -704,7 +704,9 @@ impl ConnectionState {
 
     /// Run one request, write its reply, and count it.
     fn run(&self, job: Job, replies: &mut Replies) -> io::Result<()> {
-        let (command, length, received) = (job.request.command, job.request.length_bytes as u64, job.received);
+        // A refused request is counted, but not the bytes it would have covered.
+        let length = if job.refusal.is_some() { 0 } else { job.request.length_bytes as u64 };
+        let (command, received) = (job.request.command, job.received);
         let result = self.execute(job, replies);
         self.metrics().record(command, length, received.elapsed());
         result

@@ -26,6 +26,9 @@ impl LogLevel {
 
 struct LineLogger;
 
+/// 9999-12-31T23:59:59Z, the last time RFC 3339 (and humantime) can write.
+const LAST_SECOND_OF_9999: u64 = 253_402_300_799;
+
 /// `source`: the module path without the crate prefixes, e.g. `serve`, `nbd::server`.
 fn source(target: &str) -> &str {
     let target = target.strip_prefix("stripelog_").unwrap_or(target);
@@ -34,10 +37,16 @@ fn source(target: &str) -> &str {
 
 /// The logfmt line of one record.
 fn line(time: std::time::SystemTime, level: log::Level, target: &str, message: &str) -> String {
-    let escaped = message.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+    let escaped = message.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n").replace('\r', "\\r");
+    // humantime panics outside years 1970 to 9999: a clock that wrong gets seconds.
+    let seconds = time.duration_since(std::time::UNIX_EPOCH).map(|elapsed| elapsed.as_secs());
+    let stamp = match seconds {
+        Ok(seconds) if seconds < LAST_SECOND_OF_9999 => humantime::format_rfc3339_millis(time).to_string(),
+        Ok(seconds) => format!("unix:{seconds}"),
+        Err(_) => "before-1970".to_string(),
+    };
     format!(
-        "time={} level={} source={} message=\"{escaped}\"",
-        humantime::format_rfc3339_millis(time),
+        "time={stamp} level={} source={} message=\"{escaped}\"",
         level.as_str().to_ascii_lowercase(),
         source(target)
     )
@@ -82,5 +91,11 @@ mod tests {
             "time=2025-11-24T16:00:00.123Z level=warn source=nbd::server message=\"export 'a' said \\\"no\\\"\\nthen\""
         );
         assert_eq!(source("stripelog::serve"), "serve");
+        // A clock beyond what RFC 3339 writes: no panic in the logger.
+        let far = std::time::UNIX_EPOCH + std::time::Duration::from_secs(LAST_SECOND_OF_9999 + 10);
+        assert!(line(far, log::Level::Info, "x", "m").starts_with("time=unix:253402300809 "));
+        let early = std::time::UNIX_EPOCH - std::time::Duration::from_secs(1);
+        assert!(line(early, log::Level::Info, "x", "a\rb").starts_with("time=before-1970 "));
+        assert!(line(early, log::Level::Info, "x", "a\rb").ends_with("message=\"a\\rb\""));
     }
 }

@@ -287,7 +287,7 @@ struct InfoArguments {
     /// --warranty-years, instead of --drive-tbw.
     #[arg(long)]
     drive_writes_per_day: Option<f64>,
-    /// The warranty the rating holds for.
+    /// The warranty the rating (--drive-tbw or --drive-writes-per-day) holds for.
     #[arg(long, default_value_t = 5.0)]
     warranty_years: f64,
     /// Client bytes written a day to project from (default: the volume's own average
@@ -1143,16 +1143,18 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let inspect = &arguments.inspect;
             let volume = open_read_only(&inspect.members, inspect.degraded)?;
             let stats = volume.stats();
+            let warranty_years = arguments.warranty_years;
+            if !(warranty_years.is_finite() && warranty_years > 0.0) {
+                return Err(format!("--warranty-years must be above zero, got {warranty_years}"));
+            }
             let endurance = match (arguments.drive_tbw, arguments.drive_writes_per_day) {
-                (Some(bytes), _) => Some(wear::Endurance::BytesWritten(bytes as f64)),
+                (Some(0), _) => return Err("--drive-tbw must be above zero".into()),
+                (Some(bytes), _) => Some(wear::Endurance::BytesWritten { bytes: bytes as f64, warranty_years }),
                 (None, Some(drive_writes_per_day)) => {
-                    if !(drive_writes_per_day > 0.0 && arguments.warranty_years > 0.0) {
-                        return Err("--drive-writes-per-day and --warranty-years must be above zero".into());
+                    if !(drive_writes_per_day.is_finite() && drive_writes_per_day > 0.0) {
+                        return Err(format!("--drive-writes-per-day must be above zero, got {drive_writes_per_day}"));
                     }
-                    Some(wear::Endurance::DriveWritesPerDay {
-                        drive_writes_per_day,
-                        warranty_years: arguments.warranty_years,
-                    })
+                    Some(wear::Endurance::DriveWritesPerDay { drive_writes_per_day, warranty_years })
                 }
                 (None, None) => None,
             };

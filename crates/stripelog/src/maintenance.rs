@@ -399,7 +399,8 @@ fn call(control: &Path, request: &ControlRequest, verb: &str) -> Result<serde_js
 
 #[derive(Args)]
 pub(crate) struct StatusArguments {
-    /// The control socket of a running `stripelog serve` (SOCKET.control by default).
+    /// The control socket of a running `stripelog serve` (it listens on SOCKET.control
+    /// unless given --control).
     #[arg(long)]
     control: PathBuf,
     /// Print the status as JSON.

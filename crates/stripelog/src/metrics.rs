@@ -3,7 +3,7 @@
 //! it on the I/O path beyond the engine's and the server's atomic counters: every value is
 //! read from them when a scrape arrives.
 
-use crate::serve::{Maintenance, Volumes};
+use crate::serve::Served;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -11,25 +11,20 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 use std::io::{Read, Write};
-use std::sync::{Arc, Weak};
+
 use std::time::Duration;
 use stripelog_nbd::Server;
 
 /// Longest request head read from a scraper.
 const REQUEST_HEAD_MAXIMUM_BYTES: u64 = 8 << 10;
-/// A scraper that sends nothing for this long is dropped.
-const SCRAPE_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// A scraper whose request does not arrive within this time, or that does not take the
+/// answer within it, is dropped (one scraper at a time: a stuck one must not hold the
+/// others off).
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// What a scrape reads.
-pub(crate) struct Sources {
-    pub server: Weak<Server>,
-    pub volumes: Volumes,
-    pub maintenance: Arc<Maintenance>,
-}
-
-impl std::fmt::Debug for Sources {
+impl std::fmt::Debug for Served {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.debug_struct("Sources").finish_non_exhaustive()
+        formatter.debug_struct("Served").finish_non_exhaustive()
     }
 }
 
@@ -70,7 +65,7 @@ impl Family<'_> {
     }
 }
 
-impl Collector for Sources {
+impl Collector for Served {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let Some(server) = self.server.upgrade() else { return Ok(()) };
         self.encode_nbd(&server, &mut encoder)?;
@@ -84,7 +79,7 @@ impl Collector for Sources {
     }
 }
 
-impl Sources {
+impl Served {
     fn encode_nbd(&self, server: &Server, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let exports: Vec<ExportRequests> = server
             .exports()
@@ -235,14 +230,14 @@ fn encode_volumes(
     use MetricType::{Counter, Gauge};
     // (name, help, unit, type, label, values)
     let families: [VolumeFamily; 26] = [
-        ("stripelog_volume_logical_size", "Size the volume offers", Some(Unit::Bytes), Gauge, None, |s| {
-            vec![("", s.logical_size_bytes as f64)]
+        ("stripelog_volume_logical_size", "Size the volume offers", Some(Unit::Bytes), Gauge, None, |stats| {
+            vec![("", stats.logical_size_bytes as f64)]
         }),
-        ("stripelog_volume_degraded", "1 when a member is missing, failed or rebuilding", None, Gauge, None, |s| {
-            vec![("", s.degraded as u8 as f64)]
+        ("stripelog_volume_degraded", "1 when a member is missing, failed or rebuilding", None, Gauge, None, |stats| {
+            vec![("", stats.degraded as u8 as f64)]
         }),
-        ("stripelog_volume_failed", "1 when the volume stopped on an error", None, Gauge, None, |s| {
-            vec![("", s.failure.is_some() as u8 as f64)]
+        ("stripelog_volume_failed", "1 when the volume stopped on an error", None, Gauge, None, |stats| {
+            vec![("", stats.failure.is_some() as u8 as f64)]
         }),
         (
             "stripelog_volume_failures_tolerated",
@@ -250,29 +245,29 @@ fn encode_volumes(
             None,
             Gauge,
             None,
-            |s| vec![("", s.failures_still_tolerated as f64)],
+            |stats| vec![("", stats.failures_still_tolerated as f64)],
         ),
-        ("stripelog_volume_blocks_mapped", "Logical blocks holding data", None, Gauge, None, |s| {
-            vec![("", s.blocks_mapped as f64)]
+        ("stripelog_volume_blocks_mapped", "Logical blocks holding data", None, Gauge, None, |stats| {
+            vec![("", stats.blocks_mapped as f64)]
         }),
-        ("stripelog_volume_flushes", "Flushes served", None, Counter, None, |s| vec![("", s.flushes as f64)]),
-        ("stripelog_volume_checkpoints", "Checkpoints committed", None, Counter, None, |s| {
-            vec![("", s.checkpoints as f64)]
+        ("stripelog_volume_flushes", "Flushes served", None, Counter, None, |stats| vec![("", stats.flushes as f64)]),
+        ("stripelog_volume_checkpoints", "Checkpoints committed", None, Counter, None, |stats| {
+            vec![("", stats.checkpoints as f64)]
         }),
-        ("stripelog_cleaner_rounds", "Cleaning rounds run", None, Counter, None, |s| {
-            vec![("", s.cleaning_rounds as f64)]
+        ("stripelog_cleaner_rounds", "Cleaning rounds run", None, Counter, None, |stats| {
+            vec![("", stats.cleaning_rounds as f64)]
         }),
-        ("stripelog_cleaner_segments_cleaned", "Segments emptied by cleaning", None, Counter, None, |s| {
-            vec![("", s.segments_cleaned as f64)]
+        ("stripelog_cleaner_segments_cleaned", "Segments emptied by cleaning", None, Counter, None, |stats| {
+            vec![("", stats.segments_cleaned as f64)]
         }),
-        ("stripelog_cleaner_relocated", "Live data relocated by cleaning", Some(Unit::Bytes), Counter, None, |s| {
-            vec![("", s.member_bytes_relocated as f64)]
+        ("stripelog_cleaner_relocated", "Live data relocated by cleaning", Some(Unit::Bytes), Counter, None, |stats| {
+            vec![("", stats.member_bytes_relocated as f64)]
         }),
-        ("stripelog_cleaner_read", "Bytes the cleaner read from members", Some(Unit::Bytes), Counter, None, |s| {
-            vec![("", s.member_bytes_read_cleaning as f64)]
+        ("stripelog_cleaner_read", "Bytes the cleaner read from members", Some(Unit::Bytes), Counter, None, |stats| {
+            vec![("", stats.member_bytes_read_cleaning as f64)]
         }),
-        ("stripelog_volume_paced_writes", "Client writes the pacer held back", None, Counter, None, |s| {
-            vec![("", s.paced_writes as f64)]
+        ("stripelog_volume_paced_writes", "Client writes the pacer held back", None, Counter, None, |stats| {
+            vec![("", stats.paced_writes as f64)]
         }),
         (
             "stripelog_volume_paced",
@@ -280,7 +275,7 @@ fn encode_volumes(
             Some(Unit::Seconds),
             Counter,
             None,
-            |s| vec![("", s.paced_seconds)],
+            |stats| vec![("", stats.paced_seconds)],
         ),
         (
             "stripelog_volume_reconstructed_blocks",
@@ -288,35 +283,47 @@ fn encode_volumes(
             None,
             Counter,
             None,
-            |s| vec![("", s.reconstructed_blocks as f64)],
+            |stats| vec![("", stats.reconstructed_blocks as f64)],
         ),
-        ("stripelog_volume_rebuilding_members", "Members being rebuilt", None, Gauge, None, |s| {
-            vec![("", s.rebuilding_members.len() as f64)]
+        ("stripelog_volume_rebuilding_members", "Members being rebuilt", None, Gauge, None, |stats| {
+            vec![("", stats.rebuilding_members.len() as f64)]
         }),
-        ("stripelog_volume_member_failures", "Members failed while the volume was open", None, Counter, None, |s| {
-            vec![("", s.member_failures as f64)]
-        }),
-        ("stripelog_volume_host", "Client bytes by operation", Some(Unit::Bytes), Counter, Some("operation"), |s| {
-            vec![
-                ("written", s.host_bytes_written as f64),
-                ("read", s.host_bytes_read as f64),
-                ("zeroed", s.host_bytes_zeroed as f64),
-                ("trimmed", s.host_bytes_trimmed as f64),
-            ]
-        }),
+        (
+            "stripelog_volume_member_failures",
+            "Members failed while the volume was open",
+            None,
+            Counter,
+            None,
+            |stats| vec![("", stats.member_failures as f64)],
+        ),
+        (
+            "stripelog_volume_host",
+            "Client bytes by operation",
+            Some(Unit::Bytes),
+            Counter,
+            Some("operation"),
+            |stats| {
+                vec![
+                    ("written", stats.host_bytes_written as f64),
+                    ("read", stats.host_bytes_read as f64),
+                    ("zeroed", stats.host_bytes_zeroed as f64),
+                    ("trimmed", stats.host_bytes_trimmed as f64),
+                ]
+            },
+        ),
         (
             "stripelog_volume_member_written",
             "Bytes written to the members, by what they hold",
             Some(Unit::Bytes),
             Counter,
             Some("kind"),
-            |s| {
+            |stats| {
                 vec![
-                    ("data", s.member_bytes_data as f64),
-                    ("relocated", s.member_bytes_relocated as f64),
-                    ("redundancy", s.member_bytes_redundancy as f64),
-                    ("metadata", s.member_bytes_metadata as f64),
-                    ("padding", s.member_bytes_padding as f64),
+                    ("data", stats.member_bytes_data as f64),
+                    ("relocated", stats.member_bytes_relocated as f64),
+                    ("redundancy", stats.member_bytes_redundancy as f64),
+                    ("metadata", stats.member_bytes_metadata as f64),
+                    ("padding", stats.member_bytes_padding as f64),
                 ]
             },
         ),
@@ -326,49 +333,54 @@ fn encode_volumes(
             None,
             Gauge,
             Some("cause"),
-            |s| {
+            |stats| {
                 vec![
-                    ("cleaning", s.write_amplification_cleaning),
-                    ("raid", s.write_amplification_raid),
-                    ("total", s.write_amplification_total),
+                    ("cleaning", stats.write_amplification_cleaning),
+                    ("raid", stats.write_amplification_raid),
+                    ("total", stats.write_amplification_total),
                 ]
             },
         ),
-        ("stripelog_volume_segments", "Segments by state", None, Gauge, Some("state"), |s| {
+        ("stripelog_volume_segments", "Segments by state", None, Gauge, Some("state"), |stats| {
             vec![
-                ("free", s.segments_free as f64),
-                ("used", s.segments_used as f64),
-                ("waiting_for_flush", s.segments_waiting_for_flush as f64),
+                ("free", stats.segments_free as f64),
+                ("used", stats.segments_used as f64),
+                ("waiting_for_flush", stats.segments_waiting_for_flush as f64),
             ]
         }),
-        ("stripelog_volume_read_errors", "Read problems by kind", None, Counter, Some("kind"), |s| {
+        ("stripelog_volume_read_errors", "Read problems by kind", None, Counter, Some("kind"), |stats| {
             vec![
-                ("io", s.read_errors as f64),
-                ("checksum", s.checksum_mismatches as f64),
-                ("unrecoverable", s.unrecoverable_reads as f64),
-                ("late", s.late_reads as f64),
+                ("io", stats.read_errors as f64),
+                ("checksum", stats.checksum_mismatches as f64),
+                ("unrecoverable", stats.unrecoverable_reads as f64),
+                ("late", stats.late_reads as f64),
             ]
         }),
-        ("stripelog_volume_memory", "RAM the volume holds, by use", Some(Unit::Bytes), Gauge, Some("use"), |s| {
+        ("stripelog_volume_memory", "RAM the volume holds, by use", Some(Unit::Bytes), Gauge, Some("use"), |stats| {
             vec![
-                ("index", s.map_memory_bytes as f64),
-                ("checksums", s.checksum_memory_bytes as f64),
-                ("write_buffer", s.write_buffer_memory_bytes as f64),
-                ("cache", s.cache_memory_bytes as f64),
+                ("index", stats.map_memory_bytes as f64),
+                ("checksums", stats.checksum_memory_bytes as f64),
+                ("write_buffer", stats.write_buffer_memory_bytes as f64),
+                ("cache", stats.cache_memory_bytes as f64),
             ]
         }),
         // The write log's, for the volumes that have one.
-        ("stripelog_write_log_size", "Size of the write log", Some(Unit::Bytes), Gauge, None, |s| {
-            s.write_log.iter().map(|log| ("", log.size_bytes as f64)).collect()
+        ("stripelog_write_log_size", "Size of the write log", Some(Unit::Bytes), Gauge, None, |stats| {
+            stats.write_log.iter().map(|log| ("", log.size_bytes as f64)).collect()
         }),
-        ("stripelog_write_log_used", "Write log bytes in use", Some(Unit::Bytes), Gauge, None, |s| {
-            s.write_log.iter().map(|log| ("", log.used_bytes as f64)).collect()
+        ("stripelog_write_log_used", "Write log bytes in use", Some(Unit::Bytes), Gauge, None, |stats| {
+            stats.write_log.iter().map(|log| ("", log.used_bytes as f64)).collect()
         }),
-        ("stripelog_write_log_appended", "Bytes appended to the write log", Some(Unit::Bytes), Counter, None, |s| {
-            s.write_log.iter().map(|log| ("", log.bytes_appended as f64)).collect()
-        }),
-        ("stripelog_write_log_syncs", "Syncs of the write log", None, Counter, None, |s| {
-            s.write_log.iter().map(|log| ("", log.syncs as f64)).collect()
+        (
+            "stripelog_write_log_appended",
+            "Bytes appended to the write log",
+            Some(Unit::Bytes),
+            Counter,
+            None,
+            |stats| stats.write_log.iter().map(|log| ("", log.bytes_appended as f64)).collect(),
+        ),
+        ("stripelog_write_log_syncs", "Syncs of the write log", None, Counter, None, |stats| {
+            stats.write_log.iter().map(|log| ("", log.syncs as f64)).collect()
         }),
     ];
     for family in &families {
@@ -438,16 +450,18 @@ pub(crate) fn render(registry: &Registry) -> String {
 
 /// Answer scrapes on `listener` until the process ends: `GET /metrics` gets the metrics,
 /// anything else 404. One scraper at a time (Prometheus scrapes every few seconds).
-pub(crate) fn serve_metrics(listener: std::net::TcpListener, sources: Sources) {
+pub(crate) fn serve_metrics(listener: std::net::TcpListener, served: Served) {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(sources));
+    registry.register_collector(Box::new(served));
     for stream in listener.incoming() {
         let Ok(mut stream) = stream else { continue };
-        let _ = stream.set_read_timeout(Some(SCRAPE_READ_TIMEOUT));
+        let _ = stream.set_read_timeout(Some(SCRAPE_TIMEOUT));
+        let _ = stream.set_write_timeout(Some(SCRAPE_TIMEOUT));
+        let deadline = std::time::Instant::now() + SCRAPE_TIMEOUT;
         let mut head = Vec::new();
         let mut byte = [0u8; 1];
         let mut limited = (&stream).take(REQUEST_HEAD_MAXIMUM_BYTES);
-        while !head.ends_with(b"\r\n\r\n") && !head.ends_with(b"\n\n") {
+        while !head.ends_with(b"\r\n\r\n") && !head.ends_with(b"\n\n") && std::time::Instant::now() < deadline {
             match limited.read(&mut byte) {
                 Ok(1) => head.push(byte[0]),
                 _ => break,

@@ -248,6 +248,7 @@ fn run_control_request(
     let to_json = |value: Result<serde_json::Value, serde_json::Error>| value.map_err(|error| error.to_string());
     match request {
         ControlRequest::Status { .. } => to_json(serde_json::to_value(volume.stats())),
+        // (Answered before an export is chosen; here for completeness.)
         ControlRequest::Overview {} => Ok(overview(served)),
         ControlRequest::Set { setting, value, .. } => {
             let value = crate::maintenance::setting_value(setting.as_str(), value.as_str())?;
@@ -503,7 +504,12 @@ fn bind_listener(arguments: &ServeArguments) -> Result<Listener, String> {
 fn bind_metrics(address: &str) -> Result<(std::net::TcpListener, String), String> {
     let address = if address.contains(':') { address.to_string() } else { format!("127.0.0.1:{address}") };
     let listener = std::net::TcpListener::bind(&address).map_err(|error| format!("--metrics {address}: {error}"))?;
-    let bound = listener.local_addr().map(|bound| bound.to_string()).unwrap_or(address);
+    let bound = listener.local_addr().map_err(|error| format!("--metrics {address}: {error}"))?;
+    if !bound.ip().is_loopback() {
+        // Read-only, but it names the member devices and the exports' traffic.
+        log::warn!("metrics on {bound}, not loopback: whoever reaches the port sees the volumes' names and counters");
+    }
+    let bound = bound.to_string();
     Ok((listener, bound))
 }
 
@@ -541,6 +547,13 @@ fn print_commands(socket: &Path, exports: &[Export]) {
 }
 
 pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
+    // SAFETY: a valid signal and action, set before the server's threads start. A server
+    // writes to sockets whose peers may be gone (NBD clients, scrapers, control clients):
+    // that must be an EPIPE error for that connection, never the death of the process
+    // (main restored the default action for the pipelines of the other commands).
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
     let exports_wanted = parse_exports(&arguments)?;
     // Sockets first: one that is busy (or not a socket) must not cost a volume an epoch.
     let mut listener = bind_listener(&arguments)?;
@@ -593,12 +606,8 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
     }
     if let Some((listener, address)) = metrics_listener {
         log::info!("metrics on http://{address}/metrics");
-        let sources = crate::metrics::Sources {
-            server: served.server.clone(),
-            volumes: served.volumes.clone(),
-            maintenance: served.maintenance.clone(),
-        };
-        std::thread::spawn(move || crate::metrics::serve_metrics(listener, sources));
+        let served = served.clone();
+        std::thread::spawn(move || crate::metrics::serve_metrics(listener, served));
     }
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
         .map_err(|error| format!("signals: {error}"))?;

@@ -13,8 +13,8 @@ const DAYS_PER_YEAR: f64 = 365.0;
 /// The drives' rated endurance, as the operator gives it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Endurance {
-    /// Bytes each drive may be written over its warranty (TBW).
-    BytesWritten(f64),
+    /// Bytes each drive may be written (TBW) over `warranty_years`.
+    BytesWritten { bytes: f64, warranty_years: f64 },
     /// Drive writes per day (of the member size) over `warranty_years`.
     DriveWritesPerDay { drive_writes_per_day: f64, warranty_years: f64 },
 }
@@ -84,14 +84,16 @@ pub(crate) fn report(
         None => (0.0, "unknown: the volume is less than an hour old (give --daily-writes)".to_string()),
     };
     let rated = endurance.map(|endurance| match endurance {
-        Endurance::BytesWritten(bytes) => bytes,
+        Endurance::BytesWritten { bytes, .. } => bytes,
         Endurance::DriveWritesPerDay { drive_writes_per_day, warranty_years } => {
             drive_writes_per_day * stats.member_size_bytes as f64 * DAYS_PER_YEAR * warranty_years
         }
     });
     let warranty_years = match endurance {
-        Some(Endurance::DriveWritesPerDay { warranty_years, .. }) => warranty_years,
-        _ => 5.0,
+        Some(Endurance::DriveWritesPerDay { warranty_years, .. } | Endurance::BytesWritten { warranty_years, .. }) => {
+            warranty_years
+        }
+        None => 5.0,
     };
     let total = ratio(members_written, host);
     let members: Vec<MemberWear> = stats

@@ -112,7 +112,7 @@ impl WritePacer {
         // A debt beyond the longest wait is forgiven: the estimate was too low, and the
         // reserve stops writers if it was too high.
         let start = (*next).max(now).min(now + PACING_WAIT_MAXIMUM);
-        // A rate that decayed towards zero (rounds that free nothing) would make the step
+        // A tiny estimate (rounds that freed next to nothing) would make the step huge or
         // infinite: no step is longer than the longest wait.
         let step = Duration::try_from_secs_f64(blocks as f64 / admitted_rate).unwrap_or(PACING_WAIT_MAXIMUM);
         *next = start + step.min(PACING_WAIT_MAXIMUM);
