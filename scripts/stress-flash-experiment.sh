@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The flash experiment's parity test (tests/flash_experiments.rs) run in pairs beside a
 # busy-looping shell, RUNS pairs (default 30): the load that showed a writer getting a
-# spurious ENOSPC while the cleaner thread's round was still being made durable (about
-# one run in thirty before the fix; none in 80 runs after it). Prints the failures.
+# spurious ENOSPC, with segments the cleaner thread's rounds had emptied since the
+# writer's own flush and checkpoint (about one run in thirty before the fix; none in 80
+# runs after it). Prints the failures.
 #   RUNS=30 scripts/stress-flash-experiment.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
