@@ -89,6 +89,12 @@ enum Command {
         after_help = "Examples:\n  stripelog status --control s.sock.control\n  stripelog status --control s.sock.control --json\n  watch -n 1 stripelog status --control s.sock.control"
     )]
     Status(maintenance::StatusArguments),
+    /// A running server's exports every interval, as rates: requests and bytes a second,
+    /// flushes, free segments, write amplification, cleaning rounds.
+    #[command(
+        after_help = "Examples:\n  stripelog top --control s.sock.control\n  stripelog top --control s.sock.control --interval 5s --count 12 > load.txt"
+    )]
+    Top(maintenance::TopArguments),
     /// A volume's write log: add or remove one (docs/write-log.md).
     #[command(subcommand)]
     Log(LogCommand),
@@ -1192,6 +1198,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Scrub(arguments) => maintenance::scrub(arguments),
         Command::Set(arguments) => maintenance::set(arguments),
         Command::Status(arguments) => maintenance::status(arguments),
+        Command::Top(arguments) => maintenance::top(arguments),
         Command::Bench(BenchCommand::Engine(arguments)) => bench_engine(arguments),
         Command::Bench(BenchCommand::Saturate(arguments)) => bench_saturate(arguments),
         Command::Bench(BenchCommand::Scale(arguments)) => bench_scale(arguments),

@@ -504,3 +504,98 @@ fn status_text(status: &serde_json::Value) -> String {
     }
     text
 }
+
+#[derive(Args)]
+pub(crate) struct TopArguments {
+    /// The control socket of a running `stripelog serve`.
+    #[arg(long)]
+    control: PathBuf,
+    /// Time between two samples.
+    #[arg(long, default_value = "1s", value_parser = units::parse_duration)]
+    interval: std::time::Duration,
+    /// Stop after this many samples (default: until interrupted).
+    #[arg(long)]
+    count: Option<u64>,
+}
+
+/// What `top` keeps of a sample to compute rates from the next.
+struct TopSample {
+    at: std::time::Instant,
+    /// Per export: (reads, read bytes, writes, written bytes, flushes, cleaning rounds).
+    exports: Vec<[u64; 6]>,
+}
+
+fn top_figures(export: &serde_json::Value) -> [u64; 6] {
+    let counters = &export["counters"];
+    let requests = &counters["requests"];
+    let number = |value: &serde_json::Value| value.as_u64().unwrap_or(0);
+    [
+        number(&requests["read"]["requests"]),
+        number(&requests["read"]["bytes"]),
+        number(&requests["write"]["requests"]),
+        number(&requests["write"]["bytes"]),
+        number(&requests["flush"]["requests"]),
+        number(&counters["cleaning_rounds"]),
+    ]
+}
+
+/// `stripelog top --control SOCKET`: a running server's exports every interval, as rates:
+/// one line per export and sample, like vmstat (a terminal is cleared between samples).
+pub(crate) fn top(arguments: TopArguments) -> Result<ExitCode, String> {
+    use std::io::IsTerminal;
+    let terminal = std::io::stdout().is_terminal();
+    let mut previous: Option<TopSample> = None;
+    let mut samples = 0u64;
+    loop {
+        let status = call(&arguments.control, &ControlRequest::Overview {}, "top")?;
+        let exports = status["exports"].as_array().cloned().unwrap_or_default();
+        let sample = TopSample { at: std::time::Instant::now(), exports: exports.iter().map(top_figures).collect() };
+        if let Some(previous) = &previous {
+            let seconds = sample.at.duration_since(previous.at).as_secs_f64().max(1e-3);
+            if terminal {
+                print!("\x1b[H\x1b[2J");
+            }
+            if terminal || samples == 1 {
+                println!(
+                    "{:<16} {:<9} {:>7} {:>10} {:>12} {:>10} {:>12} {:>9} {:>11} {:>8} {:>8}",
+                    "export",
+                    "health",
+                    "clients",
+                    "reads/s",
+                    "read/s",
+                    "writes/s",
+                    "written/s",
+                    "flushes/s",
+                    "free segs",
+                    "WA",
+                    "rounds/s"
+                );
+            }
+            for (index, export) in exports.iter().enumerate() {
+                let now = sample.exports[index];
+                let before = previous.exports.get(index).copied().unwrap_or(now);
+                let rate = |field: usize| now[field].saturating_sub(before[field]) as f64 / seconds;
+                println!(
+                    "{:<16} {:<9} {:>7} {:>10.0} {:>12} {:>10.0} {:>12} {:>9.1} {:>11} {:>8.2} {:>8.1}",
+                    export["name"].as_str().unwrap_or("?"),
+                    export["health"].as_str().unwrap_or("?"),
+                    export["clients"].as_u64().unwrap_or(0),
+                    rate(0),
+                    format_bytes(rate(1) as u64),
+                    rate(2),
+                    format_bytes(rate(3) as u64),
+                    rate(4),
+                    export["space"]["segments_free"].as_u64().unwrap_or(0),
+                    export["counters"]["write_amplification_total"].as_f64().unwrap_or(0.0),
+                    rate(5)
+                );
+            }
+            if arguments.count.is_some_and(|count| samples >= count) {
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+        previous = Some(sample);
+        samples += 1;
+        std::thread::sleep(arguments.interval);
+    }
+}

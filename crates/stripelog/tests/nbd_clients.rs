@@ -906,6 +906,23 @@ fn metrics_are_scraped_during_a_load_and_parsed_by_prometheus_s_own_parser() {
     let export = &status["exports"][0];
     assert_eq!(export["health"], "ONLINE", "{status}");
     assert_eq!(export["counters"]["requests"]["write"]["requests"].as_f64(), Some(writes(&samples)), "{status}");
+    // `stripelog top` during a write load: one line per sample with the rates.
+    let commands: Vec<String> = (0..192).map(|index| format!("write -P 0x6b {}M 1M", index % 96)).collect();
+    let mut load = server.qemu_io_command(&qemu_io, &commands);
+    let mut load = load.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start qemu-io");
+    let top = run_with_timeout(
+        stripelog().args(["top", "--control", &control, "--interval", "100ms", "--count", "3"]),
+        CLIENT_TIMEOUT,
+    );
+    assert!(load.wait().expect("qemu-io").success());
+    assert!(top.status.success(), "stripelog top: {}", text(&top));
+    let top = String::from_utf8_lossy(&top.stdout).to_string();
+    let lines: Vec<&str> = top.lines().filter(|line| line.starts_with("stripelog ")).collect();
+    assert!(top.starts_with("export ") && lines.len() == 3, "{top}");
+    // (export, health, clients, reads/s, read/s as "N unit", writes/s, ...)
+    let writes_per_second = |line: &str| line.split_whitespace().nth(6).and_then(|rate| rate.parse::<f64>().ok());
+    assert!(lines.iter().all(|line| line.contains(" ONLINE ") && writes_per_second(line).is_some()), "{top}");
+    assert!(lines.iter().any(|line| writes_per_second(line).is_some_and(|rate| rate > 0.0)), "{top}");
     // During an online rebuild (replace, slowed by --rate), `status` and the metrics show
     // it under way, with its progress.
     let replacement = server.directory.join("new2");
