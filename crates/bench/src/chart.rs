@@ -109,6 +109,27 @@ pub fn tick(value: &f64) -> String {
     }
 }
 
+/// Draw a chart's mesh with its two axis descriptions, every tick written by [`tick`].
+pub fn draw_axes<DB, X, Y>(
+    chart: &mut plotters::chart::ChartContext<'_, DB, plotters::coord::cartesian::Cartesian2d<X, Y>>,
+    x_description: &str,
+    y_description: &str,
+) -> Result<(), String>
+where
+    DB: plotters::prelude::DrawingBackend,
+    X: plotters::coord::ranged1d::Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+    Y: plotters::coord::ranged1d::Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+{
+    chart
+        .configure_mesh()
+        .x_desc(x_description)
+        .y_desc(y_description)
+        .x_label_formatter(&tick)
+        .y_label_formatter(&tick)
+        .draw()
+        .map_err(failed)
+}
+
 /// A plotters error as text, for charts' `Result<(), String>`.
 pub fn failed<E: std::fmt::Debug>(error: E) -> String {
     format!("drawing a chart: {error:?}")

@@ -491,14 +491,7 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..seconds, 0f64..peak)
         .map_err(failed)?;
-    iops_chart
-        .configure_mesh()
-        .x_desc("seconds (after the sequential fill)")
-        .y_desc("write IOPS")
-        .x_label_formatter(&crate::chart::tick)
-        .y_label_formatter(&crate::chart::tick)
-        .draw()
-        .map_err(failed)?;
+    crate::chart::draw_axes(&mut iops_chart, "seconds (after the sequential fill)", "write IOPS")?;
     iops_chart
         .draw_series(LineSeries::new(
             report.iops_per_second.iter().enumerate().map(|(second, &iops)| (second as f64, iops)),
@@ -526,14 +519,7 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..seconds, (lowest.max(1e-3)..highest).log_scale())
         .map_err(failed)?;
-    latency_chart
-        .configure_mesh()
-        .x_desc("seconds")
-        .y_desc("write latency, ms (log)")
-        .x_label_formatter(&crate::chart::tick)
-        .y_label_formatter(&crate::chart::tick)
-        .draw()
-        .map_err(failed)?;
+    crate::chart::draw_axes(&mut latency_chart, "seconds", "write latency, ms (log)")?;
     for (label, color, pick) in [
         ("p99 per interval", GREEN, (|interval: &Interval| interval.latency_p99_ns) as fn(&Interval) -> u64),
         ("maximum per interval", MAGENTA, |interval: &Interval| interval.latency_max_ns),

@@ -202,14 +202,7 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
             .y_label_area_size(70)
             .build_cartesian_2d(0f64..x_range, 0f64..peak)
             .map_err(failed)?;
-        chart
-            .configure_mesh()
-            .x_desc(x_label)
-            .y_desc("write IOPS")
-            .x_label_formatter(&crate::chart::tick)
-            .y_label_formatter(&crate::chart::tick)
-            .draw()
-            .map_err(failed)?;
+        crate::chart::draw_axes(&mut chart, x_label, "write IOPS")?;
         chart
             .draw_series(LineSeries::new(points, &BLUE))
             .map_err(failed)?

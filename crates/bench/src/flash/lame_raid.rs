@@ -408,14 +408,7 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..longest, 0f64..peak)
         .map_err(failed)?;
-    chart
-        .configure_mesh()
-        .x_desc("virtual seconds")
-        .y_desc("MB accepted by the drives (flat: stalled)")
-        .x_label_formatter(&crate::chart::tick)
-        .y_label_formatter(&crate::chart::tick)
-        .draw()
-        .map_err(failed)?;
+    crate::chart::draw_axes(&mut chart, "virtual seconds", "MB accepted by the drives (flat: stalled)")?;
     for ((case, line), color) in report.cases.iter().zip(&lines).zip([BLACK, RED, BLUE, MAGENTA]) {
         chart
             .draw_series(LineSeries::new(line.iter().copied(), color.stroke_width(2)))

@@ -194,14 +194,7 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
         .y_label_area_size(70)
         .build_cartesian_2d(0f64..report.virtual_seconds as f64, 0f64..peak)
         .map_err(failed)?;
-    chart
-        .configure_mesh()
-        .x_desc("virtual seconds")
-        .y_desc("IOPS")
-        .x_label_formatter(&crate::chart::tick)
-        .y_label_formatter(&crate::chart::tick)
-        .draw()
-        .map_err(failed)?;
+    crate::chart::draw_axes(&mut chart, "virtual seconds", "IOPS")?;
     for (run, color) in report.runs.iter().zip([RED, BLUE]) {
         chart
             .draw_series(
