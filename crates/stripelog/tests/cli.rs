@@ -34,6 +34,22 @@ impl Drop for Directory {
     }
 }
 
+/// The volume on the member files `members`, opened read-write through the library.
+fn open_volume(members: &[String]) -> stripelog_engine::Volume {
+    use std::sync::Arc;
+    use stripelog_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
+    use stripelog_engine::{MemberDevice, OpenOptions, Volume};
+    let devices: Vec<MemberDevice> = members
+        .iter()
+        .map(|path| MemberDevice {
+            name: path.clone(),
+            device: Some(Arc::new(FileDevice::open(Path::new(path), &FileDeviceOptions::default()).expect("open"))
+                as Arc<dyn BlockDevice>),
+        })
+        .collect();
+    Volume::open(devices, &OpenOptions::default()).expect("open")
+}
+
 fn with_members<'a>(arguments: &[&'a str], members: &'a [String]) -> Vec<&'a str> {
     arguments.iter().copied().chain(members.iter().map(String::as_str)).collect()
 }
@@ -126,24 +142,13 @@ fn wrong_input_gets_a_clear_error_and_a_failing_exit() {
 #[test]
 fn check_reports_damage_with_a_failing_exit() {
     use std::os::unix::fs::FileExt;
-    use std::sync::Arc;
-    use stripelog_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
-    use stripelog_engine::{MemberDevice, OpenOptions, Volume};
 
     let directory = Directory::new("damage");
     let members = directory.members(3);
     let create =
         stripelog(&with_members(&["create", "--raid", "5", "--chunk", "64KiB", "--member-size", "8MiB"], &members));
     assert!(create.status.success(), "{}", text(&create));
-    let devices: Vec<MemberDevice> = members
-        .iter()
-        .map(|path| MemberDevice {
-            name: path.clone(),
-            device: Some(Arc::new(FileDevice::open(Path::new(path), &FileDeviceOptions::default()).expect("open"))
-                as Arc<dyn BlockDevice>),
-        })
-        .collect();
-    let volume = Volume::open(devices, &OpenOptions::default()).expect("open");
+    let volume = open_volume(&members);
     let data: Vec<u8> = (0..256 * 1024).map(|index| (index * 7 % 251) as u8 + 1).collect();
     volume.write(0, &data, true).expect("write");
     volume.close().expect("close");
@@ -484,24 +489,12 @@ fn dedupability_finds_a_copy_and_asks_for_a_capacity_for_pipes() {
 /// and seed 001's formulas from the figures the report itself shows.
 #[test]
 fn info_reports_each_member_s_wear_and_the_drives_projected_life() {
-    use std::sync::Arc;
-    use stripelog_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
-    use stripelog_engine::{MemberDevice, OpenOptions, Volume};
-
     let directory = Directory::new("wear");
     let members = directory.members(3);
     let create =
         stripelog(&with_members(&["create", "--raid", "5", "--chunk", "64KiB", "--member-size", "16MiB"], &members));
     assert!(create.status.success(), "{}", text(&create));
-    let devices: Vec<MemberDevice> = members
-        .iter()
-        .map(|path| MemberDevice {
-            name: path.clone(),
-            device: Some(Arc::new(FileDevice::open(Path::new(path), &FileDeviceOptions::default()).expect("open"))
-                as Arc<dyn BlockDevice>),
-        })
-        .collect();
-    let volume = Volume::open(devices, &OpenOptions::default()).expect("open");
+    let volume = open_volume(&members);
     let data: Vec<u8> = (0..4 << 20).map(|index: u32| (index.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
     for _ in 0..3 {
         volume.write(0, &data, false).expect("write");
