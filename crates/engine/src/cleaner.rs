@@ -386,24 +386,21 @@ impl Cleaner {
             // that come free only with one more flush or checkpoint: not a full volume if
             // they make room. (Only then: going round again on a volume that stays full
             // would run rounds for ever.)
-            let (mut after_a_flush, mut after_a_checkpoint) = (false, false);
-            {
+            let after_a_flush = {
                 let state = self.core.state.lock();
                 let durable = state.log.durable_through_sequence;
-                for segment in &state.space.segments {
-                    if let SegmentStatus::WaitingForFlush(tag) = segment.status {
-                        after_a_flush |= tag > durable;
-                        after_a_checkpoint |= !state.space.checkpoints.allows_reuse(segment.left_at_generation);
-                    }
-                }
-            }
+                state
+                    .space
+                    .segments
+                    .iter()
+                    .any(|segment| matches!(segment.status, SegmentStatus::WaitingForFlush(tag) if tag > durable))
+            };
             if after_a_flush {
                 self.core.flush_members()?;
                 self.core.stop_on_error(self.core.reclaim())?;
             }
-            if after_a_checkpoint || after_a_flush {
-                self.checkpoint_for_space()?;
-            }
+            // (It writes one only when segments wait for it.)
+            self.checkpoint_for_space()?;
             let mut state = self.core.state.lock();
             if state.has_room_for_clients() {
                 return Ok(());
