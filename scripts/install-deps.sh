@@ -15,6 +15,7 @@ packages=(
   python3-prometheus-client  # the Prometheus project's own text-format parser, to check `serve --metrics`
   systemd         # systemd-analyze verify: the installed stripelog@.service is checked by systemd itself
   man-db          # man: systemd-analyze verify checks the unit's Documentation= man page exists
+  openssl         # a certificate authority and certificates made per test run for NBD over TLS (scripts/tls-certificates.sh)
   fonts-dejavu-core  # a TrueType font for the benchmark's SVG and PNG charts (plotters lays text out with it)
 )
 

@@ -247,6 +247,7 @@ pub fn run(options: &Options, progress: &(dyn Fn(&str, f64) + Sync)) -> Result<R
         description: "stripelog bench compare".into(),
         volume: volume.clone(),
         read_only: false,
+        allowed_clients: Vec::new(),
     }]);
     let over_nbd = std::thread::scope(|scope| {
         let serving = scope.spawn(|| server.run_unix(listener));

@@ -138,8 +138,20 @@ fn an_nbd_export_is_driven_with_many_requests_in_flight() {
     let volume = memory_volume(64 * MIB);
     let size = volume.logical_size_bytes();
     let exports = vec![
-        Export { name: "disk".into(), description: String::new(), volume: volume.clone(), read_only: false },
-        Export { name: "ro".into(), description: String::new(), volume: volume.clone(), read_only: true },
+        Export {
+            name: "disk".into(),
+            description: String::new(),
+            volume: volume.clone(),
+            read_only: false,
+            allowed_clients: Vec::new(),
+        },
+        Export {
+            name: "ro".into(),
+            description: String::new(),
+            volume: volume.clone(),
+            read_only: true,
+            allowed_clients: Vec::new(),
+        },
     ];
     let (server, serving) = serve(exports, &socket);
     let uri = format!("nbd+unix:///disk?socket={}", socket.display());
@@ -331,8 +343,13 @@ fn writes_wait_for_fua_or_a_flush_on_every_kind_of_target() {
     // No flush timer: every member sync counted below is one a write asked for.
     let volume = memory_volume_with(64 * MIB, &OpenOptions { flush_interval: None, ..OpenOptions::default() });
     let size = volume.logical_size_bytes();
-    let exports =
-        vec![Export { name: "disk".into(), description: String::new(), volume: volume.clone(), read_only: false }];
+    let exports = vec![Export {
+        name: "disk".into(),
+        description: String::new(),
+        volume: volume.clone(),
+        read_only: false,
+        allowed_clients: Vec::new(),
+    }];
     let (server, serving) = serve(exports, &socket);
     let uri = format!("nbd+unix:///disk?socket={}", socket.display());
     let syncs_made = |target: &dyn stripelog_bench::target::Target, durability| {
@@ -399,8 +416,13 @@ fn over_nbd_a_write_log_takes_flushes_and_fua_writes_and_keeps_them_through_a_cr
     };
     let volume = Arc::new(Volume::open(members(), &open).expect("open with the log"));
     assert!(volume.flushes_to_a_write_log());
-    let exports =
-        vec![Export { name: "disk".into(), description: String::new(), volume: volume.clone(), read_only: false }];
+    let exports = vec![Export {
+        name: "disk".into(),
+        description: String::new(),
+        volume: volume.clone(),
+        read_only: false,
+        allowed_clients: Vec::new(),
+    }];
     let (server, serving) = serve(exports, &socket);
     let uri = format!("nbd+unix:///disk?socket={}", socket.display());
     let export = target::open(&uri, &writes(None, true)).expect("connect");

@@ -32,6 +32,7 @@ pub const REPLY_META_CONTEXT: u32 = 4;
 pub const REPLY_ERROR_UNSUPPORTED: u32 = (1 << 31) + 1;
 pub const REPLY_ERROR_POLICY: u32 = (1 << 31) + 2;
 pub const REPLY_ERROR_INVALID: u32 = (1 << 31) + 3;
+pub const REPLY_ERROR_TLS_REQUIRED: u32 = (1 << 31) + 5;
 pub const REPLY_ERROR_UNKNOWN: u32 = (1 << 31) + 6;
 pub const REPLY_ERROR_TOO_BIG: u32 = (1 << 31) + 9;
 

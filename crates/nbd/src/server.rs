@@ -5,6 +5,7 @@
 
 use crate::codec::{self, OptionRequest, ProtocolError, Request};
 use crate::protocol::*;
+use crate::tls::{TlsMode, TlsSettings};
 use parking_lot::Mutex;
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,6 +47,9 @@ pub struct Export {
     pub description: String,
     pub volume: Arc<Volume>,
     pub read_only: bool,
+    /// When not empty, only clients whose verified TLS certificate has one of these
+    /// common names may open, list or query the export.
+    pub allowed_clients: Vec<String>,
 }
 
 impl Export {
@@ -65,6 +69,12 @@ impl Export {
 
     fn size_bytes(&self) -> u64 {
         self.volume.logical_size_bytes()
+    }
+
+    /// Whether a client whose certificate names it `client_name` may use this export.
+    fn admits(&self, client_name: Option<&str>) -> bool {
+        self.allowed_clients.is_empty()
+            || client_name.is_some_and(|name| self.allowed_clients.iter().any(|allowed| allowed == name))
     }
 }
 
@@ -132,6 +142,8 @@ pub struct Server {
     /// Read-side handles of open connections, to stop them at shutdown.
     open_connections: Mutex<Vec<(u64, Box<dyn Connection>)>>,
     next_connection: AtomicU64,
+    /// STARTTLS: `None` refuses it (as `TlsMode::Off`).
+    tls: Option<TlsSettings>,
 }
 
 /// What the handshake settled.
@@ -148,7 +160,14 @@ enum HandshakeEnd {
 
 impl Server {
     pub fn new(exports: Vec<Export>) -> Arc<Server> {
+        Server::with_tls(exports, None)
+    }
+
+    /// A server that offers (`TlsMode::On`) or requires (`TlsMode::Require`) TLS.
+    pub fn with_tls(exports: Vec<Export>, tls: Option<TlsSettings>) -> Arc<Server> {
+        let tls = tls.filter(|settings| settings.mode != TlsMode::Off);
         Arc::new(Server {
+            tls,
             metrics: exports.iter().map(|_| crate::metrics::ExportMetrics::default()).collect(),
             exports,
             statistics: ServerStatistics::default(),
@@ -160,6 +179,11 @@ impl Server {
 
     pub fn exports(&self) -> &[Export] {
         &self.exports
+    }
+
+    /// How the server treats STARTTLS.
+    pub fn tls_mode(&self) -> TlsMode {
+        self.tls.as_ref().map_or(TlsMode::Off, |settings| settings.mode)
     }
 
     /// The request metrics of each export, in the order of `exports`.
@@ -287,6 +311,23 @@ impl Server {
         self.exports.iter().position(|export| export.name == name)
     }
 
+    /// The export a client named, if it exists and admits the client; else the option
+    /// error to answer (an export the client may not use is refused as policy).
+    fn choose_export(&self, name: &str, client_name: Option<&str>) -> Result<usize, (u32, String)> {
+        let Some(export) = self.find_export(name) else {
+            return Err((REPLY_ERROR_UNKNOWN, format!("no export named '{name}'")));
+        };
+        if !self.exports[export].admits(client_name) {
+            let client = client_name
+                .map_or("a client without a verified certificate".to_string(), |name| format!("client '{name}'"));
+            return Err((
+                REPLY_ERROR_POLICY,
+                format!("export '{}' does not admit {client}", self.exports[export].name),
+            ));
+        }
+        Ok(export)
+    }
+
     fn handshake(&self, stream: &mut Box<dyn Connection>) -> io::Result<HandshakeEnd> {
         stream.write_all(&codec::server_greeting())?;
         let mut flags = [0u8; 4];
@@ -294,6 +335,9 @@ impl Server {
         let client = codec::parse_client_flags(flags).map_err(protocol_error)?;
         let mut structured_replies = false;
         let mut base_allocation = false;
+        // Whether STARTTLS has succeeded, and the verified client certificate's name.
+        let mut tls_active = false;
+        let mut client_name: Option<String> = None;
         loop {
             let mut header = [0u8; codec::OPTION_HEADER_BYTES];
             stream.read_exact(&mut header)?;
@@ -321,9 +365,20 @@ impl Server {
                 }
             };
             let option = header.option;
+            if self.tls_mode() == TlsMode::Require
+                && !tls_active
+                && !matches!(request, OptionRequest::StartTls | OptionRequest::Abort)
+            {
+                if option == OPTION_EXPORT_NAME {
+                    return Ok(HandshakeEnd::Closed); // no error reply exists for it: close
+                }
+                let message = "TLS is required: send STARTTLS first";
+                stream.write_all(&codec::reply_error(option, REPLY_ERROR_TLS_REQUIRED, message))?;
+                continue;
+            }
             match request {
                 OptionRequest::ExportName { name } => {
-                    let Some(export) = self.find_export(&name) else {
+                    let Ok(export) = self.choose_export(&name, client_name.as_deref()) else {
                         return Ok(HandshakeEnd::Closed); // the protocol's answer: close
                     };
                     let chosen = &self.exports[export];
@@ -339,19 +394,42 @@ impl Server {
                     return Ok(HandshakeEnd::Closed);
                 }
                 OptionRequest::List => {
-                    for export in &self.exports {
+                    for export in self.exports.iter().filter(|export| export.admits(client_name.as_deref())) {
                         stream.write_all(&codec::reply_server_entry(option, &export.name, &export.description))?;
                     }
                     stream.write_all(&codec::option_reply(option, REPLY_ACK, &[]))?;
                 }
                 OptionRequest::StartTls => {
-                    stream.write_all(&codec::reply_error(option, REPLY_ERROR_UNSUPPORTED, "TLS is not offered"))?;
+                    let Some(settings) = &self.tls else {
+                        let message = "TLS is not offered (serve --tls-certificates DIR)";
+                        stream.write_all(&codec::reply_error(option, REPLY_ERROR_UNSUPPORTED, message))?;
+                        continue;
+                    };
+                    if tls_active {
+                        stream.write_all(&codec::reply_error(option, REPLY_ERROR_INVALID, "TLS is already on"))?;
+                        continue;
+                    }
+                    stream.write_all(&codec::option_reply(option, REPLY_ACK, &[]))?;
+                    let secured = crate::tls::start(settings, stream.try_clone_connection()?)?;
+                    *stream = secured.stream;
+                    stream.set_read_limit(Some(HANDSHAKE_TIMEOUT))?;
+                    tls_active = true;
+                    client_name = secured.client_name;
+                    log::debug!(
+                        "TLS on; client certificate {}",
+                        client_name.as_deref().map_or("none".to_string(), |name| format!("CN={name}"))
+                    );
+                    // What was haggled before TLS is forgotten (proto.md).
+                    structured_replies = false;
+                    base_allocation = false;
                 }
                 OptionRequest::Info { name, information } | OptionRequest::Go { name, information } => {
-                    let Some(export) = self.find_export(&name) else {
-                        let message = format!("no export named '{name}'");
-                        stream.write_all(&codec::reply_error(option, REPLY_ERROR_UNKNOWN, &message))?;
-                        continue;
+                    let export = match self.choose_export(&name, client_name.as_deref()) {
+                        Ok(export) => export,
+                        Err((error, message)) => {
+                            stream.write_all(&codec::reply_error(option, error, &message))?;
+                            continue;
+                        }
                     };
                     let chosen = &self.exports[export];
                     let mut reply = codec::reply_info_export(option, chosen.size_bytes(), chosen.transmission_flags());
@@ -392,9 +470,8 @@ impl Server {
                         stream.write_all(&codec::reply_error(option, REPLY_ERROR_INVALID, message))?;
                         continue;
                     }
-                    if self.find_export(&name).is_none() {
-                        let message = format!("no export named '{name}'");
-                        stream.write_all(&codec::reply_error(option, REPLY_ERROR_UNKNOWN, &message))?;
+                    if let Err((error, message)) = self.choose_export(&name, client_name.as_deref()) {
+                        stream.write_all(&codec::reply_error(option, error, &message))?;
                         continue;
                     }
                     let wanted = queries.iter().any(|query| {

@@ -83,8 +83,15 @@ impl Fixture {
                 description: DISK_DESCRIPTION.into(),
                 volume: volume.clone(),
                 read_only: false,
+                allowed_clients: Vec::new(),
             },
-            Export { name: READ_ONLY.into(), description: READ_ONLY_DESCRIPTION.into(), volume, read_only: true },
+            Export {
+                name: READ_ONLY.into(),
+                description: READ_ONLY_DESCRIPTION.into(),
+                volume,
+                read_only: true,
+                allowed_clients: Vec::new(),
+            },
         ];
         Fixture { server: Server::new(exports), size }
     }

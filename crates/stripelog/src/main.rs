@@ -63,9 +63,9 @@ enum Command {
     /// way: older releases cannot open it afterwards). Read-only opens need no upgrade.
     #[command(after_help = "Example:\n  stripelog upgrade d/m0 d/m1 d/m2 d/m3 d/m4")]
     Upgrade(UpgradeArguments),
-    /// Serve volumes over NBD (a Unix socket by default; TCP on loopback with --listen).
+    /// Serve volumes over NBD (a Unix socket by default; TCP with --listen; TLS with --tls-certificates).
     #[command(
-        after_help = "Examples:\n  stripelog serve d/m0 d/m1 d/m2 d/m3 d/m4 --socket ./stripelog.sock\n  stripelog serve --export a=d/a0,d/a1,d/a2 --export b=d/b0,d/b1,d/b2 --listen 10809\n  nbdinfo 'nbd+unix:///stripelog?socket=./stripelog.sock'"
+        after_help = "Examples:\n  stripelog serve d/m0 d/m1 d/m2 d/m3 d/m4 --socket ./stripelog.sock\n  stripelog serve --export a=d/a0,d/a1,d/a2 --export b=d/b0,d/b1,d/b2 --listen 10809\n  nbdinfo 'nbd+unix:///stripelog?socket=./stripelog.sock'\n  # TLS on the network, clients with certificates from ca-cert.pem only (docs/tls.md)\n  stripelog serve d/m0 d/m1 d/m2 --listen 0.0.0.0:10809 --tls-certificates /etc/stripelog/tls --tls-verify-peer\n  nbdinfo 'nbds://server:10809/stripelog?tls-certificates=/etc/stripelog/client-tls'"
     )]
     Serve(ServeArguments),
     /// Replace a member and rebuild its content onto the new one (offline, or online with --control).
@@ -332,6 +332,14 @@ pub(crate) struct DegradedArgument {
     degraded: bool,
 }
 
+/// `serve --tls`.
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TlsModeArgument {
+    Off,
+    On,
+    Require,
+}
+
 #[derive(Args)]
 pub(crate) struct ServeArguments {
     /// Unix socket to serve on.
@@ -342,10 +350,30 @@ pub(crate) struct ServeArguments {
     /// of its own).
     #[arg(long, conflicts_with = "socket")]
     listen: Option<String>,
-    /// Serve --listen on an address other than loopback without TLS: whoever reaches the
-    /// port can read and write every export.
+    /// Serve --listen on an address other than loopback without requiring TLS: whoever
+    /// reaches the port can read and write every export.
     #[arg(long, requires = "listen")]
     insecure: bool,
+    /// NBD over TLS (STARTTLS): off; on (offered, plain clients served too); require
+    /// (every option before STARTTLS is refused, nothing is revealed). Default: require
+    /// with --tls-certificates, else off.
+    #[arg(long, value_enum)]
+    tls: Option<TlsModeArgument>,
+    /// Directory with server-cert.pem and server-key.pem (and ca-cert.pem for
+    /// --tls-verify-peer): the files qemu's tls-creds-x509 and nbdkit read.
+    #[arg(long, value_name = "DIR")]
+    tls_certificates: Option<PathBuf>,
+    /// Refuse TLS clients without a certificate signed by DIR/ca-cert.pem.
+    #[arg(long, requires = "tls_certificates")]
+    tls_verify_peer: bool,
+    /// Pre-shared keys (nbdkit's --tls-psk): refused, since rustls has no external PSK
+    /// yet; use certificates.
+    #[arg(long, value_name = "FILE")]
+    tls_psk: Option<PathBuf>,
+    /// EXPORT=NAME[,NAME...]: only clients whose verified certificate's common name is
+    /// listed may open, list or query EXPORT (needs --tls-verify-peer). Repeatable.
+    #[arg(long, value_name = "EXPORT=NAME,...", requires = "tls_verify_peer")]
+    allow_clients: Vec<String>,
     /// NAME for the volume on MEMBER..., or NAME=MEMBER,MEMBER,... for another volume.
     #[arg(long)]
     export: Vec<String>,

@@ -428,10 +428,11 @@ fn status_text(status: &serde_json::Value) -> String {
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "server   pid {}, stripelog {}, up {}, {} connection(s) accepted{}",
+        "server   pid {}, stripelog {}, up {}, TLS {}, {} connection(s) accepted{}",
         number(&status["process_id"]),
         status["version"].as_str().unwrap_or("?"),
         units::format_seconds(status["uptime_seconds"].as_f64().unwrap_or(0.0)),
+        status["tls"].as_str().unwrap_or("off"),
         number(&status["connections_accepted"]),
         if status["shutting_down"] == true { ", SHUTTING DOWN" } else { "" }
     );

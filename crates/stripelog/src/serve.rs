@@ -2,7 +2,7 @@
 //! on request), stop cleanly on SIGINT/SIGTERM.
 
 use crate::maintenance::{attach_replacement, member_index, ControlRequest};
-use crate::{engine_error, open_members, ServeArguments};
+use crate::{engine_error, open_members, ServeArguments, TlsModeArgument};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use stripelog_engine::{MaintenanceOptions, MaintenanceProgress, OpenOptions, Volume};
-use stripelog_nbd::{Export, Server};
+use stripelog_nbd::{Export, Server, TlsMode, TlsSettings};
 
 /// How often the server looks at its volumes' health to log changes.
 const HEALTH_LOG_INTERVAL: Duration = Duration::from_secs(1);
@@ -383,6 +383,7 @@ fn overview(served: &Served) -> serde_json::Value {
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_seconds": served.started.elapsed().as_secs_f64(),
         "connections_accepted": server.as_ref().map_or(0, |server| server.statistics.connections.load(Ordering::Relaxed)),
+        "tls": server.as_ref().map_or(TlsMode::Off, |server| server.tls_mode()).name(),
         "shutting_down": server.as_ref().is_none_or(|server| server.is_shutting_down()),
         "exports": exports,
     })
@@ -472,32 +473,83 @@ enum Listener {
     Tcp(std::net::TcpListener, String),
 }
 
-fn bind_listener(arguments: &ServeArguments) -> Result<Listener, String> {
+fn bind_listener(arguments: &ServeArguments, tls: TlsMode) -> Result<Listener, String> {
     match &arguments.listen {
         Some(address) => {
             let address = if address.contains(':') { address.clone() } else { format!("127.0.0.1:{address}") };
             let listener =
                 std::net::TcpListener::bind(&address).map_err(|error| format!("listen on {address}: {error}"))?;
             let bound = listener.local_addr().map_err(|error| format!("listen on {address}: {error}"))?;
-            if !bound.ip().is_loopback() {
+            if !bound.ip().is_loopback() && tls != TlsMode::Require {
                 if !arguments.insecure {
                     return Err(format!(
                         "--listen {address}: {} is not a loopback address, and NBD has no authentication or \
                          encryption of its own: whoever reaches the port could read and write every export. \
-                         stripelog does not serve NBD over TLS yet: serve on loopback and reach it through an SSH \
-                         or WireGuard tunnel, or give --insecure on a network you trust",
+                         Require TLS (--tls-certificates DIR, with --tls-verify-peer to admit only clients with \
+                         certificates; docs/tls.md), or give --insecure on a network you trust",
                         bound.ip()
                     ));
                 }
                 log::warn!(
-                    "serving NBD without TLS on {bound} (--insecure): whoever reaches this \
-                     port can read and write every export"
+                    "serving NBD on {bound} without requiring TLS (--insecure, --tls {}): whoever reaches this \
+                     port can read and write every export",
+                    tls.name()
                 );
             }
             Ok(Listener::Tcp(listener, bound.to_string()))
         }
         None => Ok(Listener::Unix(bind_unix(&arguments.socket)?)),
     }
+}
+
+/// `--tls`, `--tls-certificates` and `--tls-psk` as the server's TLS mode (the files
+/// are read later, by `tls_settings`).
+fn tls_mode(arguments: &ServeArguments) -> Result<TlsMode, String> {
+    if let Some(file) = &arguments.tls_psk {
+        return Err(format!(
+            "--tls-psk {}: pre-shared keys are not supported: rustls, the TLS library stripelog uses, has no \
+             external PSK yet (rustls issue #174). Use X.509 certificates: --tls-certificates DIR (docs/tls.md)",
+            file.display()
+        ));
+    }
+    match (arguments.tls, &arguments.tls_certificates) {
+        (None, None) | (Some(TlsModeArgument::Off), None) => Ok(TlsMode::Off),
+        (Some(TlsModeArgument::Off), Some(_)) => Err("--tls off with --tls-certificates: give one or the other".into()),
+        (Some(TlsModeArgument::On | TlsModeArgument::Require), None) => {
+            Err("--tls on/require needs --tls-certificates DIR (server-cert.pem, server-key.pem)".into())
+        }
+        (None | Some(TlsModeArgument::Require), Some(_)) => Ok(TlsMode::Require),
+        (Some(TlsModeArgument::On), Some(_)) => Ok(TlsMode::On),
+    }
+}
+
+/// The credentials of `--tls-certificates` for `mode` (`None`: TLS off).
+fn tls_settings(arguments: &ServeArguments, mode: TlsMode) -> Result<Option<TlsSettings>, String> {
+    let Some(directory) = arguments.tls_certificates.as_deref().filter(|_| mode != TlsMode::Off) else {
+        return Ok(None);
+    };
+    let settings = TlsSettings::from_directory(directory, mode, arguments.tls_verify_peer)
+        .map_err(|error| format!("--tls-certificates {}: {error}", directory.display()))?;
+    Ok(Some(settings))
+}
+
+/// `--allow-clients EXPORT=NAME,...` as each export's list of admitted certificate names.
+fn allowed_clients(arguments: &ServeArguments, exports: &[(String, Vec<PathBuf>)]) -> Result<Vec<Vec<String>>, String> {
+    let mut allowed = vec![Vec::new(); exports.len()];
+    for given in &arguments.allow_clients {
+        let (export, names) =
+            given.split_once('=').ok_or_else(|| format!("--allow-clients {given}: expected EXPORT=NAME,NAME,..."))?;
+        let index = exports
+            .iter()
+            .position(|(name, _)| name == export)
+            .ok_or_else(|| format!("--allow-clients {given}: no export is named '{export}'"))?;
+        let names: Vec<String> = names.split(',').filter(|name| !name.is_empty()).map(String::from).collect();
+        if names.is_empty() {
+            return Err(format!("--allow-clients {given}: no client name given"));
+        }
+        allowed[index].extend(names);
+    }
+    Ok(allowed)
 }
 
 /// The metrics listener: ADDRESS:PORT, or PORT on loopback.
@@ -528,11 +580,17 @@ fn degraded_banner(name: &str, volume: &Volume) {
     log::warn!("WARNING:   stripelog replace --control SOCKET.control --member N --with NEW-DEVICE");
 }
 
-fn print_commands(socket: &Path, exports: &[Export]) {
+fn print_commands(socket: &Path, exports: &[Export], tls: TlsMode) {
     let socket = std::fs::canonicalize(socket).unwrap_or_else(|_| socket.to_path_buf());
     let socket = socket.display();
     for export in exports {
-        let uri = format!("nbd+unix:///{}?socket={socket}", export.name);
+        let uri = match tls {
+            TlsMode::Off => format!("nbd+unix:///{}?socket={socket}", export.name),
+            // The client's own directory: its ca-cert.pem (and client-cert.pem, client-key.pem).
+            TlsMode::On | TlsMode::Require => {
+                format!("nbds+unix:///{}?socket={socket}&tls-certificates=CLIENT-DIR", export.name)
+            }
+        };
         log::info!(
             "export '{}': {} ({} bytes); try:",
             export.name,
@@ -555,8 +613,11 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
     let exports_wanted = parse_exports(&arguments)?;
+    let mut allowed_clients = allowed_clients(&arguments, &exports_wanted)?.into_iter();
+    let tls_mode = tls_mode(&arguments)?;
     // Sockets first: one that is busy (or not a socket) must not cost a volume an epoch.
-    let mut listener = bind_listener(&arguments)?;
+    let mut listener = bind_listener(&arguments, tls_mode)?;
+    let tls = tls_settings(&arguments, tls_mode)?;
     let control = arguments.control.clone().or_else(|| {
         arguments.listen.is_none().then(|| PathBuf::from(format!("{}.control", arguments.socket.display())))
     });
@@ -581,7 +642,13 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
         degraded_banner(&name, &volume);
         let stats = volume.stats();
         let description = format!("stripelog {} on {} members", stats.raid_level, stats.member_count);
-        exports.push(Export { name, description, volume: Arc::new(volume), read_only: arguments.read_only });
+        exports.push(Export {
+            name,
+            description,
+            volume: Arc::new(volume),
+            read_only: arguments.read_only,
+            allowed_clients: allowed_clients.next().unwrap_or_default(),
+        });
     }
     let volumes: Volumes = exports.iter().map(|export| (export.name.clone(), Arc::downgrade(&export.volume))).collect();
     let maintenance = Arc::new(Maintenance::default());
@@ -595,7 +662,18 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
         let volumes = volumes.clone();
         std::thread::spawn(move || watch_health(volumes));
     }
-    let server = Server::new(exports);
+    if let Some(settings) = &tls {
+        log::info!(
+            "TLS {}: {}",
+            settings.mode.name(),
+            if settings.verify_peer {
+                "clients need a certificate signed by ca-cert.pem"
+            } else {
+                "client certificates are not asked for"
+            }
+        );
+    }
+    let server = Server::with_tls(exports, tls);
     let served = Served { server: Arc::downgrade(&server), volumes, maintenance, started: Instant::now() };
     if let Some(socket) = control_socket.as_mut() {
         let path = socket.path.display();
@@ -632,12 +710,13 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
     }
     let result = match &mut listener {
         Listener::Tcp(listener, address) => {
-            log::info!("ready: serving on nbd://{address}/{}", server.exports()[0].name);
+            let scheme = if tls_mode == TlsMode::Off { "nbd" } else { "nbds" };
+            log::info!("ready: serving on {scheme}://{address}/{}", server.exports()[0].name);
             server.run_tcp(listener.try_clone().map_err(|error| format!("listen on {address}: {error}"))?)
         }
         Listener::Unix(socket) => {
             log::info!("ready: serving on {}", socket.path.display());
-            print_commands(&socket.path, server.exports());
+            print_commands(&socket.path, server.exports(), tls_mode);
             server.run_unix(socket.listener.take().expect("bound above"))
         }
     };

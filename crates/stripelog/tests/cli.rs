@@ -121,6 +121,28 @@ fn wrong_input_gets_a_clear_error_and_a_failing_exit() {
         (with_members(&["serve", "--listen", "0.0.0.0:0"], &members), "is not a loopback address"),
         (with_members(&["serve", "--listen", "0", "--socket", "s.sock"], &members), "cannot be used with"),
         (with_members(&["serve", "--insecure"], &members), "--listen"),
+        // TLS: PSK is not offered; a mode needs certificates; an allow-list needs verified
+        // certificates and an export of that name; `--tls on` beyond loopback lets plain
+        // clients in, so it needs --insecure as no TLS does.
+        (with_members(&["serve", "--tls-psk", "keys.psk"], &members), "rustls issue #174"),
+        (with_members(&["serve", "--tls", "require"], &members), "needs --tls-certificates"),
+        (
+            with_members(&["serve", "--tls-certificates", "x-tls", "--allow-clients", "a=b"], &members),
+            "--tls-verify-peer",
+        ),
+        (
+            with_members(
+                &["serve", "--tls-certificates", "x-tls", "--tls-verify-peer", "--allow-clients", "a=b"],
+                &members,
+            ),
+            "no export is named 'a'",
+        ),
+        (with_members(&["serve", "--tls-certificates", "x-tls"], &members), "server-cert.pem"),
+        (with_members(&["serve", "--tls", "off", "--tls-certificates", "x-tls"], &members), "one or the other"),
+        (
+            with_members(&["serve", "--listen", "0.0.0.0:0", "--tls", "on", "--tls-certificates", "x-tls"], &members),
+            "is not a loopback address",
+        ),
     ];
     for (mut arguments, expected) in cases {
         // Paths of members a failing `create` may touch live in the test directory.
