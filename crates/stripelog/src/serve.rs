@@ -110,14 +110,30 @@ fn members_not_active(stats: &stripelog_engine::VolumeStats) -> Vec<String> {
         .collect()
 }
 
-/// Log every change of a volume's health (a member failing, a rebuild ending).
-fn watch_health(volumes: Volumes) {
+/// Log every change of a volume's health (a member failing, a rebuild ending), and the
+/// writes refused for lack of space, once a second at most (the engine itself logs a thin
+/// volume's use crossing 80, 90 and 95 %).
+fn watch_health(served: Served) {
+    let volumes = &served.volumes;
     let mut last: Vec<String> = vec![String::new(); volumes.len()];
+    let mut refused_for_space: Vec<u64> = vec![0; volumes.len()];
     loop {
         for (index, (name, volume)) in volumes.iter().enumerate() {
             let Some(volume) = volume.upgrade() else {
                 return;
             };
+            let refused = served.server.upgrade().and_then(|server| {
+                let errors = server.metrics().get(index)?.errors();
+                errors.iter().find(|(error, _)| *error == "ENOSPC").map(|(_, count)| *count)
+            });
+            if let Some(refused) = refused.filter(|refused| *refused > refused_for_space[index]) {
+                log::warn!(
+                    "export '{name}': {} request(s) refused for lack of space (ENOSPC), {refused} since the start: \
+                     trim unused blocks, or give the volume more room",
+                    refused - refused_for_space[index]
+                );
+                refused_for_space[index] = refused;
+            }
             let line = health_line(name, &volume);
             if line != last[index] {
                 if !last[index].is_empty() || line.contains("DEGRADED") || line.contains("FAILED") {
@@ -658,10 +674,6 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
             std::thread::spawn(move || resume_rebuild(name, volume, maintenance));
         }
     }
-    {
-        let volumes = volumes.clone();
-        std::thread::spawn(move || watch_health(volumes));
-    }
     if let Some(settings) = &tls {
         log::info!(
             "TLS {}: {}",
@@ -675,6 +687,10 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
     }
     let server = Server::with_tls(exports, tls);
     let served = Served { server: Arc::downgrade(&server), volumes, maintenance, started: Instant::now() };
+    {
+        let served = served.clone();
+        std::thread::spawn(move || watch_health(served));
+    }
     if let Some(socket) = control_socket.as_mut() {
         let path = socket.path.display();
         log::info!("control socket {path} (stripelog status/replace/scrub --control {path})");

@@ -706,8 +706,18 @@ fn a_thin_export_refuses_writes_beyond_its_provisioned_size_with_enospc() {
     let refused = run_with_timeout(&mut server.qemu_io_command(&qemu_io, &["write -P 0x22 512M 200M"]), CLIENT_TIMEOUT);
     assert!(!refused.status.success(), "a write beyond the provisioned size succeeded: {}", text(&refused));
     assert!(text(&refused).contains("No space left on device"), "{}", text(&refused));
+    // The log says so: the thin volume's use crossing its thresholds, and the refusals
+    // (counted once a second, so wait for the next count).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !server.log().contains("refused for lack of space (ENOSPC)") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let log = server.log();
     assert!(log.contains("level=warn") && log.contains("the thinly provisioned volume holds"), "{log}");
+    assert!(
+        log.contains("export 'stripelog': ") && log.contains("request(s) refused for lack of space (ENOSPC)"),
+        "{log}"
+    );
     server.qemu_io(&qemu_io, &["read -P 0x11 0 200M"]);
     server.qemu_io(&qemu_io, &["discard 0 128M", "write -P 0x33 768M 100M", "read -P 0x33 768M 100M"]);
     server.qemu_io(&qemu_io, &["read -P 0x11 128M 72M"]);
