@@ -34,6 +34,17 @@ impl Drop for Scratch {
     }
 }
 
+/// An export of `volume` named `name`, open to every client.
+fn export(name: &str, volume: &Arc<Volume>, read_only: bool) -> Export {
+    Export {
+        name: name.into(),
+        description: String::new(),
+        volume: volume.clone(),
+        read_only,
+        allowed_clients: Vec::new(),
+    }
+}
+
 fn workload(read_percent: u32, region_bytes: u64) -> Workload {
     Workload {
         read_percent,
@@ -137,22 +148,7 @@ fn an_nbd_export_is_driven_with_many_requests_in_flight() {
     let socket = scratch.join("s.sock");
     let volume = memory_volume(64 * MIB);
     let size = volume.logical_size_bytes();
-    let exports = vec![
-        Export {
-            name: "disk".into(),
-            description: String::new(),
-            volume: volume.clone(),
-            read_only: false,
-            allowed_clients: Vec::new(),
-        },
-        Export {
-            name: "ro".into(),
-            description: String::new(),
-            volume: volume.clone(),
-            read_only: true,
-            allowed_clients: Vec::new(),
-        },
-    ];
+    let exports = vec![export("disk", &volume, false), export("ro", &volume, true)];
     let (server, serving) = serve(exports, &socket);
     let uri = format!("nbd+unix:///disk?socket={}", socket.display());
     let export = target::open(&uri, &writes(None, false)).expect("connect");
@@ -343,13 +339,7 @@ fn writes_wait_for_fua_or_a_flush_on_every_kind_of_target() {
     // No flush timer: every member sync counted below is one a write asked for.
     let volume = memory_volume_with(64 * MIB, &OpenOptions { flush_interval: None, ..OpenOptions::default() });
     let size = volume.logical_size_bytes();
-    let exports = vec![Export {
-        name: "disk".into(),
-        description: String::new(),
-        volume: volume.clone(),
-        read_only: false,
-        allowed_clients: Vec::new(),
-    }];
+    let exports = vec![export("disk", &volume, false)];
     let (server, serving) = serve(exports, &socket);
     let uri = format!("nbd+unix:///disk?socket={}", socket.display());
     let syncs_made = |target: &dyn stripelog_bench::target::Target, durability| {
@@ -416,13 +406,7 @@ fn over_nbd_a_write_log_takes_flushes_and_fua_writes_and_keeps_them_through_a_cr
     };
     let volume = Arc::new(Volume::open(members(), &open).expect("open with the log"));
     assert!(volume.flushes_to_a_write_log());
-    let exports = vec![Export {
-        name: "disk".into(),
-        description: String::new(),
-        volume: volume.clone(),
-        read_only: false,
-        allowed_clients: Vec::new(),
-    }];
+    let exports = vec![export("disk", &volume, false)];
     let (server, serving) = serve(exports, &socket);
     let uri = format!("nbd+unix:///disk?socket={}", socket.display());
     let export = target::open(&uri, &writes(None, true)).expect("connect");

@@ -127,6 +127,18 @@ impl Drop for TlsServer {
     }
 }
 
+/// A RAID-5 volume on three member files named after the export, as `--export NAME=...`.
+fn create_export(directory: &Path, name: &str, member_size: &str) -> String {
+    let members: Vec<PathBuf> = (0..3).map(|index| directory.join(format!("{name}{index}"))).collect();
+    let create = run_with_timeout(
+        stripelog().args(["create", "--raid", "5", "--chunk", "64KiB", "--member-size", member_size]).args(&members),
+        CLIENT_TIMEOUT,
+    );
+    assert!(create.status.success(), "create: {}", text(&create));
+    let joined: Vec<String> = members.iter().map(|member| member.display().to_string()).collect();
+    format!("{name}={}", joined.join(","))
+}
+
 fn qemu_tls_object(client: &Path) -> String {
     format!("tls-creds-x509,id=tls0,endpoint=client,dir={}", client.display())
 }
@@ -150,17 +162,7 @@ fn tls_clients_with_certificates_copy_data_and_the_others_are_refused() {
     };
     let directory = fresh_directory("tls");
     let credentials = Credentials::make(&directory.join("credentials"));
-    let mut exports = Vec::new();
-    for name in ["secret", "shared"] {
-        let members: Vec<PathBuf> = (0..3).map(|index| directory.join(format!("{name}{index}"))).collect();
-        let create = run_with_timeout(
-            stripelog().args(["create", "--raid", "5", "--chunk", "64KiB", "--member-size", "32MiB"]).args(&members),
-            CLIENT_TIMEOUT,
-        );
-        assert!(create.status.success(), "create: {}", text(&create));
-        let joined: Vec<String> = members.iter().map(|member| member.display().to_string()).collect();
-        exports.push(format!("{name}={}", joined.join(",")));
-    }
+    let exports = vec![create_export(&directory, "secret", "32MiB"), create_export(&directory, "shared", "32MiB")];
     let tls_arguments: Vec<String> = vec![
         "--tls-certificates".into(),
         credentials.server().display().to_string(),
@@ -257,14 +259,7 @@ fn before_starttls_a_server_that_requires_tls_reveals_nothing() {
     let Some(_openssl) = tool("openssl") else { return };
     let directory = fresh_directory("tls-raw");
     let credentials = Credentials::make(&directory.join("credentials"));
-    let members: Vec<PathBuf> = (0..3).map(|index| directory.join(format!("m{index}"))).collect();
-    let create = run_with_timeout(
-        stripelog().args(["create", "--raid", "5", "--chunk", "64KiB", "--member-size", "16MiB"]).args(&members),
-        CLIENT_TIMEOUT,
-    );
-    assert!(create.status.success(), "create: {}", text(&create));
-    let joined: Vec<String> = members.iter().map(|member| member.display().to_string()).collect();
-    let export = format!("disk={}", joined.join(","));
+    let export = create_export(&directory, "disk", "16MiB");
     let tls_arguments = vec!["--tls-certificates".to_string(), credentials.server().display().to_string()];
     let server = TlsServer::start(&directory, &[export], &tls_arguments);
 
