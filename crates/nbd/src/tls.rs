@@ -70,6 +70,8 @@ pub struct TlsSettings {
     pub mode: TlsMode,
     /// Client certificates must chain to the directory's `ca-cert.pem`.
     pub verify_peer: bool,
+    /// The server's certificate: its name and the end of its validity.
+    pub certificate: String,
     config: Arc<ServerConfig>,
 }
 
@@ -80,6 +82,8 @@ impl TlsSettings {
         let certificate_path = directory.join(SERVER_CERTIFICATE_FILE);
         let key_path = directory.join(SERVER_KEY_FILE);
         let chain = read_certificates(&certificate_path)?;
+        let certificate = describe_certificate(&certificate_path, &chain[0])?;
+        warn_if_others_can_read(&key_path);
         let key = PrivateKeyDer::from_pem_file(&key_path)
             .map_err(|error| TlsSetupError::File { path: key_path.clone(), reason: error.to_string() })?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -105,7 +109,41 @@ impl TlsSettings {
         let mut config = builder.with_single_cert(chain, key).map_err(TlsSetupError::Credentials)?;
         // Sessions are long and few: resumption tickets would only be bytes on the wire.
         config.send_tls13_tickets = 0;
-        Ok(TlsSettings { mode, verify_peer, config: Arc::new(config) })
+        Ok(TlsSettings { mode, verify_peer, certificate, config: Arc::new(config) })
+    }
+}
+
+/// Certificates expiring within this time are warned about at start.
+pub const CERTIFICATE_EXPIRY_WARNING: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+/// "CN=localhost, valid until ...": refused when it is not valid now (clients would refuse
+/// it one by one), warned about when it expires within `CERTIFICATE_EXPIRY_WARNING`.
+fn describe_certificate(path: &Path, certificate: &CertificateDer<'_>) -> Result<String, TlsSetupError> {
+    let invalid = |reason: String| TlsSetupError::File { path: path.to_path_buf(), reason };
+    let (_, parsed) = x509_parser::parse_x509_certificate(certificate.as_ref())
+        .map_err(|error| invalid(format!("the first certificate cannot be parsed: {error}")))?;
+    let validity = parsed.validity();
+    let name = common_name(certificate).map_or_else(|| parsed.subject().to_string(), |name| format!("CN={name}"));
+    let Some(left) = validity.time_to_expiration() else {
+        return Err(invalid(format!(
+            "the certificate {name} is valid from {} to {}, not now",
+            validity.not_before, validity.not_after
+        )));
+    };
+    if left.whole_seconds() < CERTIFICATE_EXPIRY_WARNING.as_secs() as i64 {
+        log::warn!("{}: the certificate {name} expires on {}: renew it", path.display(), validity.not_after);
+    }
+    Ok(format!("{name}, valid until {}", validity.not_after))
+}
+
+/// A private key others can read is a key others may have copied: said at start.
+fn warn_if_others_can_read(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(metadata) = std::fs::metadata(path) {
+        let mode = metadata.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            log::warn!("{}: mode {mode:o} lets other users read the private key (chmod 600 it)", path.display());
+        }
     }
 }
 

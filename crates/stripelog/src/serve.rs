@@ -676,8 +676,9 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
     }
     if let Some(settings) = &tls {
         log::info!(
-            "TLS {}: {}",
+            "TLS {}: certificate {}; {}",
             settings.mode.name(),
+            settings.certificate,
             if settings.verify_peer {
                 "clients need a certificate signed by ca-cert.pem"
             } else {

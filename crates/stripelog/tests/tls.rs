@@ -323,3 +323,96 @@ fn before_starttls_a_server_that_requires_tls_reveals_nothing() {
     drop(server);
     let _ = std::fs::remove_dir_all(&directory);
 }
+
+/// Certificate trouble found at start, before any client meets it: a server certificate
+/// that is not valid now is refused (naming its dates); one that expires within 30 days,
+/// and a private key other users can read, are warned about.
+#[test]
+fn serve_refuses_an_expired_certificate_and_warns_of_one_expiring_and_of_a_readable_key() {
+    let Some(openssl) = tool("openssl") else { return };
+    let directory = fresh_directory("tls-dates");
+    let openssl_in = |place: &Path, arguments: &[&str]| {
+        let output = run_with_timeout(Command::new(&openssl).current_dir(place).args(arguments), CLIENT_TIMEOUT);
+        assert!(output.status.success(), "openssl {arguments:?}: {}", text(&output));
+    };
+    // Expired: signed by itself through `openssl ca`, the one way OpenSSL 3.0 takes dates.
+    let expired = directory.join("expired");
+    std::fs::create_dir_all(&expired).expect("create a directory");
+    std::fs::write(expired.join("index.txt"), "").expect("write");
+    std::fs::write(expired.join("serial"), "01\n").expect("write");
+    std::fs::write(
+        expired.join("ca.cnf"),
+        "[ca]\ndefault_ca = test\n[test]\ndatabase = index.txt\nnew_certs_dir = .\nserial = serial\n\
+         policy = anything\ndefault_md = sha256\n[anything]\ncommonName = supplied\n",
+    )
+    .expect("write");
+    openssl_in(
+        &expired,
+        &["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=old", "-keyout", "server-key.pem", "-out", "r.csr"],
+    );
+    openssl_in(
+        &expired,
+        &[
+            "ca",
+            "-batch",
+            "-config",
+            "ca.cnf",
+            "-selfsign",
+            "-keyfile",
+            "server-key.pem",
+            "-in",
+            "r.csr",
+            "-out",
+            "server-cert.pem",
+            "-startdate",
+            "20200101000000Z",
+            "-enddate",
+            "20200102000000Z",
+            "-notext",
+        ],
+    );
+    let refused = run_with_timeout(
+        stripelog()
+            .args(["serve", "--listen", "0", "--tls-certificates"])
+            .arg(&expired)
+            .arg(directory.join("m0"))
+            .arg(directory.join("m1")),
+        CLIENT_TIMEOUT,
+    );
+    failed_with(&refused, "the certificate CN=old is valid from Jan  1 00:00:00 2020", "an expired certificate");
+    failed_with(&refused, "not now", "an expired certificate");
+
+    // Expiring tomorrow, with a key every user can read: served, with two warnings.
+    let soon = directory.join("soon");
+    std::fs::create_dir_all(&soon).expect("create a directory");
+    openssl_in(
+        &soon,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=soon",
+            "-keyout",
+            "server-key.pem",
+            "-out",
+            "server-cert.pem",
+        ],
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(soon.join("server-key.pem"), std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let export = create_export(&directory, "disk", "16MiB");
+    let mut server =
+        TlsServer::start(&directory, &[export], &["--tls-certificates".into(), soon.display().to_string()]);
+    let stopped = server.stop();
+    let log = server.log();
+    let _ = std::fs::remove_dir_all(&directory);
+    assert!(log.contains("the certificate CN=soon expires on") && log.contains("renew it"), "{log}");
+    assert!(log.contains("mode 644 lets other users read the private key"), "{log}");
+    assert!(log.contains("TLS require: certificate CN=soon, valid until"), "{log}");
+    assert!(stopped.is_some_and(|status| status.success()), "serve did not exit cleanly: {stopped:?}\n{log}");
+}
