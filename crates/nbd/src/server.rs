@@ -86,6 +86,10 @@ pub struct ServerStatistics {
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     pub errors: AtomicU64,
+    /// STARTTLS handshakes that completed, and those that failed (a client certificate
+    /// refused, no common protocol, a client that left).
+    pub tls_handshakes_completed: AtomicU64,
+    pub tls_handshakes_failed: AtomicU64,
 }
 
 /// A byte stream a connection runs on (Unix or TCP socket).
@@ -410,7 +414,14 @@ impl Server {
                         continue;
                     }
                     stream.write_all(&codec::option_reply(option, REPLY_ACK, &[]))?;
-                    let secured = crate::tls::start(settings, stream.try_clone_connection()?)?;
+                    let secured = match crate::tls::start(settings, stream.try_clone_connection()?) {
+                        Ok(secured) => secured,
+                        Err(error) => {
+                            self.statistics.tls_handshakes_failed.fetch_add(1, Ordering::Relaxed);
+                            return Err(error);
+                        }
+                    };
+                    self.statistics.tls_handshakes_completed.fetch_add(1, Ordering::Relaxed);
                     *stream = secured.stream;
                     stream.set_read_limit(Some(HANDSHAKE_TIMEOUT))?;
                     tls_active = true;

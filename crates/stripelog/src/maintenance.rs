@@ -432,7 +432,14 @@ fn status_text(status: &serde_json::Value) -> String {
         number(&status["process_id"]),
         status["version"].as_str().unwrap_or("?"),
         units::format_seconds(status["uptime_seconds"].as_f64().unwrap_or(0.0)),
-        status["tls"].as_str().unwrap_or("off"),
+        match status["tls"].as_str().unwrap_or("off") {
+            "off" => "off".to_string(),
+            mode => format!(
+                "{mode} ({} handshake(s), {} failed)",
+                number(&status["tls_handshakes_completed"]) + number(&status["tls_handshakes_failed"]),
+                number(&status["tls_handshakes_failed"])
+            ),
+        },
         number(&status["connections_accepted"]),
         if status["shutting_down"] == true { ", SHUTTING DOWN" } else { "" }
     );

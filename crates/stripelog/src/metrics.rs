@@ -148,6 +148,19 @@ impl Served {
             let value = metrics.connections_total.load(std::sync::atomic::Ordering::Relaxed);
             accepted.counter(&vec![("export", export.name.as_str())], value)?;
         }
+        let mut handshakes = family(
+            encoder,
+            "stripelog_nbd_tls_handshakes",
+            "STARTTLS handshakes by result",
+            None,
+            MetricType::Counter,
+        )?;
+        let statistics = &server.statistics;
+        for (result, count) in
+            [("completed", &statistics.tls_handshakes_completed), ("failed", &statistics.tls_handshakes_failed)]
+        {
+            handshakes.counter(&vec![("result", result)], count.load(std::sync::atomic::Ordering::Relaxed))?;
+        }
         Ok(())
     }
 

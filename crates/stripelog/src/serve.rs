@@ -400,6 +400,10 @@ fn overview(served: &Served) -> serde_json::Value {
         "uptime_seconds": served.started.elapsed().as_secs_f64(),
         "connections_accepted": server.as_ref().map_or(0, |server| server.statistics.connections.load(Ordering::Relaxed)),
         "tls": server.as_ref().map_or(TlsMode::Off, |server| server.tls_mode()).name(),
+        "tls_handshakes_completed": server.as_ref()
+            .map_or(0, |server| server.statistics.tls_handshakes_completed.load(Ordering::Relaxed)),
+        "tls_handshakes_failed": server.as_ref()
+            .map_or(0, |server| server.statistics.tls_handshakes_failed.load(Ordering::Relaxed)),
         "shutting_down": server.as_ref().is_none_or(|server| server.is_shutting_down()),
         "exports": exports,
     })

@@ -57,14 +57,15 @@ impl Credentials {
 struct TlsServer {
     process: Option<Child>,
     port: u16,
+    metrics_port: u16,
     log: PathBuf,
     control: PathBuf,
 }
 
 impl TlsServer {
     fn start(directory: &Path, exports: &[String], tls_arguments: &[String]) -> TlsServer {
-        // A free port: bind port 0, note it, release it.
-        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port();
+        let port = free_port();
+        let metrics_port = free_port();
         let log = directory.join("serve.log");
         let control = directory.join("serve.control");
         let file = std::fs::File::create(&log).expect("create the server log");
@@ -72,6 +73,7 @@ impl TlsServer {
             .args(["serve", "--log-level", "debug", "--listen", &port.to_string()])
             .arg("--control")
             .arg(&control)
+            .args(["--metrics", &metrics_port.to_string()])
             .args(exports.iter().map(|export| format!("--export={export}")))
             .args(tls_arguments)
             .stdin(Stdio::null())
@@ -79,7 +81,7 @@ impl TlsServer {
             .stderr(file)
             .spawn()
             .expect("start stripelog serve");
-        let mut server = TlsServer { process: Some(process), port, log, control };
+        let mut server = TlsServer { process: Some(process), port, metrics_port, log, control };
         let deadline = Instant::now() + SERVER_TIMEOUT;
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             if let Some(status) = server.process.as_mut().and_then(|process| process.try_wait().ok().flatten()) {
@@ -137,6 +139,22 @@ fn create_export(directory: &Path, name: &str, member_size: &str) -> String {
     assert!(create.status.success(), "create: {}", text(&create));
     let joined: Vec<String> = members.iter().map(|member| member.display().to_string()).collect();
     format!("{name}={}", joined.join(","))
+}
+
+/// A free port: bind port 0, note it, release it.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
+}
+
+/// The server's Prometheus metrics page.
+fn scrape(port: u16) -> String {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the metrics port");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("send the request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read the response");
+    assert!(response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200"), "{response}");
+    response
 }
 
 fn qemu_tls_object(client: &Path) -> String {
@@ -241,9 +259,26 @@ fn tls_clients_with_certificates_copy_data_and_the_others_are_refused() {
         failed_with(&output, "TLS", name);
         assert!(server.log().contains(reason), "no '{reason}' in the log:\n{}", server.log());
     }
-    // Status tells the operator TLS is required.
+    // Status and the metrics tell the operator TLS is required, and how many clients
+    // failed it: mallory and nobody.
     let status = client(stripelog().arg("status").arg("--control").arg(&server.control));
-    assert!(text(&status).contains("TLS require"), "{}", text(&status));
+    assert!(text(&status).contains("TLS require ("), "{}", text(&status));
+    // (The server counts a failed handshake just after its alert reaches the client.)
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        let status = json(&client(stripelog().args(["status", "--json", "--control"]).arg(&server.control)));
+        if status["tls_handshakes_failed"] == 2 || Instant::now() > deadline {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(status["tls"], "require", "{status}");
+    assert_eq!(status["tls_handshakes_failed"], 2, "{status}");
+    let completed = status["tls_handshakes_completed"].as_u64().expect("tls_handshakes_completed");
+    assert!(completed >= 16, "{status}");
+    let metrics = scrape(server.metrics_port);
+    assert!(metrics.contains("stripelog_nbd_tls_handshakes_total{result=\"failed\"} 2\n"), "{metrics}");
+    assert!(metrics.contains(&format!("stripelog_nbd_tls_handshakes_total{{result=\"completed\"}} {completed}\n")));
 
     let stopped = server.stop();
     let log = server.log();
