@@ -324,10 +324,9 @@ impl Server {
         if !self.exports[export].admits(client_name) {
             let client = client_name
                 .map_or("a client without a verified certificate".to_string(), |name| format!("client '{name}'"));
-            return Err((
-                REPLY_ERROR_POLICY,
-                format!("export '{}' does not admit {client}", self.exports[export].name),
-            ));
+            let message = format!("export '{}' does not admit {client} (--allow-clients)", self.exports[export].name);
+            log::info!("{message}");
+            return Err((REPLY_ERROR_POLICY, message));
         }
         Ok(export)
     }

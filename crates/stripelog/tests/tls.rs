@@ -239,6 +239,7 @@ fn tls_clients_with_certificates_copy_data_and_the_others_are_refused() {
         "server replied with error to opt_go request",
         "bob opening secret",
     );
+    assert!(server.log().contains("export 'secret' does not admit client 'bob'"), "{}", server.log());
     let listing = client(Command::new(&nbdinfo).arg("--list").arg(server.uri("", &bob)));
     assert!(text(&listing).contains("export=\"shared\""), "{}", text(&listing));
     assert!(!text(&listing).contains("secret"), "bob's listing names secret:\n{}", text(&listing));
