@@ -437,13 +437,70 @@ impl Target for EngineTarget {
         self.volume.logical_size_bytes()
     }
     fn describe(&self) -> String {
-        format!("engine:{} (in process, one caller per queue slot)", self.members)
+        format!("engine:{} (in process: reads through a read queue, writes one caller per queue slot)", self.members)
     }
     fn writable(&self) -> bool {
         self.writable
     }
     fn queue(&self, depth: usize, buffer_bytes: usize) -> Result<Box<dyn IoQueue>, String> {
-        Ok(Box::new(CallerQueue::new(self.volume.clone(), depth, buffer_bytes)))
+        Ok(Box::new(EngineQueue {
+            reads: self.volume.read_queue(depth),
+            writes: CallerQueue::new(self.volume.clone(), depth, buffer_bytes),
+        }))
+    }
+}
+
+/// The engine driven as an application would drive it: reads through the volume's read
+/// queue (many in flight from this one thread, io_uring on file members), writes through
+/// caller threads (a write without FUA returns once the engine holds it).
+pub struct EngineQueue {
+    reads: stripelog_engine::ReadQueue,
+    writes: CallerQueue,
+}
+
+impl EngineQueue {
+    fn reads_completed(&mut self, wait: bool, completions: &mut Vec<Completion>) -> usize {
+        let completed = self.reads.complete(wait);
+        let count = completed.len();
+        for read in completed {
+            let slot = read.tag as usize;
+            self.writes.buffers[slot] = Some(read.buffer);
+            completions.push((slot, read.result.map_err(|error| error.to_string())));
+        }
+        count
+    }
+}
+
+impl IoQueue for EngineQueue {
+    fn buffer(&mut self, slot: usize) -> &mut [u8] {
+        self.writes.buffer(slot)
+    }
+
+    fn submit(&mut self, slot: usize, request: Request) -> Result<(), String> {
+        if request.operation == Operation::Write {
+            return self.writes.submit(slot, request);
+        }
+        let buffer = self.writes.buffers[slot].take().ok_or("slot submitted twice")?;
+        self.reads.submit(slot as u64, request.offset_bytes, request.length_bytes, buffer);
+        Ok(())
+    }
+
+    fn complete(&mut self, completions: &mut Vec<Completion>) -> Result<(), String> {
+        match (self.reads.in_flight() > 0, self.writes.in_flight > 0) {
+            (false, _) => self.writes.complete(completions),
+            (true, false) => {
+                self.reads_completed(true, completions);
+                Ok(())
+            }
+            // Both kinds in flight: take whichever finishes first.
+            (true, true) => loop {
+                let reads = self.reads_completed(false, completions);
+                if reads + self.writes.complete_ready(completions) > 0 {
+                    return Ok(());
+                }
+                std::thread::yield_now();
+            },
+        }
     }
 }
 
@@ -530,6 +587,20 @@ impl CallerQueue {
     }
 }
 
+impl CallerQueue {
+    /// Collect the calls finished by now, without waiting; how many.
+    fn complete_ready(&mut self, completions: &mut Vec<Completion>) -> usize {
+        let mut count = 0;
+        for ((slot, _, buffer), result) in self.done.try_iter() {
+            self.buffers[slot] = Some(buffer);
+            self.in_flight -= 1;
+            completions.push((slot, result));
+            count += 1;
+        }
+        count
+    }
+}
+
 impl IoQueue for CallerQueue {
     fn buffer(&mut self, slot: usize) -> &mut [u8] {
         self.buffers[slot].as_deref_mut().expect("the slot is not in flight")
@@ -547,12 +618,11 @@ impl IoQueue for CallerQueue {
         if self.in_flight == 0 {
             return Ok(());
         }
-        let first = self.done.recv().map_err(|_| "the target's callers stopped".to_string())?;
-        for ((slot, _, buffer), result) in std::iter::once(first).chain(self.done.try_iter()) {
-            self.buffers[slot] = Some(buffer);
-            self.in_flight -= 1;
-            completions.push((slot, result));
-        }
+        let ((slot, _, buffer), result) = self.done.recv().map_err(|_| "the target's callers stopped".to_string())?;
+        self.buffers[slot] = Some(buffer);
+        self.in_flight -= 1;
+        completions.push((slot, result));
+        self.complete_ready(completions);
         Ok(())
     }
 }

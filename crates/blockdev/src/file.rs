@@ -427,6 +427,10 @@ impl BlockDevice for FileDevice {
         self.size_bytes
     }
 
+    fn read_descriptor(&self) -> Option<std::os::unix::io::RawFd> {
+        Some(self.file.as_raw_fd())
+    }
+
     fn read_at(&self, buffer: &mut [u8], offset_bytes: u64) -> Result<()> {
         check_request(self.size_bytes, offset_bytes, buffer.len(), buffer.as_ptr() as usize)?;
         self.read_fully(buffer, offset_bytes)

@@ -42,6 +42,7 @@ mod exclusive;
 mod file;
 mod memory;
 mod prng;
+mod read_ring;
 mod simulated;
 mod spike;
 
@@ -49,6 +50,7 @@ pub use aligned::{AlignedBuffer, IO_ALIGNMENT_BYTES};
 pub use file::{new_ring, FileDevice, FileDeviceOptions, IoEngine};
 pub use memory::MemoryDevice;
 pub use prng::Prng;
+pub use read_ring::{FinishedRead, ReadRing};
 pub use simulated::{CrashReport, SimulatedArray, SimulatedDevice};
 pub use spike::LatencySpikeDevice;
 
@@ -137,6 +139,13 @@ pub trait BlockDevice: Send + Sync {
 
     /// A short human description: path, I/O engine, whether O_DIRECT is in use.
     fn describe(&self) -> String;
+
+    /// A descriptor that reads of this device may be submitted on through an io_uring
+    /// (the engine's `ReadQueue`): `pread` on it must be what `read_at` does, and it stays
+    /// open as long as the device. `None` (the default): reads go through `read_at`.
+    fn read_descriptor(&self) -> Option<std::os::unix::io::RawFd> {
+        None
+    }
 
     /// Whether the device is still usable as it was opened: `Err` with the reason when it
     /// is known to be gone (a deleted file, a removed drive) or shrunk. Checked

@@ -47,6 +47,7 @@ pub use geometry::{Geometry, RaidLevel, BLOCK_SIZE_BYTES};
 pub use index::names::{
     DEFAULT_SAMPLING_BITS as DEDUP_SAMPLING_BITS_DEFAULT, SAMPLING_BITS_MAXIMUM as DEDUP_SAMPLING_BITS_MAXIMUM,
 };
+pub use io::read_queue::{CompletedRead, ReadQueue};
 pub use log::IoMode;
 pub use maintenance::{MaintenanceOptions, MaintenanceProgress, RebuildReport, ReplaceOptions, ScrubReport};
 pub use map::Mapping;

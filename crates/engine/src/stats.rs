@@ -28,6 +28,8 @@ pub struct Counters {
     pub unrecoverable_reads: AtomicU64,
     /// Direct reads of a lagging member given up at the hedge deadline.
     pub late_reads: AtomicU64,
+    /// Member blocks a `ReadQueue` read through its ring and took as read (not read again).
+    pub queued_member_reads: AtomicU64,
     /// Client writes held back by the write pacer (`space::pacing`), and for how long.
     pub paced_writes: AtomicU64,
     pub paced_nanoseconds: AtomicU64,
@@ -420,6 +422,8 @@ pub struct VolumeStats {
     /// Direct reads of a lagging member given up at the hedge deadline (the block came
     /// from the rest of its row, or the read was waited for after all).
     pub late_reads: u64,
+    /// Member blocks read through a `ReadQueue`'s ring (io_uring) and taken as read.
+    pub queued_member_reads: u64,
     /// Client writes the pacer held back on a full volume, and the seconds they waited in
     /// all (docs/garbage-collection.md, "Pacing").
     pub paced_writes: u64,

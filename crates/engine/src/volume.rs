@@ -983,6 +983,14 @@ impl Volume {
         Ok(())
     }
 
+    /// A queue that keeps up to about `depth` reads in flight from one thread, each
+    /// completing as its member reads do (io_uring on file and block-device members),
+    /// instead of one blocked thread per read: what a network server or a benchmark
+    /// with a queue depth wants. Drop it before closing the volume.
+    pub fn read_queue(&self, depth: usize) -> crate::io::read_queue::ReadQueue {
+        crate::io::read_queue::ReadQueue::new(self.shared.clone(), depth)
+    }
+
     /// Like [`Volume::read`], but only from memory (unmapped and zero blocks, batches not
     /// yet on the members, the block cache): `Ok(false)` when some block would need a
     /// member read, and then `buffer` holds nothing useful. Never waits for a member, so
@@ -1490,6 +1498,7 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         short_stripes: Counters::get(&counters.short_stripes),
         read_errors: Counters::get(&counters.read_errors),
         checksum_mismatches: Counters::get(&counters.checksum_mismatches),
+        queued_member_reads: Counters::get(&counters.queued_member_reads),
         reconstructed_blocks: Counters::get(&counters.reconstructed_blocks),
         unrecoverable_reads: Counters::get(&counters.unrecoverable_reads),
         late_reads: Counters::get(&counters.late_reads),

@@ -30,6 +30,12 @@ pub const PENDING_REPLIES_FLUSH_BYTES: usize = 64 << 10;
 /// Reads up to this size that the engine can serve from memory are answered by the
 /// reader itself (larger ones, and those needing a member, go to a worker).
 pub const INLINE_READ_MAXIMUM_BYTES: usize = 64 << 10;
+/// Reads up to this size that need a member go to the connection's read queue: one
+/// thread keeps them all in flight through io_uring (`Volume::read_queue`) and replies as
+/// each finishes. Larger reads go to the workers.
+pub const QUEUED_READ_MAXIMUM_BYTES: usize = 64 << 10;
+/// Member reads the read queue's ring holds per request in flight.
+pub const QUEUED_READ_RING_ENTRIES_PER_REQUEST: usize = 4;
 /// The reader's buffer: many small requests arrive per system call.
 pub const READ_BUFFER_BYTES: usize = 256 << 10;
 /// Block-status replies describe at most this many extents.
@@ -585,7 +591,13 @@ fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Ne
         token_return.send(()).expect("capacity for every token");
     }
     let (job_sender, jobs) = stripelog_engine::queue::bounded::<Job>(REQUESTS_IN_FLIGHT_PER_CONNECTION);
+    let (read_sender, read_jobs) = stripelog_engine::queue::bounded::<ReadJob>(REQUESTS_IN_FLIGHT_PER_CONNECTION);
+    let wake = Wake::new()?;
     let result = std::thread::scope(|scope| {
+        {
+            let (state, wake, token_return) = (&state, &wake, token_return.clone());
+            scope.spawn(move || serve_queued_reads(state, read_jobs, wake, &token_return));
+        }
         for _ in 0..WORKERS_PER_CONNECTION {
             let (state, jobs, token_return) = (&state, jobs.clone(), token_return.clone());
             scope.spawn(move || {
@@ -597,8 +609,12 @@ fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Ne
                 }
             });
         }
-        let result = read_requests(&state, stream, &tokens, &job_sender);
+        let reads = QueuedReads { sender: read_sender, wake: &wake };
+        let result = read_requests(&state, stream, &tokens, &job_sender, &reads);
         drop(job_sender);
+        // The read thread sees the end once woken: it answers what it holds, then stops.
+        drop(reads.sender);
+        wake.kick();
         result
     });
     let statistics = &state.server.statistics;
@@ -622,16 +638,148 @@ fn runs_inline(request: &Request, flushes_are_quick: bool) -> bool {
     }
 }
 
+/// A read handed to the connection's read queue.
+struct ReadJob {
+    request: Request,
+    received: Instant,
+}
+
+/// Where the reader hands reads for the read queue, and how it wakes its thread.
+struct QueuedReads<'a> {
+    sender: stripelog_engine::queue::Sender<ReadJob>,
+    wake: &'a Wake,
+}
+
+/// An eventfd: the reader writes to it after handing the read thread a job while that
+/// thread waits, and the read thread's ring watches it (`ReadQueue::wake_on`). `waiting`
+/// is set by the read thread before it waits (then it looks for jobs once more), so the
+/// reader writes only when a wake is needed.
+struct Wake {
+    descriptor: std::os::fd::OwnedFd,
+    waiting: AtomicBool,
+}
+
+impl Wake {
+    fn new() -> io::Result<Wake> {
+        // SAFETY: eventfd takes no pointers; a non-negative result is a new descriptor
+        // that nothing else owns.
+        let descriptor = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if descriptor < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `descriptor` is open and owned by no one else (just created).
+        let descriptor = unsafe { std::os::fd::FromRawFd::from_raw_fd(descriptor) };
+        Ok(Wake { descriptor, waiting: AtomicBool::new(false) })
+    }
+
+    fn descriptor(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.descriptor)
+    }
+
+    /// Wake the read thread if it waits (or is about to).
+    fn kick_if_waiting(&self) {
+        if self.waiting.swap(false, Ordering::SeqCst) {
+            self.kick();
+        }
+    }
+
+    fn kick(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from `one`, which lives across the call, to a descriptor
+        // this value keeps open. A full counter (EAGAIN) is still a pending wake.
+        unsafe { libc::write(self.descriptor(), one.as_ptr().cast(), one.len()) };
+    }
+}
+
+/// The read thread: keep every queued read in flight and reply to each as it finishes,
+/// until the reader has stopped handing reads and none is left.
+fn serve_queued_reads(
+    state: &ConnectionState,
+    jobs: stripelog_engine::queue::Receiver<ReadJob>,
+    wake: &Wake,
+    token_return: &stripelog_engine::queue::Sender<()>,
+) {
+    let mut queue =
+        state.export().volume.read_queue(REQUESTS_IN_FLIGHT_PER_CONNECTION * QUEUED_READ_RING_ENTRIES_PER_REQUEST);
+    queue.wake_on(wake.descriptor());
+    let mut requests: Vec<Option<ReadJob>> = Vec::new();
+    let mut free_slots: Vec<usize> = Vec::new();
+    let mut spare_buffers: Vec<Vec<u8>> = Vec::new();
+    let mut reader_done = false;
+    let mut replies = Vec::with_capacity(PENDING_REPLIES_FLUSH_BYTES);
+    loop {
+        // Jobs, then (having said it is about to wait) jobs once more: a job sent after
+        // the first look either is seen by the second or finds `waiting` set and kicks.
+        for announce in [false, true] {
+            if announce {
+                wake.waiting.store(true, Ordering::SeqCst);
+            }
+            loop {
+                match jobs.try_recv() {
+                    Ok(job) => {
+                        let slot = free_slots.pop().unwrap_or_else(|| {
+                            requests.push(None);
+                            requests.len() - 1
+                        });
+                        let length = job.request.length_bytes as usize;
+                        let mut buffer = spare_buffers.pop().unwrap_or_default();
+                        buffer.resize(length.max(buffer.len()), 0);
+                        queue.submit(slot as u64, job.request.offset_bytes, length, buffer);
+                        requests[slot] = Some(job);
+                    }
+                    Err(stripelog_engine::queue::TryRecvError::Empty) => break,
+                    Err(stripelog_engine::queue::TryRecvError::Disconnected) => {
+                        reader_done = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if reader_done && queue.in_flight() == 0 {
+            return;
+        }
+        let completed = queue.complete(true);
+        wake.waiting.store(false, Ordering::SeqCst);
+        for read in completed {
+            let slot = read.tag as usize;
+            let Some(job) = requests.get_mut(slot).and_then(Option::take) else { continue };
+            free_slots.push(slot);
+            let length = job.request.length_bytes as usize;
+            // The replies of one batch of completions go out in one write.
+            let pending = &mut Replies(Some(&mut replies));
+            let replied = match read.result {
+                Ok(()) => {
+                    state.server.statistics.bytes_read.fetch_add(length as u64, Ordering::Relaxed);
+                    state.reply_data(&job.request, &read.buffer[..length], pending)
+                }
+                Err(error) => state.reply_error(&job.request, wire_error(&error), &error.to_string(), pending),
+            };
+            if let Err(error) = replied.and_then(|()| state.flush_pending_if_full(&mut replies)) {
+                log::warn!("writing a reply failed: {error}");
+                replies.clear();
+            }
+            state.metrics().record(COMMAND_READ, length as u64, job.received.elapsed());
+            spare_buffers.push(read.buffer);
+            let _ = token_return.send(());
+        }
+        if let Err(error) = state.flush_pending(&mut replies) {
+            log::warn!("writing a reply failed: {error}");
+            replies.clear();
+        }
+    }
+}
+
 /// The reader: parse and validate requests, read write payloads, run or queue them.
 fn read_requests(
     state: &ConnectionState,
     stream: Box<dyn Connection>,
     tokens: &stripelog_engine::queue::Receiver<()>,
     jobs: &stripelog_engine::queue::Sender<Job>,
+    reads: &QueuedReads,
 ) -> io::Result<()> {
     let mut stream = io::BufReader::with_capacity(READ_BUFFER_BYTES, stream);
     let mut pending = Vec::with_capacity(PENDING_REPLIES_FLUSH_BYTES);
-    let result = read_requests_into(state, &mut stream, tokens, jobs, &mut pending);
+    let result = read_requests_into(state, &mut stream, tokens, jobs, reads, &mut pending);
     // Whatever the reader answered goes out, even when the connection is ending.
     let flushed = state.flush_pending(&mut pending);
     result.and(flushed)
@@ -642,6 +790,7 @@ fn read_requests_into(
     stream: &mut io::BufReader<Box<dyn Connection>>,
     tokens: &stripelog_engine::queue::Receiver<()>,
     jobs: &stripelog_engine::queue::Sender<Job>,
+    reads: &QueuedReads,
     pending: &mut Vec<u8>,
 ) -> io::Result<()> {
     let export = &state.server.exports[state.export];
@@ -694,6 +843,14 @@ fn read_requests_into(
             tokens.recv().map_err(|_| io::Error::other("workers stopped"))?;
         }
         state.requests.fetch_add(1, Ordering::Relaxed);
+        if refusal.is_none() && request.command == COMMAND_READ && length <= QUEUED_READ_MAXIMUM_BYTES {
+            reads
+                .sender
+                .send(ReadJob { request, received })
+                .map_err(|_| io::Error::other("the read thread stopped"))?;
+            reads.wake.kick_if_waiting();
+            continue;
+        }
         if inline && refusal.is_none() && carries_payload && stream.buffer().len() >= length {
             // The whole payload is already in the read buffer: the engine copies it from
             // there into the open batch (no allocation, no extra copy).

@@ -140,6 +140,21 @@ impl Members {
         }
     }
 
+    /// The device a queued client read of `location` goes to: its data column's first
+    /// copy, when readable there and not lagging (a lagging member's blocks take the
+    /// single-read path, which hedges them).
+    pub(crate) fn direct_read_device(
+        &self,
+        geometry: &Geometry,
+        location: BlockLocation,
+    ) -> Option<(usize, Arc<dyn BlockDevice>)> {
+        let member = geometry.member_of_role(location.segment, Role::Data { column: location.column, copy: 0 });
+        if self.hedged_reads.load(Ordering::Relaxed) && self.read_latency[member].lagging() {
+            return None;
+        }
+        self.readable(member, location.segment).map(|device| (member, device))
+    }
+
     /// [`Members::readable`] for the segment holding member byte `offset_bytes`.
     fn readable_at(&self, member: usize, offset_bytes: u64) -> Option<Arc<dyn BlockDevice>> {
         match (offset_bytes / self.chunk_size_bytes).checked_sub(1) {

@@ -16,6 +16,7 @@
 pub(crate) mod cache;
 pub(crate) mod compression;
 pub(crate) mod deduplication;
+pub(crate) mod read_queue;
 
 use crate::array::members::{Members, ReadPurpose};
 use crate::error::{Error, ReadFailure, Result, Shutdown};

@@ -5,6 +5,7 @@ use stripelog_blockdev::{BlockDevice, MemoryDevice};
 use stripelog_engine::MemberDevice;
 
 /// `count` in-memory devices of `size_bytes` each.
+#[allow(dead_code)] // (the read queue's test uses file members)
 pub fn memory_members(count: usize, size_bytes: u64) -> Vec<Arc<dyn BlockDevice>> {
     (0..count).map(|_| Arc::new(MemoryDevice::new(size_bytes)) as Arc<dyn BlockDevice>).collect()
 }
