@@ -31,6 +31,9 @@ use stripelog_blockdev::{AlignedBuffer, FinishedRead, ReadRing};
 /// Member reads in flight per queued client read, on average, that the ring makes room
 /// for; a read whose blocks find the ring full reads the rest through the single-read path.
 pub const RING_ENTRIES_PER_READ: usize = 4;
+/// The ring holds at least this many member reads: four 1 MiB reads in flight whatever
+/// the depth (each entry holds a 4 KiB buffer while in flight: 4 MiB).
+pub const RING_ENTRIES_MINIMUM: usize = 1024;
 
 /// A finished client read: the caller's tag and buffer, and whether the buffer holds the
 /// data.
@@ -82,7 +85,7 @@ impl ReadQueue {
     pub(crate) fn new(core: Arc<Core>, depth: usize) -> ReadQueue {
         ReadQueue {
             core,
-            ring: ReadRing::new(depth.max(1) * RING_ENTRIES_PER_READ),
+            ring: ReadRing::new((depth.max(1) * RING_ENTRIES_PER_READ).max(RING_ENTRIES_MINIMUM)),
             reads: Vec::new(),
             free: Vec::new(),
             completed: Vec::new(),
