@@ -124,6 +124,15 @@ impl ReadRing {
         Ok(())
     }
 
+    /// Hand the pushed reads to the kernel now, without waiting for any.
+    pub fn submit(&mut self) {
+        if let (Some(ring), true) = (self.ring.as_mut(), self.unsubmitted > 0) {
+            if ring.submit().is_ok() {
+                self.unsubmitted = 0;
+            }
+        }
+    }
+
     /// Hand the pushed reads to the kernel and collect those finished into `out`, waiting
     /// for at least one when `wait` and any is in flight.
     pub fn reap(&mut self, wait: bool, out: &mut Vec<FinishedRead>) {

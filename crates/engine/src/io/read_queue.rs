@@ -175,6 +175,9 @@ impl ReadQueue {
             }
         }
         self.spare.push(scratch);
+        // To the kernel at once, rather than with the next wait: reads reach the device
+        // as they come, not in bursts (which a device serves more slowly, measured).
+        self.ring.submit();
         let pending = blocks.len();
         self.reads[index] = Some(QueuedRead { tag, buffer, length_bytes, blocks, pending, error });
         if pending == 0 {
