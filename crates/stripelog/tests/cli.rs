@@ -50,6 +50,13 @@ fn open_volume(members: &[String]) -> stripelog_engine::Volume {
     Volume::open(devices, &OpenOptions::default()).expect("open")
 }
 
+/// A RAID-5 volume of 64 KiB chunks on `members`, created as files of `member_size`.
+fn create_raid5(members: &[String], member_size: &str) {
+    let create =
+        stripelog(&with_members(&["create", "--raid", "5", "--chunk", "64KiB", "--member-size", member_size], members));
+    assert!(create.status.success(), "{}", text(&create));
+}
+
 fn with_members<'a>(arguments: &[&'a str], members: &'a [String]) -> Vec<&'a str> {
     arguments.iter().copied().chain(members.iter().map(String::as_str)).collect()
 }
@@ -105,9 +112,7 @@ fn create_info_and_check_a_raid6_volume() {
 fn wrong_input_gets_a_clear_error_and_a_failing_exit() {
     let directory = Directory::new("errors");
     let members = directory.members(3);
-    let create =
-        stripelog(&with_members(&["create", "--raid", "5", "--chunk", "64KiB", "--member-size", "8MiB"], &members));
-    assert!(create.status.success(), "{}", text(&create));
+    create_raid5(&members, "8MiB");
     let mut swapped = members.clone();
     swapped.swap(0, 2);
     let cases: Vec<(Vec<&str>, &str)> = vec![
@@ -167,9 +172,7 @@ fn check_reports_damage_with_a_failing_exit() {
 
     let directory = Directory::new("damage");
     let members = directory.members(3);
-    let create =
-        stripelog(&with_members(&["create", "--raid", "5", "--chunk", "64KiB", "--member-size", "8MiB"], &members));
-    assert!(create.status.success(), "{}", text(&create));
+    create_raid5(&members, "8MiB");
     let volume = open_volume(&members);
     let data: Vec<u8> = (0..256 * 1024).map(|index| (index * 7 % 251) as u8 + 1).collect();
     volume.write(0, &data, true).expect("write");
@@ -445,9 +448,7 @@ fn compression_is_created_shown_and_set() {
     assert!(!bad.status.success() && text(&bad).contains("expected lz4 or off"), "{}", text(&bad));
 
     let plain = directory.members(6)[3..].to_vec();
-    let create =
-        stripelog(&with_members(&["create", "--raid", "5", "--chunk", "64KiB", "--member-size", "16MiB"], &plain));
-    assert!(create.status.success(), "{}", text(&create));
+    create_raid5(&plain, "16MiB");
     assert!(info(&plain)["compression"].is_null());
     let refused = stripelog(&with_members(&["set", "compression=lz4"], &plain));
     assert!(!refused.status.success(), "{}", text(&refused));
@@ -513,9 +514,7 @@ fn dedupability_finds_a_copy_and_asks_for_a_capacity_for_pipes() {
 fn info_reports_each_member_s_wear_and_the_drives_projected_life() {
     let directory = Directory::new("wear");
     let members = directory.members(3);
-    let create =
-        stripelog(&with_members(&["create", "--raid", "5", "--chunk", "64KiB", "--member-size", "16MiB"], &members));
-    assert!(create.status.success(), "{}", text(&create));
+    create_raid5(&members, "16MiB");
     let volume = open_volume(&members);
     let data: Vec<u8> = (0..4 << 20).map(|index: u32| (index.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
     for _ in 0..3 {

@@ -660,8 +660,7 @@ fn tcp_on_loopback_serves_several_exports() {
         assert!(create.status.success(), "create: {}", text(&create));
     }
     let join = |members: &[PathBuf]| members.iter().map(|m| m.display().to_string()).collect::<Vec<_>>().join(",");
-    // A free port: bind port 0, note it, release it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port();
+    let port = free_port();
     let mut child = stripelog()
         .args(["serve", "--listen", &port.to_string()])
         .arg(format!("--export=alpha={}", join(&alpha)))
@@ -801,18 +800,6 @@ fn a_deduplicated_export_stores_copies_once_and_changes_its_setting_while_served
     assert_eq!(report["shared_records_miscounted"], serde_json::json!([]), "{report}");
 }
 
-/// A GET of `path` on 127.0.0.1:`port`: the status line and the body.
-fn http_get(port: u16, path: &str) -> (String, String) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the metrics port");
-    stream.set_read_timeout(Some(CLIENT_TIMEOUT)).expect("set a read timeout");
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").expect("send the request");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read the response");
-    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
-    (head.lines().next().unwrap_or_default().to_string(), body.to_string())
-}
-
 /// Every sample of a scrape as parsed by the Prometheus project's own Python parser
 /// (`prometheus_client.parser`): {"name": [[labels, value], ...]}. It raises on any line
 /// it does not take.
@@ -836,7 +823,7 @@ fn metrics_are_scraped_during_a_load_and_parsed_by_prometheus_s_own_parser() {
     let Some(python) = python_with("prometheus_client.parser", "python3-prometheus-client") else { return };
     let mut server = Server::start();
     server.stop_cleanly(libc::SIGTERM);
-    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port();
+    let port = free_port();
     server.serve_arguments = vec!["--metrics".into(), format!("127.0.0.1:{port}")];
     server.spawn();
     let parse = |body: &str| -> serde_json::Value {

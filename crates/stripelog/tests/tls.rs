@@ -141,22 +141,6 @@ fn create_export(directory: &Path, name: &str, member_size: &str) -> String {
     format!("{name}={}", joined.join(","))
 }
 
-/// A free port: bind port 0, note it, release it.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
-}
-
-/// The server's Prometheus metrics page.
-fn scrape(port: u16) -> String {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the metrics port");
-    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("send the request");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read the response");
-    assert!(response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200"), "{response}");
-    response
-}
-
 fn qemu_tls_object(client: &Path) -> String {
     format!("tls-creds-x509,id=tls0,endpoint=client,dir={}", client.display())
 }
@@ -277,7 +261,8 @@ fn tls_clients_with_certificates_copy_data_and_the_others_are_refused() {
     assert_eq!(status["tls_handshakes_failed"], 2, "{status}");
     let completed = status["tls_handshakes_completed"].as_u64().expect("tls_handshakes_completed");
     assert!(completed >= 16, "{status}");
-    let metrics = scrape(server.metrics_port);
+    let (status_line, metrics) = http_get(server.metrics_port, "/metrics");
+    assert_eq!(status_line, "HTTP/1.1 200 OK", "{metrics}");
     assert!(metrics.contains("stripelog_nbd_tls_handshakes_total{result=\"failed\"} 2\n"), "{metrics}");
     assert!(metrics.contains(&format!("stripelog_nbd_tls_handshakes_total{{result=\"completed\"}} {completed}\n")));
 

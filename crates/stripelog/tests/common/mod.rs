@@ -385,6 +385,23 @@ impl Drop for Server {
     }
 }
 
+/// A free TCP port on loopback: bind port 0, note it, release it.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
+}
+
+/// `GET path` from an HTTP server on loopback `port`: the status line and the body.
+pub fn http_get(port: u16, path: &str) -> (String, String) {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the HTTP port");
+    stream.set_read_timeout(Some(CLIENT_TIMEOUT)).expect("set a read timeout");
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").expect("send the request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read the response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    (head.lines().next().unwrap_or_default().to_string(), body.to_string())
+}
+
 /// The 18 bytes a newstyle server sends on a new connection.
 pub fn greeting(socket: &Path) -> std::io::Result<[u8; 18]> {
     let mut stream = UnixStream::connect(socket)?;
