@@ -49,6 +49,9 @@ pub struct ReadRing {
 
 /// The user data of the entry that watches the wake descriptor.
 const WAKE_TAG: u64 = u64::MAX;
+/// Waits `Drop` makes for the kernel to give back buffers before it gives up and leaks
+/// them (a ring that no longer answers).
+const DROP_REAP_ATTEMPTS_MAXIMUM: u32 = 1_000_000;
 
 impl ReadRing {
     /// A ring for at most `capacity` reads in flight (more are refused by `push`).
@@ -202,7 +205,7 @@ impl Drop for ReadRing {
             self.reap(true, &mut sink);
             sink.clear();
             attempts += 1;
-            if attempts > 1_000_000 {
+            if attempts > DROP_REAP_ATTEMPTS_MAXIMUM {
                 // The ring no longer answers: leak what it may still write into rather
                 // than free it under the kernel.
                 for submitted in self.submitted.iter_mut().filter_map(Option::take) {

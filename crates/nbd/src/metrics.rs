@@ -112,6 +112,15 @@ impl ExportMetrics {
         };
     }
 
+    /// Error replies with the protocol's `error` value so far (0 for a value not counted
+    /// on its own).
+    pub fn error_count(&self, error: u32) -> u64 {
+        ERROR_VALUES
+            .iter()
+            .position(|&value| value == error)
+            .map_or(0, |index| self.errors[index].load(Ordering::Relaxed))
+    }
+
     pub fn commands(&self) -> Vec<CommandSnapshot> {
         COMMAND_NAMES
             .iter()
@@ -190,5 +199,6 @@ mod tests {
         assert_eq!(metrics.requests_total(), 3);
         let errors = metrics.errors();
         assert!(errors.contains(&("ENOSPC", 1)) && errors.contains(&("other", 1)) && errors.contains(&("EIO", 0)));
+        assert_eq!((metrics.error_count(ERROR_NO_SPACE), metrics.error_count(ERROR_IO)), (1, 0));
     }
 }

@@ -123,7 +123,7 @@ fn describe_certificate(path: &Path, certificate: &CertificateDer<'_>) -> Result
     let (_, parsed) = x509_parser::parse_x509_certificate(certificate.as_ref())
         .map_err(|error| invalid(format!("the first certificate cannot be parsed: {error}")))?;
     let validity = parsed.validity();
-    let name = common_name(certificate).map_or_else(|| parsed.subject().to_string(), |name| format!("CN={name}"));
+    let name = subject_common_name(&parsed).map_or_else(|| parsed.subject().to_string(), |name| format!("CN={name}"));
     let Some(left) = validity.time_to_expiration() else {
         return Err(invalid(format!(
             "the certificate {name} is valid from {} to {}, not now",
@@ -209,8 +209,11 @@ pub(crate) fn start(settings: &TlsSettings, mut client: Box<dyn Connection>) -> 
 /// The subject's common name (CN) of a DER certificate.
 fn common_name(certificate: &CertificateDer<'_>) -> Option<String> {
     let (_, parsed) = x509_parser::parse_x509_certificate(certificate.as_ref()).ok()?;
-    let name = parsed.subject().iter_common_name().next()?.as_str().ok()?.to_string();
-    Some(name)
+    subject_common_name(&parsed)
+}
+
+fn subject_common_name(certificate: &x509_parser::certificate::X509Certificate<'_>) -> Option<String> {
+    Some(certificate.subject().iter_common_name().next()?.as_str().ok()?.to_string())
 }
 
 impl Session {

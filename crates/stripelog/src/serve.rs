@@ -123,8 +123,7 @@ fn watch_health(served: Served) {
                 return;
             };
             let refused = served.server.upgrade().and_then(|server| {
-                let errors = server.metrics().get(index)?.errors();
-                errors.iter().find(|(error, _)| *error == "ENOSPC").map(|(_, count)| *count)
+                Some(server.metrics().get(index)?.error_count(stripelog_nbd::protocol::ERROR_NO_SPACE))
             });
             if let Some(refused) = refused.filter(|refused| *refused > refused_for_space[index]) {
                 log::warn!(
