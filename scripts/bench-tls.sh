@@ -8,7 +8,7 @@
 # first stripelog copy fills a fresh volume; the later ones overwrite it.
 # Usage: [SIZE=1GiB] [REPEATS=3] [FORCE=1] scripts/bench-tls.sh [WORK_DIRECTORY]
 # WORK_DIRECTORY (default /dev/shm/stripelog-bench-tls: the members' speed out of the
-# way): its member files are refused unless FORCE=1.
+# way): member files, credentials/ or source.bin already there are refused unless FORCE=1.
 set -euo pipefail
 work=${1:-/dev/shm/stripelog-bench-tls}
 size=${SIZE:-1GiB}
@@ -22,8 +22,11 @@ done
 stripelog=$(realpath "$stripelog")
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
-if [ "${FORCE:-0}" != 1 ] && ls "$work"/member-* >/dev/null 2>&1; then
-  echo "bench-tls: $work holds member files of an earlier run; give FORCE=1 to overwrite them" >&2
+found=$(for path in "$work"/member-* "$work/credentials" "$work/source.bin"; do
+  if [ -e "$path" ]; then printf '%s ' "$path"; fi
+done)
+if [ "${FORCE:-0}" != 1 ] && [ -n "$found" ]; then
+  echo "bench-tls: $work holds ${found}of an earlier run; give FORCE=1 to overwrite them" >&2
   exit 1
 fi
 bytes=$(numfmt --from=iec-i "${size%B}")

@@ -4,12 +4,18 @@
 #   DIR/server/  ca-cert.pem server-cert.pem server-key.pem   (stripelog serve --tls-certificates)
 #   DIR/NAME/    ca-cert.pem client-cert.pem client-key.pem   (one per client NAME, its CN)
 # For tests and trials: a production CA is the operator's own (docs/tls.md).
-# Usage: scripts/tls-certificates.sh DIR [CLIENT-NAME...]   (default client: client)
+# DIR must be empty or missing: keys and certificates already there (an authority's key,
+# perhaps) are never overwritten unless FORCE=1.
+# Usage: [FORCE=1] scripts/tls-certificates.sh DIR [CLIENT-NAME...]   (default client: client)
 set -eu
 directory=${1:?usage: $0 DIR [CLIENT-NAME...]}
 shift
 [ $# -gt 0 ] || set -- client
 command -v openssl >/dev/null || { echo "$0: openssl is needed (apt-get install openssl)" >&2; exit 1; }
+if [ "${FORCE:-0}" != 1 ] && [ -d "$directory" ] && [ -n "$(ls -A "$directory")" ]; then
+  echo "$0: $directory is not empty (it holds $(ls -A "$directory" | head -5 | tr '\n' ' ')): its keys and certificates would be overwritten; give FORCE=1 to do so" >&2
+  exit 1
+fi
 mkdir -p "$directory/authority" "$directory/server"
 cd "$directory"
 quiet() { "$@" >/dev/null 2>&1 || { echo "$0: failed: $*" >&2; "$@"; exit 1; }; }
