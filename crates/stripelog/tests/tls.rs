@@ -83,11 +83,14 @@ impl TlsServer {
             .expect("start stripelog serve");
         let mut server = TlsServer { process: Some(process), port, metrics_port, log, control };
         let deadline = Instant::now() + SERVER_TIMEOUT;
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        // The port is bound before the volumes are opened, and accepts connections into
+        // its backlog from then: ready is when the server says so (its signal handler is
+        // in place, and its start-up lines are all in the log).
+        while !server.log().contains("ready: serving on") {
             if let Some(status) = server.process.as_mut().and_then(|process| process.try_wait().ok().flatten()) {
                 panic!("stripelog serve exited ({status}):\n{}", server.log());
             }
-            assert!(Instant::now() < deadline, "the server did not listen on port {port}:\n{}", server.log());
+            assert!(Instant::now() < deadline, "the server was not ready on port {port}:\n{}", server.log());
             std::thread::sleep(Duration::from_millis(50));
         }
         server
