@@ -30,6 +30,9 @@ pub struct Counters {
     pub late_reads: AtomicU64,
     /// Member blocks a `ReadQueue` read through its ring and took as read (not read again).
     pub queued_member_reads: AtomicU64,
+    /// Checksum tables a `ReadQueue` read through its ring (summaries read one after the
+    /// other while other reads went on) and cached.
+    pub queued_checksum_table_loads: AtomicU64,
     /// Client writes held back by the write pacer (`space::pacing`), and for how long.
     pub paced_writes: AtomicU64,
     pub paced_nanoseconds: AtomicU64,
@@ -424,6 +427,9 @@ pub struct VolumeStats {
     pub late_reads: u64,
     /// Member blocks read through a `ReadQueue`'s ring (io_uring) and taken as read.
     pub queued_member_reads: u64,
+    /// Segments' checksum tables read through a `ReadQueue`'s ring rather than on the
+    /// reading thread.
+    pub queued_checksum_table_loads: u64,
     /// Client writes the pacer held back on a full volume, and the seconds they waited in
     /// all (docs/garbage-collection.md, "Pacing").
     pub paced_writes: u64,

@@ -1499,6 +1499,7 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         read_errors: Counters::get(&counters.read_errors),
         checksum_mismatches: Counters::get(&counters.checksum_mismatches),
         queued_member_reads: Counters::get(&counters.queued_member_reads),
+        queued_checksum_table_loads: Counters::get(&counters.queued_checksum_table_loads),
         reconstructed_blocks: Counters::get(&counters.reconstructed_blocks),
         unrecoverable_reads: Counters::get(&counters.unrecoverable_reads),
         late_reads: Counters::get(&counters.late_reads),

@@ -2,7 +2,10 @@
 //! members, each returning exactly what `Volume::read` returns for the same range — from
 //! the members, from memory (writes not yet flushed), zeros and trimmed blocks, reads that
 //! cross blocks and start inside one, and a block whose member copy rotted (its checksum
-//! fails on the ring's read, and the single-read path rebuilds it from its row).
+//! fails on the ring's read, and the single-read path rebuilds it from its row). After a
+//! reopen with room for few checksum tables, the tables are read through the ring too
+//! (the summaries of a segment one after the other, while other reads go on), and a rotten
+//! summary sends its table's load to the single-read path, which rebuilds it.
 mod common;
 
 use std::path::PathBuf;
@@ -97,6 +100,18 @@ fn queued_reads_return_what_plain_reads_do_and_a_rotten_block_is_rebuilt() {
     compare_queued_with_plain(&volume, &reads, "healthy");
     let queued = volume.stats().queued_member_reads - before.queued_member_reads;
     assert!(queued > 500, "only {queued} member blocks went through the ring");
+
+    // Reopened with room for one checksum table per shard of the cache: the reads find
+    // their segments' tables missing, and the queue reads them through the ring.
+    volume.close().expect("close");
+    let open = OpenOptions { cache_size_bytes: 0, checksum_cache_bytes: 0, ..OpenOptions::default() };
+    let volume = Volume::open(common::members(&devices), &open).expect("reopen");
+    let before = volume.stats();
+    compare_queued_with_plain(&volume, &reads, "reopened, few checksum tables cached");
+    let after = volume.stats();
+    let loads = after.queued_checksum_table_loads - before.queued_checksum_table_loads;
+    assert!(loads > 50, "only {loads} checksum tables were read through the ring");
+    assert!(after.queued_member_reads - before.queued_member_reads > 500);
 
     // Rot: flip a byte in every block of member 1's chunks that hold written data.
     let mut chunk = AlignedBuffer::zeroed(64 << 10);

@@ -1637,34 +1637,46 @@ impl Core {
         held: Option<&WriteState>,
         rows: Option<&BlockSource>,
     ) -> std::result::Result<ChecksumTable, ReadFailure> {
-        let per_segment = self.geometry.blocks_per_segment();
-        let data_columns = self.geometry.data_columns() as u32;
-        let table = ChecksumTable::new(per_segment);
-        self.for_each_summary(segment, sealed_rows, held, rows, &mut |(summary, index), checksum, position_of| {
-            table.set(position_of(index) % per_segment, checksum);
-            for (data_index, entry) in format::batch_entries(std::iter::once((summary, index))) {
-                // (A further fragment's checksum is its decompressed block's, not its
-                // packed block's: the packed block's is its `Packed` entry's.)
-                if let (
-                    Some(data_index),
-                    Entry::Data { checksum, .. }
-                    | Entry::Page { checksum, .. }
-                    | Entry::Packed { checksum, .. }
-                    | Entry::SharedCopy { checksum, .. },
-                ) = (data_index, entry)
-                {
-                    table.set(position_of(data_index) % per_segment, checksum);
-                }
-            }
-            let header = summary.header;
-            if summary.summary_index as u32 + 1 == header.summary_count {
-                let zero = format::zero_block_checksum();
-                for padding in header.block_count..header.row_count * data_columns {
-                    table.set(position_of(padding) % per_segment, zero);
-                }
-            }
+        let table = ChecksumTable::new(self.geometry.blocks_per_segment());
+        self.for_each_summary(segment, sealed_rows, held, rows, &mut |summary, checksum, position_of| {
+            self.record_summary_checksums(&table, summary, checksum, position_of)
         })?;
         Ok(table)
+    }
+
+    /// Put in `table` what one summary proves: its own block's checksum, the CRC32C of
+    /// every data block its entries record, and, after a batch's last summary, the zero
+    /// block's for the batch's padding.
+    pub(crate) fn record_summary_checksums(
+        &self,
+        table: &ChecksumTable,
+        (summary, index): (&format::Summary, u32),
+        checksum: u32,
+        position_of: &dyn Fn(u32) -> u64,
+    ) {
+        let per_segment = self.geometry.blocks_per_segment();
+        table.set(position_of(index) % per_segment, checksum);
+        for (data_index, entry) in format::batch_entries(std::iter::once((summary, index))) {
+            // (A further fragment's checksum is its decompressed block's, not its
+            // packed block's: the packed block's is its `Packed` entry's.)
+            if let (
+                Some(data_index),
+                Entry::Data { checksum, .. }
+                | Entry::Page { checksum, .. }
+                | Entry::Packed { checksum, .. }
+                | Entry::SharedCopy { checksum, .. },
+            ) = (data_index, entry)
+            {
+                table.set(position_of(data_index) % per_segment, checksum);
+            }
+        }
+        let header = summary.header;
+        if summary.summary_index as u32 + 1 == header.summary_count {
+            let zero = format::zero_block_checksum();
+            for padding in header.block_count..header.row_count * self.geometry.data_columns() as u32 {
+                table.set(position_of(padding) % per_segment, zero);
+            }
+        }
     }
 
     /// Walk the batches sealed into `segment` (rows `[0, sealed_rows)`) and hand every
@@ -1680,43 +1692,18 @@ impl Core {
         rows: Option<&BlockSource>,
         visit: &mut SummaryVisitor,
     ) -> std::result::Result<(), ReadFailure> {
-        let data_columns = self.geometry.data_columns() as u32;
+        let mut walk = SummaryWalk::new(segment, sealed_rows);
         let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-        let mut row = 0;
-        while row < sealed_rows {
-            let position_of = |index: u32| {
-                self.geometry.position(segment, row + index / data_columns, (index % data_columns) as usize)
-            };
-            let mut first: Option<format::BatchHeader> = None;
-            let mut index = 0u32;
-            let mut number = 0u32;
-            loop {
-                let valid = |bytes: &[u8]| {
-                    format::Summary::decode(bytes, &self.volume_uuid).is_some_and(|summary| {
-                        let header = summary.header;
-                        summary.summary_index as u32 == number
-                            && match first {
-                                Some(first) => header == first,
-                                None => header.fits(segment, row, sealed_rows, data_columns),
-                            }
-                    })
-                };
-                let position = position_of(index);
-                if !rows.is_some_and(|rows| rows(position, &mut block) && valid(&block)) {
-                    self.read_self_verifying(position, &valid, held, &mut block)?;
-                }
-                let summary =
-                    format::Summary::decode(&block, &self.volume_uuid).ok_or(ReadFailure::BeyondRedundancy)?;
-                visit((&summary, index), format::block_checksum(&block), &position_of);
-                let header = *first.get_or_insert(summary.header);
-                number += 1;
-                let next = format::next_summary_index(index, &summary);
-                if number >= header.summary_count || next >= header.block_count {
-                    row = header.first_row + header.row_count;
-                    break;
-                }
-                index = next;
+        while let Some(position) = walk.next_position(&self.geometry) {
+            let valid = |bytes: &[u8]| walk.expects(bytes, &self.volume_uuid, &self.geometry);
+            if !rows.is_some_and(|rows| rows(position, &mut block) && valid(&block)) {
+                self.read_self_verifying(position, &valid, held, &mut block)?;
             }
+            let summary = format::Summary::decode(&block, &self.volume_uuid).ok_or(ReadFailure::BeyondRedundancy)?;
+            visit((&summary, walk.index), format::block_checksum(&block), &|index| {
+                walk.position_of(&self.geometry, index)
+            });
+            walk.advance(&summary);
         }
         Ok(())
     }
@@ -1739,6 +1726,74 @@ impl Core {
         self.members
             .read_verified(&self.geometry, &self.counters, location, valid, &|_| None, ReadPurpose::Verify, out)
             .map(|_| ())
+    }
+}
+
+/// Where a walk over the batches sealed into a segment stands: each batch's summaries
+/// are found one after the other (each says where the next is), so the walk reads the
+/// summary it expects next, checks it (`expects`), and moves on (`advance`).
+pub(crate) struct SummaryWalk {
+    segment: u64,
+    sealed_rows: u32,
+    /// The first row of the batch being walked.
+    row: u32,
+    /// The batch index of the summary expected next, and its number in its batch.
+    index: u32,
+    number: u32,
+    /// The header of the batch's first summary, which every other one repeats.
+    first: Option<format::BatchHeader>,
+}
+
+impl SummaryWalk {
+    /// A walk over the rows `[0, sealed_rows)` of `segment`.
+    pub(crate) fn new(segment: u64, sealed_rows: u32) -> SummaryWalk {
+        SummaryWalk { segment, sealed_rows, row: 0, index: 0, number: 0, first: None }
+    }
+
+    /// The data-space position of the summary expected next; `None` once every batch is
+    /// walked.
+    pub(crate) fn next_position(&self, geometry: &Geometry) -> Option<u64> {
+        (self.row < self.sealed_rows).then(|| self.position_of(geometry, self.index))
+    }
+
+    /// The data-space position of batch index `index` of the batch being walked.
+    pub(crate) fn position_of(&self, geometry: &Geometry, index: u32) -> u64 {
+        let data_columns = geometry.data_columns() as u32;
+        geometry.position(self.segment, self.row + index / data_columns, (index % data_columns) as usize)
+    }
+
+    /// Whether `bytes` is the summary the walk expects next: it proves itself (its own
+    /// CRC32C and this volume), has the number expected, and repeats its batch's first
+    /// header (or, for a batch's first, has a header that fits this segment and row).
+    pub(crate) fn expects(&self, bytes: &[u8], volume_uuid: &[u8; 16], geometry: &Geometry) -> bool {
+        format::Summary::decode(bytes, volume_uuid).is_some_and(|summary| {
+            let header = summary.header;
+            summary.summary_index as u32 == self.number
+                && match self.first {
+                    Some(first) => header == first,
+                    None => header.fits(self.segment, self.row, self.sealed_rows, geometry.data_columns() as u32),
+                }
+        })
+    }
+
+    /// Move past `summary`, the one expected (checked with `expects`).
+    pub(crate) fn advance(&mut self, summary: &format::Summary) {
+        let header = *self.first.get_or_insert(summary.header);
+        self.number += 1;
+        let next = format::next_summary_index(self.index, summary);
+        if self.number >= header.summary_count || next >= header.block_count {
+            self.row = header.first_row + header.row_count;
+            self.index = 0;
+            self.number = 0;
+            self.first = None;
+        } else {
+            self.index = next;
+        }
+    }
+
+    /// The batch index of the summary expected next.
+    pub(crate) fn index(&self) -> u32 {
+        self.index
     }
 }
 

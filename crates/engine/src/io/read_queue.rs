@@ -18,12 +18,14 @@
 //! again through the single-read path, which rebuilds it if it must and counts what went
 //! wrong.
 
-use super::{block_pieces, Core, Lookup};
+use super::{block_pieces, Core, Lookup, SummaryWalk};
 use crate::error::{Error, Result};
+use crate::index::checksums::ChecksumTable;
 use crate::index::map::Mapping;
 use crate::layout::format;
 use crate::layout::geometry::BLOCK_SIZE_BYTES;
 use crate::stats::Counters;
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 use stripelog_blockdev::{AlignedBuffer, FinishedRead, ReadRing};
@@ -34,6 +36,12 @@ pub const RING_ENTRIES_PER_READ: usize = 4;
 /// The ring holds at least this many member reads: four 1 MiB reads in flight whatever
 /// the depth (each entry holds a 4 KiB buffer while in flight: 4 MiB).
 pub const RING_ENTRIES_MINIMUM: usize = 1024;
+/// Checksum tables a queue reads through its ring at once; a block whose segment's table
+/// is missing beyond that has it loaded by the single-read path, on the queue's thread.
+pub const TABLE_LOADS_IN_FLIGHT_MAXIMUM: usize = 64;
+/// Tags of the ring's summary reads (a table being loaded) have this bit set, and the
+/// segment in the others; those of data blocks are a read and a block (`ring_tag`).
+const SUMMARY_READ_TAG: u64 = 1 << 63;
 
 /// A finished client read: the caller's tag and buffer, and whether the buffer holds the
 /// data.
@@ -43,12 +51,17 @@ pub struct CompletedRead {
     pub result: Result<()>,
 }
 
-/// One block of a queued read that the ring reads.
-struct RingBlock {
+/// One block's part of a queued read: the block, where in it the read's bytes start, and
+/// where they go in the read's buffer.
+struct Piece {
     logical_block: u64,
-    /// Where in the block the read's bytes start, and where they go in the read's buffer.
     within: usize,
     range: Range<usize>,
+}
+
+/// One block of a queued read that the ring reads.
+struct RingBlock {
+    piece: Piece,
     position: u64,
     segment: u64,
     /// The segment's generation when the block was looked up.
@@ -62,9 +75,34 @@ struct QueuedRead {
     buffer: Vec<u8>,
     length_bytes: usize,
     blocks: Vec<RingBlock>,
-    /// Blocks still with the ring.
+    /// Blocks still with the ring or waiting for their segment's checksum table.
     pending: usize,
     error: Option<Error>,
+}
+
+/// A segment's checksum table being read through the ring: its summaries one after the
+/// other, while the queue goes on with other reads.
+struct TableLoad {
+    walk: SummaryWalk,
+    table: ChecksumTable,
+    /// The segment's generation when the load started: a summary read after the segment
+    /// was released and written again is not taken.
+    generation: u32,
+    /// The member the summary in flight is read from.
+    member: usize,
+    /// The pieces of queued reads (by index) that wait for the table.
+    waiting: Vec<(usize, Piece)>,
+}
+
+/// How a table load moved on.
+enum LoadProgress {
+    /// A summary read is with the ring.
+    Reading,
+    /// Every summary is recorded: the table is whole.
+    Walked,
+    /// The ring cannot go on (a member to rebuild from, a summary that does not prove
+    /// itself, a full ring): the single-read path loads the table.
+    Stopped,
 }
 
 /// Reads submitted from one thread and completed as their member reads finish. Drop it
@@ -79,6 +117,9 @@ pub struct ReadQueue {
     finished: Vec<FinishedRead>,
     /// Block buffers back from the ring, for the next reads: no allocation per block.
     spare: Vec<AlignedBuffer>,
+    /// Checksum tables being read through the ring, by segment (at most
+    /// `TABLE_LOADS_IN_FLIGHT_MAXIMUM`).
+    loads: HashMap<u64, TableLoad>,
 }
 
 impl ReadQueue {
@@ -91,6 +132,7 @@ impl ReadQueue {
             completed: Vec::new(),
             finished: Vec::new(),
             spare: Vec::new(),
+            loads: HashMap::new(),
         }
     }
 
@@ -108,7 +150,7 @@ impl ReadQueue {
 
     /// Start reading `length_bytes` at `offset_bytes` (both multiples of 512) into the
     /// start of `buffer`; `complete` gives the buffer back with `tag`.
-    pub fn submit(&mut self, tag: u64, offset_bytes: u64, length_bytes: usize, mut buffer: Vec<u8>) {
+    pub fn submit(&mut self, tag: u64, offset_bytes: u64, length_bytes: usize, buffer: Vec<u8>) {
         let core = self.core.clone();
         let checked = if length_bytes > buffer.len() {
             Err(Error::InvalidRequest(format!("a read of {length_bytes} bytes into a buffer of {}", buffer.len())))
@@ -123,75 +165,76 @@ impl ReadQueue {
             self.reads.push(None);
             self.reads.len() - 1
         });
-        let mut blocks = Vec::new();
-        let mut error = None;
-        let mut scratch = self.block_buffer();
+        self.reads[index] = Some(QueuedRead { tag, buffer, length_bytes, blocks: Vec::new(), pending: 0, error: None });
         {
             let _fence = core.reuse_fence.read();
             for (logical_block, within, range) in block_pieces(offset_bytes, length_bytes) {
-                if error.is_some() {
+                if self.reads[index].as_ref().is_some_and(|read| read.error.is_some()) {
                     break;
                 }
-                match self.plan_block(&core, logical_block, &mut scratch) {
-                    Ok(Plan::Served) => buffer[range.clone()].copy_from_slice(&scratch[within..within + range.len()]),
-                    Ok(Plan::Ring {
-                        position,
-                        segment,
-                        generation,
-                        expected_checksum,
-                        member,
-                        device,
-                        offset_bytes,
-                    }) => {
-                        let block_tag = ring_tag(index, blocks.len());
-                        match self.ring.push(block_tag, device, offset_bytes, scratch) {
-                            Ok(()) => {
-                                scratch = self.block_buffer();
-                                blocks.push(RingBlock {
-                                    logical_block,
-                                    within,
-                                    range,
-                                    position,
-                                    segment,
-                                    generation,
-                                    expected_checksum,
-                                    member,
-                                });
-                            }
-                            Err(returned) => {
-                                // The ring is full: this block takes the single-read path.
-                                scratch = returned;
-                                match core.read_block(logical_block, &mut scratch, None) {
-                                    Ok(()) => {
-                                        buffer[range.clone()].copy_from_slice(&scratch[within..within + range.len()])
-                                    }
-                                    Err(failure) => error = Some(failure),
-                                }
-                            }
-                        }
-                    }
-                    Err(failure) => error = Some(failure),
-                }
+                self.start_piece(&core, index, Piece { logical_block, within, range }, true);
             }
         }
-        self.spare.push(scratch);
         // To the kernel at once, rather than with the next wait: reads reach the device
         // as they come, not in bursts (which a device serves more slowly, measured).
         self.ring.submit();
-        let pending = blocks.len();
-        self.reads[index] = Some(QueuedRead { tag, buffer, length_bytes, blocks, pending, error });
-        if pending == 0 {
-            self.finish(index);
-        }
+        self.finish_if_done(index);
     }
 
     fn block_buffer(&mut self) -> AlignedBuffer {
         self.spare.pop().unwrap_or_else(|| AlignedBuffer::zeroed(BLOCK_SIZE_BYTES))
     }
 
+    /// Serve `piece` of read `index` now, or hand its block to the ring, or have it wait for
+    /// its segment's checksum table (only `may_wait_for_table`). The caller holds the reuse
+    /// fence, and finishes the read if nothing of it is pending.
+    fn start_piece(&mut self, core: &Core, index: usize, piece: Piece, may_wait_for_table: bool) {
+        let mut scratch = self.block_buffer();
+        let plan = self.plan_block(core, piece.logical_block, &mut scratch, may_wait_for_table);
+        let Some(read) = self.reads[index].as_mut() else { return };
+        match plan {
+            Ok(Plan::Served) => read.buffer[piece.range.clone()]
+                .copy_from_slice(&scratch[piece.within..piece.within + piece.range.len()]),
+            Ok(Plan::WaitForTable { segment }) => {
+                if let Some(load) = self.loads.get_mut(&segment) {
+                    load.waiting.push((index, piece));
+                    read.pending += 1;
+                }
+            }
+            Ok(Plan::Ring { position, segment, generation, expected_checksum, member, device, offset_bytes }) => {
+                let block_tag = ring_tag(index, read.blocks.len());
+                match self.ring.push(block_tag, device, offset_bytes, scratch) {
+                    Ok(()) => {
+                        scratch = self.spare.pop().unwrap_or_else(|| AlignedBuffer::zeroed(BLOCK_SIZE_BYTES));
+                        read.blocks.push(RingBlock { piece, position, segment, generation, expected_checksum, member });
+                        read.pending += 1;
+                    }
+                    Err(returned) => {
+                        // The ring is full: this block takes the single-read path.
+                        scratch = returned;
+                        match core.read_block(piece.logical_block, &mut scratch, None) {
+                            Ok(()) => read.buffer[piece.range.clone()]
+                                .copy_from_slice(&scratch[piece.within..piece.within + piece.range.len()]),
+                            Err(failure) => read.error = Some(failure),
+                        }
+                    }
+                }
+            }
+            Err(failure) => read.error = Some(failure),
+        }
+        self.spare.push(scratch);
+    }
+
     /// How one block is served: from memory or the single-read path now (`Served`, into
-    /// `scratch`), or by the ring. The caller holds the reuse fence.
-    fn plan_block(&self, core: &Core, logical_block: u64, scratch: &mut AlignedBuffer) -> Result<Plan> {
+    /// `scratch`), by the ring, or once its segment's checksum table has been read through
+    /// the ring (a load this starts, or joins). The caller holds the reuse fence.
+    fn plan_block(
+        &mut self,
+        core: &Core,
+        logical_block: u64,
+        scratch: &mut AlignedBuffer,
+        may_wait_for_table: bool,
+    ) -> Result<Plan> {
         let position = match core.resolved(logical_block)? {
             Mapping::Data { position } => position,
             _ => {
@@ -203,8 +246,17 @@ impl ReadQueue {
             return Ok(Plan::Served);
         }
         let location = core.geometry.locate(position);
-        let table = core.checksum_table(location.segment, None).ok();
         let device = core.members.direct_read_device(&core.geometry, location);
+        let table = match core.checksums.get(location.segment) {
+            Some(table) => Some(table),
+            None if device.is_some()
+                && may_wait_for_table
+                && (self.loads.contains_key(&location.segment) || self.start_load(core, location.segment)) =>
+            {
+                return Ok(Plan::WaitForTable { segment: location.segment });
+            }
+            None => core.checksum_table(location.segment, None).ok(),
+        };
         let (Some(table), Some((member, device))) = (table, device) else {
             core.read_block(logical_block, scratch, None)?;
             return Ok(Plan::Served);
@@ -220,6 +272,121 @@ impl ReadQueue {
         })
     }
 
+    /// Start reading `segment`'s checksum table through the ring; `false` when it is not
+    /// (too many loads, or the ring cannot read its first summary). A load that needs no
+    /// member read completes here, its table cached. The caller holds the reuse fence.
+    fn start_load(&mut self, core: &Core, segment: u64) -> bool {
+        if self.loads.len() >= TABLE_LOADS_IN_FLIGHT_MAXIMUM {
+            return false;
+        }
+        let sealed_rows = core.state.lock().space.segments[segment as usize].sealed_rows;
+        self.loads.insert(
+            segment,
+            TableLoad {
+                walk: SummaryWalk::new(segment, sealed_rows),
+                table: ChecksumTable::new(core.geometry.blocks_per_segment()),
+                generation: core.generation(segment),
+                member: 0,
+                waiting: Vec::new(),
+            },
+        );
+        match self.advance_load(core, segment) {
+            LoadProgress::Reading => true,
+            LoadProgress::Walked => {
+                if let Some(load) = self.loads.remove(&segment) {
+                    core.checksums.insert(segment, Arc::new(load.table), false);
+                }
+                false
+            }
+            LoadProgress::Stopped => {
+                self.loads.remove(&segment);
+                false
+            }
+        }
+    }
+
+    /// Record the summaries of `segment`'s load found in memory, and hand the next one on
+    /// the members to the ring.
+    fn advance_load(&mut self, core: &Core, segment: u64) -> LoadProgress {
+        let mut block = self.block_buffer();
+        let Some(load) = self.loads.get_mut(&segment) else {
+            self.spare.push(block);
+            return LoadProgress::Stopped;
+        };
+        loop {
+            let Some(position) = load.walk.next_position(&core.geometry) else {
+                self.spare.push(block);
+                return LoadProgress::Walked;
+            };
+            if let Lookup::Served = core.position_from_memory(position, &mut block, None) {
+                if load.walk.expects(&block, &core.volume_uuid, &core.geometry) && load.record(core, &block) {
+                    continue;
+                }
+            }
+            let location = core.geometry.locate(position);
+            let Some((member, device)) = core.members.direct_read_device(&core.geometry, location) else {
+                self.spare.push(block);
+                return LoadProgress::Stopped;
+            };
+            let offset_bytes = core.geometry.member_offset_bytes(location.segment, location.row);
+            return match self.ring.push(SUMMARY_READ_TAG | segment, device, offset_bytes, block) {
+                Ok(()) => {
+                    load.member = member;
+                    LoadProgress::Reading
+                }
+                Err(returned) => {
+                    self.spare.push(returned);
+                    LoadProgress::Stopped
+                }
+            };
+        }
+    }
+
+    /// A summary read of `segment`'s load is back: record it and read the next, or end
+    /// the load.
+    fn summary_read(&mut self, core: &Core, segment: u64, read: FinishedRead) {
+        let Some(load) = self.loads.get_mut(&segment) else {
+            self.spare.push(read.buffer);
+            return;
+        };
+        let intact = read.result.is_ok()
+            && core.generation(segment) == load.generation
+            && load.walk.expects(&read.buffer, &core.volume_uuid, &core.geometry);
+        let progress = if intact && load.record(core, &read.buffer) {
+            core.members.read_done(load.member, None, &core.counters);
+            self.spare.push(read.buffer);
+            self.advance_load(core, segment)
+        } else {
+            self.spare.push(read.buffer);
+            LoadProgress::Stopped
+        };
+        match progress {
+            LoadProgress::Reading => {}
+            LoadProgress::Walked => self.end_load(core, segment, true),
+            LoadProgress::Stopped => self.end_load(core, segment, false),
+        }
+    }
+
+    /// Cache the table of `segment`'s load if it is whole (`walked`) and the segment was
+    /// not released meanwhile, and start the pieces that waited for it (through the
+    /// single-read path's own load when it is not cached).
+    fn end_load(&mut self, core: &Core, segment: u64, walked: bool) {
+        let Some(load) = self.loads.remove(&segment) else { return };
+        let _fence = core.reuse_fence.read();
+        if walked && core.generation(segment) == load.generation {
+            Counters::add(&core.counters.queued_checksum_table_loads, 1);
+            core.checksums.insert(segment, Arc::new(load.table), false);
+        }
+        for (index, piece) in load.waiting {
+            let Some(read) = self.reads[index].as_mut() else { continue };
+            read.pending -= 1;
+            if read.error.is_none() {
+                self.start_piece(core, index, piece, false);
+            }
+            self.finish_if_done(index);
+        }
+    }
+
     /// The reads finished since the last call, waiting for at least one when `wait` and
     /// any is in flight.
     pub fn complete(&mut self, wait: bool) -> Vec<CompletedRead> {
@@ -229,9 +396,14 @@ impl ReadQueue {
         let core = self.core.clone();
         let mut scratch = self.block_buffer();
         for read in finished.drain(..) {
+            if read.tag & SUMMARY_READ_TAG != 0 {
+                self.summary_read(&core, read.tag & !SUMMARY_READ_TAG, read);
+                continue;
+            }
             let (index, block_index) = from_ring_tag(read.tag);
             let Some(queued) = self.reads.get_mut(index).and_then(Option::as_mut) else { continue };
             let Some(block) = queued.blocks.get(block_index) else { continue };
+            let piece = &block.piece;
             // Unchanged generation first: then the checksum proves the data is the block's.
             let intact = read.result.is_ok()
                 && core.generation(block.segment) == block.generation
@@ -242,31 +414,35 @@ impl ReadQueue {
                 if let Some(cache) = &core.cache {
                     cache.insert(block.position, block.generation, &read.buffer);
                 }
-                queued.buffer[block.range.clone()]
-                    .copy_from_slice(&read.buffer[block.within..block.within + block.range.len()]);
+                queued.buffer[piece.range.clone()]
+                    .copy_from_slice(&read.buffer[piece.within..piece.within + piece.range.len()]);
             } else if queued.error.is_none() {
                 let _fence = core.reuse_fence.read();
-                match core.read_block(block.logical_block, &mut scratch, None) {
-                    Ok(()) => queued.buffer[block.range.clone()]
-                        .copy_from_slice(&scratch[block.within..block.within + block.range.len()]),
+                match core.read_block(piece.logical_block, &mut scratch, None) {
+                    Ok(()) => queued.buffer[piece.range.clone()]
+                        .copy_from_slice(&scratch[piece.within..piece.within + piece.range.len()]),
                     Err(error) => queued.error = Some(error),
                 }
             }
             queued.pending -= 1;
-            if queued.pending == 0 {
-                self.finish(index);
-            }
+            self.finish_if_done(index);
             self.spare.push(read.buffer);
         }
         self.spare.push(scratch);
         self.finished = finished;
+        // Blocks started for the tables that came in, and the loads' next summaries.
+        self.ring.submit();
         if !self.completed.is_empty() {
             core.evict_map_pages_if_needed();
         }
         std::mem::take(&mut self.completed)
     }
 
-    fn finish(&mut self, index: usize) {
+    /// Finish read `index` if nothing of it is pending.
+    fn finish_if_done(&mut self, index: usize) {
+        if self.reads[index].as_ref().is_none_or(|read| read.pending > 0) {
+            return;
+        }
         let Some(read) = self.reads[index].take() else { return };
         self.free.push(index);
         let result = match read.error {
@@ -280,8 +456,26 @@ impl ReadQueue {
     }
 }
 
+impl TableLoad {
+    /// Take the summary the walk expected (checked with `expects`) into the table;
+    /// `false` if it does not decode after all.
+    fn record(&mut self, core: &Core, block: &[u8]) -> bool {
+        let Some(summary) = format::Summary::decode(block, &core.volume_uuid) else { return false };
+        let walk = &self.walk;
+        core.record_summary_checksums(&self.table, (&summary, walk.index()), format::block_checksum(block), &|index| {
+            walk.position_of(&core.geometry, index)
+        });
+        self.walk.advance(&summary);
+        true
+    }
+}
+
 enum Plan {
     Served,
+    /// Once the segment's checksum table, being read through the ring, is in.
+    WaitForTable {
+        segment: u64,
+    },
     Ring {
         position: u64,
         segment: u64,
