@@ -41,14 +41,14 @@ pub struct ReadRing {
     finished: VecDeque<FinishedRead>,
     /// Entries pushed but not yet handed to the kernel.
     unsubmitted: usize,
-    /// A descriptor (an eventfd) whose becoming readable ends a wait in `reap`, and
-    /// whether the ring is watching it now.
-    wake: Option<RawFd>,
-    wake_armed: bool,
+    /// A descriptor (a socket the caller also reads requests from) whose becoming
+    /// readable ends a wait in `reap_or_readable`, and whether the ring is watching it now.
+    watched: Option<RawFd>,
+    watch_armed: bool,
 }
 
-/// The user data of the entry that watches the wake descriptor.
-const WAKE_TAG: u64 = u64::MAX;
+/// The user data of the entry that watches the watched descriptor.
+const WATCH_TAG: u64 = u64::MAX;
 /// Waits `Drop` makes for the kernel to give back buffers before it gives up and leaks
 /// them (a ring that no longer answers).
 const DROP_REAP_ATTEMPTS_MAXIMUM: u32 = 1_000_000;
@@ -57,7 +57,7 @@ impl ReadRing {
     /// A ring for at most `capacity` reads in flight (more are refused by `push`).
     pub fn new(capacity: usize) -> ReadRing {
         let capacity = capacity.clamp(1, 4096);
-        // One entry more than reads: the watch of the wake descriptor.
+        // One entry more than reads: the watch of the watched descriptor.
         let ring = crate::new_ring((capacity + 1).next_power_of_two() as u32).ok();
         ReadRing {
             ring,
@@ -65,16 +65,16 @@ impl ReadRing {
             free: (0..capacity).rev().collect(),
             finished: VecDeque::new(),
             unsubmitted: 0,
-            wake: None,
-            wake_armed: false,
+            watched: None,
+            watch_armed: false,
         }
     }
 
-    /// Let `reap` also return, with nothing, once `descriptor` (a non-blocking eventfd
-    /// another thread writes to) becomes readable; it is read empty then. The caller
-    /// keeps it open while the ring lives.
-    pub fn wake_on(&mut self, descriptor: RawFd) {
-        self.wake = Some(descriptor);
+    /// Let `reap_or_readable` also return, perhaps with nothing, once `descriptor`
+    /// becomes readable (or hung up). The ring only watches it: it reads nothing from it.
+    /// The caller keeps it open while the ring lives.
+    pub fn watch(&mut self, descriptor: RawFd) {
+        self.watched = Some(descriptor);
     }
 
     /// Reads pushed and not yet reaped.
@@ -139,22 +139,32 @@ impl ReadRing {
     /// Hand the pushed reads to the kernel and collect those finished into `out`, waiting
     /// for at least one when `wait` and any is in flight.
     pub fn reap(&mut self, wait: bool, out: &mut Vec<FinishedRead>) {
+        self.reap_watching(wait, false, out);
+    }
+
+    /// `reap`, waiting until a read finishes or the watched descriptor (`watch`) is
+    /// readable, whichever comes first.
+    pub fn reap_or_readable(&mut self, out: &mut Vec<FinishedRead>) {
+        self.reap_watching(true, true, out);
+    }
+
+    fn reap_watching(&mut self, wait: bool, watch: bool, out: &mut Vec<FinishedRead>) {
         let before = out.len();
         out.extend(self.finished.drain(..));
         let waiting_in_kernel = self.submitted.len() - self.free.len();
         if let Some(ring) = self.ring.as_mut() {
-            if let (Some(descriptor), false) = (self.wake, self.wake_armed) {
+            if let (true, Some(descriptor), false) = (watch, self.watched, self.watch_armed) {
                 let entry =
-                    opcode::PollAdd::new(types::Fd(descriptor), libc::POLLIN as u32).build().user_data(WAKE_TAG);
+                    opcode::PollAdd::new(types::Fd(descriptor), libc::POLLIN as u32).build().user_data(WATCH_TAG);
                 // SAFETY: a poll entry points at no memory of ours; the descriptor is kept
-                // open by the caller while the ring lives (`wake_on`). The ring has an
-                // entry beyond every read, so there is room.
+                // open by the caller while the ring lives (`watch`). The ring has an entry
+                // beyond every read, so there is room.
                 if unsafe { ring.submission().push(&entry) }.is_ok() {
-                    self.wake_armed = true;
+                    self.watch_armed = true;
                     self.unsubmitted += 1;
                 }
             }
-            let want = usize::from(wait && out.len() == before && (waiting_in_kernel > 0 || self.wake_armed));
+            let want = usize::from(wait && out.len() == before && (waiting_in_kernel > 0 || self.watch_armed));
             if self.unsubmitted > 0 || want > 0 {
                 match ring.submit_and_wait(want) {
                     Ok(_) => self.unsubmitted = 0,
@@ -168,14 +178,8 @@ impl ReadRing {
             let completions: Vec<(u64, i32)> =
                 ring.completion().map(|entry| (entry.user_data(), entry.result())).collect();
             for (index, result) in completions {
-                if index == WAKE_TAG {
-                    self.wake_armed = false;
-                    if let Some(descriptor) = self.wake {
-                        let mut count = [0u8; 8];
-                        // SAFETY: reads at most 8 bytes into `count`, which lives across
-                        // the call; the descriptor is open (`wake_on`).
-                        unsafe { libc::read(descriptor, count.as_mut_ptr().cast(), count.len()) };
-                    }
+                if index == WATCH_TAG {
+                    self.watch_armed = false;
                     continue;
                 }
                 let Some(Submitted { tag, device, offset_bytes, mut buffer }) =

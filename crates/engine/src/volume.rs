@@ -9,7 +9,7 @@ use crate::index::checksums::ChecksumCache;
 use crate::index::lifetimes::Lifetimes;
 use crate::index::map::{BlockMap, Mapping};
 use crate::io::deduplication::Candidate;
-use crate::io::{block_pieces, BlockWrite, CompressedUnit, Core, Lookup, OpenProblem, WriteState};
+use crate::io::{block_pieces, BlockWrite, CompressedUnit, Core, OpenProblem, WriteState};
 use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
 use crate::layout::{format, packed};
 use crate::log::batch::{BufferPool, OpenBatch};
@@ -989,29 +989,6 @@ impl Volume {
     /// with a queue depth wants. Drop it before closing the volume.
     pub fn read_queue(&self, depth: usize) -> crate::io::read_queue::ReadQueue {
         crate::io::read_queue::ReadQueue::new(self.shared.clone(), depth)
-    }
-
-    /// Like [`Volume::read`], but only from memory (unmapped and zero blocks, batches not
-    /// yet on the members, the block cache): `Ok(false)` when some block would need a
-    /// member read, and then `buffer` holds nothing useful. Never waits for a member, so
-    /// a network server can answer it on its receiving thread.
-    pub fn read_from_memory(&self, offset_bytes: u64, buffer: &mut [u8]) -> Result<bool> {
-        self.shared.check_open()?;
-        self.shared.check_range(offset_bytes, buffer.len() as u64)?;
-        let _fence = self.shared.reuse_fence.read();
-        let mut scratch = [0u8; BLOCK_SIZE_BYTES];
-        for (logical_block, within, range) in block_pieces(offset_bytes, buffer.len()) {
-            let target = if range.len() == BLOCK_SIZE_BYTES { &mut buffer[range.clone()] } else { &mut scratch[..] };
-            if matches!(self.shared.read_block_from_memory(logical_block, target, None), Lookup::OnMembers) {
-                return Ok(false);
-            }
-            if range.len() < BLOCK_SIZE_BYTES {
-                let count = range.len();
-                buffer[range].copy_from_slice(&scratch[within..within + count]);
-            }
-        }
-        Counters::add(&self.shared.counters.host_bytes_read, buffer.len() as u64);
-        Ok(true)
     }
 
     /// The mapping of one logical block (for block-status queries).

@@ -11,7 +11,7 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use stripelog_engine::{Mapping, Volume, BLOCK_SIZE_BYTES};
+use stripelog_engine::{Mapping, ReadQueue, Volume, BLOCK_SIZE_BYTES};
 
 /// Largest request payload (read or write) a client may send; advertised as the maximum
 /// block size. Larger writes are refused with EOVERFLOW after their payload is skipped.
@@ -27,13 +27,14 @@ pub const REQUESTS_IN_FLIGHT_PER_CONNECTION: usize = 32;
 pub const WORKERS_PER_CONNECTION: usize = 16;
 /// Replies the reader collects before sending them in one write.
 pub const PENDING_REPLIES_FLUSH_BYTES: usize = 64 << 10;
-/// Reads up to this size that the engine can serve from memory are answered by the
-/// reader itself (larger ones, and those needing a member, go to a worker).
-pub const INLINE_READ_MAXIMUM_BYTES: usize = 64 << 10;
-/// Reads up to this size that need a member go to the connection's read queue: one
-/// thread keeps them all in flight through io_uring (`Volume::read_queue`) and replies as
-/// each finishes. Larger reads go to the workers.
+/// Reads up to this size go to the connection's read queue (`Volume::read_queue`): the
+/// reader itself keeps them in flight through io_uring, and replies to each as it
+/// finishes, between requests. Larger reads go to the workers.
 pub const QUEUED_READ_MAXIMUM_BYTES: usize = 64 << 10;
+/// Reads a connection's read queue holds at once (beside the requests with the workers,
+/// bounded by `REQUESTS_IN_FLIGHT_PER_CONNECTION`); the reader answers reads before it
+/// reads another request when it is reached.
+pub const QUEUED_READS_IN_FLIGHT_MAXIMUM: usize = 32;
 /// Member reads the read queue's ring holds per request in flight.
 pub const QUEUED_READ_RING_ENTRIES_PER_REQUEST: usize = 4;
 /// The reader's buffer: many small requests arrive per system call.
@@ -107,6 +108,8 @@ pub trait Connection: Read + Write + Send + 'static {
     fn shutdown_read(&self);
     /// Whether bytes are waiting to be read right now (never blocks).
     fn input_waiting(&self) -> bool;
+    /// The socket's descriptor, for the read queue to watch (`ReadQueue::watch`).
+    fn descriptor(&self) -> std::os::fd::RawFd;
 }
 
 /// Unix and TCP sockets are connections the same way.
@@ -121,6 +124,9 @@ macro_rules! socket_connection {
             }
             fn shutdown_read(&self) {
                 let _ = self.shutdown(std::net::Shutdown::Read);
+            }
+            fn descriptor(&self) -> std::os::fd::RawFd {
+                std::os::fd::AsRawFd::as_raw_fd(self)
             }
             fn input_waiting(&self) -> bool {
                 let mut descriptor =
@@ -591,13 +597,7 @@ fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Ne
         token_return.send(()).expect("capacity for every token");
     }
     let (job_sender, jobs) = stripelog_engine::queue::bounded::<Job>(REQUESTS_IN_FLIGHT_PER_CONNECTION);
-    let (read_sender, read_jobs) = stripelog_engine::queue::bounded::<ReadJob>(REQUESTS_IN_FLIGHT_PER_CONNECTION);
-    let wake = Wake::new()?;
     let result = std::thread::scope(|scope| {
-        {
-            let (state, wake, token_return) = (&state, &wake, token_return.clone());
-            scope.spawn(move || serve_queued_reads(state, read_jobs, wake, &token_return));
-        }
         for _ in 0..WORKERS_PER_CONNECTION {
             let (state, jobs, token_return) = (&state, jobs.clone(), token_return.clone());
             scope.spawn(move || {
@@ -609,12 +609,8 @@ fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Ne
                 }
             });
         }
-        let reads = QueuedReads { sender: read_sender, wake: &wake };
-        let result = read_requests(&state, stream, &tokens, &job_sender, &reads);
+        let result = read_requests(&state, stream, &tokens, &job_sender);
         drop(job_sender);
-        // The read thread sees the end once woken: it answers what it holds, then stops.
-        drop(reads.sender);
-        wake.kick();
         result
     });
     let statistics = &state.server.statistics;
@@ -638,134 +634,75 @@ fn runs_inline(request: &Request, flushes_are_quick: bool) -> bool {
     }
 }
 
-/// A read handed to the connection's read queue.
-struct ReadJob {
-    request: Request,
-    received: Instant,
+/// The connection's reads in its read queue, which the reader submits and answers.
+struct QueuedReads {
+    queue: ReadQueue,
+    /// The request of each slot (the queue's tag) in flight, and when it was received.
+    requests: Vec<Option<(Request, Instant)>>,
+    free_slots: Vec<usize>,
+    spare_buffers: Vec<Vec<u8>>,
 }
 
-/// Where the reader hands reads for the read queue, and how it wakes its thread.
-struct QueuedReads<'a> {
-    sender: stripelog_engine::queue::Sender<ReadJob>,
-    wake: &'a Wake,
+/// How long `QueuedReads::answer` waits.
+#[derive(Clone, Copy, PartialEq)]
+enum WaitFor {
+    Nothing,
+    /// A read to finish.
+    Read,
+    /// A read to finish or the client to send more, whichever comes first.
+    ReadOrRequest,
 }
 
-/// An eventfd: the reader writes to it after handing the read thread a job while that
-/// thread waits, and the read thread's ring watches it (`ReadQueue::wake_on`). `waiting`
-/// is set by the read thread before it waits (then it looks for jobs once more), so the
-/// reader writes only when a wake is needed.
-struct Wake {
-    descriptor: std::os::fd::OwnedFd,
-    waiting: AtomicBool,
-}
-
-impl Wake {
-    fn new() -> io::Result<Wake> {
-        // SAFETY: eventfd takes no pointers; a non-negative result is a new descriptor
-        // that nothing else owns.
-        let descriptor = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if descriptor < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `descriptor` is open and owned by no one else (just created).
-        let descriptor = unsafe { std::os::fd::FromRawFd::from_raw_fd(descriptor) };
-        Ok(Wake { descriptor, waiting: AtomicBool::new(false) })
+impl QueuedReads {
+    fn new(state: &ConnectionState, stream: &dyn Connection) -> QueuedReads {
+        let mut queue =
+            state.export().volume.read_queue(QUEUED_READS_IN_FLIGHT_MAXIMUM * QUEUED_READ_RING_ENTRIES_PER_REQUEST);
+        queue.watch(stream.descriptor());
+        QueuedReads { queue, requests: Vec::new(), free_slots: Vec::new(), spare_buffers: Vec::new() }
     }
 
-    fn descriptor(&self) -> std::os::fd::RawFd {
-        std::os::fd::AsRawFd::as_raw_fd(&self.descriptor)
+    fn in_flight(&self) -> usize {
+        self.queue.in_flight()
     }
 
-    /// Wake the read thread if it waits (or is about to).
-    fn kick_if_waiting(&self) {
-        if self.waiting.swap(false, Ordering::SeqCst) {
-            self.kick();
-        }
+    fn submit(&mut self, request: Request, received: Instant) {
+        let slot = self.free_slots.pop().unwrap_or_else(|| {
+            self.requests.push(None);
+            self.requests.len() - 1
+        });
+        let length = request.length_bytes as usize;
+        let mut buffer = self.spare_buffers.pop().unwrap_or_default();
+        buffer.resize(length.max(buffer.len()), 0);
+        self.queue.submit(slot as u64, request.offset_bytes, length, buffer);
+        self.requests[slot] = Some((request, received));
     }
 
-    fn kick(&self) {
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from `one`, which lives across the call, to a descriptor
-        // this value keeps open. A full counter (EAGAIN) is still a pending wake.
-        unsafe { libc::write(self.descriptor(), one.as_ptr().cast(), one.len()) };
-    }
-}
-
-/// The read thread: keep every queued read in flight and reply to each as it finishes,
-/// until the reader has stopped handing reads and none is left.
-fn serve_queued_reads(
-    state: &ConnectionState,
-    jobs: stripelog_engine::queue::Receiver<ReadJob>,
-    wake: &Wake,
-    token_return: &stripelog_engine::queue::Sender<()>,
-) {
-    let mut queue =
-        state.export().volume.read_queue(REQUESTS_IN_FLIGHT_PER_CONNECTION * QUEUED_READ_RING_ENTRIES_PER_REQUEST);
-    queue.wake_on(wake.descriptor());
-    let mut requests: Vec<Option<ReadJob>> = Vec::new();
-    let mut free_slots: Vec<usize> = Vec::new();
-    let mut spare_buffers: Vec<Vec<u8>> = Vec::new();
-    let mut reader_done = false;
-    let mut replies = Vec::with_capacity(PENDING_REPLIES_FLUSH_BYTES);
-    loop {
-        // Jobs, then (having said it is about to wait) jobs once more: a job sent after
-        // the first look either is seen by the second or finds `waiting` set and kicks.
-        for announce in [false, true] {
-            if announce {
-                wake.waiting.store(true, Ordering::SeqCst);
-            }
-            loop {
-                match jobs.try_recv() {
-                    Ok(job) => {
-                        let slot = free_slots.pop().unwrap_or_else(|| {
-                            requests.push(None);
-                            requests.len() - 1
-                        });
-                        let length = job.request.length_bytes as usize;
-                        let mut buffer = spare_buffers.pop().unwrap_or_default();
-                        buffer.resize(length.max(buffer.len()), 0);
-                        queue.submit(slot as u64, job.request.offset_bytes, length, buffer);
-                        requests[slot] = Some(job);
-                    }
-                    Err(stripelog_engine::queue::TryRecvError::Empty) => break,
-                    Err(stripelog_engine::queue::TryRecvError::Disconnected) => {
-                        reader_done = true;
-                        break;
-                    }
-                }
-            }
-        }
-        if reader_done && queue.in_flight() == 0 {
-            return;
-        }
-        let completed = queue.complete(true);
-        wake.waiting.store(false, Ordering::SeqCst);
+    /// Put the replies of the reads finished (waiting as `wait` says) into `pending`.
+    fn answer(&mut self, state: &ConnectionState, wait: WaitFor, pending: &mut Vec<u8>) -> io::Result<()> {
+        let completed = match wait {
+            WaitFor::Nothing => self.queue.complete(false),
+            WaitFor::Read => self.queue.complete(true),
+            WaitFor::ReadOrRequest => self.queue.complete_or_readable(),
+        };
+        let mut result = Ok(());
         for read in completed {
             let slot = read.tag as usize;
-            let Some(job) = requests.get_mut(slot).and_then(Option::take) else { continue };
-            free_slots.push(slot);
-            let length = job.request.length_bytes as usize;
-            // The replies of one batch of completions go out in one write.
-            let pending = &mut Replies(Some(&mut replies));
+            let Some((request, received)) = self.requests.get_mut(slot).and_then(Option::take) else { continue };
+            self.free_slots.push(slot);
+            let length = request.length_bytes as usize;
+            let replies = &mut Replies(Some(pending));
             let replied = match read.result {
                 Ok(()) => {
                     state.server.statistics.bytes_read.fetch_add(length as u64, Ordering::Relaxed);
-                    state.reply_data(&job.request, &read.buffer[..length], pending)
+                    state.reply_data(&request, &read.buffer[..length], replies)
                 }
-                Err(error) => state.reply_error(&job.request, wire_error(&error), &error.to_string(), pending),
+                Err(error) => state.reply_error(&request, wire_error(&error), &error.to_string(), replies),
             };
-            if let Err(error) = replied.and_then(|()| state.flush_pending_if_full(&mut replies)) {
-                log::warn!("writing a reply failed: {error}");
-                replies.clear();
-            }
-            state.metrics().record(COMMAND_READ, length as u64, job.received.elapsed());
-            spare_buffers.push(read.buffer);
-            let _ = token_return.send(());
+            state.metrics().record(COMMAND_READ, length as u64, received.elapsed());
+            self.spare_buffers.push(read.buffer);
+            result = result.and(replied).and_then(|()| state.flush_pending_if_full(pending));
         }
-        if let Err(error) = state.flush_pending(&mut replies) {
-            log::warn!("writing a reply failed: {error}");
-            replies.clear();
-        }
+        result
     }
 }
 
@@ -775,12 +712,18 @@ fn read_requests(
     stream: Box<dyn Connection>,
     tokens: &stripelog_engine::queue::Receiver<()>,
     jobs: &stripelog_engine::queue::Sender<Job>,
-    reads: &QueuedReads,
 ) -> io::Result<()> {
+    let mut reads = QueuedReads::new(state, stream.as_ref());
     let mut stream = io::BufReader::with_capacity(READ_BUFFER_BYTES, stream);
     let mut pending = Vec::with_capacity(PENDING_REPLIES_FLUSH_BYTES);
-    let result = read_requests_into(state, &mut stream, tokens, jobs, reads, &mut pending);
-    // Whatever the reader answered goes out, even when the connection is ending.
+    let mut result = read_requests_into(state, &mut stream, tokens, jobs, &mut reads, &mut pending);
+    // The reads still in flight are answered (a client that disconnects gets every reply
+    // owed first), and whatever the reader answered goes out, even when the connection is
+    // ending.
+    while reads.in_flight() > 0 {
+        let answered = reads.answer(state, WaitFor::Read, &mut pending);
+        result = result.and(answered);
+    }
     let flushed = state.flush_pending(&mut pending);
     result.and(flushed)
 }
@@ -790,18 +733,27 @@ fn read_requests_into(
     stream: &mut io::BufReader<Box<dyn Connection>>,
     tokens: &stripelog_engine::queue::Receiver<()>,
     jobs: &stripelog_engine::queue::Sender<Job>,
-    reads: &QueuedReads,
+    reads: &mut QueuedReads,
     pending: &mut Vec<u8>,
 ) -> io::Result<()> {
     let export = &state.server.exports[state.export];
     let size = export.size_bytes();
-    let mut read_scratch = vec![0u8; INLINE_READ_MAXIMUM_BYTES];
     loop {
-        // About to wait for the client (no whole request buffered, nothing more arrived):
-        // first send what it is owed. While requests keep coming, replies gather into
-        // fewer, larger sends.
-        if stream.buffer().len() < codec::REQUEST_HEADER_BYTES && !stream.get_ref().input_waiting() {
+        // The replies of the reads that finished; then, about to wait for the client (no
+        // whole request buffered, nothing more arrived), send what it is owed, and while
+        // reads are in flight wait for whichever comes first: a read finishing or the
+        // client sending more. While requests keep coming, replies gather into fewer,
+        // larger sends.
+        loop {
+            reads.answer(state, WaitFor::Nothing, pending)?;
+            if stream.buffer().len() >= codec::REQUEST_HEADER_BYTES || stream.get_ref().input_waiting() {
+                break;
+            }
             state.flush_pending(pending)?;
+            if reads.in_flight() == 0 {
+                break;
+            }
+            reads.answer(state, WaitFor::ReadOrRequest, pending)?;
         }
         let mut header = [0u8; codec::REQUEST_HEADER_BYTES];
         match stream.read_exact(&mut header) {
@@ -825,32 +777,21 @@ fn read_requests_into(
             discard(stream, request.length_bytes as u64)?;
         }
         let length = request.length_bytes as usize;
-        if refusal.is_none() && request.command == COMMAND_READ && length <= INLINE_READ_MAXIMUM_BYTES {
-            // A read the engine can serve from memory is answered here, without a hand-off.
-            let data = &mut read_scratch[..length];
-            // Not in memory (or failed, and the worker reports it): a worker reads it.
-            if let Ok(true) = export.volume.read_from_memory(request.offset_bytes, data) {
-                state.requests.fetch_add(1, Ordering::Relaxed);
-                state.server.statistics.bytes_read.fetch_add(length as u64, Ordering::Relaxed);
-                state.reply_data(&request, data, &mut Replies(Some(pending)))?;
-                state.metrics().record(COMMAND_READ, length as u64, received.elapsed());
-                state.flush_pending_if_full(pending)?;
-                continue;
+        if refusal.is_none() && request.command == COMMAND_READ && length <= QUEUED_READ_MAXIMUM_BYTES {
+            // Blocks in memory are copied when the read is submitted; the others are read
+            // through io_uring, and answered when they finish.
+            state.requests.fetch_add(1, Ordering::Relaxed);
+            while reads.in_flight() >= QUEUED_READS_IN_FLIGHT_MAXIMUM {
+                reads.answer(state, WaitFor::Read, pending)?;
             }
+            reads.submit(request, received);
+            continue;
         }
         let inline = refusal.is_some() || runs_inline(&request, export.volume.flushes_to_a_write_log());
         if !inline {
             tokens.recv().map_err(|_| io::Error::other("workers stopped"))?;
         }
         state.requests.fetch_add(1, Ordering::Relaxed);
-        if refusal.is_none() && request.command == COMMAND_READ && length <= QUEUED_READ_MAXIMUM_BYTES {
-            reads
-                .sender
-                .send(ReadJob { request, received })
-                .map_err(|_| io::Error::other("the read thread stopped"))?;
-            reads.wake.kick_if_waiting();
-            continue;
-        }
         if inline && refusal.is_none() && carries_payload && stream.buffer().len() >= length {
             // The whole payload is already in the read buffer: the engine copies it from
             // there into the open batch (no allocation, no extra copy).

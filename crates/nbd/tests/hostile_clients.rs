@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use stripelog_blockdev::{BlockDevice, MemoryDevice, Prng};
+use stripelog_blockdev::{BlockDevice, FileDevice, FileDeviceOptions, MemoryDevice, Prng};
 use stripelog_engine::{CreateOptions, MemberDevice, OpenOptions, RaidLevel, Volume, BLOCK_SIZE_BYTES};
 use stripelog_nbd::codec::{self, Request, OPTION_PAYLOAD_MAXIMUM_BYTES};
 use stripelog_nbd::protocol::*;
@@ -63,18 +63,52 @@ const READ_ONLY_FLAGS: u16 = TRANSMISSION_HAS_FLAGS
 struct Fixture {
     server: Arc<Server>,
     size: u64,
+    /// The member files' directory, removed with the fixture (`on_files`).
+    directory: Option<std::path::PathBuf>,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if let Some(directory) = &self.directory {
+            let _ = std::fs::remove_dir_all(directory);
+        }
+    }
 }
 
 impl Fixture {
     fn new() -> Fixture {
-        let members = (0..5)
-            .map(|index| MemberDevice {
-                name: format!("m{index}"),
-                device: Some(Arc::new(MemoryDevice::new(16 * MIB)) as Arc<dyn BlockDevice>),
+        let devices = (0..5).map(|_| Arc::new(MemoryDevice::new(16 * MIB)) as Arc<dyn BlockDevice>).collect();
+        Fixture::with_devices(devices, &OpenOptions::default(), None)
+    }
+
+    /// Members in files, without a block cache: reads that miss the open batch are read
+    /// from the files through the connection's read queue (io_uring), so they are in
+    /// flight for a while.
+    fn on_files(name: &str) -> Fixture {
+        let directory = std::env::temp_dir().join(format!("stripelog-hostile-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).expect("directory");
+        let options = FileDeviceOptions { create_size_bytes: Some(16 * MIB), ..FileDeviceOptions::default() };
+        let devices = (0..5)
+            .map(|index| {
+                Arc::new(FileDevice::open(&directory.join(format!("m{index}")), &options).expect("open a member file"))
+                    as Arc<dyn BlockDevice>
             })
             .collect();
+        Fixture::with_devices(devices, &OpenOptions { cache_size_bytes: 0, ..OpenOptions::default() }, Some(directory))
+    }
+
+    fn with_devices(
+        devices: Vec<Arc<dyn BlockDevice>>,
+        open: &OpenOptions,
+        directory: Option<std::path::PathBuf>,
+    ) -> Fixture {
+        let members = devices
+            .into_iter()
+            .enumerate()
+            .map(|(index, device)| MemberDevice { name: format!("m{index}"), device: Some(device) })
+            .collect();
         let options = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..Default::default() };
-        let volume = Arc::new(Volume::create(members, &options, &OpenOptions::default()).expect("create the volume"));
+        let volume = Arc::new(Volume::create(members, &options, open).expect("create the volume"));
         let size = volume.logical_size_bytes();
         assert!(size >= 2 * MAXIMUM_REQUEST_BYTES as u64 + MIB, "volume of {size} bytes is too small for the tests");
         let exports = vec![
@@ -93,7 +127,7 @@ impl Fixture {
                 allowed_clients: Vec::new(),
             },
         ];
-        Fixture { server: Server::new(exports), size }
+        Fixture { server: Server::new(exports), size, directory }
     }
 
     /// Fixed newstyle with NO_ZEROES, STRUCTURED_REPLY, optionally SET_META_CONTEXT
@@ -748,6 +782,43 @@ fn pipelined_requests_are_answered_by_cookie() {
     }
     assert!(conn.expect_closed("after a half-close").is_empty());
     conn.wait_served("after a half-close");
+}
+
+#[test]
+fn reads_in_flight_are_answered_when_the_client_half_closes() {
+    // Reads of member files are still with the kernel when the reader meets the end of
+    // the client's stream: each is answered before the server closes.
+    let fixture = Fixture::on_files("half-close");
+    let mut conn = fixture.connect_structured(DISK, false);
+    let piece = 16 * KIB as usize;
+    let slot = |index: u64| MIB + index * 64 * KIB;
+    for round in 0..2 {
+        for index in 0..32u64 {
+            let cookie = conn.cookie();
+            conn.send_request(0, COMMAND_WRITE, cookie, slot(index), piece as u32, &pattern(300 + index, piece));
+            conn.reply().assert_done();
+        }
+        // On the members (the open batch written), so the reads below need them.
+        let cookie = conn.cookie();
+        conn.send_request(0, COMMAND_FLUSH, cookie, 0, 0, &[]);
+        conn.reply().assert_done();
+        let mut expected = HashMap::new();
+        for index in 0..32u64 {
+            let cookie = conn.cookie();
+            conn.send_request(0, COMMAND_READ, cookie, slot(index), piece as u32, &[]);
+            expected.insert(cookie, index);
+        }
+        if round == 1 {
+            conn.stream.shutdown(Shutdown::Write).expect("half-close");
+        }
+        for _ in 0..32 {
+            let reply = conn.reply();
+            let index = expected.remove(&reply.cookie).expect("known cookie");
+            reply.assert_data(slot(index), &pattern(300 + index, piece));
+        }
+    }
+    assert!(conn.expect_closed("after a half-close with reads in flight").is_empty());
+    conn.wait_served("after a half-close with reads in flight");
 }
 
 // ---------------------------------------------------------------------------------------

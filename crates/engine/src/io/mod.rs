@@ -1462,51 +1462,6 @@ impl Core {
         Ok(())
     }
 
-    /// Serve a block from memory when it is there: unmapped or zero, in a batch not yet
-    /// on the members, or in the cache. Same locking rules as [`Core::read_block`].
-    pub(crate) fn read_block_from_memory(
-        &self,
-        logical_block: u64,
-        out: &mut [u8],
-        held: Option<&WriteState>,
-    ) -> Lookup {
-        // An index page only in the log would need a member read.
-        match self.map.get_if_resident(logical_block) {
-            None => Lookup::OnMembers,
-            Some(Mapping::Data { position }) => self.position_from_memory(position, out, held),
-            Some(Mapping::Shared { record }) => match self.shared.read().get(record) {
-                Some(current) => self.position_from_memory(current.position, out, held),
-                None => Lookup::OnMembers,
-            },
-            Some(Mapping::Fragment { position, .. }) => {
-                // A fragment that does not come out is left to the member path, which
-                // reports it.
-                let mut start = [0u8; BLOCK_SIZE_BYTES];
-                if !matches!(self.position_from_memory(position, &mut start, held), Lookup::Served) {
-                    return Lookup::OnMembers;
-                }
-                let Ok((entries, index)) = crate::layout::packed::find(&start, logical_block) else {
-                    return Lookup::OnMembers;
-                };
-                let following_count = crate::layout::packed::following_blocks(&entries, index);
-                let mut following = vec![[0u8; BLOCK_SIZE_BYTES]; following_count];
-                for (after, block) in following.iter_mut().enumerate() {
-                    if !matches!(self.position_from_memory(position + 1 + after as u64, block, held), Lookup::Served) {
-                        return Lookup::OnMembers;
-                    }
-                }
-                match crate::layout::packed::extract(&start, &entries, index, &following, logical_block, out) {
-                    Ok(()) => Lookup::Served,
-                    Err(_) => Lookup::OnMembers,
-                }
-            }
-            Some(_) => {
-                out.fill(0);
-                Lookup::Served
-            }
-        }
-    }
-
     pub(crate) fn position_from_memory(&self, position: u64, out: &mut [u8], held: Option<&WriteState>) -> Lookup {
         let location = self.geometry.locate(position);
         if location.row >= self.rows_on_media[location.segment as usize].load(Ordering::Acquire) {

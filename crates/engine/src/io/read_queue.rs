@@ -136,11 +136,12 @@ impl ReadQueue {
         }
     }
 
-    /// Let `complete` also return (perhaps with nothing) once `descriptor`, a non-blocking
-    /// eventfd, becomes readable: a thread that serves reads handed to it by another waits
-    /// for both at once. The caller keeps the descriptor open while the queue lives.
-    pub fn wake_on(&mut self, descriptor: std::os::unix::io::RawFd) {
-        self.ring.wake_on(descriptor);
+    /// Let `complete_or_readable` also return once `descriptor` becomes readable: a thread
+    /// that reads requests from a socket and serves them waits for both at once. The queue
+    /// only watches it (it reads nothing from it); the caller keeps it open while the
+    /// queue lives.
+    pub fn watch(&mut self, descriptor: std::os::unix::io::RawFd) {
+        self.ring.watch(descriptor);
     }
 
     /// Reads submitted and not yet returned by `complete`.
@@ -393,6 +394,22 @@ impl ReadQueue {
         let mut finished = std::mem::take(&mut self.finished);
         let wait = wait && self.completed.is_empty();
         self.ring.reap(wait, &mut finished);
+        self.take_finished(finished)
+    }
+
+    /// `complete`, waiting (if none has finished) until a read finishes or the watched
+    /// descriptor (`watch`) is readable: perhaps with nothing.
+    pub fn complete_or_readable(&mut self) -> Vec<CompletedRead> {
+        let mut finished = std::mem::take(&mut self.finished);
+        if self.completed.is_empty() {
+            self.ring.reap_or_readable(&mut finished);
+        } else {
+            self.ring.reap(false, &mut finished);
+        }
+        self.take_finished(finished)
+    }
+
+    fn take_finished(&mut self, mut finished: Vec<FinishedRead>) -> Vec<CompletedRead> {
         let core = self.core.clone();
         let mut scratch = self.block_buffer();
         for read in finished.drain(..) {
