@@ -10,7 +10,8 @@
 #            and `bench saturate` (27 % spare, full: steady IOPS ÷ the cleaner's traffic
 #            bound, maximum latency per 10 s interval)
 #   reads    4 KiB random reads with the block cache off, depth 32, in process and over
-#            NBD ÷ fio's random reads over the raw member files at depth 32
+#            NBD ÷ fio's random reads over the raw member files at depth 32; and the NBD
+#            peer: nbdkit's file plugin (O_DIRECT) serving a raw member to the same client
 #   nbd      one NBD connection at depth 32, 4 KiB random writes ÷ `nbdkit memory`
 #   rebuild  rebuild of one member and `check` ÷ the disk's sequential write and read
 #            bandwidth (fio), and rebuild ÷ fio doing the same reads and writes at once
@@ -109,12 +110,24 @@ reads)
   "$stripelog" bench mix "nbd+unix:///stripelog?socket=$d/s.sock" -q --read-percent 100 --queue-depth 32 \
     --duration "${seconds}s" --region 5GiB --json "$d/nbd-read.json" >/dev/null
   stop_servers
+  # The NBD peer: nbdkit's file plugin serving one raw member file with O_DIRECT, the
+  # same client at the same depth, over the part of m0 that fio reads below (400 MiB).
+  rm -f "$d/k.sock"; nbdkit --foreground --unix "$d/k.sock" file file="$d/m0" cache=none 2>"$d/nbdkit.log" &
+  children+=($!)
+  wait_for_socket "$d/k.sock"
+  "$stripelog" bench mix "nbd+unix:///?socket=$d/k.sock" -q --read-percent 100 --queue-depth 32 \
+    --duration "${seconds}s" --region 400MiB --json "$d/nbdkit-read.json" >/dev/null
+  stop_servers
   fio --name=raw --filename="$(five_members "$d" | tr ' ' :)" --rw=randread --bs=4k --direct=1 \
     --ioengine=io_uring --iodepth=32 --time_based --runtime="$seconds" --size=2g --output-format=json \
     >"$d/raw-read.json" 2>/dev/null
   raw=$(fio_iops "$d/raw-read.json")
+  nbd_read=$(json "$d/nbd-read.json" 'j["read"]["iops"]')
+  nbdkit_read=$(json "$d/nbdkit-read.json" 'j["read"]["iops"]')
   ratio "random read, cache off, depth 32, in process ÷ raw members" "$(json "$d/engine-read.json" 'j["read"]["iops"]')" "$raw" "≥ 0.9"
-  ratio "random read, cache off, depth 32, over NBD ÷ raw members" "$(json "$d/nbd-read.json" 'j["read"]["iops"]')" "$raw" "≥ 0.9"
+  ratio "random read, cache off, depth 32, over NBD ÷ raw members" "$nbd_read" "$raw" "≥ 0.9"
+  ratio "  nbdkit file (O_DIRECT) over NBD, same client and depth ÷ raw members" "$nbdkit_read" "$raw"
+  ratio "  stripelog over NBD ÷ nbdkit file over NBD" "$nbd_read" "$nbdkit_read"
   ;;
 nbd)
   d=$directory/nbd; mkdir -p "$d"; rm -f "$d"/m*
