@@ -53,6 +53,7 @@ pub struct CompletedRead {
 
 /// One block's part of a queued read: the block, where in it the read's bytes start, and
 /// where they go in the read's buffer.
+#[derive(Clone)]
 struct Piece {
     logical_block: u64,
     within: usize,
@@ -194,14 +195,15 @@ impl ReadQueue {
         let plan = self.plan_block(core, piece.logical_block, &mut scratch, may_wait_for_table);
         let Some(read) = self.reads[index].as_mut() else { return };
         match plan {
-            Ok(Plan::Served) => read.buffer[piece.range.clone()]
-                .copy_from_slice(&scratch[piece.within..piece.within + piece.range.len()]),
-            Ok(Plan::WaitForTable { segment }) => {
-                if let Some(load) = self.loads.get_mut(&segment) {
+            Ok(Plan::Served) => read.take(&piece, &scratch),
+            Ok(Plan::WaitForTable { segment }) => match self.loads.get_mut(&segment) {
+                Some(load) => {
                     load.waiting.push((index, piece));
                     read.pending += 1;
                 }
-            }
+                // (`plan_block` answers this only with the load under way.)
+                None => read.read_now(core, &piece, &mut scratch),
+            },
             Ok(Plan::Ring { position, segment, generation, expected_checksum, member, device, offset_bytes }) => {
                 let block_tag = ring_tag(index, read.blocks.len());
                 match self.ring.push(block_tag, device, offset_bytes, scratch) {
@@ -213,11 +215,7 @@ impl ReadQueue {
                     Err(returned) => {
                         // The ring is full: this block takes the single-read path.
                         scratch = returned;
-                        match core.read_block(piece.logical_block, &mut scratch, None) {
-                            Ok(()) => read.buffer[piece.range.clone()]
-                                .copy_from_slice(&scratch[piece.within..piece.within + piece.range.len()]),
-                            Err(failure) => read.error = Some(failure),
-                        }
+                        read.read_now(core, &piece, &mut scratch);
                     }
                 }
             }
@@ -420,7 +418,6 @@ impl ReadQueue {
             let (index, block_index) = from_ring_tag(read.tag);
             let Some(queued) = self.reads.get_mut(index).and_then(Option::as_mut) else { continue };
             let Some(block) = queued.blocks.get(block_index) else { continue };
-            let piece = &block.piece;
             // Unchanged generation first: then the checksum proves the data is the block's.
             let intact = read.result.is_ok()
                 && core.generation(block.segment) == block.generation
@@ -431,15 +428,12 @@ impl ReadQueue {
                 if let Some(cache) = &core.cache {
                     cache.insert(block.position, block.generation, &read.buffer);
                 }
-                queued.buffer[piece.range.clone()]
-                    .copy_from_slice(&read.buffer[piece.within..piece.within + piece.range.len()]);
+                let piece = queued.blocks[block_index].piece.clone();
+                queued.take(&piece, &read.buffer);
             } else if queued.error.is_none() {
                 let _fence = core.reuse_fence.read();
-                match core.read_block(piece.logical_block, &mut scratch, None) {
-                    Ok(()) => queued.buffer[piece.range.clone()]
-                        .copy_from_slice(&scratch[piece.within..piece.within + piece.range.len()]),
-                    Err(error) => queued.error = Some(error),
-                }
+                let piece = queued.blocks[block_index].piece.clone();
+                queued.read_now(&core, &piece, &mut scratch);
             }
             queued.pending -= 1;
             self.finish_if_done(index);
@@ -470,6 +464,22 @@ impl ReadQueue {
             }
         };
         self.completed.push(CompletedRead { tag: read.tag, buffer: read.buffer, result });
+    }
+}
+
+impl QueuedRead {
+    /// Copy `piece`'s bytes out of its whole block `block` into the read's buffer.
+    fn take(&mut self, piece: &Piece, block: &[u8]) {
+        self.buffer[piece.range.clone()].copy_from_slice(&block[piece.within..piece.within + piece.range.len()]);
+    }
+
+    /// Read `piece`'s block through the single-read path now (rebuilding it if it must;
+    /// the caller holds the reuse fence), or note why it cannot be read.
+    fn read_now(&mut self, core: &Core, piece: &Piece, scratch: &mut AlignedBuffer) {
+        match core.read_block(piece.logical_block, scratch, None) {
+            Ok(()) => self.take(piece, scratch),
+            Err(failure) => self.error = Some(failure),
+        }
     }
 }
 
