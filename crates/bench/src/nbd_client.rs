@@ -8,7 +8,7 @@
 //! `stripelog_nbd::codec`, the same code the server uses.
 
 use crate::target::{Completion, Durability, IoQueue, Operation, Request, FIRST_PART};
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -24,6 +24,8 @@ pub const DEFAULT_PORT: u16 = 10809;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Requests gathered before they are written to the socket (larger payloads go straight).
 pub const SEND_BUFFER_BYTES: usize = 256 << 10;
+/// The receiver's buffer: many replies come in one system call.
+pub const RECEIVE_BUFFER_BYTES: usize = 256 << 10;
 /// The range one block status request asks about (its length field is 32 bits).
 const BLOCK_STATUS_REQUEST_BYTES_MAXIMUM: u64 = 1 << 30;
 /// The largest block status chunk accepted (a server sends a few thousand extents at most).
@@ -450,12 +452,13 @@ type Received = Result<(u64, Result<(), String>), String>;
 
 /// The receiver thread: read replies until the connection ends.
 fn receive_replies(
-    mut stream: Stream,
+    stream: Stream,
     read_lengths: &[AtomicU32],
     buffer_bytes: usize,
     completions: &stripelog_engine::queue::Sender<Received>,
 ) {
     let mut scratch = vec![0u8; buffer_bytes];
+    let mut stream = BufReader::with_capacity(RECEIVE_BUFFER_BYTES, stream);
     loop {
         let mut header = [0u8; 16];
         if let Err(error) = stream.read_exact(&mut header) {
