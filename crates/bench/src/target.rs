@@ -180,11 +180,24 @@ impl Target for FileTarget {
     fn queue(&self, depth: usize, buffer_bytes: usize) -> Result<Box<dyn IoQueue>, String> {
         // Two entries per slot: a write and the flush linked to it.
         let entries = (2 * depth.max(1) as u32).next_power_of_two();
-        let ring = stripelog_blockdev::new_ring(entries).map_err(|error| format!("io_uring: {error}"))?;
+        // One thread submits to the ring and reaps from it: the kernel then runs the
+        // completions' work only when that thread asks for completions (DEFER_TASKRUN),
+        // rather than interrupting it for each. Such a ring belongs to the thread that
+        // enables it, which is the worker that first submits (`push`), not this one.
+        let (ring, enabled) = match io_uring::IoUring::builder()
+            .setup_r_disabled()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(entries)
+        {
+            Ok(ring) => (ring, false),
+            Err(_) => (stripelog_blockdev::new_ring(entries).map_err(|error| format!("io_uring: {error}"))?, true),
+        };
         let buffers = (0..depth).map(|_| AlignedBuffer::zeroed(buffer_bytes)).collect();
         Ok(Box::new(FileQueue {
             device: self.device.clone(),
             ring,
+            enabled,
             buffers,
             lengths: vec![0; depth],
             flushes: vec![false; depth],
@@ -194,9 +207,13 @@ impl Target for FileTarget {
     }
 }
 
+/// A file's queue: used, and dropped, by the one worker thread it is handed to.
 struct FileQueue {
     device: Arc<FileDevice>,
     ring: io_uring::IoUring,
+    /// Whether the ring is enabled (set up disabled, so that it belongs to the thread
+    /// that first submits: a single-issuer ring refuses every other thread).
+    enabled: bool,
     /// One per slot; never reallocated while the queue exists (the kernel holds pointers
     /// into them while requests are in flight).
     buffers: Vec<AlignedBuffer>,
@@ -286,6 +303,10 @@ impl FileQueue {
     /// Hand `entries` (one request: a read or write, or a write and its linked flush) to
     /// the kernel.
     fn push(&mut self, entries: &[io_uring::squeue::Entry]) -> Result<(), String> {
+        if !self.enabled {
+            self.ring.submitter().register_enable_rings().map_err(|error| format!("io_uring: {error}"))?;
+            self.enabled = true;
+        }
         // SAFETY: the entries point into the buffer of their slot in `self.buffers`, which
         // lives as long as the ring (both are fields of `self`; the ring is dropped first
         // only after `Drop` below has waited for every request) and is not reused until
