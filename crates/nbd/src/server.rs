@@ -130,7 +130,7 @@ macro_rules! socket_connection {
             }
             fn input_waiting(&self) -> bool {
                 let mut descriptor =
-                    libc::pollfd { fd: std::os::fd::AsRawFd::as_raw_fd(self), events: libc::POLLIN, revents: 0 };
+                    libc::pollfd { fd: Connection::descriptor(self), events: libc::POLLIN, revents: 0 };
                 // SAFETY: `descriptor` is a valid pollfd for the duration of the call, the
                 // count is 1, and a zero timeout never blocks.
                 let ready = unsafe { libc::poll(&mut descriptor, 1, 0) };
@@ -644,7 +644,7 @@ struct QueuedReads {
 }
 
 /// How long `QueuedReads::answer` waits.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 enum WaitFor {
     Nothing,
     /// A read to finish.
@@ -690,14 +690,7 @@ impl QueuedReads {
             let Some((request, received)) = self.requests.get_mut(slot).and_then(Option::take) else { continue };
             self.free_slots.push(slot);
             let length = request.length_bytes as usize;
-            let replies = &mut Replies(Some(pending));
-            let replied = match read.result {
-                Ok(()) => {
-                    state.server.statistics.bytes_read.fetch_add(length as u64, Ordering::Relaxed);
-                    state.reply_data(&request, &read.buffer[..length], replies)
-                }
-                Err(error) => state.reply_error(&request, wire_error(&error), &error.to_string(), replies),
-            };
+            let replied = state.reply_read(&request, read.result, &read.buffer[..length], &mut Replies(Some(pending)));
             state.metrics().record(COMMAND_READ, length as u64, received.elapsed());
             self.spare_buffers.push(read.buffer);
             result = result.and(replied).and_then(|()| state.flush_pending_if_full(pending));
@@ -906,17 +899,11 @@ impl ConnectionState {
         let offset = request.offset_bytes;
         let length = request.length_bytes as u64;
         let fua = request.flags & COMMAND_FLAG_FUA != 0;
-        let statistics = &self.server.statistics;
         let result = match request.command {
             COMMAND_READ => {
                 let mut data = vec![0u8; request.length_bytes as usize];
-                return match volume.read(offset, &mut data) {
-                    Ok(()) => {
-                        statistics.bytes_read.fetch_add(length, Ordering::Relaxed);
-                        self.reply_data(&request, &data, replies)
-                    }
-                    Err(error) => self.reply_error(&request, wire_error(&error), &error.to_string(), replies),
-                };
+                let read = volume.read(offset, &mut data);
+                return self.reply_read(&request, read, &data, replies);
             }
             COMMAND_WRITE => return self.write(&request, &job.payload, replies),
             COMMAND_FLUSH => volume.flush(),
@@ -980,6 +967,24 @@ impl ConnectionState {
         } else {
             // A simple reply to a failed read carries no data.
             self.send(&[&codec::simple_reply(error, request.cookie)], replies)
+        }
+    }
+
+    /// Answer a read with `data`, or with the error the engine gave; the bytes of a
+    /// successful one are counted.
+    fn reply_read(
+        &self,
+        request: &Request,
+        read: stripelog_engine::Result<()>,
+        data: &[u8],
+        replies: &mut Replies,
+    ) -> io::Result<()> {
+        match read {
+            Ok(()) => {
+                self.server.statistics.bytes_read.fetch_add(data.len() as u64, Ordering::Relaxed);
+                self.reply_data(request, data, replies)
+            }
+            Err(error) => self.reply_error(request, wire_error(&error), &error.to_string(), replies),
         }
     }
 

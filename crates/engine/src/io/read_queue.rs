@@ -418,6 +418,7 @@ impl ReadQueue {
             let (index, block_index) = from_ring_tag(read.tag);
             let Some(queued) = self.reads.get_mut(index).and_then(Option::as_mut) else { continue };
             let Some(block) = queued.blocks.get(block_index) else { continue };
+            let piece = block.piece.clone();
             // Unchanged generation first: then the checksum proves the data is the block's.
             let intact = read.result.is_ok()
                 && core.generation(block.segment) == block.generation
@@ -428,11 +429,9 @@ impl ReadQueue {
                 if let Some(cache) = &core.cache {
                     cache.insert(block.position, block.generation, &read.buffer);
                 }
-                let piece = queued.blocks[block_index].piece.clone();
                 queued.take(&piece, &read.buffer);
             } else if queued.error.is_none() {
                 let _fence = core.reuse_fence.read();
-                let piece = queued.blocks[block_index].piece.clone();
                 queued.read_now(&core, &piece, &mut scratch);
             }
             queued.pending -= 1;
