@@ -294,6 +294,9 @@ pub(crate) struct Cleaner {
     /// The cleaner thread's last round, being made durable while the next one reads its
     /// victims (at most one at a time).
     deferred_durability: parking_lot::Mutex<Option<std::thread::JoinHandle<Result<()>>>>,
+    /// Rounds begun, by any thread: a writer short of space tells from it whether the
+    /// cleaner thread ran one while it looked.
+    rounds_begun: std::sync::atomic::AtomicU64,
 }
 
 /// When a round's relocations are made durable (and its victims released).
@@ -314,6 +317,7 @@ impl Cleaner {
             separate_streams,
             round: parking_lot::Mutex::new(Lifespans::default()),
             deferred_durability: parking_lot::Mutex::new(None),
+            rounds_begun: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -381,6 +385,7 @@ impl Cleaner {
             if gained && progress.after_round(self.core.cleaning_net_segments.load(Ordering::SeqCst)) {
                 continue;
             }
+            let rounds_seen = self.rounds_begun.load(Ordering::SeqCst);
             // Rounds that ran since this flush and that checkpoint (this thread's, and the
             // cleaner thread's, whose durability runs in a helper) may have emptied segments
             // that come free only with one more flush or checkpoint: not a full volume if
@@ -416,11 +421,31 @@ impl Cleaner {
                 _ => false,
             });
             if !coming_free {
+                drop(state);
+                // The cleaner thread may be in a round that empties segments (holding the
+                // free ones it relocates into), or its helper may be making the last one
+                // durable: not a full volume while they change something. Wait for them and
+                // look again, within the window of rounds that must win room.
+                if self.core.background_cleaning
+                    && self.wait_for_the_cleaner_thread(rounds_seen)?
+                    && progress.after_round(self.core.cleaning_net_segments.load(Ordering::SeqCst))
+                {
+                    continue;
+                }
                 return Err(Error::OutOfSpace);
             }
             self.core.members.check_running()?;
             self.core.progress.wait_for(&mut state, Duration::from_millis(10));
         }
+    }
+
+    /// Wait for the round in progress, if any, and for the durability of the cleaner
+    /// thread's last one. Returns whether there was such durability or a round begun
+    /// since `rounds_seen`: whether the cleaner thread may have changed what is free.
+    fn wait_for_the_cleaner_thread(&self, rounds_seen: u64) -> Result<bool> {
+        let _one_round_at_a_time = self.round.lock();
+        let was_pending = self.finish_deferred_durability()?;
+        Ok(was_pending || self.rounds_begun.load(Ordering::SeqCst) != rounds_seen)
     }
 
     /// Write a checkpoint when segments wait for one to come free; `true` when it left
@@ -747,6 +772,7 @@ impl Cleaner {
 
     pub(crate) fn clean_round_with(&self, durability: RoundDurability) -> Result<bool> {
         let mut lifespans = self.round.lock();
+        self.rounds_begun.fetch_add(1, Ordering::SeqCst);
         let per_segment = self.core.geometry.blocks_per_segment();
         // Room for data in one relocation segment (a summary block per few hundred entries).
         let capacity = per_segment - per_segment.div_ceil(format::ENTRIES_PER_SUMMARY as u64) - 1;
