@@ -30,6 +30,10 @@ pub struct Counters {
     pub late_reads: AtomicU64,
     /// Member blocks a `ReadQueue` read through its ring and took as read (not read again).
     pub queued_member_reads: AtomicU64,
+    /// Blocks read from the data sets of recently written batches kept in the buffer pool,
+    /// and from the block cache.
+    pub reads_from_recent_writes: AtomicU64,
+    pub reads_from_block_cache: AtomicU64,
     /// Checksum tables a `ReadQueue` read through its ring (summaries read one after the
     /// other while other reads went on) and cached.
     pub queued_checksum_table_loads: AtomicU64,
@@ -427,6 +431,10 @@ pub struct VolumeStats {
     pub late_reads: u64,
     /// Member blocks read through a `ReadQueue`'s ring (io_uring) and taken as read.
     pub queued_member_reads: u64,
+    /// Blocks read from memory: from the kept data sets of recent writes (the first half
+    /// of the cache), and from the block cache (blocks read from members).
+    pub reads_from_recent_writes: u64,
+    pub reads_from_block_cache: u64,
     /// Segments' checksum tables read through a `ReadQueue`'s ring rather than on the
     /// reading thread.
     pub queued_checksum_table_loads: u64,

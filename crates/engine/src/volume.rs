@@ -448,8 +448,17 @@ impl Volume {
                 ((options.write_queue_bytes / stripe_bytes.max(1)) as usize).clamp(1, WRITE_QUEUE_BATCHES_MAXIMUM)
             }
         };
-        let data_pool =
-            BufferPool::new(write_queue_batches + 1, geometry.data_columns(), geometry.chunk_size_bytes as usize);
+        // Half the cache holds recent writes, as the data sets of batches kept once written
+        // (no copy); the block cache takes the rest, for blocks read from members.
+        let set_bytes = geometry.data_columns() as u64 * geometry.chunk_size_bytes as u64;
+        let retained_sets = (options.cache_size_bytes / 2 / set_bytes.max(1)) as usize;
+        let data_pool = BufferPool::with_retained(
+            write_queue_batches + 1,
+            retained_sets,
+            geometry.data_columns(),
+            geometry.chunk_size_bytes as usize,
+        );
+        let block_cache_bytes = options.cache_size_bytes - retained_sets as u64 * set_bytes;
         let parity_pool =
             BufferPool::new(write_queue_batches, geometry.parity_shards(), geometry.chunk_size_bytes as usize);
         members.set_hedged_reads(options.hedged_reads && options.io_mode == IoMode::Threaded);
@@ -461,7 +470,7 @@ impl Volume {
             checksums: ChecksumCache::new(geometry.blocks_per_segment(), options.checksum_cache_bytes),
             rows_on_media: recovered.rows_on_media,
             generations: (0..segment_count).map(|_| AtomicU32::new(0)).collect(),
-            cache: crate::io::cache::BlockCache::new(options.cache_size_bytes),
+            cache: crate::io::cache::BlockCache::new(block_cache_bytes),
             reuse_fence: RwLock::new(()),
             state: Mutex::new(WriteState {
                 log: LogState::recovered(recovered.last_sequence, recovered.last_segment, recovered.reserved_segments),
@@ -1476,6 +1485,8 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         read_errors: Counters::get(&counters.read_errors),
         checksum_mismatches: Counters::get(&counters.checksum_mismatches),
         queued_member_reads: Counters::get(&counters.queued_member_reads),
+        reads_from_recent_writes: Counters::get(&counters.reads_from_recent_writes),
+        reads_from_block_cache: Counters::get(&counters.reads_from_block_cache),
         queued_checksum_table_loads: Counters::get(&counters.queued_checksum_table_loads),
         reconstructed_blocks: Counters::get(&counters.reconstructed_blocks),
         unrecoverable_reads: Counters::get(&counters.unrecoverable_reads),
@@ -1496,7 +1507,8 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         write_buffer_memory_bytes: ((core.write_queue_batches + 1) * geometry.data_columns()
             + core.write_queue_batches * geometry.parity_shards()) as u64
             * geometry.chunk_size_bytes as u64,
-        cache_memory_bytes: core.cache.as_ref().map_or(0, |cache| cache.capacity_bytes()),
+        cache_memory_bytes: core.cache.as_ref().map_or(0, |cache| cache.capacity_bytes())
+            + core.data_pool.retained_capacity_bytes(),
         last_sequence: state.log.last_sealed_sequence,
         durable_through_sequence: state.log.durable_through_sequence,
         recovery: core.recovery_report.clone(),

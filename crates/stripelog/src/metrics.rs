@@ -242,7 +242,7 @@ fn encode_volumes(
 ) -> Result<(), std::fmt::Error> {
     use MetricType::{Counter, Gauge};
     // (name, help, unit, type, label, values)
-    let families: [VolumeFamily; 26] = [
+    let families: [VolumeFamily; 27] = [
         ("stripelog_volume_logical_size", "Size the volume offers", Some(Unit::Bytes), Gauge, None, |stats| {
             vec![("", stats.logical_size_bytes as f64)]
         }),
@@ -367,6 +367,12 @@ fn encode_volumes(
                 ("checksum", stats.checksum_mismatches as f64),
                 ("unrecoverable", stats.unrecoverable_reads as f64),
                 ("late", stats.late_reads as f64),
+            ]
+        }),
+        ("stripelog_volume_cache_reads", "Blocks read from RAM, by cache", None, Counter, Some("cache"), |stats| {
+            vec![
+                ("recent_writes", stats.reads_from_recent_writes as f64),
+                ("block", stats.reads_from_block_cache as f64),
             ]
         }),
         ("stripelog_volume_memory", "RAM the volume holds, by use", Some(Unit::Bytes), Gauge, Some("use"), |stats| {

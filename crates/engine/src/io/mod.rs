@@ -1062,19 +1062,27 @@ impl Core {
         self.progress.notify_all();
     }
 
-    /// Put every block of a just-written batch in the cache (recent writes are hot).
+    /// Keep a just-written client batch readable from memory (recent writes are hot): its
+    /// buffers serve reads once they are back in the pool, or, on a volume whose cache is
+    /// too small for sets of its own, every block goes into the block cache.
     pub(crate) fn cache_batch(&self, batch: &SealedBatch) {
-        let Some(cache) = &self.cache else { return };
-        let header = &batch.header;
-        for &position in &batch.killed_positions {
-            cache.forget(position);
+        if let Some(cache) = &self.cache {
+            for &position in &batch.killed_positions {
+                cache.forget(position);
+            }
         }
         // Relocated blocks are the ones nobody wrote for a while: they would only push
         // recently written blocks out (reads cache them again when they are wanted).
         if batch.relocation || batch.metadata {
             return;
         }
+        let header = &batch.header;
         let generation = self.generation(header.segment);
+        if self.data_pool.retained_capacity_bytes() > 0 {
+            batch.retain_for_reads(generation);
+            return;
+        }
+        let Some(cache) = &self.cache else { return };
         for row in header.first_row..header.first_row + header.row_count {
             for column in 0..self.geometry.data_columns() {
                 if let Some(block) = batch.block(row, column) {
@@ -1474,8 +1482,13 @@ impl Core {
             }
         }
         let generation = self.generation(location.segment);
+        if self.data_pool.read_retained(location.segment, location.row, location.column, generation, out) {
+            Counters::add(&self.counters.reads_from_recent_writes, 1);
+            return Lookup::Served;
+        }
         if let Some(cache) = &self.cache {
             if cache.get(position, generation, out) {
+                Counters::add(&self.counters.reads_from_block_cache, 1);
                 return Lookup::Served;
             }
         }

@@ -13,44 +13,154 @@ use stripelog_blockdev::AlignedBuffer;
 
 /// Sets of chunk-sized buffers allocated once, at open: one pool holds the data
 /// columns of a batch (one set per batch in memory: the open one and the sealed ones in
-/// flight), another the parity shards of batches being written. Their counts bound the
-/// memory on the write path: a writer waits for a set to come back, which is the
-/// engine's backpressure.
+/// flight), another the parity shards of batches being written. The loans they allow at
+/// once bound the memory on the write path: a writer waits for a set to come back, which
+/// is the engine's backpressure.
+///
+/// A pool may hold more sets than it lends at once: the data pool's extra sets are the
+/// cache of recent writes. A set that comes back holding a client batch's rows (marked by
+/// [`SealedBatch::retain_for_reads`]) keeps serving reads of those rows
+/// ([`BufferPool::read_retained`]) until it is lent again, oldest first: recent writes
+/// are cached without copying a byte.
 pub struct BufferPool {
-    free: Mutex<Vec<Vec<AlignedBuffer>>>,
+    state: Mutex<PoolState>,
     returned: Condvar,
+    /// Sets out on loan at most.
+    loans_maximum: usize,
+    /// Bytes of the sets beyond the loans: the cache of recent writes.
+    retained_capacity_bytes: u64,
+}
+
+struct PoolState {
+    /// By set number; `None` while the set is on loan.
+    sets: Vec<Option<Vec<AlignedBuffer>>>,
+    /// Free set numbers: those holding nothing at the front, the retained ones behind
+    /// them oldest first (the next loan takes the front).
+    free: std::collections::VecDeque<usize>,
+    loans: usize,
+    /// (segment, first row) → the free set holding those rows.
+    retained: std::collections::BTreeMap<(u64, u32), Retained>,
+    /// By set number: its key in `retained`, while it has one.
+    retained_keys: Vec<Option<(u64, u32)>>,
+}
+
+/// Rows of a written client batch, kept in a free set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetainedRows {
+    pub segment: u64,
+    pub first_row: u32,
+    pub row_count: u32,
+    /// The segment's generation when the batch was written: a segment reused since has
+    /// another, and its old rows never match again.
+    pub generation: u32,
+}
+
+struct Retained {
+    set: usize,
+    row_count: u32,
+    generation: u32,
 }
 
 impl BufferPool {
     pub fn new(set_count: usize, buffers_per_set: usize, buffer_size_bytes: usize) -> Arc<BufferPool> {
-        let sets = (0..set_count)
-            .map(|_| (0..buffers_per_set).map(|_| AlignedBuffer::zeroed(buffer_size_bytes)).collect())
-            .collect();
-        Arc::new(BufferPool { free: Mutex::new(sets), returned: Condvar::new() })
+        BufferPool::with_retained(set_count, 0, buffers_per_set, buffer_size_bytes)
     }
 
-    /// Take a set, waiting for one to be returned if none is free.
-    pub fn take(self: &Arc<Self>) -> PooledBuffers {
-        let mut free = self.free.lock();
-        loop {
-            if let Some(set) = free.pop() {
-                return PooledBuffers { buffers: Some(set), pool: self.clone() };
+    /// A pool that lends at most `loans_maximum` sets and holds `retained_sets` more for
+    /// the rows of recent writes.
+    pub fn with_retained(
+        loans_maximum: usize,
+        retained_sets: usize,
+        buffers_per_set: usize,
+        buffer_size_bytes: usize,
+    ) -> Arc<BufferPool> {
+        let set_count = loans_maximum + retained_sets;
+        let sets = (0..set_count)
+            .map(|_| Some((0..buffers_per_set).map(|_| AlignedBuffer::zeroed(buffer_size_bytes)).collect()))
+            .collect();
+        Arc::new(BufferPool {
+            state: Mutex::new(PoolState {
+                sets,
+                free: (0..set_count).collect(),
+                loans: 0,
+                retained: Default::default(),
+                retained_keys: vec![None; set_count],
+            }),
+            returned: Condvar::new(),
+            loans_maximum,
+            retained_capacity_bytes: (retained_sets * buffers_per_set * buffer_size_bytes) as u64,
+        })
+    }
+
+    /// Bytes of the sets beyond the loans: the cache of recent writes.
+    pub fn retained_capacity_bytes(&self) -> u64 {
+        self.retained_capacity_bytes
+    }
+
+    fn lend(self: &Arc<Self>, state: &mut PoolState) -> Option<PooledBuffers> {
+        if state.loans == self.loans_maximum {
+            return None;
+        }
+        let set = state.free.pop_front()?;
+        if let Some(key) = state.retained_keys[set].take() {
+            // (A newer batch at the same place after the segment's reuse replaced it.)
+            if state.retained.get(&key).is_some_and(|entry| entry.set == set) {
+                state.retained.remove(&key);
             }
-            self.returned.wait(&mut free);
+        }
+        state.loans += 1;
+        let buffers = state.sets[set].take().expect("a free set is in the pool");
+        Some(PooledBuffers { buffers: Some(buffers), set, pool: self.clone(), retain: Mutex::new(None) })
+    }
+
+    /// Take a set, waiting for one to be returned if none may be lent.
+    pub fn take(self: &Arc<Self>) -> PooledBuffers {
+        let mut state = self.state.lock();
+        loop {
+            if let Some(buffers) = self.lend(&mut state) {
+                return buffers;
+            }
+            self.returned.wait(&mut state);
         }
     }
 
-    /// Take a set if one is free now.
+    /// Take a set if one may be lent now.
     pub fn try_take(self: &Arc<Self>) -> Option<PooledBuffers> {
-        let set = self.free.lock().pop()?;
-        Some(PooledBuffers { buffers: Some(set), pool: self.clone() })
+        self.lend(&mut self.state.lock())
     }
 
-    /// Wait until a set is free (without taking it).
+    /// Wait until a set may be lent (without taking it).
     pub fn wait_for_free(&self) {
-        let mut free = self.free.lock();
-        while free.is_empty() {
-            self.returned.wait(&mut free);
+        let mut state = self.state.lock();
+        while state.loans == self.loans_maximum || state.free.is_empty() {
+            self.returned.wait(&mut state);
+        }
+    }
+
+    /// Copy the block at `row`, `column` of `segment` into `out` if a free set holds it
+    /// from a batch written at this `generation` of the segment.
+    pub fn read_retained(&self, segment: u64, row: u32, column: usize, generation: u32, out: &mut [u8]) -> bool {
+        if self.retained_capacity_bytes == 0 {
+            return false;
+        }
+        let state = self.state.lock();
+        if state.retained.is_empty() {
+            return false;
+        }
+        let Some((&(found_segment, first_row), entry)) = state.retained.range(..=(segment, row)).next_back() else {
+            return false;
+        };
+        if found_segment != segment || row >= first_row + entry.row_count || entry.generation != generation {
+            return false;
+        }
+        let Some(buffer) = state.sets[entry.set].as_ref().and_then(|set| set.get(column)) else { return false };
+        let start = (row - first_row) as usize * BLOCK_SIZE_BYTES;
+        match buffer.get(start..start + BLOCK_SIZE_BYTES) {
+            Some(block) => {
+                out.copy_from_slice(block);
+                true
+            }
+            None => false,
         }
     }
 }
@@ -58,7 +168,10 @@ impl BufferPool {
 /// A set of buffers on loan from a [`BufferPool`]; goes back when dropped.
 pub struct PooledBuffers {
     buffers: Option<Vec<AlignedBuffer>>,
+    set: usize,
     pool: Arc<BufferPool>,
+    /// The rows it holds, to serve reads once it is back (set when they are written).
+    retain: Mutex<Option<RetainedRows>>,
 }
 
 impl PooledBuffers {
@@ -73,7 +186,21 @@ impl PooledBuffers {
 impl Drop for PooledBuffers {
     fn drop(&mut self) {
         if let Some(set) = self.buffers.take() {
-            self.pool.free.lock().push(set);
+            let mut state = self.pool.state.lock();
+            let retains = self.pool.retained_capacity_bytes > 0;
+            state.sets[self.set] = Some(set);
+            state.loans -= 1;
+            match self.retain.get_mut().take().filter(|_| retains) {
+                Some(rows) => {
+                    let key = (rows.segment, rows.first_row);
+                    let entry = Retained { set: self.set, row_count: rows.row_count, generation: rows.generation };
+                    state.retained.insert(key, entry);
+                    state.retained_keys[self.set] = Some(key);
+                    state.free.push_back(self.set);
+                }
+                None => state.free.push_front(self.set),
+            }
+            drop(state);
             // Every waiter: `wait_for_free` takes nothing, so waking one could strand others.
             self.pool.returned.notify_all();
         }
@@ -452,6 +579,18 @@ impl SealedBatch {
         (buffer, geometry.member_offset_bytes(header.segment, header.first_row))
     }
 
+    /// Once its buffers are back in the pool, they serve reads of its rows (until lent
+    /// again): the segment is at `generation`.
+    pub fn retain_for_reads(&self, generation: u32) {
+        let header = &self.header;
+        *self.data_columns.retain.lock() = Some(RetainedRows {
+            segment: header.segment,
+            first_row: header.first_row,
+            row_count: header.row_count,
+            generation,
+        });
+    }
+
     pub fn data_column(&self, column: usize) -> &[u8] {
         &self.data_columns.buffers()[column][..self.header.row_count as usize * BLOCK_SIZE_BYTES]
     }
@@ -471,5 +610,83 @@ impl SealedBatch {
         }
         let start = row as usize * BLOCK_SIZE_BYTES;
         Some(&self.data_columns.buffers()[column][start..start + BLOCK_SIZE_BYTES])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHUNK_BYTES: usize = 4 * BLOCK_SIZE_BYTES;
+
+    /// Lend a set, fill every block of it with `fill`, and give it back holding rows
+    /// `first_row..first_row + 4` of `segment` (or holding nothing).
+    fn write_and_return(pool: &Arc<BufferPool>, fill: u8, rows: Option<(u64, u32, u32)>) -> usize {
+        let mut buffers = pool.take();
+        for buffer in buffers.buffers_mut() {
+            buffer.fill(fill);
+        }
+        let set = buffers.set;
+        if let Some((segment, first_row, generation)) = rows {
+            *buffers.retain.lock() = Some(RetainedRows { segment, first_row, row_count: 4, generation });
+        }
+        drop(buffers);
+        set
+    }
+
+    fn read(pool: &BufferPool, segment: u64, row: u32, generation: u32) -> Option<u8> {
+        let mut out = vec![0u8; BLOCK_SIZE_BYTES];
+        pool.read_retained(segment, row, 1, generation, &mut out).then(|| out[0])
+    }
+
+    #[test]
+    fn returned_sets_serve_their_rows_until_lent_again_oldest_first() {
+        let pool = BufferPool::with_retained(1, 2, 2, CHUNK_BYTES);
+        assert_eq!(pool.retained_capacity_bytes(), 2 * 2 * CHUNK_BYTES as u64);
+        write_and_return(&pool, 1, Some((7, 0, 3)));
+        write_and_return(&pool, 2, Some((7, 4, 3)));
+        assert_eq!((read(&pool, 7, 0, 3), read(&pool, 7, 3, 3), read(&pool, 7, 4, 3)), (Some(1), Some(1), Some(2)));
+        // Rows no set holds, another segment, another generation (the segment reused).
+        assert_eq!((read(&pool, 7, 8, 3), read(&pool, 6, 1, 3), read(&pool, 7, 1, 4)), (None, None, None));
+        // A set that holds nothing is lent before any that holds rows (set 2, never
+        // used; then again the same one).
+        write_and_return(&pool, 9, None);
+        write_and_return(&pool, 3, Some((8, 0, 5)));
+        assert_eq!((read(&pool, 7, 0, 3), read(&pool, 7, 4, 3), read(&pool, 8, 4, 5)), (Some(1), Some(2), None));
+        // Then the oldest: rows 0..4 of segment 7 go, the rest stay.
+        write_and_return(&pool, 4, Some((9, 0, 6)));
+        assert_eq!((read(&pool, 7, 0, 3), read(&pool, 7, 5, 3), read(&pool, 8, 2, 5)), (None, Some(2), Some(3)));
+        assert_eq!(read(&pool, 9, 3, 6), Some(4));
+    }
+
+    #[test]
+    fn a_set_lent_again_leaves_a_newer_batch_at_the_same_place_readable() {
+        let pool = BufferPool::with_retained(1, 1, 2, CHUNK_BYTES);
+        // The segment is reused: a newer batch at the same first row, another generation.
+        let older = write_and_return(&pool, 1, Some((7, 0, 3)));
+        let newer = write_and_return(&pool, 2, Some((7, 0, 4)));
+        assert_ne!(older, newer);
+        assert_eq!((read(&pool, 7, 1, 3), read(&pool, 7, 1, 4)), (None, Some(2)));
+        // Lending the older set must not drop the newer one's rows.
+        let lent = pool.take();
+        assert_eq!(lent.set, older);
+        assert_eq!(read(&pool, 7, 1, 4), Some(2));
+    }
+
+    #[test]
+    fn loans_stay_within_their_bound_while_retained_sets_are_free() {
+        let pool = BufferPool::with_retained(2, 3, 1, CHUNK_BYTES);
+        let first = pool.take();
+        let second = pool.try_take().expect("a second loan");
+        assert!(pool.try_take().is_none(), "a third loan while two are out");
+        drop(first);
+        let third = pool.try_take().expect("a loan once one came back");
+        drop((second, third));
+        // Without retained sets nothing is kept, whatever the batches ask.
+        let plain = BufferPool::new(1, 1, CHUNK_BYTES);
+        assert_eq!(plain.retained_capacity_bytes(), 0);
+        write_and_return(&plain, 5, Some((1, 0, 0)));
+        let mut out = vec![0u8; BLOCK_SIZE_BYTES];
+        assert!(!plain.read_retained(1, 0, 0, 0, &mut out));
     }
 }
