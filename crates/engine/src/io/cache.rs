@@ -3,7 +3,8 @@
 //! The content at a position never changes while its segment is in use, so entries need
 //! no invalidation on writes. When a segment is released its generation is bumped (under
 //! the reuse fence): entries stored with an older generation never match again and age
-//! out. Filled by member reads and by every batch as it is written; FIFO eviction per
+//! out. Filled by member reads (and by every written client batch on a volume whose
+//! cache is too small to keep their data sets: `log::batch::BufferPool`); FIFO eviction per
 //! shard within a fixed byte budget.
 
 use parking_lot::Mutex;

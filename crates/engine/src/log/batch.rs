@@ -144,9 +144,6 @@ impl BufferPool {
             return false;
         }
         let state = self.state.lock();
-        if state.retained.is_empty() {
-            return false;
-        }
         let Some((&(found_segment, first_row), entry)) = state.retained.range(..=(segment, row)).next_back() else {
             return false;
         };
