@@ -481,7 +481,18 @@ impl Core {
             let mut guard = self.state.lock();
             let state = &mut *guard;
             self.members.check_running()?;
-            let (client, _) = self.begin_side_batch(state, METADATA_STREAM, buffers)?;
+            let client_sealed = self.seal_clients_before_side_batch(state, false);
+            let (client, _) = match self.begin_side_batch(state, METADATA_STREAM, buffers) {
+                Ok(side) => side,
+                Err(error) => {
+                    // The sealed batch is in flight: it must reach the members.
+                    drop(guard);
+                    if let Some(client_batch) = client_sealed {
+                        self.dispatch(client_batch)?;
+                    }
+                    return Err(error);
+                }
+            };
             state.log.open.as_mut().expect("the side batch").metadata = true;
             while next < blocks.len() {
                 let (kind, number, block) = &blocks[next];
@@ -495,6 +506,9 @@ impl Core {
             let sealed = self.end_side_batch(state, client);
             last_batch = sealed.header.sequence;
             drop(guard);
+            if let Some(client_batch) = client_sealed {
+                self.dispatch(client_batch)?;
+            }
             self.dispatch(sealed)?;
         }
         Ok((written, last_batch))

@@ -916,20 +916,21 @@ impl Cleaner {
                 break;
             }
             // One log for everything: the clients' open batch is sealed (or dropped when
-            // empty) so that the relocation batch takes the next rows of their segment.
-            let mut client_sealed = None;
-            if !self.separate_streams {
-                match state.log.open.as_ref().map(crate::log::batch::OpenBatch::is_empty) {
-                    Some(false) => client_sealed = Some(self.core.seal(state)),
-                    Some(true) => {
-                        state.log.open = None;
-                        state.log.next_sequence -= 1;
-                    }
-                    None => {}
-                }
-            }
+            // empty) so that the relocation batch takes the next rows of their segment;
+            // with a write log, so that it keeps the sequence the log recorded.
+            let client_sealed = self.core.seal_clients_before_side_batch(state, !self.separate_streams);
             let stream = live[next].stream;
-            let (client, taken) = self.core.begin_side_batch(state, stream, buffers)?;
+            let (client, taken) = match self.core.begin_side_batch(state, stream, buffers) {
+                Ok(side) => side,
+                Err(error) => {
+                    // The sealed batch is in flight: it must reach the members.
+                    drop(guard);
+                    if let Some(client_batch) = client_sealed {
+                        self.core.dispatch(client_batch)?;
+                    }
+                    return Err(error);
+                }
+            };
             self.core.cleaning_net_segments.fetch_sub(taken as i64, std::sync::atomic::Ordering::SeqCst);
             state.log.open.as_mut().expect("the side batch").relocation = true;
             let mut relocated = 0u64;

@@ -815,6 +815,33 @@ impl Core {
         }
     }
 
+    /// Before a side batch: seal the clients' open batch when its place in the log order
+    /// is already named elsewhere, so that the side batch comes after it instead of taking
+    /// its sequence. With an active write log, every write accepted into the batch was
+    /// staged with the batch's sequence, and a flush may have made that record durable:
+    /// were the side batch to take the sequence and become durable while the clients'
+    /// batch is still open, mount would take the record's writes for ones on the members
+    /// and skip them — acknowledged writes lost (docs/write-log.md, crash analysis).
+    /// `one_log`: the cleaner writes into the clients' stream, so their batch must end
+    /// first anyway (dropped when empty). Returns the sealed batch, to be dispatched once
+    /// the state lock is released, before the side batch.
+    pub(crate) fn seal_clients_before_side_batch(
+        &self,
+        state: &mut WriteState,
+        one_log: bool,
+    ) -> Option<Arc<SealedBatch>> {
+        let logged = self.write_log.as_ref().is_some_and(|log| log.is_active());
+        match state.log.open.as_ref().map(OpenBatch::is_empty) {
+            Some(false) if one_log || logged => Some(self.seal(state)),
+            Some(true) if one_log => {
+                state.log.open = None;
+                state.log.next_sequence -= 1;
+                None
+            }
+            _ => None,
+        }
+    }
+
     /// Open a batch of `stream` (the cleaner's relocations, the checkpoint's pages) in the
     /// clients' open batch's place in the log order: it takes the clients' sequence number
     /// and theirs moves one up (they hold nothing the side batch depends on). Gives the
