@@ -66,13 +66,17 @@ impl Setup {
     }
 
     fn with_log_size(log_count: usize, log_size_bytes: u64) -> Setup {
+        let options = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..Default::default() };
+        Setup::with_options(log_count, log_size_bytes, &options)
+    }
+
+    fn with_options(log_count: usize, log_size_bytes: u64, options: &CreateOptions) -> Setup {
         let member_devices: Vec<Arc<dyn BlockDevice>> =
             (0..4).map(|_| Arc::new(MemoryDevice::new(MEMBER_SIZE_BYTES)) as _).collect();
         let logs: Vec<Arc<Breakable>> = (0..log_count)
             .map(|_| Arc::new(Breakable { inner: MemoryDevice::new(log_size_bytes), broken: AtomicBool::new(false) }))
             .collect();
-        let options = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..Default::default() };
-        Volume::create(members(&member_devices), &options, &OpenOptions::default()).unwrap().close().unwrap();
+        Volume::create(members(&member_devices), options, &OpenOptions::default()).unwrap().close().unwrap();
         let log_members = logs
             .iter()
             .enumerate()
@@ -342,4 +346,141 @@ fn a_cleaner_round_behind_a_logged_write_does_not_hide_it_from_the_replay() {
         );
     }
     volume.close().unwrap();
+}
+
+/// Two client threads write (some FUA) and flush through the log on a full threaded volume, so that
+/// the cleaner thread relocates (and syncs its rounds) while their batches are open; the
+/// volume is abandoned after each burst — everything only in RAM is lost, as in a crash.
+/// After each reopen every block holds its last acknowledged content or one written
+/// after it: no acknowledged write is lost, whatever the cleaner did meanwhile.
+#[test]
+fn concurrent_writers_keep_every_acknowledged_write_through_crashes_with_the_cleaner_running() {
+    concurrent_writers_through_crashes(&Setup::new(1), false);
+}
+
+/// The same with compression and deduplication: shared copies, references and packed
+/// fragments in the batches the cleaner moves and the log replays.
+#[test]
+fn concurrent_writers_through_crashes_with_compression_and_deduplication() {
+    let options = CreateOptions {
+        raid_level: RaidLevel::Raid5,
+        chunk_size_bytes: 64 << 10,
+        compression: stripelog_engine::layout::format::CompressionSetting::Lz4,
+        deduplication: true,
+        ..Default::default()
+    };
+    concurrent_writers_through_crashes(&Setup::with_options(1, LOG_SIZE_BYTES, &options), true);
+}
+
+fn concurrent_writers_through_crashes(setup: &Setup, repetitive: bool) {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    use stripelog_blockdev::Prng;
+    const WRITERS: u64 = 2;
+    // Incompressible content; with `repetitive`, one block in four compresses and one in
+    // four repeats one of 64 contents (duplicates to share).
+    let stamp = |value: u64| {
+        let mut data = vec![0u8; 4096];
+        let mut state = value.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        for chunk in data.chunks_exact_mut(8) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            chunk.copy_from_slice(&state.to_le_bytes());
+        }
+        let identity = match value % 4 {
+            0 if repetitive => {
+                data = block((value >> 8) as u8 % 64);
+                (value >> 8) % 64
+            }
+            1 if repetitive => {
+                data = block(value as u8);
+                value
+            }
+            _ => value,
+        };
+        data[..8].copy_from_slice(&identity.to_le_bytes());
+        data
+    };
+    // Distinct, incompressible contents for the first fill.
+    let fill_value = |logical_block: u64| 1 << 32 | logical_block << 2 | 2;
+    let value_of = |content: &[u8]| u64::from_le_bytes(content[..8].try_into().unwrap());
+    // Per block: the last acknowledged value, and the values written since.
+    let model: Mutex<HashMap<u64, (u64, Vec<u64>)>> = Mutex::new(HashMap::new());
+    {
+        let volume = setup.open(&[true], false).unwrap();
+        let logical_blocks = volume.logical_size_bytes() / 4096;
+        let mut contents: Vec<u64> = (0..logical_blocks).map(fill_value).collect();
+        for logical_block in 0..logical_blocks {
+            volume.write(logical_block * 4096, &stamp(fill_value(logical_block)), false).unwrap();
+        }
+        // Overwrites all over the volume: dead blocks in every segment, for the cleaner.
+        let mut prng = Prng::new(99);
+        for write in 0..logical_blocks {
+            let logical_block = prng.below(logical_blocks);
+            contents[logical_block as usize] = 4 << 40 | write << 2 | 2;
+            volume.write(logical_block * 4096, &stamp(contents[logical_block as usize]), false).unwrap();
+        }
+        volume.close().unwrap();
+        model
+            .lock()
+            .unwrap()
+            .extend(contents.into_iter().enumerate().map(|(block, value)| (block as u64, (value, Vec::new()))));
+    }
+    let logical_blocks = model.lock().unwrap().len() as u64;
+    let mut rounds_seen = 0;
+    for round in 0..6u64 {
+        let volume = setup.open(&[true], false).unwrap();
+        for (&logical_block, (acknowledged, later)) in model.lock().unwrap().iter_mut() {
+            let value = value_of(&read(&volume, logical_block));
+            assert!(
+                value == *acknowledged || later.contains(&value),
+                "round {round}: block {logical_block} holds write {value:#x}, acknowledged {acknowledged:#x}"
+            );
+            *acknowledged = value;
+            later.clear();
+        }
+        let rounds_before = volume.stats().cleaning_rounds;
+        std::thread::scope(|scope| {
+            for writer in 0..WRITERS {
+                let (volume, model, stamp) = (&volume, &model, &stamp);
+                scope.spawn(move || {
+                    let mut prng = Prng::new(round * 10 + writer + 1);
+                    let mut unacknowledged = Vec::new();
+                    for write in 0..3000u64 {
+                        // Each writer owns the blocks of its residue.
+                        let logical_block = prng.below(logical_blocks / WRITERS) * WRITERS + writer;
+                        let content = stamp((round + 2) << 32 | write << 8 | writer);
+                        let value = value_of(&content);
+                        model.lock().unwrap().get_mut(&logical_block).unwrap().1.push(value);
+                        // Some writes are FUA: acknowledged when they return.
+                        let fua = prng.below(32) == 0;
+                        volume.write(logical_block * 4096, &content, fua).unwrap();
+                        unacknowledged.push((logical_block, value));
+                        if fua || prng.below(16) == 0 {
+                            if !fua {
+                                volume.flush().unwrap();
+                            }
+                            let mut model = model.lock().unwrap();
+                            for (logical_block, value) in unacknowledged.drain(..) {
+                                let (acknowledged, later) = model.get_mut(&logical_block).unwrap();
+                                if let Some(index) = later.iter().rposition(|&other| other == value) {
+                                    // Older values of the block are no longer allowed.
+                                    later.drain(..=index);
+                                    *acknowledged = value;
+                                }
+                            }
+                        }
+                        if write % 500 == 499 {
+                            // Idle for a moment: the cleaner thread cleans behind open batches.
+                            std::thread::sleep(std::time::Duration::from_millis(40));
+                        }
+                    }
+                });
+            }
+        });
+        rounds_seen += volume.stats().cleaning_rounds - rounds_before;
+        volume.abandon();
+    }
+    assert!(rounds_seen > 0, "the cleaner never ran while the clients wrote");
 }
