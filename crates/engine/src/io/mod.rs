@@ -815,24 +815,30 @@ impl Core {
         }
     }
 
-    /// Before a side batch: seal the clients' open batch when its place in the log order
-    /// is already named elsewhere, so that the side batch comes after it instead of taking
-    /// its sequence. With an active write log, every write accepted into the batch was
-    /// staged with the batch's sequence, and a flush may have made that record durable:
-    /// were the side batch to take the sequence and become durable while the clients'
-    /// batch is still open, mount would take the record's writes for ones on the members
-    /// and skip them — acknowledged writes lost (docs/write-log.md, crash analysis).
+    /// Before a side batch: seal the clients' open batch when it holds anything, so that
+    /// the side batch comes after it in the log order instead of taking its sequence.
+    /// Sequences must follow the order in which records are accepted and blocks killed:
+    /// - a segment's release waits for the sequence of the batch that killed its last
+    ///   block; a relocation in a side batch that took the clients' sequence would let a
+    ///   victim go once the side batch is durable, while the clients' batch (moved one up)
+    ///   that killed its other blocks is not: a crash then brings their older versions
+    ///   back (`tests/threaded_crashes.rs`);
+    /// - with an active write log, every write accepted into the batch was staged with the
+    ///   batch's sequence, and a flush may have made that record durable: were the side
+    ///   batch to take the sequence and become durable, mount would take the record's
+    ///   writes for ones on the members and skip them — acknowledged writes lost
+    ///   (docs/write-log.md, crash analysis).
+    ///
     /// `one_log`: the cleaner writes into the clients' stream, so their batch must end
-    /// first anyway (dropped when empty). Returns the sealed batch, to be dispatched once
-    /// the state lock is released, before the side batch.
+    /// first even when empty (it is dropped). Returns the sealed batch, to be dispatched
+    /// once the state lock is released, before the side batch.
     pub(crate) fn seal_clients_before_side_batch(
         &self,
         state: &mut WriteState,
         one_log: bool,
     ) -> Option<Arc<SealedBatch>> {
-        let logged = self.write_log.as_ref().is_some_and(|log| log.is_active());
         match state.log.open.as_ref().map(OpenBatch::is_empty) {
-            Some(false) if one_log || logged => Some(self.seal(state)),
+            Some(false) => Some(self.seal(state)),
             Some(true) if one_log => {
                 state.log.open = None;
                 state.log.next_sequence -= 1;
@@ -844,7 +850,8 @@ impl Core {
 
     /// Open a batch of `stream` (the cleaner's relocations, the checkpoint's pages) in the
     /// clients' open batch's place in the log order: it takes the clients' sequence number
-    /// and theirs moves one up (they hold nothing the side batch depends on). Gives the
+    /// and theirs, empty (`seal_clients_before_side_batch` sealed it otherwise), moves one
+    /// up. Gives the
     /// clients' batch back, to be put back by [`Core::end_side_batch`], and the free
     /// segments taken. A segment with room for less than a summary and a block is given up.
     pub(crate) fn begin_side_batch(
@@ -876,6 +883,7 @@ impl Core {
         let moved = state.log.next_sequence;
         let sequence = match state.log.open.as_mut() {
             Some(client) => {
+                debug_assert!(client.is_empty(), "a clients' batch with records is sealed before a side batch");
                 let taken = client.sequence;
                 client.sequence = moved;
                 if client.segment_open_sequence == taken {
@@ -964,8 +972,12 @@ impl Core {
             self.checksums.unpin(current.segment);
             let usage = &mut state.space.segments[current.segment as usize];
             usage.left_at_generation = state.space.checkpoints.snapshot;
+            // An empty segment waits for every batch that may have killed its blocks: the
+            // open one too, which holds the latest sequence given out.
             usage.status = if usage.live_units == 0 {
-                SegmentStatus::WaitingForFlush(state.log.last_sealed_sequence)
+                SegmentStatus::WaitingForFlush(
+                    state.log.next_sequence.saturating_sub(1).max(state.log.last_sealed_sequence),
+                )
             } else {
                 SegmentStatus::Used
             };

@@ -1,0 +1,191 @@
+//! Crashes of a threaded volume while clients write from several threads and the cleaner
+//! thread relocates behind them (the simulation runs inline: it never cleans while a
+//! clients' batch is open, and never races the stripe writer or the flush timer).
+//!
+//! Members (and the write log's device) are simulated: a crash drops or tears every
+//! write not yet flushed. After each reopen, each writer thread's blocks must show a
+//! prefix of that thread's writes (the ordered-prefix guarantee, seen per thread) that
+//! includes every write it had acknowledged — by a flush that returned, or a FUA write.
+
+mod common;
+
+use common::members;
+use std::sync::Arc;
+use stripelog_blockdev::{BlockDevice, Prng, SimulatedArray};
+use stripelog_engine::{CreateOptions, MemberDevice, OpenOptions, RaidLevel, Volume, WriteLogDevices};
+
+const MEMBER_SIZE_BYTES: u64 = 32 << 20;
+const LOG_SIZE_BYTES: u64 = 8 << 20;
+const WRITERS: u64 = 2;
+const WRITES_PER_BURST: u64 = 2500;
+
+/// A block's content: its write's identity in the first 8 bytes, the rest incompressible.
+fn content(identity: u64) -> Vec<u8> {
+    let mut data = vec![0u8; 4096];
+    let mut state = identity.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for chunk in data.chunks_exact_mut(8) {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        chunk.copy_from_slice(&state.to_le_bytes());
+    }
+    data[..8].copy_from_slice(&identity.to_le_bytes());
+    data
+}
+
+fn identity_of(volume: &Volume, logical_block: u64) -> u64 {
+    let mut data = vec![0u8; 4096];
+    volume.read(logical_block * 4096, &mut data).unwrap();
+    u64::from_le_bytes(data[..8].try_into().unwrap())
+}
+
+/// One writer's burst: its writes in order, and how many of them were acknowledged.
+struct Burst {
+    writes: Vec<(u64, u64)>,
+    acknowledged: usize,
+}
+
+struct Rig {
+    array: SimulatedArray,
+    devices: Vec<Arc<dyn BlockDevice>>,
+    log: Option<Arc<dyn BlockDevice>>,
+}
+
+impl Rig {
+    fn new(seed: u64, with_log: bool) -> Rig {
+        let array = SimulatedArray::new(seed);
+        let devices: Vec<Arc<dyn BlockDevice>> =
+            (0..4).map(|_| array.add_device(MEMBER_SIZE_BYTES) as Arc<dyn BlockDevice>).collect();
+        let options = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..Default::default() };
+        Volume::create(members(&devices), &options, &OpenOptions::default()).unwrap().close().unwrap();
+        let log = with_log.then(|| {
+            let log = array.add_device(LOG_SIZE_BYTES) as Arc<dyn BlockDevice>;
+            let log_member = MemberDevice { name: "log-0".into(), device: Some(log.clone()) };
+            Volume::add_write_log(members(&devices), vec![log_member]).unwrap();
+            log
+        });
+        Rig { array, devices, log }
+    }
+
+    fn open(&self) -> Volume {
+        let options = OpenOptions {
+            write_log_devices: self.log.as_ref().map(|log| WriteLogDevices(vec![Some(log.clone())])),
+            ..OpenOptions::default()
+        };
+        Volume::open(members(&self.devices), &options).unwrap()
+    }
+}
+
+/// Each writer's blocks must show one cut of its burst: for some `cut` at or after the
+/// acknowledged writes, every block holds its last write before `cut` (or, with none,
+/// what it held before the burst).
+fn check_prefix(volume: &Volume, burst: &Burst, before: &std::collections::HashMap<u64, u64>, what: &str) {
+    use std::collections::HashMap;
+    let mut history: HashMap<u64, Vec<(usize, u64)>> = HashMap::new();
+    for (index, &(logical_block, identity)) in burst.writes.iter().enumerate() {
+        history.entry(logical_block).or_default().push((index, identity));
+    }
+    // The cut (how many of the writes the volume holds) lies in [low, high): after the
+    // write each block holds, before its next one.
+    let (mut low, mut high) = (burst.acknowledged, burst.writes.len() + 1);
+    for (&logical_block, writes) in &history {
+        let found = identity_of(volume, logical_block);
+        let (after, before_next) = if found == before[&logical_block] {
+            (0, writes[0].0 + 1)
+        } else {
+            let Some(position) = writes.iter().position(|&(_, identity)| identity == found) else {
+                panic!("{what}: block {logical_block} holds {found:#x}, written by no one (it held {:#x} before the burst)", before[&logical_block]);
+            };
+            (writes[position].0 + 1, writes.get(position + 1).map_or(usize::MAX, |&(index, _)| index + 1))
+        };
+        low = low.max(after);
+        high = high.min(before_next);
+        assert!(
+            low < high,
+            "{what}: block {logical_block} holds {found:#x}, which is not a prefix of the writer's writes \
+             including its {} acknowledged ones (cut between {low} and {high})",
+            burst.acknowledged
+        );
+    }
+}
+
+fn crashes_keep_a_prefix_with_every_acknowledged_write(seed: u64, with_log: bool) {
+    use std::collections::HashMap;
+    let rig = Rig::new(seed, with_log);
+    let volume = rig.open();
+    let logical_blocks = volume.logical_size_bytes() / 4096;
+    let mut holds: HashMap<u64, u64> = HashMap::new();
+    // Fill, then overwrite all over: dead blocks in every segment for the cleaner.
+    let mut prng = Prng::new(seed);
+    for logical_block in 0..logical_blocks {
+        holds.insert(logical_block, 1 << 40 | logical_block);
+        volume.write(logical_block * 4096, &content(holds[&logical_block]), false).unwrap();
+    }
+    for write in 0..logical_blocks {
+        let logical_block = prng.below(logical_blocks);
+        holds.insert(logical_block, 2 << 40 | write);
+        volume.write(logical_block * 4096, &content(holds[&logical_block]), false).unwrap();
+    }
+    volume.close().unwrap();
+    let mut cleaning_rounds = 0;
+    for round in 0..5u64 {
+        let volume = rig.open();
+        let bursts: Vec<Burst> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..WRITERS)
+                .map(|writer| {
+                    let volume = &volume;
+                    scope.spawn(move || {
+                        let mut prng = Prng::new(seed << 8 | round << 4 | writer);
+                        let mut burst = Burst { writes: Vec::new(), acknowledged: 0 };
+                        for write in 0..WRITES_PER_BURST {
+                            // Each writer owns the blocks of its residue.
+                            let logical_block = prng.below(logical_blocks / WRITERS) * WRITERS + writer;
+                            let identity = (round + 3) << 40 | writer << 32 | write;
+                            let fua = prng.below(40) == 0;
+                            volume.write(logical_block * 4096, &content(identity), fua).unwrap();
+                            burst.writes.push((logical_block, identity));
+                            if fua {
+                                burst.acknowledged = burst.writes.len();
+                            } else if prng.below(20) == 0 {
+                                volume.flush().unwrap();
+                                burst.acknowledged = burst.writes.len();
+                            }
+                            if write % 500 == 499 {
+                                // Idle for a moment: the cleaner thread cleans behind open batches.
+                                std::thread::sleep(std::time::Duration::from_millis(30));
+                            }
+                        }
+                        burst
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|handle| handle.join().unwrap()).collect()
+        });
+        cleaning_rounds += volume.stats().cleaning_rounds;
+        volume.abandon();
+        rig.array.crash();
+        let volume = rig.open();
+        for (writer, burst) in bursts.iter().enumerate() {
+            check_prefix(&volume, burst, &holds, &format!("seed {seed}, round {round}, writer {writer}"));
+        }
+        for &(logical_block, _) in bursts.iter().flat_map(|burst| burst.writes.iter()) {
+            holds.insert(logical_block, identity_of(&volume, logical_block));
+        }
+        volume.close().unwrap();
+    }
+    assert!(cleaning_rounds > 0, "the cleaner never ran while the clients wrote");
+}
+
+#[test]
+fn crashes_with_the_cleaner_running_keep_each_writers_prefix() {
+    for seed in 1..=2 {
+        crashes_keep_a_prefix_with_every_acknowledged_write(seed, false);
+    }
+}
+
+#[test]
+fn crashes_with_the_cleaner_running_and_a_write_log_keep_each_writers_prefix() {
+    for seed in 1..=2 {
+        crashes_keep_a_prefix_with_every_acknowledged_write(seed, true);
+    }
+}
