@@ -19,8 +19,30 @@ const LOG_SIZE_BYTES: u64 = 8 << 20;
 const WRITERS: u64 = 2;
 const WRITES_PER_BURST: u64 = 2500;
 
-/// A block's content: its write's identity in the first 8 bytes, the rest incompressible.
-fn content(identity: u64) -> Vec<u8> {
+/// What a variant changes.
+#[derive(Clone, Copy, Default)]
+struct Variant {
+    write_log: bool,
+    /// Compression and deduplication on, and contents that compress (one write in four) or
+    /// repeat (one in four, of 64 contents).
+    packed_and_shared: bool,
+    /// Checkpoints every 100 ms (their page batches take the clients' place too).
+    frequent_checkpoints: bool,
+}
+
+/// A block's content: its write's identity in the first 8 bytes, the rest incompressible;
+/// with `repetitive`, some identities stand for compressible or repeated contents.
+fn content(identity: u64, repetitive: bool) -> Vec<u8> {
+    if repetitive && identity % 4 == 0 {
+        let mut data = vec![(identity >> 8) as u8 % 64; 4096];
+        data[..8].copy_from_slice(&((identity >> 8) % 64).to_le_bytes());
+        return data;
+    }
+    if repetitive && identity % 4 == 1 {
+        let mut data = vec![identity as u8; 4096];
+        data[..8].copy_from_slice(&identity.to_le_bytes());
+        return data;
+    }
     let mut data = vec![0u8; 4096];
     let mut state = identity.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     for chunk in data.chunks_exact_mut(8) {
@@ -49,27 +71,43 @@ struct Rig {
     array: SimulatedArray,
     devices: Vec<Arc<dyn BlockDevice>>,
     log: Option<Arc<dyn BlockDevice>>,
+    variant: Variant,
 }
 
 impl Rig {
-    fn new(seed: u64, with_log: bool) -> Rig {
+    fn new(seed: u64, variant: Variant) -> Rig {
         let array = SimulatedArray::new(seed);
         let devices: Vec<Arc<dyn BlockDevice>> =
             (0..4).map(|_| array.add_device(MEMBER_SIZE_BYTES) as Arc<dyn BlockDevice>).collect();
-        let options = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..Default::default() };
+        let options = CreateOptions {
+            raid_level: RaidLevel::Raid5,
+            chunk_size_bytes: 64 << 10,
+            compression: if variant.packed_and_shared {
+                stripelog_engine::layout::format::CompressionSetting::Lz4
+            } else {
+                Default::default()
+            },
+            deduplication: variant.packed_and_shared,
+            ..Default::default()
+        };
         Volume::create(members(&devices), &options, &OpenOptions::default()).unwrap().close().unwrap();
-        let log = with_log.then(|| {
+        let log = variant.write_log.then(|| {
             let log = array.add_device(LOG_SIZE_BYTES) as Arc<dyn BlockDevice>;
             let log_member = MemberDevice { name: "log-0".into(), device: Some(log.clone()) };
             Volume::add_write_log(members(&devices), vec![log_member]).unwrap();
             log
         });
-        Rig { array, devices, log }
+        Rig { array, devices, log, variant }
     }
 
     fn open(&self) -> Volume {
         let options = OpenOptions {
             write_log_devices: self.log.as_ref().map(|log| WriteLogDevices(vec![Some(log.clone())])),
+            checkpoint_interval: if self.variant.frequent_checkpoints {
+                std::time::Duration::from_millis(100)
+            } else {
+                OpenOptions::default().checkpoint_interval
+            },
             ..OpenOptions::default()
         };
         Volume::open(members(&self.devices), &options).unwrap()
@@ -78,52 +116,60 @@ impl Rig {
 
 /// Each writer's blocks must show one cut of its burst: for some `cut` at or after the
 /// acknowledged writes, every block holds its last write before `cut` (or, with none,
-/// what it held before the burst).
+/// what it held before the burst). Repeated contents share an identity, so every cut is
+/// tried.
 fn check_prefix(volume: &Volume, burst: &Burst, before: &std::collections::HashMap<u64, u64>, what: &str) {
     use std::collections::HashMap;
     let mut history: HashMap<u64, Vec<(usize, u64)>> = HashMap::new();
     for (index, &(logical_block, identity)) in burst.writes.iter().enumerate() {
         history.entry(logical_block).or_default().push((index, identity));
     }
-    // The cut (how many of the writes the volume holds) lies in [low, high): after the
-    // write each block holds, before its next one.
-    let (mut low, mut high) = (burst.acknowledged, burst.writes.len() + 1);
+    let found: HashMap<u64, u64> =
+        history.keys().map(|&logical_block| (logical_block, identity_of(volume, logical_block))).collect();
     for (&logical_block, writes) in &history {
-        let found = identity_of(volume, logical_block);
-        let (after, before_next) = if found == before[&logical_block] {
-            (0, writes[0].0 + 1)
-        } else {
-            let Some(position) = writes.iter().position(|&(_, identity)| identity == found) else {
-                panic!("{what}: block {logical_block} holds {found:#x}, written by no one (it held {:#x} before the burst)", before[&logical_block]);
-            };
-            (writes[position].0 + 1, writes.get(position + 1).map_or(usize::MAX, |&(index, _)| index + 1))
-        };
-        low = low.max(after);
-        high = high.min(before_next);
+        let identity = found[&logical_block];
         assert!(
-            low < high,
-            "{what}: block {logical_block} holds {found:#x}, which is not a prefix of the writer's writes \
-             including its {} acknowledged ones (cut between {low} and {high})",
-            burst.acknowledged
+            identity == before[&logical_block] || writes.iter().any(|&(_, written)| written == identity),
+            "{what}: block {logical_block} holds {identity:#x}, written by no one (it held {:#x} before the burst)",
+            before[&logical_block]
         );
     }
+    // The cut: how many of the writes the volume holds.
+    let holds_cut = |cut: usize| {
+        history.iter().all(|(logical_block, writes)| {
+            let expected = writes
+                .iter()
+                .take_while(|&&(index, _)| index < cut)
+                .last()
+                .map_or(before[logical_block], |&(_, identity)| identity);
+            found[logical_block] == expected
+        })
+    };
+    assert!(
+        (burst.acknowledged..=burst.writes.len()).any(holds_cut),
+        "{what}: the blocks hold no prefix of the writer's {} writes that includes its {} acknowledged ones",
+        burst.writes.len(),
+        burst.acknowledged
+    );
 }
 
-fn crashes_keep_a_prefix_with_every_acknowledged_write(seed: u64, with_log: bool) {
+fn crashes_keep_a_prefix_with_every_acknowledged_write(seed: u64, variant: Variant) {
     use std::collections::HashMap;
-    let rig = Rig::new(seed, with_log);
+    let rig = Rig::new(seed, variant);
+    let repetitive = variant.packed_and_shared;
+    let content = |identity: u64| content(identity, repetitive);
     let volume = rig.open();
     let logical_blocks = volume.logical_size_bytes() / 4096;
     let mut holds: HashMap<u64, u64> = HashMap::new();
     // Fill, then overwrite all over: dead blocks in every segment for the cleaner.
     let mut prng = Prng::new(seed);
     for logical_block in 0..logical_blocks {
-        holds.insert(logical_block, 1 << 40 | logical_block);
+        holds.insert(logical_block, 1 << 40 | logical_block << 2 | 2);
         volume.write(logical_block * 4096, &content(holds[&logical_block]), false).unwrap();
     }
     for write in 0..logical_blocks {
         let logical_block = prng.below(logical_blocks);
-        holds.insert(logical_block, 2 << 40 | write);
+        holds.insert(logical_block, 2 << 40 | write << 2 | 2);
         volume.write(logical_block * 4096, &content(holds[&logical_block]), false).unwrap();
     }
     volume.close().unwrap();
@@ -133,16 +179,17 @@ fn crashes_keep_a_prefix_with_every_acknowledged_write(seed: u64, with_log: bool
         let bursts: Vec<Burst> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..WRITERS)
                 .map(|writer| {
-                    let volume = &volume;
+                    let (volume, content) = (&volume, &content);
                     scope.spawn(move || {
                         let mut prng = Prng::new(seed << 8 | round << 4 | writer);
                         let mut burst = Burst { writes: Vec::new(), acknowledged: 0 };
                         for write in 0..WRITES_PER_BURST {
                             // Each writer owns the blocks of its residue.
                             let logical_block = prng.below(logical_blocks / WRITERS) * WRITERS + writer;
-                            let identity = (round + 3) << 40 | writer << 32 | write;
+                            let data = content((round + 3) << 40 | writer << 32 | write << 8 | (write % 4));
+                            let identity = u64::from_le_bytes(data[..8].try_into().unwrap());
                             let fua = prng.below(40) == 0;
-                            volume.write(logical_block * 4096, &content(identity), fua).unwrap();
+                            volume.write(logical_block * 4096, &data, fua).unwrap();
                             burst.writes.push((logical_block, identity));
                             if fua {
                                 burst.acknowledged = burst.writes.len();
@@ -179,13 +226,21 @@ fn crashes_keep_a_prefix_with_every_acknowledged_write(seed: u64, with_log: bool
 #[test]
 fn crashes_with_the_cleaner_running_keep_each_writers_prefix() {
     for seed in 1..=2 {
-        crashes_keep_a_prefix_with_every_acknowledged_write(seed, false);
+        crashes_keep_a_prefix_with_every_acknowledged_write(seed, Variant::default());
     }
 }
 
 #[test]
 fn crashes_with_the_cleaner_running_and_a_write_log_keep_each_writers_prefix() {
     for seed in 1..=2 {
-        crashes_keep_a_prefix_with_every_acknowledged_write(seed, true);
+        crashes_keep_a_prefix_with_every_acknowledged_write(seed, Variant { write_log: true, ..Variant::default() });
+    }
+}
+
+#[test]
+fn crashes_with_compression_deduplication_and_frequent_checkpoints_keep_each_writers_prefix() {
+    for (seed, write_log) in [(3, false), (4, true)] {
+        let variant = Variant { write_log, packed_and_shared: true, frequent_checkpoints: true };
+        crashes_keep_a_prefix_with_every_acknowledged_write(seed, variant);
     }
 }
