@@ -33,7 +33,7 @@ struct Variant {
 /// A block's content: its write's identity in the first 8 bytes, the rest incompressible;
 /// with `repetitive`, some identities stand for compressible or repeated contents.
 fn content(identity: u64, repetitive: bool) -> Vec<u8> {
-    if repetitive && identity % 4 == 0 {
+    if repetitive && identity.is_multiple_of(4) {
         let mut data = vec![(identity >> 8) as u8 % 64; 4096];
         data[..8].copy_from_slice(&((identity >> 8) % 64).to_le_bytes());
         return data;
