@@ -28,6 +28,8 @@ struct Variant {
     packed_and_shared: bool,
     /// Checkpoints every 100 ms (their page batches take the clients' place too).
     frequent_checkpoints: bool,
+    /// RAID-5 on four members unless set.
+    raid_level: Option<RaidLevel>,
 }
 
 /// A block's content: its write's identity in the first 8 bytes, the rest incompressible;
@@ -77,10 +79,12 @@ struct Rig {
 impl Rig {
     fn new(seed: u64, variant: Variant) -> Rig {
         let array = SimulatedArray::new(seed);
+        let raid_level = variant.raid_level.unwrap_or(RaidLevel::Raid5);
+        let member_count = if raid_level == RaidLevel::Raid5 { 4 } else { 6 };
         let devices: Vec<Arc<dyn BlockDevice>> =
-            (0..4).map(|_| array.add_device(MEMBER_SIZE_BYTES) as Arc<dyn BlockDevice>).collect();
+            (0..member_count).map(|_| array.add_device(MEMBER_SIZE_BYTES) as Arc<dyn BlockDevice>).collect();
         let options = CreateOptions {
-            raid_level: RaidLevel::Raid5,
+            raid_level,
             chunk_size_bytes: 64 << 10,
             compression: if variant.packed_and_shared {
                 stripelog_engine::layout::format::CompressionSetting::Lz4
@@ -240,7 +244,17 @@ fn crashes_with_the_cleaner_running_and_a_write_log_keep_each_writers_prefix() {
 #[test]
 fn crashes_with_compression_deduplication_and_frequent_checkpoints_keep_each_writers_prefix() {
     for (seed, write_log) in [(3, false), (4, true)] {
-        let variant = Variant { write_log, packed_and_shared: true, frequent_checkpoints: true };
+        let variant = Variant { write_log, packed_and_shared: true, frequent_checkpoints: true, raid_level: None };
         crashes_keep_a_prefix_with_every_acknowledged_write(seed, variant);
+    }
+}
+
+#[test]
+fn crashes_with_the_cleaner_running_on_raid6_and_raid10_keep_each_writers_prefix() {
+    for (seed, raid_level) in [(5, RaidLevel::Raid6), (6, RaidLevel::Raid10)] {
+        crashes_keep_a_prefix_with_every_acknowledged_write(
+            seed,
+            Variant { raid_level: Some(raid_level), ..Variant::default() },
+        );
     }
 }
