@@ -915,9 +915,10 @@ impl Cleaner {
             if next == live.len() {
                 break;
             }
-            // One log for everything: the clients' open batch is sealed (or dropped when
-            // empty) so that the relocation batch takes the next rows of their segment;
-            // with a write log, so that it keeps the sequence the log recorded.
+            // The clients' open batch, when it holds anything, is sealed first: it keeps its
+            // sequence (`Core::seal_clients_before_side_batch`). With one log for
+            // everything it is dropped when empty, so that the relocation batch takes the
+            // next rows of their segment.
             let client_sealed = self.core.seal_clients_before_side_batch(state, !self.separate_streams);
             let stream = live[next].stream;
             let (client, taken) = match self.core.begin_side_batch(state, stream, buffers) {

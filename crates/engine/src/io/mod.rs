@@ -851,9 +851,8 @@ impl Core {
     /// Open a batch of `stream` (the cleaner's relocations, the checkpoint's pages) in the
     /// clients' open batch's place in the log order: it takes the clients' sequence number
     /// and theirs, empty (`seal_clients_before_side_batch` sealed it otherwise), moves one
-    /// up. Gives the
-    /// clients' batch back, to be put back by [`Core::end_side_batch`], and the free
-    /// segments taken. A segment with room for less than a summary and a block is given up.
+    /// up. Gives the clients' batch back, to be put back by [`Core::end_side_batch`], and
+    /// the free segments taken. A segment with room for less than a summary and a block is given up.
     pub(crate) fn begin_side_batch(
         &self,
         state: &mut WriteState,
