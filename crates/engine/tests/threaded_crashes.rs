@@ -30,6 +30,9 @@ struct Variant {
     frequent_checkpoints: bool,
     /// RAID-5 on four members unless set.
     raid_level: Option<RaidLevel>,
+    /// While the clients write, bits rot on the first member (one member: every row stays
+    /// repairable) and scrubs repair them by moving the damaged segments' live blocks.
+    rot_and_scrub: bool,
 }
 
 /// A block's content: its write's identity in the first 8 bytes, the rest incompressible;
@@ -72,6 +75,7 @@ struct Burst {
 struct Rig {
     array: SimulatedArray,
     devices: Vec<Arc<dyn BlockDevice>>,
+    first_member: Arc<stripelog_blockdev::SimulatedDevice>,
     log: Option<Arc<dyn BlockDevice>>,
     variant: Variant,
 }
@@ -81,8 +85,10 @@ impl Rig {
         let array = SimulatedArray::new(seed);
         let raid_level = variant.raid_level.unwrap_or(RaidLevel::Raid5);
         let member_count = if raid_level == RaidLevel::Raid5 { 4 } else { 6 };
+        let simulated: Vec<_> = (0..member_count).map(|_| array.add_device(MEMBER_SIZE_BYTES)).collect();
+        let first_member = simulated[0].clone();
         let devices: Vec<Arc<dyn BlockDevice>> =
-            (0..member_count).map(|_| array.add_device(MEMBER_SIZE_BYTES) as Arc<dyn BlockDevice>).collect();
+            simulated.into_iter().map(|device| device as Arc<dyn BlockDevice>).collect();
         let options = CreateOptions {
             raid_level,
             chunk_size_bytes: 64 << 10,
@@ -101,7 +107,7 @@ impl Rig {
             Volume::add_write_log(members(&devices), vec![log_member]).unwrap();
             log
         });
-        Rig { array, devices, log, variant }
+        Rig { array, devices, first_member, log, variant }
     }
 
     fn open(&self) -> Volume {
@@ -177,10 +183,30 @@ fn crashes_keep_a_prefix_with_every_acknowledged_write(seed: u64, variant: Varia
         volume.write(logical_block * 4096, &content(holds[&logical_block]), false).unwrap();
     }
     volume.close().unwrap();
-    let mut cleaning_rounds = 0;
+    let (mut cleaning_rounds, mut scrubs, mut segments_repaired) = (0, 0, 0);
     for round in 0..5u64 {
         let volume = rig.open();
+        let writing = std::sync::atomic::AtomicBool::new(true);
         let bursts: Vec<Burst> = std::thread::scope(|scope| {
+            let scrubber = variant.rot_and_scrub.then(|| {
+                let (volume, writing, member) = (&volume, &writing, &rig.first_member);
+                scope.spawn(move || {
+                    let mut prng = Prng::new(seed ^ round);
+                    let (mut scrubs, mut repaired) = (0, 0);
+                    while writing.load(std::sync::atomic::Ordering::SeqCst) {
+                        for _ in 0..4 {
+                            // Past the superblocks (the first two chunks).
+                            let offset = (128 << 10) + prng.below(MEMBER_SIZE_BYTES - (128 << 10));
+                            member.flip_bit(offset, prng.below(8) as u8);
+                        }
+                        let report = volume.scrub(&stripelog_engine::MaintenanceOptions::default(), &|_| {}).unwrap();
+                        assert!(report.logical_blocks_unrecoverable.is_empty(), "one member's rot: {report:?}");
+                        repaired += report.segments_repaired;
+                        scrubs += 1;
+                    }
+                    (scrubs, repaired)
+                })
+            });
             let handles: Vec<_> = (0..WRITERS)
                 .map(|writer| {
                     let (volume, content) = (&volume, &content);
@@ -210,7 +236,13 @@ fn crashes_keep_a_prefix_with_every_acknowledged_write(seed: u64, variant: Varia
                     })
                 })
                 .collect();
-            handles.into_iter().map(|handle| handle.join().unwrap()).collect()
+            let bursts = handles.into_iter().map(|handle| handle.join().unwrap()).collect();
+            writing.store(false, std::sync::atomic::Ordering::SeqCst);
+            if let Some((count, repaired)) = scrubber.map(|scrubber| scrubber.join().unwrap()) {
+                scrubs += count;
+                segments_repaired += repaired;
+            }
+            bursts
         });
         cleaning_rounds += volume.stats().cleaning_rounds;
         volume.abandon();
@@ -225,6 +257,10 @@ fn crashes_keep_a_prefix_with_every_acknowledged_write(seed: u64, variant: Varia
         volume.close().unwrap();
     }
     assert!(cleaning_rounds > 0, "the cleaner never ran while the clients wrote");
+    assert!(
+        !variant.rot_and_scrub || (scrubs > 0 && segments_repaired > 0),
+        "scrubs during the bursts: {scrubs}, segments they repaired: {segments_repaired}"
+    );
 }
 
 #[test]
@@ -244,7 +280,7 @@ fn crashes_with_the_cleaner_running_and_a_write_log_keep_each_writers_prefix() {
 #[test]
 fn crashes_with_compression_deduplication_and_frequent_checkpoints_keep_each_writers_prefix() {
     for (seed, write_log) in [(3, false), (4, true)] {
-        let variant = Variant { write_log, packed_and_shared: true, frequent_checkpoints: true, raid_level: None };
+        let variant = Variant { write_log, packed_and_shared: true, frequent_checkpoints: true, ..Variant::default() };
         crashes_keep_a_prefix_with_every_acknowledged_write(seed, variant);
     }
 }
@@ -255,6 +291,16 @@ fn crashes_with_the_cleaner_running_on_raid6_and_raid10_keep_each_writers_prefix
         crashes_keep_a_prefix_with_every_acknowledged_write(
             seed,
             Variant { raid_level: Some(raid_level), ..Variant::default() },
+        );
+    }
+}
+
+#[test]
+fn crashes_with_rot_repaired_by_scrubs_while_clients_write_keep_each_writers_prefix() {
+    for (seed, write_log) in [(7, false), (8, true)] {
+        crashes_keep_a_prefix_with_every_acknowledged_write(
+            seed,
+            Variant { write_log, rot_and_scrub: true, ..Variant::default() },
         );
     }
 }
