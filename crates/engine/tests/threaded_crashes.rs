@@ -11,7 +11,7 @@ mod common;
 
 use common::members;
 use std::sync::Arc;
-use stripelog_blockdev::{BlockDevice, Prng, SimulatedArray};
+use stripelog_blockdev::{BlockDevice, Prng, SimulatedArray, SimulatedDevice};
 use stripelog_engine::{CreateOptions, MemberDevice, OpenOptions, RaidLevel, Volume, WriteLogDevices};
 
 const MEMBER_SIZE_BYTES: u64 = 32 << 20;
@@ -33,6 +33,9 @@ struct Variant {
     /// While the clients write, bits rot on the first member (one member: every row stays
     /// repairable) and scrubs repair them by moving the damaged segments' live blocks.
     rot_and_scrub: bool,
+    /// In the second burst the second member is pulled, replaced and rebuilt while the
+    /// clients write and the cleaner relocates (the crash comes after the rebuild).
+    replace_during_burst: bool,
 }
 
 /// A block's content: its write's identity in the first 8 bytes, the rest incompressible;
@@ -74,8 +77,8 @@ struct Burst {
 
 struct Rig {
     array: SimulatedArray,
-    devices: Vec<Arc<dyn BlockDevice>>,
-    first_member: Arc<stripelog_blockdev::SimulatedDevice>,
+    /// The members, in order (a replacement takes its position).
+    simulated: std::sync::Mutex<Vec<Arc<SimulatedDevice>>>,
     log: Option<Arc<dyn BlockDevice>>,
     variant: Variant,
 }
@@ -86,9 +89,8 @@ impl Rig {
         let raid_level = variant.raid_level.unwrap_or(RaidLevel::Raid5);
         let member_count = if raid_level == RaidLevel::Raid5 { 4 } else { 6 };
         let simulated: Vec<_> = (0..member_count).map(|_| array.add_device(MEMBER_SIZE_BYTES)).collect();
-        let first_member = simulated[0].clone();
         let devices: Vec<Arc<dyn BlockDevice>> =
-            simulated.into_iter().map(|device| device as Arc<dyn BlockDevice>).collect();
+            simulated.iter().map(|device| device.clone() as Arc<dyn BlockDevice>).collect();
         let options = CreateOptions {
             raid_level,
             chunk_size_bytes: 64 << 10,
@@ -107,7 +109,7 @@ impl Rig {
             Volume::add_write_log(members(&devices), vec![log_member]).unwrap();
             log
         });
-        Rig { array, devices, first_member, log, variant }
+        Rig { array, simulated: std::sync::Mutex::new(simulated), log, variant }
     }
 
     fn open(&self) -> Volume {
@@ -120,7 +122,28 @@ impl Rig {
             },
             ..OpenOptions::default()
         };
-        Volume::open(members(&self.devices), &options).unwrap()
+        Volume::open(members(&self.devices()), &options).unwrap()
+    }
+
+    fn devices(&self) -> Vec<Arc<dyn BlockDevice>> {
+        self.simulated.lock().unwrap().iter().map(|device| device.clone() as Arc<dyn BlockDevice>).collect()
+    }
+
+    fn member(&self, index: usize) -> Arc<SimulatedDevice> {
+        self.simulated.lock().unwrap()[index].clone()
+    }
+
+    /// Pull member `index`, attach a new device in its place, and rebuild it.
+    fn replace_and_rebuild(&self, volume: &Volume, index: usize) {
+        self.member(index).remove();
+        // The next stripes find it gone.
+        volume.flush().unwrap();
+        let replacement = self.array.add_device(MEMBER_SIZE_BYTES);
+        self.simulated.lock().unwrap()[index] = replacement.clone();
+        let device = MemberDevice { name: format!("new{index}"), device: Some(replacement as Arc<dyn BlockDevice>) };
+        volume.replace_member(index, device, &stripelog_engine::ReplaceOptions::default()).unwrap();
+        let report = volume.rebuild(&stripelog_engine::MaintenanceOptions::default(), &|_| {}).unwrap();
+        assert_eq!(report.blocks_unrecoverable, 0, "{report:?}");
     }
 }
 
@@ -183,13 +206,13 @@ fn crashes_keep_a_prefix_with_every_acknowledged_write(seed: u64, variant: Varia
         volume.write(logical_block * 4096, &content(holds[&logical_block]), false).unwrap();
     }
     volume.close().unwrap();
-    let (mut cleaning_rounds, mut scrubs, mut segments_repaired) = (0, 0, 0);
+    let (mut cleaning_rounds, mut scrubs, mut segments_repaired, mut rebuilds) = (0, 0, 0, 0);
     for round in 0..5u64 {
         let volume = rig.open();
         let writing = std::sync::atomic::AtomicBool::new(true);
         let bursts: Vec<Burst> = std::thread::scope(|scope| {
             let scrubber = variant.rot_and_scrub.then(|| {
-                let (volume, writing, member) = (&volume, &writing, &rig.first_member);
+                let (volume, writing, member) = (&volume, &writing, rig.member(0));
                 scope.spawn(move || {
                     let mut prng = Prng::new(seed ^ round);
                     let (mut scrubs, mut repaired) = (0, 0);
@@ -205,6 +228,17 @@ fn crashes_keep_a_prefix_with_every_acknowledged_write(seed: u64, variant: Varia
                         scrubs += 1;
                     }
                     (scrubs, repaired)
+                })
+            });
+            let replacer = variant.replace_during_burst.then(|| {
+                let (volume, rig) = (&volume, &rig);
+                scope.spawn(move || {
+                    if round == 1 {
+                        std::thread::sleep(std::time::Duration::from_millis(100));
+                        rig.replace_and_rebuild(volume, 1);
+                        return 1;
+                    }
+                    0
                 })
             });
             let handles: Vec<_> = (0..WRITERS)
@@ -238,6 +272,7 @@ fn crashes_keep_a_prefix_with_every_acknowledged_write(seed: u64, variant: Varia
                 .collect();
             let bursts = handles.into_iter().map(|handle| handle.join().unwrap()).collect();
             writing.store(false, std::sync::atomic::Ordering::SeqCst);
+            rebuilds += replacer.map_or(0, |replacer| replacer.join().unwrap());
             if let Some((count, repaired)) = scrubber.map(|scrubber| scrubber.join().unwrap()) {
                 scrubs += count;
                 segments_repaired += repaired;
@@ -257,6 +292,7 @@ fn crashes_keep_a_prefix_with_every_acknowledged_write(seed: u64, variant: Varia
         volume.close().unwrap();
     }
     assert!(cleaning_rounds > 0, "the cleaner never ran while the clients wrote");
+    assert!(!variant.replace_during_burst || rebuilds > 0, "no rebuild ran during a burst");
     assert!(
         !variant.rot_and_scrub || (scrubs > 0 && segments_repaired > 0),
         "scrubs during the bursts: {scrubs}, segments they repaired: {segments_repaired}"
@@ -302,5 +338,13 @@ fn crashes_with_rot_repaired_by_scrubs_while_clients_write_keep_each_writers_pre
             seed,
             Variant { write_log, rot_and_scrub: true, ..Variant::default() },
         );
+    }
+}
+
+#[test]
+fn crashes_while_a_member_is_replaced_and_rebuilt_keep_each_writers_prefix() {
+    for (seed, write_log) in [(9, false), (10, true)] {
+        let variant = Variant { write_log, replace_during_burst: true, ..Variant::default() };
+        crashes_keep_a_prefix_with_every_acknowledged_write(seed, variant);
     }
 }
