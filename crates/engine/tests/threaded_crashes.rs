@@ -52,13 +52,7 @@ fn content(identity: u64, repetitive: bool) -> Vec<u8> {
         return data;
     }
     let mut data = vec![0u8; 4096];
-    let mut state = identity.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    for chunk in data.chunks_exact_mut(8) {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        chunk.copy_from_slice(&state.to_le_bytes());
-    }
+    Prng::new(identity).fill(&mut data);
     data[..8].copy_from_slice(&identity.to_le_bytes());
     data
 }
