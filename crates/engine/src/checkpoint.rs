@@ -479,20 +479,9 @@ impl Core {
         while next < blocks.len() {
             let buffers = self.data_pool.take();
             let mut guard = self.state.lock();
-            let state = &mut *guard;
             self.members.check_running()?;
-            let client_sealed = self.seal_clients_before_side_batch(state, false);
-            let (client, _) = match self.begin_side_batch(state, METADATA_STREAM, buffers) {
-                Ok(side) => side,
-                Err(error) => {
-                    // The sealed batch is in flight: it must reach the members.
-                    drop(guard);
-                    if let Some(client_batch) = client_sealed {
-                        self.dispatch(client_batch)?;
-                    }
-                    return Err(error);
-                }
-            };
+            let side = self.begin_side_batch(&mut guard, METADATA_STREAM, buffers, false)?;
+            let state = &mut *guard;
             state.log.open.as_mut().expect("the side batch").metadata = true;
             while next < blocks.len() {
                 let (kind, number, block) = &blocks[next];
@@ -503,10 +492,10 @@ impl Core {
                 next += 1;
             }
             // Never empty: a fresh side batch has room for a summary and a block.
-            let sealed = self.end_side_batch(state, client);
+            let sealed = self.end_side_batch(state, side.client);
             last_batch = sealed.header.sequence;
             drop(guard);
-            if let Some(client_batch) = client_sealed {
+            if let Some(client_batch) = side.sealed_clients {
                 self.dispatch(client_batch)?;
             }
             self.dispatch(sealed)?;

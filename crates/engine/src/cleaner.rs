@@ -894,7 +894,6 @@ impl Cleaner {
         while next < live.len() {
             let buffers = self.core.data_pool.take();
             let mut guard = self.core.state.lock();
-            let state: &mut crate::io::WriteState = &mut guard;
             self.core.members.check_running()?;
             // Skip what the clients overwrote since it was read.
             // (An index page that cannot be read: the block stays where it is, and so does
@@ -915,24 +914,12 @@ impl Cleaner {
             if next == live.len() {
                 break;
             }
-            // The clients' open batch, when it holds anything, is sealed first: it keeps its
-            // sequence (`Core::seal_clients_before_side_batch`). With one log for
-            // everything it is dropped when empty, so that the relocation batch takes the
-            // next rows of their segment.
-            let client_sealed = self.core.seal_clients_before_side_batch(state, !self.separate_streams);
+            // With one log for everything the clients' batch ends even when empty, so that
+            // the relocation batch takes the next rows of their segment.
             let stream = live[next].stream;
-            let (client, taken) = match self.core.begin_side_batch(state, stream, buffers) {
-                Ok(side) => side,
-                Err(error) => {
-                    // The sealed batch is in flight: it must reach the members.
-                    drop(guard);
-                    if let Some(client_batch) = client_sealed {
-                        self.core.dispatch(client_batch)?;
-                    }
-                    return Err(error);
-                }
-            };
-            self.core.cleaning_net_segments.fetch_sub(taken as i64, std::sync::atomic::Ordering::SeqCst);
+            let side = self.core.begin_side_batch(&mut guard, stream, buffers, !self.separate_streams)?;
+            let state: &mut crate::io::WriteState = &mut guard;
+            self.core.cleaning_net_segments.fetch_sub(side.taken as i64, std::sync::atomic::Ordering::SeqCst);
             state.log.open.as_mut().expect("the side batch").relocation = true;
             let mut relocated = 0u64;
             while next < live.len() && live[next].stream == stream {
@@ -1027,11 +1014,11 @@ impl Cleaner {
                 relocated += 1;
             }
             // Never empty: the segment had room for a record and the first one was current.
-            let sealed = self.core.end_side_batch(state, client);
+            let sealed = self.core.end_side_batch(state, side.client);
             drop(guard);
             Counters::add(&self.core.counters.blocks_relocated, relocated);
             blocks_moved += relocated;
-            if let Some(client_batch) = client_sealed {
+            if let Some(client_batch) = side.sealed_clients {
                 self.core.dispatch(client_batch)?;
             }
             self.core.dispatch(sealed)?;

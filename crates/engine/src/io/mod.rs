@@ -129,6 +129,17 @@ pub(crate) struct Core {
     pub(crate) deduplication: Option<deduplication::Deduplication>,
 }
 
+/// What [`Core::begin_side_batch`] gives back.
+pub(crate) struct SideBatch {
+    /// The clients' open batch (empty), to be put back by [`Core::end_side_batch`].
+    pub(crate) client: Option<OpenBatch>,
+    /// Free segments taken for the side batch's stream.
+    pub(crate) taken: usize,
+    /// The clients' batch sealed ahead of the side batch: dispatched first, once the state
+    /// lock is released.
+    pub(crate) sealed_clients: Option<Arc<SealedBatch>>,
+}
+
 /// One unit of work for the write loop, per logical block.
 #[derive(Clone, Copy)]
 pub(crate) enum BlockWrite<'a> {
@@ -815,9 +826,10 @@ impl Core {
         }
     }
 
-    /// Before a side batch: seal the clients' open batch when it holds anything, so that
-    /// the side batch comes after it in the log order instead of taking its sequence.
-    /// Sequences must follow the order in which records are accepted and blocks killed:
+    /// Open a batch of `stream` (the cleaner's relocations, the checkpoint's pages) in the
+    /// log order. The clients' open batch, when it holds anything, is sealed first and
+    /// keeps its sequence; the side batch takes the next one. Sequences must follow the
+    /// order in which records are accepted and blocks killed:
     /// - a segment's release waits for the sequence of the batch that killed its last
     ///   block; a relocation in a side batch that took the clients' sequence would let a
     ///   victim go once the side batch is durable, while the clients' batch (moved one up)
@@ -829,15 +841,21 @@ impl Core {
     ///   writes for ones on the members and skip them — acknowledged writes lost
     ///   (docs/write-log.md, crash analysis).
     ///
-    /// `one_log`: the cleaner writes into the clients' stream, so their batch must end
-    /// first even when empty (it is dropped). Returns the sealed batch, to be dispatched
-    /// once the state lock is released, before the side batch.
-    pub(crate) fn seal_clients_before_side_batch(
+    /// An empty clients' batch gives the side batch its sequence and moves one up, or,
+    /// with `one_log` (the cleaner writes into the clients' stream, so theirs must end
+    /// first), is dropped. Gives back the clients' batch, to be put back by
+    /// [`Core::end_side_batch`], the free segments taken, and the clients' sealed batch,
+    /// to be dispatched once the state lock is released, before the side batch. A segment
+    /// with room for less than a summary and a block is given up.
+    pub(crate) fn begin_side_batch(
         &self,
-        state: &mut WriteState,
+        guard: &mut parking_lot::MutexGuard<'_, WriteState>,
+        stream: usize,
+        buffers: PooledBuffers,
         one_log: bool,
-    ) -> Option<Arc<SealedBatch>> {
-        match state.log.open.as_ref().map(OpenBatch::is_empty) {
+    ) -> Result<SideBatch> {
+        let state = &mut **guard;
+        let sealed_clients = match state.log.open.as_ref().map(OpenBatch::is_empty) {
             Some(false) => Some(self.seal(state)),
             Some(true) if one_log => {
                 state.log.open = None;
@@ -845,20 +863,7 @@ impl Core {
                 None
             }
             _ => None,
-        }
-    }
-
-    /// Open a batch of `stream` (the cleaner's relocations, the checkpoint's pages) in the
-    /// clients' open batch's place in the log order: it takes the clients' sequence number
-    /// and theirs, empty (`seal_clients_before_side_batch` sealed it otherwise), moves one
-    /// up. Gives the clients' batch back, to be put back by [`Core::end_side_batch`], and
-    /// the free segments taken. A segment with room for less than a summary and a block is given up.
-    pub(crate) fn begin_side_batch(
-        &self,
-        state: &mut WriteState,
-        stream: usize,
-        buffers: PooledBuffers,
-    ) -> Result<(Option<OpenBatch>, usize)> {
+        };
         let rows_per_chunk = self.geometry.rows_per_chunk();
         let data_columns = self.geometry.data_columns() as u32;
         // Room for a summary and the largest record: a block, or a fragment and the
@@ -876,13 +881,16 @@ impl Core {
         }
         let free_before = state.space.free_segments.len();
         if state.log.current_segments[stream].is_none() && !self.open_stream_segment(state, stream, u64::MAX) {
+            // The clients' sealed batch is in flight: it must reach the members.
+            if let Some(batch) = sealed_clients {
+                parking_lot::MutexGuard::unlocked(guard, || self.dispatch(batch))?;
+            }
             return Err(Error::OutOfSpace);
         }
         let taken = free_before - state.space.free_segments.len();
         let moved = state.log.next_sequence;
         let sequence = match state.log.open.as_mut() {
             Some(client) => {
-                debug_assert!(client.is_empty(), "a clients' batch with records is sealed before a side batch");
                 let taken = client.sequence;
                 client.sequence = moved;
                 if client.segment_open_sequence == taken {
@@ -909,7 +917,7 @@ impl Core {
         }
         let batch = self.batch_in(current, sequence, buffers, stream);
         let client = state.log.open.replace(batch);
-        Ok((client, taken))
+        Ok(SideBatch { client, taken, sealed_clients })
     }
 
     /// Seal the side batch (it must hold an entry) and put the clients' batch back.
