@@ -15,6 +15,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// What identifies a member whatever name it is opened by: a block device by its device
 /// number (every node and symlink of one disk), anything else by its file system's device
@@ -78,48 +79,73 @@ pub(crate) fn claim(file: &File, path: &Path, writer: bool) -> Result<MemberClai
     }
     let claim = MemberClaim { key };
     let operation = if writer { libc::LOCK_EX } else { libc::LOCK_SH };
-    // SAFETY: flock takes a file descriptor and flags only; the descriptor belongs to
-    // `file`, which is open for the whole call.
-    let status = unsafe { libc::flock(file.as_raw_fd(), operation | libc::LOCK_NB) };
-    if status != 0 {
-        let error = io::Error::last_os_error();
-        if error.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            return Err(ClaimError::InUse(lock_holder(&metadata)));
+    // A process that died with I/O in flight (a SIGKILLed server whose io_uring still has
+    // writes in the kernel's workers) keeps its lock until the kernel has finished that
+    // I/O and closed its files, shortly after the process is reaped. /proc/locks then
+    // names a pid that no longer runs (or 0): such a lock is waited for, for a bounded
+    // time, so a restart straight after a crash opens the volume. A lock whose holder
+    // runs is refused at once.
+    let deadline = Instant::now() + EXITED_HOLDER_RELEASE_WAIT;
+    loop {
+        // SAFETY: flock takes a file descriptor and flags only; the descriptor belongs to
+        // `file`, which is open for the whole call.
+        let status = unsafe { libc::flock(file.as_raw_fd(), operation | libc::LOCK_NB) };
+        if status == 0 {
+            return Ok(claim);
         }
-        return Err(ClaimError::Lock(error));
+        let error = io::Error::last_os_error();
+        if error.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(ClaimError::Lock(error));
+        }
+        match lock_holder(&metadata) {
+            Some(holder) => return Err(ClaimError::InUse(holder)),
+            None if Instant::now() < deadline => std::thread::sleep(EXITED_HOLDER_POLL_INTERVAL),
+            None => {
+                return Err(ClaimError::InUse(format!(
+                    "it is in use by another process (it holds the member's lock; the process that took it is \
+                     not running or not visible here, and the lock was not released within {} s, as the lock \
+                     of a process that has exited would be)",
+                    EXITED_HOLDER_RELEASE_WAIT.as_secs()
+                )))
+            }
+        }
     }
-    Ok(claim)
 }
 
+/// How long a lock whose holder no longer runs (it has exited, its files not yet closed by
+/// the kernel) is waited for before the member is refused.
+const EXITED_HOLDER_RELEASE_WAIT: Duration = Duration::from_secs(5);
+/// How often the lock is tried again meanwhile.
+const EXITED_HOLDER_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
 /// Who holds a lock on the file with `metadata`, from /proc/locks and the holder's
-/// command line: "in use by pid 4242: stripelog serve d/m0 ..." where it can be known.
-fn lock_holder(metadata: &std::fs::Metadata) -> String {
+/// command line: "in use by pid 4242: stripelog serve d/m0 ..."; `None` when no holder
+/// runs (it has exited or is a zombie, or lives in a pid namespace this process cannot
+/// see: /proc/locks then shows 0).
+fn lock_holder(metadata: &std::fs::Metadata) -> Option<String> {
     let holders = std::fs::read_to_string("/proc/locks")
         .map(|locks| lock_holder_pids(&locks, metadata.dev(), metadata.ino()))
         .unwrap_or_default();
     let own = std::process::id();
-    match holders.into_iter().find(|&pid| pid != own && pid != 0) {
-        Some(pid) => {
-            let command = std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|bytes| {
-                    let text: Vec<String> = bytes
-                        .split(|&byte| byte == 0)
-                        .filter(|part| !part.is_empty())
-                        .map(|part| String::from_utf8_lossy(part).into_owned())
-                        .collect();
-                    text.join(" ")
-                })
-                .unwrap_or_default();
-            const COMMAND_SHOWN_MAXIMUM_CHARACTERS: usize = 160;
-            let command: String = command.chars().take(COMMAND_SHOWN_MAXIMUM_CHARACTERS).collect();
-            if command.is_empty() {
-                format!("it is in use by another process (pid {pid})")
-            } else {
-                format!("it is in use by another process (pid {pid}: {command})")
-            }
-        }
-        None => "it is in use by another process (it holds the member's lock)".to_string(),
+    // This process's own lock through another open file: what another process is to us.
+    if holders.contains(&own) {
+        return Some("it is in use by another process (it holds the member's lock)".to_string());
     }
+    // A holder that has exited (its pid gone, or a zombie) has no command line.
+    holders.into_iter().filter(|&pid| pid != 0).find_map(|pid| {
+        let command = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let words: Vec<String> = command
+            .split(|&byte| byte == 0)
+            .filter(|part| !part.is_empty())
+            .map(|part| String::from_utf8_lossy(part).into_owned())
+            .collect();
+        if words.is_empty() {
+            return None;
+        }
+        const COMMAND_SHOWN_MAXIMUM_CHARACTERS: usize = 160;
+        let command: String = words.join(" ").chars().take(COMMAND_SHOWN_MAXIMUM_CHARACTERS).collect();
+        Some(format!("it is in use by another process (pid {pid}: {command})"))
+    })
 }
 
 /// The pids holding `flock`/POSIX locks on inode `inode` of file system `file_system` in

@@ -780,6 +780,28 @@ mod tests {
     }
 
     #[test]
+    fn a_lock_left_by_a_process_that_has_exited_is_waited_for() {
+        // What a SIGKILLed server leaves behind for a moment: its lock, held by an open file
+        // the kernel has not closed yet (here a background `sleep` that inherited it), taken
+        // by a process that is gone (here flock(1)). A restart must wait for it, not refuse.
+        let directory = TemporaryDirectory::new(&std::env::temp_dir());
+        let path = directory.file("member");
+        drop(FileDevice::open(&path, &options(1 << 20, IoEngine::Sync)).unwrap());
+        const HELD_SECONDS: f64 = 0.5;
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("exec 9<\"$1\" && flock --exclusive 9 && {{ sleep {HELD_SECONDS} & }}"))
+            .arg("sh")
+            .arg(&path)
+            .status()
+            .expect("sh and flock(1), from util-linux");
+        assert!(status.success());
+        let started = std::time::Instant::now();
+        FileDevice::open(&path, &FileDeviceOptions::default()).expect("opened once the exited holder's lock is gone");
+        assert!(started.elapsed().as_secs_f64() > HELD_SECONDS / 2.0, "the lock was not held: {:?}", started.elapsed());
+    }
+
+    #[test]
     fn existing_file_is_extended_but_never_shrunk() {
         let directory = TemporaryDirectory::new(&std::env::temp_dir());
         let path = directory.file("member");
