@@ -63,6 +63,14 @@ pub struct Interval {
     pub write_amplification: f64,
     pub segments_free_at_end: u64,
     pub cleaning_rounds: u64,
+    /// Writes in this interval that stalled with every write buffer waiting for the
+    /// members, and for no free segment (the cleaner), with the seconds they stalled; and
+    /// the writes the pacer held back. They say where an interval's latency went.
+    pub writes_stalled_for_buffers: u64,
+    pub buffer_stall_seconds: f64,
+    pub writes_stalled_for_space: u64,
+    pub space_stall_seconds: f64,
+    pub paced_writes: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -125,6 +133,10 @@ pub struct Report {
     /// Client writes the engine's pacer held back, and the seconds they waited in all.
     pub paced_writes: u64,
     pub paced_seconds: f64,
+    pub writes_stalled_for_buffers: u64,
+    pub buffer_stall_seconds: f64,
+    pub writes_stalled_for_space: u64,
+    pub space_stall_seconds: f64,
     pub map_cache: crate::MapCacheUse,
 }
 
@@ -361,6 +373,11 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
                 write_amplification: cleaning_amplification(before, after),
                 segments_free_at_end: after.segments_free,
                 cleaning_rounds: after.cleaning_rounds - before.cleaning_rounds,
+                writes_stalled_for_buffers: after.writes_stalled_for_buffers - before.writes_stalled_for_buffers,
+                buffer_stall_seconds: after.buffer_stall_seconds - before.buffer_stall_seconds,
+                writes_stalled_for_space: after.writes_stalled_for_space - before.writes_stalled_for_space,
+                space_stall_seconds: after.space_stall_seconds - before.space_stall_seconds,
+                paced_writes: after.paced_writes - before.paced_writes,
             }
         })
         .collect();
@@ -417,6 +434,10 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         latency_max_ns: overall.max(),
         paced_writes: end.paced_writes,
         paced_seconds: end.paced_seconds,
+        writes_stalled_for_buffers: end.writes_stalled_for_buffers,
+        buffer_stall_seconds: end.buffer_stall_seconds,
+        writes_stalled_for_space: end.writes_stalled_for_space,
+        space_stall_seconds: end.space_stall_seconds,
         map_cache: crate::MapCacheUse::of(&end),
     };
     volume.close().map_err(|error| error.to_string())?;

@@ -40,6 +40,13 @@ pub struct Counters {
     /// Client writes held back by the write pacer (`space::pacing`), and for how long.
     pub paced_writes: AtomicU64,
     pub paced_nanoseconds: AtomicU64,
+    /// Writes that stalled, and for how long in all, by cause: no free write buffer (the
+    /// members are writing every sealed batch the pool holds), and no free segment (the
+    /// writer waited for the cleaner, or cleaned itself).
+    pub writes_stalled_for_buffers: AtomicU64,
+    pub buffer_stall_nanoseconds: AtomicU64,
+    pub writes_stalled_for_space: AtomicU64,
+    pub space_stall_nanoseconds: AtomicU64,
     /// Bytes the cleaner read from members to relocate live blocks (whole spans of rows,
     /// dead blocks between live ones included).
     pub member_bytes_read_cleaning: AtomicU64,
@@ -442,6 +449,15 @@ pub struct VolumeStats {
     /// all (docs/garbage-collection.md, "Pacing").
     pub paced_writes: u64,
     pub paced_seconds: f64,
+    /// Writes that stalled because every write buffer was waiting for the members, and
+    /// the seconds they stalled in all: the members are the limit.
+    pub writes_stalled_for_buffers: u64,
+    pub buffer_stall_seconds: f64,
+    /// Writes that stalled because no segment was free (waiting for the cleaner thread,
+    /// or cleaning on the writer's own thread), and the seconds they stalled in all: the
+    /// cleaner is the limit. With the pacer working these stay near zero.
+    pub writes_stalled_for_space: u64,
+    pub space_stall_seconds: f64,
     /// Bytes the cleaner read from members since the volume was opened: each victim
     /// column's rows from its first to its last live block, in one request. Over
     /// `member_bytes_relocated` it shows what reading whole spans costs against reading

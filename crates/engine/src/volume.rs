@@ -1253,6 +1253,7 @@ fn apply(cleaner: &Cleaner, blocks: &[BlockWrite]) -> Result<()> {
     }
     let mut next = 0usize;
     let mut cleaned_for_this_segment = false;
+    let mut stalls = WriteStalls { counters: &core.counters, buffers: Duration::ZERO, space: Duration::ZERO };
     while next < blocks.len() {
         let mut state = core.state.lock();
         core.members.check_running()?;
@@ -1262,18 +1263,26 @@ fn apply(cleaner: &Cleaner, blocks: &[BlockWrite]) -> Result<()> {
                 Ok(new_segment) => cleaned_for_this_segment &= !new_segment,
                 Err(OpenProblem::Buffers) => {
                     drop(state);
+                    let started = Instant::now();
                     core.data_pool.wait_for_free();
+                    stalls.buffers += started.elapsed();
                     continue;
                 }
                 Err(OpenProblem::Space) => {
                     drop(state);
-                    cleaner.make_space()?;
+                    let started = Instant::now();
+                    let made = cleaner.make_space();
+                    stalls.space += started.elapsed();
+                    made?;
                     continue;
                 }
                 Err(OpenProblem::Cleaning) => {
                     drop(state);
                     // Paced with the writes: one round per new client segment.
-                    cleaner.clean_round()?;
+                    let started = Instant::now();
+                    let cleaned = cleaner.clean_round();
+                    stalls.space += started.elapsed();
+                    cleaned?;
                     cleaned_for_this_segment = true;
                     continue;
                 }
@@ -1305,6 +1314,28 @@ fn apply(cleaner: &Cleaner, blocks: &[BlockWrite]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The time one write stalled, by cause, added to the volume's counters however the
+/// write ends (an error after a stall still stalled).
+struct WriteStalls<'a> {
+    counters: &'a Counters,
+    buffers: Duration,
+    space: Duration,
+}
+
+impl Drop for WriteStalls<'_> {
+    fn drop(&mut self) {
+        for (stalled, writes, nanoseconds) in [
+            (self.buffers, &self.counters.writes_stalled_for_buffers, &self.counters.buffer_stall_nanoseconds),
+            (self.space, &self.counters.writes_stalled_for_space, &self.counters.space_stall_nanoseconds),
+        ] {
+            if !stalled.is_zero() {
+                Counters::add(writes, 1);
+                Counters::add(nanoseconds, stalled.as_nanos() as u64);
+            }
+        }
+    }
 }
 
 fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
@@ -1493,6 +1524,10 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         late_reads: Counters::get(&counters.late_reads),
         paced_writes: Counters::get(&counters.paced_writes),
         paced_seconds: Counters::get(&counters.paced_nanoseconds) as f64 / 1e9,
+        writes_stalled_for_buffers: Counters::get(&counters.writes_stalled_for_buffers),
+        buffer_stall_seconds: Counters::get(&counters.buffer_stall_nanoseconds) as f64 / 1e9,
+        writes_stalled_for_space: Counters::get(&counters.writes_stalled_for_space),
+        space_stall_seconds: Counters::get(&counters.space_stall_nanoseconds) as f64 / 1e9,
         member_bytes_read_cleaning: Counters::get(&counters.member_bytes_read_cleaning),
         write_queue_batches: core.write_queue_batches,
         member_failures: core.members.failures_while_open(),

@@ -707,3 +707,80 @@ fn sustained_random_overwrites_by_several_writers_never_get_out_of_space() {
     );
     Arc::try_unwrap(volume).ok().expect("one owner").close().expect("close");
 }
+
+/// A member whose writes each take `SLOW_MEMBER_WRITE` longer: the write pipeline falls
+/// behind the clients.
+struct SlowWrites(Arc<dyn BlockDevice>);
+
+const SLOW_MEMBER_WRITE: Duration = Duration::from_millis(3);
+
+impl BlockDevice for SlowWrites {
+    fn size_bytes(&self) -> u64 {
+        self.0.size_bytes()
+    }
+    fn read_at(&self, buffer: &mut [u8], offset_bytes: u64) -> stripelog_blockdev::Result<()> {
+        self.0.read_at(buffer, offset_bytes)
+    }
+    fn write_at(&self, buffer: &[u8], offset_bytes: u64) -> stripelog_blockdev::Result<()> {
+        std::thread::sleep(SLOW_MEMBER_WRITE);
+        self.0.write_at(buffer, offset_bytes)
+    }
+    fn submit_batch(&self, requests: &mut [stripelog_blockdev::IoRequest<'_>]) -> Vec<stripelog_blockdev::Result<()>> {
+        std::thread::sleep(SLOW_MEMBER_WRITE);
+        self.0.submit_batch(requests)
+    }
+    fn flush(&self) -> stripelog_blockdev::Result<()> {
+        self.0.flush()
+    }
+    fn discard(&self, offset_bytes: u64, length_bytes: u64) -> stripelog_blockdev::Result<()> {
+        self.0.discard(offset_bytes, length_bytes)
+    }
+    fn describe(&self) -> String {
+        format!("slow writes over {}", self.0.describe())
+    }
+}
+
+/// Where a write's time went when it stalled, by cause (`stats`, the metrics, `bench
+/// saturate`'s intervals): on slow members every write buffer waits for them (buffer
+/// stalls, no space stalls on a fresh volume); on a full inline volume the writers clean
+/// for themselves (space stalls).
+#[test]
+fn stalled_writes_are_counted_by_cause() {
+    let devices: Vec<Arc<dyn BlockDevice>> = memory_members(4, 32 << 20)
+        .into_iter()
+        .map(|device| Arc::new(SlowWrites(device)) as Arc<dyn BlockDevice>)
+        .collect();
+    let create =
+        CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: CHUNK_SIZE_BYTES, ..CreateOptions::default() };
+    let open = OpenOptions { cache_size_bytes: 0, ..OpenOptions::default() };
+    let volume = Volume::create(members(&devices), &create, &open).expect("create");
+    let content = vec![0x3c; BLOCK_SIZE_BYTES];
+    // A quarter of the volume: far more batches than the pipeline holds, no cleaning.
+    let blocks = volume.logical_size_bytes() / BLOCK_BYTES / 4;
+    for block in 0..blocks {
+        volume.write(block * BLOCK_BYTES, &content, false).expect("write");
+    }
+    let stats = volume.stats();
+    assert!(stats.writes_stalled_for_buffers > 0, "no buffer stall behind slow members: {stats:?}");
+    assert!(stats.buffer_stall_seconds > 0.0, "{stats:?}");
+    assert_eq!(stats.writes_stalled_for_space, 0, "a space stall on a fresh volume: {stats:?}");
+    eprintln!("{} writes stalled for buffers, {:.3} s", stats.writes_stalled_for_buffers, stats.buffer_stall_seconds);
+    volume.close().expect("close");
+
+    let devices = memory_members(4, 32 << 20);
+    let volume = Volume::create(members(&devices), &create, &common::inline_open_options()).expect("create");
+    let blocks = volume.logical_size_bytes() / BLOCK_BYTES;
+    let mut prng = Prng::new(7);
+    for block in 0..blocks {
+        volume.write(block * BLOCK_BYTES, &content, false).expect("fill");
+    }
+    for _ in 0..blocks {
+        volume.write(prng.below(blocks) * BLOCK_BYTES, &content, false).expect("overwrite");
+    }
+    let stats = volume.stats();
+    assert!(stats.cleaning_rounds > 0);
+    assert!(stats.writes_stalled_for_space > 0, "no space stall on a full inline volume: {stats:?}");
+    assert!(stats.space_stall_seconds > 0.0, "{stats:?}");
+    eprintln!("{} writes stalled for space, {:.3} s", stats.writes_stalled_for_space, stats.space_stall_seconds);
+    volume.close().expect("close");
+}

@@ -1480,12 +1480,22 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
         report.seconds
     );
     println!(
-        "{:>8} {:>10} {:>9} {:>9} {:>9} {:>7} {:>6} {:>7}",
-        "from s", "IOPS", "p50 µs", "p99 µs", "max ms", "WA", "free", "rounds"
+        "{:>8} {:>10} {:>9} {:>9} {:>9} {:>7} {:>6} {:>7} {:>8} {:>17} {:>17}",
+        "from s",
+        "IOPS",
+        "p50 µs",
+        "p99 µs",
+        "max ms",
+        "WA",
+        "free",
+        "rounds",
+        "paced",
+        "buffer stalls, s",
+        "space stalls, s"
     );
     for interval in &report.intervals {
         println!(
-            "{:>8.0} {:>10.0} {:>9.0} {:>9.0} {:>9.1} {:>7.2} {:>6} {:>7}",
+            "{:>8.0} {:>10.0} {:>9.0} {:>9.0} {:>9.1} {:>7.2} {:>6} {:>7} {:>8} {:>9} {:>7.2} {:>9} {:>7.2}",
             interval.start_seconds,
             interval.iops,
             interval.latency_p50_ns as f64 / 1e3,
@@ -1493,7 +1503,12 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
             interval.latency_max_ns as f64 / 1e6,
             interval.write_amplification,
             interval.segments_free_at_end,
-            interval.cleaning_rounds
+            interval.cleaning_rounds,
+            interval.paced_writes,
+            interval.writes_stalled_for_buffers,
+            interval.buffer_stall_seconds,
+            interval.writes_stalled_for_space,
+            interval.space_stall_seconds
         );
     }
     match &report.steady_state {
@@ -1528,6 +1543,13 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
     println!(
         "client writes paced to the cleaner (docs/garbage-collection.md, \"Pacing\"): {} of {}, {:.1} s of waiting in all",
         report.paced_writes, report.writes, report.paced_seconds
+    );
+    println!(
+        "writes that stalled: {} waiting for a write buffer (the members), {:.1} s in all; {} waiting for a free segment (the cleaner), {:.1} s in all",
+        report.writes_stalled_for_buffers,
+        report.buffer_stall_seconds,
+        report.writes_stalled_for_space,
+        report.space_stall_seconds
     );
     println!("{}", report.map_cache.describe());
     write_json_file(arguments.json.as_deref(), &report)?;

@@ -242,7 +242,7 @@ fn encode_volumes(
 ) -> Result<(), std::fmt::Error> {
     use MetricType::{Counter, Gauge};
     // (name, help, unit, type, label, values)
-    let families: [VolumeFamily; 27] = [
+    let families: [VolumeFamily; 29] = [
         ("stripelog_volume_logical_size", "Size the volume offers", Some(Unit::Bytes), Gauge, None, |stats| {
             vec![("", stats.logical_size_bytes as f64)]
         }),
@@ -369,6 +369,17 @@ fn encode_volumes(
                 ("late", stats.late_reads as f64),
             ]
         }),
+        ("stripelog_volume_write_stalls", "Writes that stalled, by cause", None, Counter, Some("cause"), |stats| {
+            vec![("buffers", stats.writes_stalled_for_buffers as f64), ("space", stats.writes_stalled_for_space as f64)]
+        }),
+        (
+            "stripelog_volume_write_stall",
+            "Time writes stalled, by cause",
+            Some(Unit::Seconds),
+            Counter,
+            Some("cause"),
+            |stats| vec![("buffers", stats.buffer_stall_seconds), ("space", stats.space_stall_seconds)],
+        ),
         ("stripelog_volume_cache_reads", "Blocks read from RAM, by cache", None, Counter, Some("cache"), |stats| {
             vec![
                 ("recent_writes", stats.reads_from_recent_writes as f64),

@@ -890,6 +890,11 @@ fn metrics_are_scraped_during_a_load_and_parsed_by_prometheus_s_own_parser() {
     assert!(value(&samples, "stripelog_volume_host_bytes_total", &[("operation", "written")]) >= (96 << 20) as f64);
     assert_eq!(value(&samples, "stripelog_member_state", &[("member", "0"), ("state", "active")]), 1.0);
     assert_eq!(value(&samples, "stripelog_volume_degraded", &[("export", "stripelog")]), 0.0);
+    for cause in ["buffers", "space"] {
+        let labels = [("export", "stripelog"), ("cause", cause)];
+        assert!(value(&samples, "stripelog_volume_write_stalls_total", &labels) >= 0.0);
+        assert!(value(&samples, "stripelog_volume_write_stall_seconds_total", &labels) >= 0.0);
+    }
     let (status, _) = http_get(port, "/nothing");
     assert_eq!(status, "HTTP/1.1 404 Not Found");
     // `stripelog status` through the control socket: the same counters, for a person and as JSON.
