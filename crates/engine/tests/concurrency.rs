@@ -708,37 +708,9 @@ fn sustained_random_overwrites_by_several_writers_never_get_out_of_space() {
     Arc::try_unwrap(volume).ok().expect("one owner").close().expect("close");
 }
 
-/// A member whose writes each take `SLOW_MEMBER_WRITE` longer: the write pipeline falls
-/// behind the clients.
-struct SlowWrites(Arc<dyn BlockDevice>);
-
+/// Each write of a slow member takes this much longer: the write pipeline falls behind
+/// the clients.
 const SLOW_MEMBER_WRITE: Duration = Duration::from_millis(3);
-
-impl BlockDevice for SlowWrites {
-    fn size_bytes(&self) -> u64 {
-        self.0.size_bytes()
-    }
-    fn read_at(&self, buffer: &mut [u8], offset_bytes: u64) -> stripelog_blockdev::Result<()> {
-        self.0.read_at(buffer, offset_bytes)
-    }
-    fn write_at(&self, buffer: &[u8], offset_bytes: u64) -> stripelog_blockdev::Result<()> {
-        std::thread::sleep(SLOW_MEMBER_WRITE);
-        self.0.write_at(buffer, offset_bytes)
-    }
-    fn submit_batch(&self, requests: &mut [stripelog_blockdev::IoRequest<'_>]) -> Vec<stripelog_blockdev::Result<()>> {
-        std::thread::sleep(SLOW_MEMBER_WRITE);
-        self.0.submit_batch(requests)
-    }
-    fn flush(&self) -> stripelog_blockdev::Result<()> {
-        self.0.flush()
-    }
-    fn discard(&self, offset_bytes: u64, length_bytes: u64) -> stripelog_blockdev::Result<()> {
-        self.0.discard(offset_bytes, length_bytes)
-    }
-    fn describe(&self) -> String {
-        format!("slow writes over {}", self.0.describe())
-    }
-}
 
 /// Where a write's time went when it stalled, by cause (`stats`, the metrics, `bench
 /// saturate`'s intervals): on slow members every write buffer waits for them (buffer
@@ -748,7 +720,13 @@ impl BlockDevice for SlowWrites {
 fn stalled_writes_are_counted_by_cause() {
     let devices: Vec<Arc<dyn BlockDevice>> = memory_members(4, 32 << 20)
         .into_iter()
-        .map(|device| Arc::new(SlowWrites(device)) as Arc<dyn BlockDevice>)
+        .map(|device| {
+            Arc::new(common::SlowWrites {
+                device,
+                single_write_delay: SLOW_MEMBER_WRITE,
+                batch_delay: SLOW_MEMBER_WRITE,
+            }) as Arc<dyn BlockDevice>
+        })
         .collect();
     let create =
         CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: CHUNK_SIZE_BYTES, ..CreateOptions::default() };

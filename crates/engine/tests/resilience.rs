@@ -1,6 +1,9 @@
 //! Member failure while the volume serves, replacement with an online rebuild, crashes
 //! during a rebuild, and scrubbing (docs/resilience.md).
 
+#[allow(dead_code)] // (this file uses one helper of the shared module)
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use stripelog_blockdev::{BlockDevice, Prng, SimulatedArray, SimulatedDevice};
@@ -347,39 +350,9 @@ fn a_deleted_member_found_by_the_health_check_is_failed() {
     volume.close().expect("close");
 }
 
-/// A device whose single writes (superblocks) take `SLOW_WRITE` longer; batches (data)
-/// and reads are as fast as the device under it.
-struct SlowSingleWrites(Arc<SimulatedDevice>);
-
+/// The replacements' single writes (superblocks) take this much longer; batches (data)
+/// and reads are as fast as the device under them.
 const SLOW_WRITE: std::time::Duration = std::time::Duration::from_millis(20);
-
-impl BlockDevice for SlowSingleWrites {
-    fn size_bytes(&self) -> u64 {
-        self.0.size_bytes()
-    }
-    fn read_at(&self, buffer: &mut [u8], offset_bytes: u64) -> stripelog_blockdev::Result<()> {
-        self.0.read_at(buffer, offset_bytes)
-    }
-    fn write_at(&self, buffer: &[u8], offset_bytes: u64) -> stripelog_blockdev::Result<()> {
-        std::thread::sleep(SLOW_WRITE);
-        self.0.write_at(buffer, offset_bytes)
-    }
-    fn submit_batch(&self, requests: &mut [stripelog_blockdev::IoRequest<'_>]) -> Vec<stripelog_blockdev::Result<()>> {
-        self.0.submit_batch(requests)
-    }
-    fn flush(&self) -> stripelog_blockdev::Result<()> {
-        self.0.flush()
-    }
-    fn discard(&self, offset_bytes: u64, length_bytes: u64) -> stripelog_blockdev::Result<()> {
-        self.0.discard(offset_bytes, length_bytes)
-    }
-    fn describe(&self) -> String {
-        format!("slow single writes over {}", self.0.describe())
-    }
-    fn health(&self) -> Result<(), String> {
-        self.0.health()
-    }
-}
 
 /// The health check runs beside replacements (the server checks every second): a
 /// replacement attached but not yet given its superblock, or the device it displaces
@@ -408,7 +381,11 @@ fn the_health_check_never_fails_a_replacement_being_attached() {
         if round % 2 == 0 {
             devices[member].remove();
         }
-        let slow: Arc<dyn BlockDevice> = Arc::new(SlowSingleWrites(array.add_device(MEMBER_SIZE_BYTES)));
+        let slow: Arc<dyn BlockDevice> = Arc::new(common::SlowWrites {
+            device: array.add_device(MEMBER_SIZE_BYTES),
+            single_write_delay: SLOW_WRITE,
+            batch_delay: std::time::Duration::ZERO,
+        });
         volume
             .replace_member(
                 member,

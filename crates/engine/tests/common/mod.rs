@@ -50,3 +50,42 @@ pub fn inline_open_options() -> stripelog_engine::OpenOptions {
         ..stripelog_engine::OpenOptions::default()
     }
 }
+
+/// A device whose writes take longer: each single write (`write_at`, superblocks and the
+/// inline pipeline's member parts) by `single_write_delay`, each batch (`submit_batch`,
+/// the threaded pipeline's data) by `batch_delay`. Reads are as fast as the device under it.
+#[allow(dead_code)] // (used by the tests that need a slow member)
+pub struct SlowWrites {
+    pub device: Arc<dyn BlockDevice>,
+    pub single_write_delay: std::time::Duration,
+    pub batch_delay: std::time::Duration,
+}
+
+impl BlockDevice for SlowWrites {
+    fn size_bytes(&self) -> u64 {
+        self.device.size_bytes()
+    }
+    fn read_at(&self, buffer: &mut [u8], offset_bytes: u64) -> stripelog_blockdev::Result<()> {
+        self.device.read_at(buffer, offset_bytes)
+    }
+    fn write_at(&self, buffer: &[u8], offset_bytes: u64) -> stripelog_blockdev::Result<()> {
+        std::thread::sleep(self.single_write_delay);
+        self.device.write_at(buffer, offset_bytes)
+    }
+    fn submit_batch(&self, requests: &mut [stripelog_blockdev::IoRequest<'_>]) -> Vec<stripelog_blockdev::Result<()>> {
+        std::thread::sleep(self.batch_delay);
+        self.device.submit_batch(requests)
+    }
+    fn flush(&self) -> stripelog_blockdev::Result<()> {
+        self.device.flush()
+    }
+    fn discard(&self, offset_bytes: u64, length_bytes: u64) -> stripelog_blockdev::Result<()> {
+        self.device.discard(offset_bytes, length_bytes)
+    }
+    fn describe(&self) -> String {
+        format!("slow writes over {}", self.device.describe())
+    }
+    fn health(&self) -> Result<(), String> {
+        self.device.health()
+    }
+}
