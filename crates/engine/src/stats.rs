@@ -66,6 +66,13 @@ impl Counters {
     pub fn add(counter: &AtomicU64, value: u64) {
         counter.fetch_add(value, Ordering::Relaxed);
     }
+    /// Count one wait of `waited` in `waits` and `nanoseconds`; nothing when it is zero.
+    pub fn add_wait(waits: &AtomicU64, nanoseconds: &AtomicU64, waited: std::time::Duration) {
+        if !waited.is_zero() {
+            Counters::add(waits, 1);
+            Counters::add(nanoseconds, waited.as_nanos() as u64);
+        }
+    }
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
     }

@@ -688,10 +688,8 @@ impl Volume {
         self.shared.check_range(offset_bytes, data.len() as u64)?;
         if self.shared.background_cleaning {
             let waited = self.shared.pacer.pace(data.len().div_ceil(BLOCK_SIZE_BYTES) as u64);
-            if !waited.is_zero() {
-                Counters::add(&self.shared.counters.paced_writes, 1);
-                Counters::add(&self.shared.counters.paced_nanoseconds, waited.as_nanos() as u64);
-            }
+            let counters = &self.shared.counters;
+            Counters::add_wait(&counters.paced_writes, &counters.paced_nanoseconds, waited);
         }
         self.store(offset_bytes, data, Admission::Client)?;
         Counters::add(&self.shared.counters.host_bytes_written, data.len() as u64);
@@ -1263,26 +1261,18 @@ fn apply(cleaner: &Cleaner, blocks: &[BlockWrite]) -> Result<()> {
                 Ok(new_segment) => cleaned_for_this_segment &= !new_segment,
                 Err(OpenProblem::Buffers) => {
                     drop(state);
-                    let started = Instant::now();
-                    core.data_pool.wait_for_free();
-                    stalls.buffers += started.elapsed();
+                    timed(&mut stalls.buffers, || core.data_pool.wait_for_free());
                     continue;
                 }
                 Err(OpenProblem::Space) => {
                     drop(state);
-                    let started = Instant::now();
-                    let made = cleaner.make_space();
-                    stalls.space += started.elapsed();
-                    made?;
+                    timed(&mut stalls.space, || cleaner.make_space())?;
                     continue;
                 }
                 Err(OpenProblem::Cleaning) => {
                     drop(state);
                     // Paced with the writes: one round per new client segment.
-                    let started = Instant::now();
-                    let cleaned = cleaner.clean_round();
-                    stalls.space += started.elapsed();
-                    cleaned?;
+                    timed(&mut stalls.space, || cleaner.clean_round())?;
                     cleaned_for_this_segment = true;
                     continue;
                 }
@@ -1326,16 +1316,18 @@ struct WriteStalls<'a> {
 
 impl Drop for WriteStalls<'_> {
     fn drop(&mut self) {
-        for (stalled, writes, nanoseconds) in [
-            (self.buffers, &self.counters.writes_stalled_for_buffers, &self.counters.buffer_stall_nanoseconds),
-            (self.space, &self.counters.writes_stalled_for_space, &self.counters.space_stall_nanoseconds),
-        ] {
-            if !stalled.is_zero() {
-                Counters::add(writes, 1);
-                Counters::add(nanoseconds, stalled.as_nanos() as u64);
-            }
-        }
+        let counters = self.counters;
+        Counters::add_wait(&counters.writes_stalled_for_buffers, &counters.buffer_stall_nanoseconds, self.buffers);
+        Counters::add_wait(&counters.writes_stalled_for_space, &counters.space_stall_nanoseconds, self.space);
     }
+}
+
+/// Run `work`, adding the time it took to `total`.
+fn timed<T>(total: &mut Duration, work: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let result = work();
+    *total += started.elapsed();
+    result
 }
 
 fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
