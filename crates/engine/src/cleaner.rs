@@ -855,14 +855,21 @@ impl Cleaner {
         let mut blocks_moved = 0u64;
         // Live records of the victims, and the data blocks of the filler: what their
         // summaries say each position holds, where the index still points there.
-        let mut live: Vec<Live> = Vec::new();
-        for &segment in victims {
-            live.extend(self.live_records(segment, false)?);
-        }
-        let mut fillers: Vec<Live> = match filler {
-            Some(segment) => self.live_records(segment, true)?,
-            None => Vec::new(),
-        };
+        // Each segment's summaries are a chain read one after the other (each says where
+        // the next is): the segments are walked at once, each on its own thread on
+        // threaded volumes, so a round waits for the longest chain, not for their sum.
+        let walks: Vec<(u64, bool)> =
+            victims.iter().map(|&segment| (segment, false)).chain(filler.map(|segment| (segment, true))).collect();
+        let parallel = self.core.io_mode == crate::log::IoMode::Threaded;
+        let mut walked = crate::array::members::for_each_item(walks, parallel, |(segment, data_only)| {
+            self.live_records(segment, data_only)
+        })
+        .into_iter()
+        .map(|records| records.unwrap_or(Err(Error::Internal("a summary walker panicked"))))
+        .collect::<Result<Vec<Vec<Live>>>>()?;
+        // (The filler's walk is the last.)
+        let mut fillers: Vec<Live> = if filler.is_some() { walked.pop().unwrap_or_default() } else { Vec::new() };
+        let mut live: Vec<Live> = walked.into_iter().flatten().collect();
         {
             let state = self.core.state.lock();
             for record in live.iter_mut() {
