@@ -95,10 +95,16 @@ pub struct Report {
     pub threads: usize,
     pub logical_size_bytes: u64,
     pub members: Vec<String>,
+    /// The members' own sequential O_DIRECT write and read bandwidth, all at once: the
+    /// higher of the measurements before the run and after it (the conservative choice
+    /// for the ratios: the disk's speed drifts over minutes), and each of them. The write
+    /// is measured again only when the member files are not kept (it overwrites them).
     pub sequential_write_bytes_per_second: f64,
-    /// The members' own sequential O_DIRECT read bandwidth, all at once, measured in the
-    /// same run after the write measurement.
+    pub sequential_write_bytes_per_second_before: f64,
+    pub sequential_write_bytes_per_second_after: Option<f64>,
     pub sequential_read_bytes_per_second: f64,
+    pub sequential_read_bytes_per_second_before: f64,
+    pub sequential_read_bytes_per_second_after: f64,
     pub data_fraction: f64,
     pub fill_seconds: f64,
     pub seconds: f64,
@@ -339,6 +345,22 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
     volume.flush().map_err(|error| error.to_string())?;
     let end = volume.stats();
     snapshots.push(end.clone());
+    volume.close().map_err(|error| error.to_string())?;
+    let sequential_before = (sequential, sequential_read);
+    progress("measuring the members' sequential O_DIRECT read bandwidth again (5 s)");
+    let sequential_read_after =
+        sequential_read_bandwidth(&devices, options.chunk_size_bytes as usize, Duration::from_secs(5))?;
+    progress(&format!("  {:.0} MB/s", sequential_read_after / 1e6));
+    let sequential_after = if options.keep_files {
+        None
+    } else {
+        progress("measuring the members' sequential O_DIRECT write bandwidth again (5 s)");
+        let after = sequential_write_bandwidth(&devices, options.chunk_size_bytes as usize, Duration::from_secs(5))?;
+        progress(&format!("  {:.0} MB/s", after / 1e6));
+        Some(after)
+    };
+    let sequential = sequential.max(sequential_after.unwrap_or(0.0));
+    let sequential_read = sequential_read.max(sequential_read_after);
 
     // Merge the threads' records. The last second and interval are partial: dropped.
     let whole_seconds = seconds.floor() as usize;
@@ -414,7 +436,11 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         logical_size_bytes,
         members: descriptions,
         sequential_write_bytes_per_second: sequential,
+        sequential_write_bytes_per_second_before: sequential_before.0,
+        sequential_write_bytes_per_second_after: sequential_after,
         sequential_read_bytes_per_second: sequential_read,
+        sequential_read_bytes_per_second_before: sequential_before.1,
+        sequential_read_bytes_per_second_after: sequential_read_after,
         data_fraction,
         fill_seconds,
         seconds,
@@ -440,7 +466,6 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         space_stall_seconds: end.space_stall_seconds,
         map_cache: crate::MapCacheUse::of(&end),
     };
-    volume.close().map_err(|error| error.to_string())?;
     Ok(report)
 }
 

@@ -1516,6 +1516,15 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
         None => println!("no steady state by the SNIA rule; the ratio below uses the last 5 intervals"),
     }
     println!(
+        "members' sequential O_DIRECT bandwidth (all at once), before and after the run: write {:.0} and {}, read {:.0} and {:.0} MB/s; the ratios use the higher of each",
+        report.sequential_write_bytes_per_second_before / 1e6,
+        report
+            .sequential_write_bytes_per_second_after
+            .map_or("not measured (the files are kept)".to_string(), |after| format!("{:.0}", after / 1e6)),
+        report.sequential_read_bytes_per_second_before / 1e6,
+        report.sequential_read_bytes_per_second_after / 1e6
+    );
+    println!(
         "steady IOPS × 4 KiB ÷ (members' sequential {:.0} MB/s × data fraction {:.2}) = {:.3}",
         report.sequential_write_bytes_per_second / 1e6,
         report.data_fraction,
