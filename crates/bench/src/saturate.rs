@@ -95,10 +95,14 @@ pub struct Report {
     pub threads: usize,
     pub logical_size_bytes: u64,
     pub members: Vec<String>,
-    /// The members' own sequential O_DIRECT write and read bandwidth, all at once: the
-    /// higher of the measurements before the run and after it (the conservative choice
-    /// for the ratios: the disk's speed drifts over minutes), and each of them. The write
-    /// is measured again only when the member files are not kept (it overwrites them).
+    /// The members' own sequential O_DIRECT write and read bandwidth, all at once, as the
+    /// ratios use them: measured after the run, on members in the state the steady state
+    /// works in (its writes overwrite blocks written before, its reads read blocks written
+    /// long before). Before the run the files are written for the first time and read
+    /// just after, which a virtual disk may serve at other speeds (on the test machine,
+    /// first writes at about half the speed of overwrites). Each measurement is kept. The
+    /// write is measured after the run only when the member files are not kept (it
+    /// overwrites them); otherwise the ratios use the one before.
     pub sequential_write_bytes_per_second: f64,
     pub sequential_write_bytes_per_second_before: f64,
     pub sequential_write_bytes_per_second_after: Option<f64>,
@@ -359,8 +363,8 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         progress(&format!("  {:.0} MB/s", after / 1e6));
         Some(after)
     };
-    let sequential = sequential.max(sequential_after.unwrap_or(0.0));
-    let sequential_read = sequential_read.max(sequential_read_after);
+    let sequential = sequential_after.unwrap_or(sequential);
+    let sequential_read = sequential_read_after;
 
     // Merge the threads' records. The last second and interval are partial: dropped.
     let whole_seconds = seconds.floor() as usize;

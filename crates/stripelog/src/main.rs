@@ -1516,7 +1516,7 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
         None => println!("no steady state by the SNIA rule; the ratio below uses the last 5 intervals"),
     }
     println!(
-        "members' sequential O_DIRECT bandwidth (all at once), before and after the run: write {:.0} and {}, read {:.0} and {:.0} MB/s; the ratios use the higher of each",
+        "members' sequential O_DIRECT bandwidth (all at once), before and after the run: write {:.0} and {}, read {:.0} and {:.0} MB/s; the ratios use those after the run (the steady state overwrites, and reads old blocks)",
         report.sequential_write_bytes_per_second_before / 1e6,
         report
             .sequential_write_bytes_per_second_after
