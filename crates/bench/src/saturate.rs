@@ -24,6 +24,8 @@ use stripelog_engine::{CleaningPolicy, CreateOptions, OpenOptions, RaidLevel, Vo
 const STEADY_WINDOW_ROUNDS: usize = 5;
 /// Largest latency the histograms hold (longer ones are clamped to it): one minute.
 const LATENCY_MAXIMUM_NANOSECONDS: u64 = 60_000_000_000;
+/// How long each measurement of the members' sequential bandwidth runs.
+const SEQUENTIAL_MEASUREMENT: Duration = Duration::from_secs(5);
 /// How often the coordinating thread looks at the clock and the written volume.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
@@ -231,13 +233,18 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
 fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Result<Report, String> {
     let devices = open_devices(paths, options.member_size_bytes)?;
     let descriptions: Vec<String> = devices.iter().map(|device| device.describe()).collect();
-    progress("measuring the members' sequential O_DIRECT write bandwidth (all members at once, 5 s)");
-    let sequential = sequential_write_bandwidth(&devices, options.chunk_size_bytes as usize, Duration::from_secs(5))?;
-    progress(&format!("  {:.0} MB/s", sequential / 1e6));
-    progress("measuring the members' sequential O_DIRECT read bandwidth (all members at once, 5 s)");
-    let sequential_read =
-        sequential_read_bandwidth(&devices, options.chunk_size_bytes as usize, Duration::from_secs(5))?;
-    progress(&format!("  {:.0} MB/s", sequential_read / 1e6));
+    type Bandwidth = fn(&[std::sync::Arc<stripelog_blockdev::FileDevice>], usize, Duration) -> Result<f64, String>;
+    let measure = |what: &str, bandwidth: Bandwidth| -> Result<f64, String> {
+        progress(&format!(
+            "measuring the members' sequential O_DIRECT {what} bandwidth (all members at once, {} s)",
+            SEQUENTIAL_MEASUREMENT.as_secs()
+        ));
+        let bytes_per_second = bandwidth(&devices, options.chunk_size_bytes as usize, SEQUENTIAL_MEASUREMENT)?;
+        progress(&format!("  {:.0} MB/s", bytes_per_second / 1e6));
+        Ok(bytes_per_second)
+    };
+    let write_before = measure("write", sequential_write_bandwidth)?;
+    let read_before = measure("read", sequential_read_bandwidth)?;
     let create = CreateOptions {
         raid_level: options.raid_level,
         chunk_size_bytes: options.chunk_size_bytes,
@@ -350,21 +357,15 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
     let end = volume.stats();
     snapshots.push(end.clone());
     volume.close().map_err(|error| error.to_string())?;
-    let sequential_before = (sequential, sequential_read);
-    progress("measuring the members' sequential O_DIRECT read bandwidth again (5 s)");
-    let sequential_read_after =
-        sequential_read_bandwidth(&devices, options.chunk_size_bytes as usize, Duration::from_secs(5))?;
-    progress(&format!("  {:.0} MB/s", sequential_read_after / 1e6));
-    let sequential_after = if options.keep_files {
+    let read_after = measure("read (again, after the run)", sequential_read_bandwidth)?;
+    // (It overwrites the member files.)
+    let write_after = if options.keep_files {
         None
     } else {
-        progress("measuring the members' sequential O_DIRECT write bandwidth again (5 s)");
-        let after = sequential_write_bandwidth(&devices, options.chunk_size_bytes as usize, Duration::from_secs(5))?;
-        progress(&format!("  {:.0} MB/s", after / 1e6));
-        Some(after)
+        Some(measure("write (again, after the run)", sequential_write_bandwidth)?)
     };
-    let sequential = sequential_after.unwrap_or(sequential);
-    let sequential_read = sequential_read_after;
+    let sequential = write_after.unwrap_or(write_before);
+    let sequential_read = read_after;
 
     // Merge the threads' records. The last second and interval are partial: dropped.
     let whole_seconds = seconds.floor() as usize;
@@ -440,11 +441,11 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         logical_size_bytes,
         members: descriptions,
         sequential_write_bytes_per_second: sequential,
-        sequential_write_bytes_per_second_before: sequential_before.0,
-        sequential_write_bytes_per_second_after: sequential_after,
+        sequential_write_bytes_per_second_before: write_before,
+        sequential_write_bytes_per_second_after: write_after,
         sequential_read_bytes_per_second: sequential_read,
-        sequential_read_bytes_per_second_before: sequential_before.1,
-        sequential_read_bytes_per_second_after: sequential_read_after,
+        sequential_read_bytes_per_second_before: read_before,
+        sequential_read_bytes_per_second_after: read_after,
         data_fraction,
         fill_seconds,
         seconds,
