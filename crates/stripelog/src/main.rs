@@ -1516,13 +1516,18 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
         None => println!("no steady state by the SNIA rule; the ratio below uses the last 5 intervals"),
     }
     println!(
-        "members' sequential O_DIRECT bandwidth (all at once), before and after the run: write {:.0} and {}, read {:.0} and {:.0} MB/s; the ratios use those after the run (the steady state overwrites, and reads old blocks)",
+        "members' sequential O_DIRECT bandwidth (all at once), before and after the run: write {:.0} and {}, read {:.0} and {:.0} MB/s; the ratios use {} (the steady state overwrites, and reads old blocks)",
         report.sequential_write_bytes_per_second_before / 1e6,
         report
             .sequential_write_bytes_per_second_after
             .map_or("not measured (the files are kept)".to_string(), |after| format!("{:.0}", after / 1e6)),
         report.sequential_read_bytes_per_second_before / 1e6,
-        report.sequential_read_bytes_per_second_after / 1e6
+        report.sequential_read_bytes_per_second_after / 1e6,
+        if report.sequential_write_bytes_per_second_after.is_some() {
+            "those after the run"
+        } else {
+            "the read after the run and the write before it"
+        }
     );
     println!(
         "steady IOPS × 4 KiB ÷ (members' sequential {:.0} MB/s × data fraction {:.2}) = {:.3}",
