@@ -554,13 +554,19 @@ impl PageSource for MediaPages {
     fn read_page(&self, page: u64, pointer: PagePointer) -> Result<Vec<u8>> {
         let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
         read_block(&self.geometry, &self.members, pointer, "index page", &mut block)?;
-        codec::decode_index_page(&block, &self.volume_uuid)
+        self.decode_page(page, pointer, &block).ok_or(Error::MetadataLost(LostMetadata::CheckpointBlock {
+            what: "index page",
+            position: pointer.position,
+        }))
+    }
+
+    fn decode_page(&self, page: u64, pointer: PagePointer, block: &[u8]) -> Option<Vec<u8>> {
+        if !format::checksum_proves(block, pointer.checksum) {
+            return None;
+        }
+        codec::decode_index_page(block, &self.volume_uuid)
             .filter(|(number, _, width, _)| *number == page && *width == self.width_bits)
             .map(|(_, _, _, payload)| payload.to_vec())
-            .ok_or(Error::MetadataLost(LostMetadata::CheckpointBlock {
-                what: "index page",
-                position: pointer.position,
-            }))
     }
 }
 

@@ -37,6 +37,8 @@ pub struct Counters {
     /// Checksum tables a `ReadQueue` read through its ring (summaries read one after the
     /// other while other reads went on) and cached.
     pub queued_checksum_table_loads: AtomicU64,
+    /// Index pages a `ReadQueue` read through its ring and the map took.
+    pub queued_map_page_loads: AtomicU64,
     /// Client writes held back by the write pacer (`space::pacing`), and for how long.
     pub paced_writes: AtomicU64,
     pub paced_nanoseconds: AtomicU64,
@@ -452,6 +454,8 @@ pub struct VolumeStats {
     /// Segments' checksum tables read through a `ReadQueue`'s ring rather than on the
     /// reading thread.
     pub queued_checksum_table_loads: u64,
+    /// Index pages read through a `ReadQueue`'s ring rather than on the reading thread.
+    pub queued_map_page_loads: u64,
     /// Client writes the pacer held back on a full volume, and the seconds they waited in
     /// all (docs/garbage-collection.md, "Pacing").
     pub paced_writes: u64,

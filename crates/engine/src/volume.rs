@@ -1511,6 +1511,7 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         reads_from_recent_writes: Counters::get(&counters.reads_from_recent_writes),
         reads_from_block_cache: Counters::get(&counters.reads_from_block_cache),
         queued_checksum_table_loads: Counters::get(&counters.queued_checksum_table_loads),
+        queued_map_page_loads: Counters::get(&counters.queued_map_page_loads),
         reconstructed_blocks: Counters::get(&counters.reconstructed_blocks),
         unrecoverable_reads: Counters::get(&counters.unrecoverable_reads),
         late_reads: Counters::get(&counters.late_reads),

@@ -5,7 +5,9 @@
 //! fails on the ring's read, and the single-read path rebuilds it from its row). After a
 //! reopen with room for few checksum tables, the tables are read through the ring too
 //! (the summaries of a segment one after the other, while other reads go on), and a rotten
-//! summary sends its table's load to the single-read path, which rebuilds it.
+//! summary sends its table's load to the single-read path, which rebuilds it. With room
+//! for two index pages the map's pages are read through the ring as well, and a rotten
+//! page copy is rebuilt by the single-read path.
 mod common;
 
 use std::path::PathBuf;
@@ -112,6 +114,18 @@ fn queued_reads_return_what_plain_reads_do_and_a_rotten_block_is_rebuilt() {
     let loads = after.queued_checksum_table_loads - before.queued_checksum_table_loads;
     assert!(loads > 50, "only {loads} checksum tables were read through the ring");
     assert!(after.queued_member_reads - before.queued_member_reads > 500);
+
+    // Reopened with room for two index pages: most blocks find their map page only in
+    // the log, and the queue reads the pages through the ring too (the checkpoint at
+    // close wrote every page, so none is in RAM at first).
+    volume.close().expect("close");
+    let open = OpenOptions { map_cache_bytes: Some(2 * 4200), ..open };
+    let volume = Volume::open(common::members(&devices), &open).expect("reopen");
+    let before = volume.stats();
+    compare_queued_with_plain(&volume, &reads, "reopened, two index pages cached");
+    let after = volume.stats();
+    let page_loads = after.queued_map_page_loads - before.queued_map_page_loads;
+    assert!(page_loads > 20, "only {page_loads} index pages were read through the ring");
 
     // Rot: flip a byte in every block of member 1's chunks that hold written data.
     let mut chunk = AlignedBuffer::zeroed(64 << 10);

@@ -188,6 +188,9 @@ const LOAD_LOCK_COUNT: usize = 256;
 /// returned as its packed entries (`PAGE_ENTRY_BYTES`, little-endian).
 pub trait PageSource: Send + Sync {
     fn read_page(&self, page: u64, pointer: PagePointer) -> Result<Vec<u8>>;
+    /// The entries of page `page` in `block`, a copy read elsewhere (a read queue's ring)
+    /// from where `pointer` says: `None` unless its checksum proves it is that copy.
+    fn decode_page(&self, page: u64, pointer: PagePointer, block: &[u8]) -> Option<Vec<u8>>;
 }
 
 /// One page of entries in RAM.
@@ -592,6 +595,42 @@ impl BlockMap {
         debug_assert!(installed, "a page is only installed under its load lock or with no copy");
         self.loads.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The page `logical_block`'s entry is in, and the copy to read it from, when that
+    /// page is only in the log (`None`: in RAM, or never written).
+    pub(crate) fn page_to_load(&self, logical_block: u64) -> Option<(u64, PagePointer)> {
+        let (index, _) = self.place(logical_block);
+        if !self.pages[index as usize].load(Ordering::Acquire).is_null() {
+            return None;
+        }
+        Some((index, self.copy(index)?))
+    }
+
+    /// Install page `index` from `block`, its copy at `pointer` read by someone else (a
+    /// read queue's ring). `true` when the page is in RAM afterwards. `false`, leaving
+    /// the map as it was, when the block is not that copy (a failed or rotten read: the
+    /// single-read path's `load` rebuilds it from its row) or `pointer` is no longer the
+    /// page's copy (a checkpoint wrote the page again since).
+    pub(crate) fn install_read_copy(&self, index: u64, pointer: PagePointer, block: &[u8]) -> bool {
+        let _load = self.load_locks[index as usize % LOAD_LOCK_COUNT].lock();
+        if !self.pages[index as usize].load(Ordering::Acquire).is_null() {
+            return true;
+        }
+        if self.copy(index) != Some(pointer) {
+            return false;
+        }
+        let Some(packed) = self.source.as_ref().and_then(|source| source.decode_page(index, pointer, block)) else {
+            return false;
+        };
+        let page = self.page_from(&packed);
+        if !self.holds_valid_entries(index, &page) {
+            return false;
+        }
+        let installed = self.install(index, page);
+        debug_assert!(installed, "a page is only installed under its load lock or with no copy");
+        self.loads.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     fn place(&self, logical_block: u64) -> (u64, u64) {
@@ -1053,6 +1092,69 @@ mod tests {
             let codec = EntryCodec::new(1000, 10);
             prop_assert_eq!(codec.decode(codec.encode(mapping)), mapping);
         }
+    }
+
+    /// Page copies kept in memory, by position; a block is its packed entries, and it is
+    /// the copy a pointer names when its CRC32C is the pointer's.
+    struct CopiesInMemory(Mutex<std::collections::HashMap<u64, Vec<u8>>>);
+
+    impl PageSource for CopiesInMemory {
+        fn read_page(&self, page: u64, pointer: PagePointer) -> Result<Vec<u8>> {
+            let block = self.0.lock().get(&pointer.position).cloned().unwrap_or_default();
+            self.decode_page(page, pointer, &block)
+                .ok_or(Error::MetadataLost(LostMetadata::CheckpointBlock { what: "index page", position: 0 }))
+        }
+
+        fn decode_page(&self, _page: u64, pointer: PagePointer, block: &[u8]) -> Option<Vec<u8>> {
+            (!block.is_empty() && crc32c::crc32c(block) == pointer.checksum).then(|| block.to_vec())
+        }
+    }
+
+    /// A page read elsewhere (a read queue's ring) is taken only while the pointer it was
+    /// read from is still the page's copy and the page is not in RAM, and only when the
+    /// block is that copy: a read that raced a load, a change, a checkpoint and an
+    /// eviction must not bring back the older entries.
+    #[test]
+    fn a_page_read_elsewhere_is_taken_only_while_its_copy_is_current() {
+        let codec = EntryCodec::new(1000, 10);
+        let source = Arc::new(CopiesInMemory(Mutex::new(std::collections::HashMap::new())));
+        let map = BlockMap::paged(codec.entries_per_page(), codec, Some(source.clone()), 0);
+        let old = Mapping::Data { position: 7 };
+        let new = Mapping::Data { position: 8 };
+        // A checkpoint writes the page with `old` at position 100, and the page is evicted.
+        map.set(3, old).unwrap();
+        let packed_old = map.take_page(0).unwrap();
+        let pointer_old = PagePointer { position: 100, checksum: crc32c::crc32c(&packed_old) };
+        source.0.lock().insert(100, packed_old.clone());
+        map.set_copy(0, pointer_old);
+        assert_eq!(map.evict(), 1);
+        assert_eq!(map.page_to_load(3), Some((0, pointer_old)));
+        // A queue starts reading the copy at 100. Meanwhile a writer loads the page,
+        // changes the entry, a checkpoint writes it at 200 and it is evicted again.
+        map.set(3, new).unwrap();
+        let packed_new = map.take_page(0).unwrap();
+        let pointer_new = PagePointer { position: 200, checksum: crc32c::crc32c(&packed_new) };
+        source.0.lock().insert(200, packed_new.clone());
+        map.set_copy(0, pointer_new);
+        assert_eq!(map.evict(), 1);
+        // The queue's read of the old copy comes back: refused, and the map still says `new`.
+        assert!(!map.install_read_copy(0, pointer_old, &packed_old));
+        assert_eq!(map.get_if_resident(3), None);
+        assert_eq!(map.get(3).unwrap(), new);
+        assert_eq!(map.evict(), 1);
+        // A block that is not the copy the pointer names (rotten, or another block read
+        // from a reused place) is refused too; the copy itself is taken.
+        let mut rotten = packed_new.clone();
+        rotten[0] ^= 1;
+        assert!(!map.install_read_copy(0, pointer_new, &rotten));
+        assert_eq!(map.get_if_resident(3), None);
+        assert!(map.install_read_copy(0, pointer_new, &packed_new));
+        assert_eq!(map.get_if_resident(3), Some(new));
+        assert_eq!(map.page_to_load(3), None);
+        // A page already in RAM is left as it is (it may hold changes no copy has yet).
+        map.set(3, old).unwrap();
+        assert!(map.install_read_copy(0, pointer_new, &packed_new));
+        assert_eq!(map.get(3).unwrap(), old);
     }
 
     /// Readers on other threads never see a torn entry while a writer changes the page.

@@ -7,7 +7,10 @@
 //! column, on a member that is readable and not lagging. Everything else — blocks in
 //! memory, zeros, compressed fragments, a lagging member (hedged), a missing one (rebuilt
 //! from its row) — goes through the single-read path (`Core::read_block`) when the read is
-//! submitted, as `Volume::read` would.
+//! submitted, as `Volume::read` would. What a block's lookup needs first is read through
+//! the ring as well, while other reads go on: its index page when the map holds it only in
+//! the log (`PageLoad`), and its segment's checksum table when that is not cached
+//! (`TableLoad`).
 //!
 //! Segment reuse: a plain read holds the reuse fence through its member reads. A queued
 //! read holds it only while it looks its blocks up. Each block notes its segment's
@@ -42,6 +45,11 @@ pub const TABLE_LOADS_IN_FLIGHT_MAXIMUM: usize = 64;
 /// Tags of the ring's summary reads (a table being loaded) have this bit set, and the
 /// segment in the others; those of data blocks are a read and a block (`ring_tag`).
 const SUMMARY_READ_TAG: u64 = 1 << 63;
+/// Index pages a queue reads through its ring at once; a block whose map page is missing
+/// beyond that has it loaded by the single-read path, on the queue's thread.
+pub const PAGE_LOADS_IN_FLIGHT_MAXIMUM: usize = 64;
+/// Tags of the ring's index page reads have this bit set, and the page in the others.
+const PAGE_READ_TAG: u64 = 1 << 62;
 
 /// A finished client read: the caller's tag and buffer, and whether the buffer holds the
 /// data.
@@ -95,6 +103,17 @@ struct TableLoad {
     waiting: Vec<(usize, Piece)>,
 }
 
+/// An index page being read through the ring: the map has evicted it (or not loaded it
+/// since the volume was opened), and the blocks it maps wait for it while the queue goes on
+/// with other reads.
+struct PageLoad {
+    /// The copy being read (the map takes it only if it is still the page's copy).
+    pointer: crate::layout::checkpoint::PagePointer,
+    member: usize,
+    /// The pieces of queued reads (by index) that wait for the page.
+    waiting: Vec<(usize, Piece)>,
+}
+
 /// How a table load moved on.
 enum LoadProgress {
     /// A summary read is with the ring.
@@ -121,6 +140,9 @@ pub struct ReadQueue {
     /// Checksum tables being read through the ring, by segment (at most
     /// `TABLE_LOADS_IN_FLIGHT_MAXIMUM`).
     loads: HashMap<u64, TableLoad>,
+    /// Index pages being read through the ring, by page (at most
+    /// `PAGE_LOADS_IN_FLIGHT_MAXIMUM`).
+    page_loads: HashMap<u64, PageLoad>,
 }
 
 impl ReadQueue {
@@ -134,6 +156,7 @@ impl ReadQueue {
             finished: Vec::new(),
             spare: Vec::new(),
             loads: HashMap::new(),
+            page_loads: HashMap::new(),
         }
     }
 
@@ -196,6 +219,14 @@ impl ReadQueue {
         let Some(read) = self.reads[index].as_mut() else { return };
         match plan {
             Ok(Plan::Served) => read.take(&piece, &scratch),
+            Ok(Plan::WaitForPage { page }) => match self.page_loads.get_mut(&page) {
+                Some(load) => {
+                    load.waiting.push((index, piece));
+                    read.pending += 1;
+                }
+                // (`plan_block` answers this only with the load under way.)
+                None => read.read_now(core, &piece, &mut scratch),
+            },
             Ok(Plan::WaitForTable { segment }) => match self.loads.get_mut(&segment) {
                 Some(load) => {
                     load.waiting.push((index, piece));
@@ -234,6 +265,13 @@ impl ReadQueue {
         scratch: &mut AlignedBuffer,
         may_wait_for_table: bool,
     ) -> Result<Plan> {
+        if may_wait_for_table {
+            if let Some((page, pointer)) = core.map.page_to_load(logical_block) {
+                if self.page_loads.contains_key(&page) || self.start_page_load(core, page, pointer) {
+                    return Ok(Plan::WaitForPage { page });
+                }
+            }
+        }
         let position = match core.resolved(logical_block)? {
             Mapping::Data { position } => position,
             _ => {
@@ -269,6 +307,65 @@ impl ReadQueue {
             device,
             offset_bytes: core.geometry.member_offset_bytes(location.segment, location.row),
         })
+    }
+
+    /// Start reading index page `page`'s copy at `pointer` through the ring; `false` when it
+    /// is not (too many loads, the ring is full, or its member cannot take the ring's
+    /// reads: the single-read path loads it, rebuilding it if it must).
+    fn start_page_load(&mut self, core: &Core, page: u64, pointer: crate::layout::checkpoint::PagePointer) -> bool {
+        if self.page_loads.len() >= PAGE_LOADS_IN_FLIGHT_MAXIMUM
+            || pointer.position >= core.geometry.physical_data_blocks()
+        {
+            return false;
+        }
+        let location = core.geometry.locate(pointer.position);
+        let Some((member, device)) = core.members.direct_read_device(&core.geometry, location) else {
+            return false;
+        };
+        let offset_bytes = core.geometry.member_offset_bytes(location.segment, location.row);
+        let block = self.block_buffer();
+        match self.ring.push(PAGE_READ_TAG | page, device, offset_bytes, block) {
+            Ok(()) => {
+                self.page_loads.insert(page, PageLoad { pointer, member, waiting: Vec::new() });
+                true
+            }
+            Err(returned) => {
+                self.spare.push(returned);
+                false
+            }
+        }
+    }
+
+    /// An index page read is back: the map takes the page if the read proves to be its
+    /// copy, and the pieces that waited for it start again (through the single-read
+    /// path's own load when the map did not take it).
+    fn page_read(&mut self, core: &Core, page: u64, read: FinishedRead) {
+        let Some(load) = self.page_loads.remove(&page) else {
+            self.spare.push(read.buffer);
+            return;
+        };
+        let installed = read.result.is_ok() && core.map.install_read_copy(page, load.pointer, &read.buffer);
+        self.spare.push(read.buffer);
+        if installed {
+            core.members.read_done(load.member, None, &core.counters);
+            Counters::add(&core.counters.queued_map_page_loads, 1);
+        }
+        let _fence = core.reuse_fence.read();
+        self.restart_waiting(core, load.waiting, installed);
+    }
+
+    /// Start again the pieces that waited for a page or a table load that has ended,
+    /// letting them wait for another load only when `may_wait_for_table` (a load that
+    /// failed sends them to the single-read path). The caller holds the reuse fence.
+    fn restart_waiting(&mut self, core: &Core, waiting: Vec<(usize, Piece)>, may_wait_for_table: bool) {
+        for (index, piece) in waiting {
+            let Some(read) = self.reads[index].as_mut() else { continue };
+            read.pending -= 1;
+            if read.error.is_none() {
+                self.start_piece(core, index, piece, may_wait_for_table);
+            }
+            self.finish_if_done(index);
+        }
     }
 
     /// Start reading `segment`'s checksum table through the ring; `false` when it is not
@@ -376,14 +473,7 @@ impl ReadQueue {
             Counters::add(&core.counters.queued_checksum_table_loads, 1);
             core.checksums.insert(segment, Arc::new(load.table), false);
         }
-        for (index, piece) in load.waiting {
-            let Some(read) = self.reads[index].as_mut() else { continue };
-            read.pending -= 1;
-            if read.error.is_none() {
-                self.start_piece(core, index, piece, false);
-            }
-            self.finish_if_done(index);
-        }
+        self.restart_waiting(core, load.waiting, false);
     }
 
     /// The reads finished since the last call, waiting for at least one when `wait` and
@@ -411,6 +501,10 @@ impl ReadQueue {
         let core = self.core.clone();
         let mut scratch = self.block_buffer();
         for read in finished.drain(..) {
+            if read.tag & PAGE_READ_TAG != 0 && read.tag & SUMMARY_READ_TAG == 0 {
+                self.page_read(&core, read.tag & !PAGE_READ_TAG, read);
+                continue;
+            }
             if read.tag & SUMMARY_READ_TAG != 0 {
                 self.summary_read(&core, read.tag & !SUMMARY_READ_TAG, read);
                 continue;
@@ -498,6 +592,10 @@ impl TableLoad {
 
 enum Plan {
     Served,
+    /// Once the block's index page, being read through the ring, is in the map.
+    WaitForPage {
+        page: u64,
+    },
     /// Once the segment's checksum table, being read through the ring, is in.
     WaitForTable {
         segment: u64,
