@@ -406,6 +406,17 @@ impl MapCounts {
     }
 }
 
+/// What [`BlockMap::install_read_copy`] did with a page copy read elsewhere.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReadCopy {
+    /// The page is in RAM from this copy.
+    Installed,
+    /// The page was in RAM already; the copy was not needed.
+    AlreadyInRam,
+    /// Not taken: not the page's current copy, or not what its pointer names.
+    Refused,
+}
+
 /// Cache figures for `info` and the benchmarks.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MapCacheStats {
@@ -608,29 +619,30 @@ impl BlockMap {
     }
 
     /// Install page `index` from `block`, its copy at `pointer` read by someone else (a
-    /// read queue's ring). `true` when the page is in RAM afterwards. `false`, leaving
-    /// the map as it was, when the block is not that copy (a failed or rotten read: the
-    /// single-read path's `load` rebuilds it from its row) or `pointer` is no longer the
-    /// page's copy (a checkpoint wrote the page again since).
-    pub(crate) fn install_read_copy(&self, index: u64, pointer: PagePointer, block: &[u8]) -> bool {
+    /// read queue's ring). `Refused`, leaving the map as it was, when the block is not
+    /// that copy (a failed or rotten read: the single-read path's `load` rebuilds it from
+    /// its row) or `pointer` is no longer the page's copy (a checkpoint wrote the page
+    /// again since); `AlreadyInRam` when another loader got there first (the page may
+    /// hold changes no copy has yet: it is left as it is).
+    pub(crate) fn install_read_copy(&self, index: u64, pointer: PagePointer, block: &[u8]) -> ReadCopy {
         let _load = self.load_locks[index as usize % LOAD_LOCK_COUNT].lock();
         if !self.pages[index as usize].load(Ordering::Acquire).is_null() {
-            return true;
+            return ReadCopy::AlreadyInRam;
         }
         if self.copy(index) != Some(pointer) {
-            return false;
+            return ReadCopy::Refused;
         }
         let Some(packed) = self.source.as_ref().and_then(|source| source.decode_page(index, pointer, block)) else {
-            return false;
+            return ReadCopy::Refused;
         };
         let page = self.page_from(&packed);
         if !self.holds_valid_entries(index, &page) {
-            return false;
+            return ReadCopy::Refused;
         }
         let installed = self.install(index, page);
         debug_assert!(installed, "a page is only installed under its load lock or with no copy");
         self.loads.fetch_add(1, Ordering::Relaxed);
-        true
+        ReadCopy::Installed
     }
 
     fn place(&self, logical_block: u64) -> (u64, u64) {
@@ -1138,7 +1150,7 @@ mod tests {
         map.set_copy(0, pointer_new);
         assert_eq!(map.evict(), 1);
         // The queue's read of the old copy comes back: refused, and the map still says `new`.
-        assert!(!map.install_read_copy(0, pointer_old, &packed_old));
+        assert_eq!(map.install_read_copy(0, pointer_old, &packed_old), ReadCopy::Refused);
         assert_eq!(map.get_if_resident(3), None);
         assert_eq!(map.get(3).unwrap(), new);
         assert_eq!(map.evict(), 1);
@@ -1146,14 +1158,14 @@ mod tests {
         // from a reused place) is refused too; the copy itself is taken.
         let mut rotten = packed_new.clone();
         rotten[0] ^= 1;
-        assert!(!map.install_read_copy(0, pointer_new, &rotten));
+        assert_eq!(map.install_read_copy(0, pointer_new, &rotten), ReadCopy::Refused);
         assert_eq!(map.get_if_resident(3), None);
-        assert!(map.install_read_copy(0, pointer_new, &packed_new));
+        assert_eq!(map.install_read_copy(0, pointer_new, &packed_new), ReadCopy::Installed);
         assert_eq!(map.get_if_resident(3), Some(new));
         assert_eq!(map.page_to_load(3), None);
         // A page already in RAM is left as it is (it may hold changes no copy has yet).
         map.set(3, old).unwrap();
-        assert!(map.install_read_copy(0, pointer_new, &packed_new));
+        assert_eq!(map.install_read_copy(0, pointer_new, &packed_new), ReadCopy::AlreadyInRam);
         assert_eq!(map.get(3).unwrap(), old);
     }
 

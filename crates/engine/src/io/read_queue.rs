@@ -24,7 +24,7 @@
 use super::{block_pieces, Core, Lookup, SummaryWalk};
 use crate::error::{Error, Result};
 use crate::index::checksums::ChecksumTable;
-use crate::index::map::Mapping;
+use crate::index::map::{Mapping, ReadCopy};
 use crate::layout::format;
 use crate::layout::geometry::BLOCK_SIZE_BYTES;
 use crate::stats::Counters;
@@ -344,12 +344,16 @@ impl ReadQueue {
             self.spare.push(read.buffer);
             return;
         };
-        let installed = read.result.is_ok() && core.map.install_read_copy(page, load.pointer, &read.buffer);
+        let outcome = match read.result {
+            Ok(()) => core.map.install_read_copy(page, load.pointer, &read.buffer),
+            Err(_) => ReadCopy::Refused,
+        };
         self.spare.push(read.buffer);
-        if installed {
+        if outcome == ReadCopy::Installed {
             core.members.read_done(load.member, None, &core.counters);
             Counters::add(&core.counters.queued_map_page_loads, 1);
         }
+        let installed = outcome != ReadCopy::Refused;
         let _fence = core.reuse_fence.read();
         self.restart_waiting(core, load.waiting, installed);
     }
