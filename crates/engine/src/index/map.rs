@@ -566,11 +566,13 @@ impl BlockMap {
         let lost =
             || Error::MetadataLost(LostMetadata::CheckpointBlock { what: "index page", position: pointer.position });
         let source = self.source.as_ref().ok_or_else(lost)?;
-        let page = self.page_from(&source.read_page(index, pointer)?);
-        if !self.holds_valid_entries(index, &page) {
-            return Err(lost());
-        }
-        Ok(page)
+        self.checked_page(index, &source.read_page(index, pointer)?).ok_or_else(lost)
+    }
+
+    /// Page `index` from its packed entries, if every entry is one the volume can hold.
+    fn checked_page(&self, index: u64, packed: &[u8]) -> Option<Page> {
+        let page = self.page_from(packed);
+        self.holds_valid_entries(index, &page).then_some(page)
     }
 
     fn page_from(&self, packed: &[u8]) -> Page {
@@ -602,10 +604,15 @@ impl BlockMap {
         let Some(pointer) = self.copy(index) else {
             return Ok(());
         };
-        let installed = self.install(index, self.read_copy(index, pointer)?);
+        self.install_loaded(index, self.read_copy(index, pointer)?);
+        Ok(())
+    }
+
+    /// Install page `index`, read from its copy by a loader holding its load lock.
+    fn install_loaded(&self, index: u64, page: Page) {
+        let installed = self.install(index, page);
         debug_assert!(installed, "a page is only installed under its load lock or with no copy");
         self.loads.fetch_add(1, Ordering::Relaxed);
-        Ok(())
     }
 
     /// The page `logical_block`'s entry is in, and the copy to read it from, when that
@@ -632,16 +639,11 @@ impl BlockMap {
         if self.copy(index) != Some(pointer) {
             return ReadCopy::Refused;
         }
-        let Some(packed) = self.source.as_ref().and_then(|source| source.decode_page(index, pointer, block)) else {
+        let packed = self.source.as_ref().and_then(|source| source.decode_page(index, pointer, block));
+        let Some(page) = packed.and_then(|packed| self.checked_page(index, &packed)) else {
             return ReadCopy::Refused;
         };
-        let page = self.page_from(&packed);
-        if !self.holds_valid_entries(index, &page) {
-            return ReadCopy::Refused;
-        }
-        let installed = self.install(index, page);
-        debug_assert!(installed, "a page is only installed under its load lock or with no copy");
-        self.loads.fetch_add(1, Ordering::Relaxed);
+        self.install_loaded(index, page);
         ReadCopy::Installed
     }
 

@@ -211,11 +211,11 @@ impl ReadQueue {
     }
 
     /// Serve `piece` of read `index` now, or hand its block to the ring, or have it wait for
-    /// its segment's checksum table (only `may_wait_for_table`). The caller holds the reuse
-    /// fence, and finishes the read if nothing of it is pending.
-    fn start_piece(&mut self, core: &Core, index: usize, piece: Piece, may_wait_for_table: bool) {
+    /// its index page or its segment's checksum table (only `may_wait_for_load`). The
+    /// caller holds the reuse fence, and finishes the read if nothing of it is pending.
+    fn start_piece(&mut self, core: &Core, index: usize, piece: Piece, may_wait_for_load: bool) {
         let mut scratch = self.block_buffer();
-        let plan = self.plan_block(core, piece.logical_block, &mut scratch, may_wait_for_table);
+        let plan = self.plan_block(core, piece.logical_block, &mut scratch, may_wait_for_load);
         let Some(read) = self.reads[index].as_mut() else { return };
         match plan {
             Ok(Plan::Served) => read.take(&piece, &scratch),
@@ -256,16 +256,17 @@ impl ReadQueue {
     }
 
     /// How one block is served: from memory or the single-read path now (`Served`, into
-    /// `scratch`), by the ring, or once its segment's checksum table has been read through
-    /// the ring (a load this starts, or joins). The caller holds the reuse fence.
+    /// `scratch`), by the ring, or once its index page or its segment's checksum table has
+    /// been read through the ring (a load this starts, or joins). The caller holds the
+    /// reuse fence.
     fn plan_block(
         &mut self,
         core: &Core,
         logical_block: u64,
         scratch: &mut AlignedBuffer,
-        may_wait_for_table: bool,
+        may_wait_for_load: bool,
     ) -> Result<Plan> {
-        if may_wait_for_table {
+        if may_wait_for_load {
             if let Some((page, pointer)) = core.map.page_to_load(logical_block) {
                 if self.page_loads.contains_key(&page) || self.start_page_load(core, page, pointer) {
                     return Ok(Plan::WaitForPage { page });
@@ -287,7 +288,7 @@ impl ReadQueue {
         let table = match core.checksums.get(location.segment) {
             Some(table) => Some(table),
             None if device.is_some()
-                && may_wait_for_table
+                && may_wait_for_load
                 && (self.loads.contains_key(&location.segment) || self.start_load(core, location.segment)) =>
             {
                 return Ok(Plan::WaitForTable { segment: location.segment });
@@ -359,14 +360,14 @@ impl ReadQueue {
     }
 
     /// Start again the pieces that waited for a page or a table load that has ended,
-    /// letting them wait for another load only when `may_wait_for_table` (a load that
+    /// letting them wait for another load only when `may_wait_for_load` (a load that
     /// failed sends them to the single-read path). The caller holds the reuse fence.
-    fn restart_waiting(&mut self, core: &Core, waiting: Vec<(usize, Piece)>, may_wait_for_table: bool) {
+    fn restart_waiting(&mut self, core: &Core, waiting: Vec<(usize, Piece)>, may_wait_for_load: bool) {
         for (index, piece) in waiting {
             let Some(read) = self.reads[index].as_mut() else { continue };
             read.pending -= 1;
             if read.error.is_none() {
-                self.start_piece(core, index, piece, may_wait_for_table);
+                self.start_piece(core, index, piece, may_wait_for_load);
             }
             self.finish_if_done(index);
         }
@@ -505,12 +506,12 @@ impl ReadQueue {
         let core = self.core.clone();
         let mut scratch = self.block_buffer();
         for read in finished.drain(..) {
-            if read.tag & PAGE_READ_TAG != 0 && read.tag & SUMMARY_READ_TAG == 0 {
-                self.page_read(&core, read.tag & !PAGE_READ_TAG, read);
-                continue;
-            }
             if read.tag & SUMMARY_READ_TAG != 0 {
                 self.summary_read(&core, read.tag & !SUMMARY_READ_TAG, read);
+                continue;
+            }
+            if read.tag & PAGE_READ_TAG != 0 {
+                self.page_read(&core, read.tag & !PAGE_READ_TAG, read);
                 continue;
             }
             let (index, block_index) = from_ring_tag(read.tag);
