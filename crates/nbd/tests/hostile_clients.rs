@@ -785,6 +785,42 @@ fn pipelined_requests_are_answered_by_cookie() {
 }
 
 #[test]
+fn replies_go_out_before_the_reader_waits_for_a_payload() {
+    // A client may send a write's payload slowly, or only once it has the replies it is
+    // owed: the reader must not hold those replies while it waits for the payload.
+    let fixture = Fixture::new();
+    let mut conn = fixture.connect_structured(DISK, false);
+    let piece = 4096;
+    let (first_data, second_data) = (pattern(41, piece), pattern(42, piece));
+    let first = conn.cookie();
+    conn.send_request(0, COMMAND_WRITE, first, MIB, piece as u32, &first_data);
+    let second = conn.cookie();
+    let request = Request {
+        flags: 0,
+        command: COMMAND_WRITE,
+        cookie: second,
+        offset_bytes: MIB + piece as u64,
+        length_bytes: piece as u32,
+    };
+    let mut bytes = codec::encode_request(&request).to_vec();
+    bytes.extend_from_slice(&second_data[..piece / 2]);
+    conn.send(&bytes);
+    conn.stream.set_read_timeout(Some(PROMPTLY)).expect("read timeout");
+    let reply = conn.reply();
+    assert_eq!(reply.cookie, first, "{}", reply.describe());
+    reply.assert_done();
+    conn.stream.set_read_timeout(Some(IO_TIMEOUT)).expect("read timeout");
+    conn.send(&second_data[piece / 2..]);
+    let reply = conn.reply();
+    assert_eq!(reply.cookie, second, "{}", reply.describe());
+    reply.assert_done();
+    let mut expected = first_data;
+    expected.extend_from_slice(&second_data);
+    conn.read(MIB, 2 * piece as u32).assert_data(MIB, &expected);
+    conn.disconnect();
+}
+
+#[test]
 fn reads_in_flight_are_answered_when_the_client_half_closes() {
     // Reads of member files are still with the kernel when the reader meets the end of
     // the client's stream: each is answered before the server closes.
