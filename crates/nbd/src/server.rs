@@ -566,7 +566,6 @@ pub fn wire_error(error: &stripelog_engine::Error) -> u32 {
 pub(crate) struct Replies<'a>(Option<&'a mut PendingReplies>);
 
 /// The replies the reader has built and not yet sent.
-#[derive(Default)]
 pub(crate) struct PendingReplies {
     bytes: Vec<u8>,
     count: usize,
@@ -808,6 +807,11 @@ fn read_requests_into(
         }
         let carries_payload = request.command == COMMAND_WRITE;
         let refusal = validate(state, export, size, &request);
+        if carries_payload && stream.buffer().len() < request.length_bytes as usize {
+            // The rest of the payload is still on its way: what is owed goes out before
+            // the reader waits for it (to read it or to discard it).
+            state.flush_pending(pending)?;
+        }
         if carries_payload && request.length_bytes > MAXIMUM_REQUEST_BYTES {
             if request.length_bytes > DISCARD_LIMIT_BYTES {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, "write payload beyond every limit"));
@@ -841,11 +845,6 @@ fn read_requests_into(
         }
         let mut payload = Vec::new();
         if carries_payload && request.length_bytes <= MAXIMUM_REQUEST_BYTES {
-            if stream.buffer().len() < length {
-                // The rest of the payload is still on its way: what is owed goes out
-                // before the reader waits for it.
-                state.flush_pending(pending)?;
-            }
             payload = vec![0u8; length];
             stream.read_exact(&mut payload)?;
         }
