@@ -209,9 +209,13 @@ fn open_write_log(
             .paths
             .iter()
             .enumerate()
-            .map(|(index, path)| (path.clone(), given.0.get(index).cloned().flatten()))
+            .map(|(index, path)| (path.clone(), given.0.get(index).cloned().flatten().filter(|_| !path.is_empty())))
             .collect(),
-        None => reference.paths.iter().map(|path| (path.clone(), open_log_device(path, options.read_only))).collect(),
+        None => reference
+            .paths
+            .iter()
+            .map(|path| (path.clone(), (!path.is_empty()).then(|| open_log_device(path, options.read_only)).flatten()))
+            .collect(),
     };
     match crate::write_log::WriteLog::open(devices, superblock.volume_uuid, reference.log_uuid) {
         Ok((log, contents)) => Ok((Some(Arc::new(log)), Some(contents))),

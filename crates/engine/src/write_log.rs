@@ -316,6 +316,16 @@ impl WriteLog {
     }
 
     /// Devices of the log that failed, with why.
+    /// The positions (in the member superblocks' list) of the devices that failed.
+    pub(crate) fn failed_device_indices(&self) -> Vec<usize> {
+        self.devices
+            .iter()
+            .enumerate()
+            .filter(|(_, device)| device.failure.lock().is_some())
+            .map(|(index, _)| index)
+            .collect()
+    }
+
     pub(crate) fn failed_devices(&self) -> Vec<(String, String)> {
         self.devices
             .iter()

@@ -249,6 +249,42 @@ fn a_mirror_half_that_fails_while_serving_leaves_the_log_on_the_other() {
     }
 }
 
+/// A mirror half that failed holds a chain that stops at its failure. When the other half
+/// is then lost with a crash, mount must not take the stale half's chain for the log (it
+/// would silently lose every write acknowledged since the failure): the failed half was
+/// recorded as dropped before anything more was acknowledged, so mount finds no device
+/// that holds the log and refuses unless forced (`write_log_seeds` seed 31 once lost a
+/// FUA write this way).
+#[test]
+fn a_mirror_half_that_failed_is_never_read_when_the_other_is_lost() {
+    for broken in 0..2 {
+        let setup = Setup::new(2);
+        let volume = setup.open(&[true, true], false).unwrap();
+        volume.write(0, &block(7), true).unwrap();
+        setup.logs[broken].broken.store(true, Ordering::SeqCst);
+        for logical_block in 1..10u64 {
+            volume.write(logical_block * 4096, &block(70 + logical_block as u8), true).unwrap();
+        }
+        volume.abandon();
+        // The failed half comes back with what it held at its failure; the other is lost.
+        setup.logs[broken].broken.store(false, Ordering::SeqCst);
+        let present = [broken == 0, broken == 1];
+        match setup.open(&present, false) {
+            Err(Error::WriteLogMissing(_)) => {}
+            Ok(volume) => {
+                panic!("device {broken} broken: mount read the stale half; block 5 reads {:?}", &read(&volume, 5)[..1])
+            }
+            Err(other) => panic!("device {broken} broken: {other}"),
+        }
+        // With the half that holds the log, nothing acknowledged is missing.
+        let volume = setup.open(&[true, true], false).unwrap();
+        for logical_block in 1..10u64 {
+            assert_eq!(read(&volume, logical_block), block(70 + logical_block as u8), "device {broken} broken");
+        }
+        volume.close().unwrap();
+    }
+}
+
 #[test]
 fn a_log_cannot_be_added_twice_or_removed_from_a_volume_that_crashed() {
     let setup = Setup::new(1);

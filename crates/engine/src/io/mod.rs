@@ -1198,7 +1198,10 @@ impl Core {
             return Ok(log.is_active());
         }
         match log.append(&mut appender, &staging, durable, sync) {
-            Ok(()) => Ok(true),
+            Ok(()) => {
+                self.record_dropped_log_devices(log)?;
+                Ok(true)
+            }
             Err(crate::write_log::AppendProblem::NeedSpace) => {
                 // Everything staged is in batches: made durable on the members it needs
                 // no log record, and every record before it dies.
@@ -1215,6 +1218,31 @@ impl Core {
                 Ok(true)
             }
         }
+    }
+
+    /// A log device that failed (a mirror goes on with the other) is recorded as dropped
+    /// in the member superblocks, its path emptied, before the append that found it
+    /// returns: its records stop at the failure, and a mount that took its chain for the
+    /// log's would silently lose what was acknowledged since (docs/write-log.md). An
+    /// error here fails the flush or FUA write: it is not acknowledged.
+    fn record_dropped_log_devices(&self, log: &crate::write_log::WriteLog) -> Result<()> {
+        let failed = log.failed_device_indices();
+        let recorded = self.members.superblock().write_log.as_ref().is_none_or(|reference| {
+            failed.iter().all(|&index| reference.paths.get(index).is_none_or(String::is_empty))
+        });
+        if recorded {
+            return Ok(());
+        }
+        self.members.update_superblock(|superblock| {
+            if let Some(reference) = superblock.write_log.as_mut() {
+                for &index in &failed {
+                    if let Some(path) = reference.paths.get_mut(index) {
+                        log::warn!("write log device {path} is dropped from the log: its records stop at its failure");
+                        path.clear();
+                    }
+                }
+            }
+        })
     }
 
     /// Every device of the write log failed while serving: sync the members (every
