@@ -75,6 +75,9 @@ pub struct Options {
     /// Relocated blocks in their own streams by predicted lifetime (the engine's default);
     /// off: one log for everything (the baseline).
     pub separate_streams: bool,
+    /// Cold client writes in a stream of their own (feature bit 5, the engine's default;
+    /// with `separate_streams` only); off: client writes in one stream.
+    pub client_write_pairs: bool,
     /// Segments of the volume (at least 1024 for the figures; the cleaner's fixed
     /// reserve weighs less on more).
     pub segment_count: u64,
@@ -93,6 +96,7 @@ impl Default for Options {
             spare_fraction: 0.27,
             policy: CleaningPolicy::default(),
             separate_streams: true,
+            client_write_pairs: true,
             segment_count: 2048,
             chunk_size_bytes: 256 << 10,
             overwrite_passes: 8.0,
@@ -107,6 +111,7 @@ pub struct Report {
     pub workload: String,
     pub policy: String,
     pub separate_streams: bool,
+    pub client_write_pairs: bool,
     pub spare_fraction: f64,
     pub segment_count: u64,
     pub blocks_per_segment: u64,
@@ -132,6 +137,9 @@ pub struct Report {
     /// greedily, at the nominal spare fraction (the cleaner's reserve not taken off).
     pub reference_two_pool: Option<f64>,
     pub cleaning_rounds: u64,
+    /// Client writes that went to the cold stream over the measured part (feature bit 5),
+    /// as a share of them.
+    pub cold_write_share: f64,
     pub seconds: f64,
 }
 
@@ -221,6 +229,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         compression: Default::default(),
         logical_size_bytes: None,
         deduplication: false,
+        client_write_pairs: options.client_write_pairs,
     };
     let open = OpenOptions {
         flush_interval: None,
@@ -300,6 +309,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         workload: options.workload.to_string(),
         policy: options.policy.to_string(),
         separate_streams: options.separate_streams,
+        client_write_pairs: options.client_write_pairs && options.separate_streams,
         spare_fraction: options.spare_fraction,
         segment_count: geometry.segment_count(),
         blocks_per_segment: geometry.blocks_per_segment(),
@@ -324,6 +334,8 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
             _ => None,
         },
         cleaning_rounds: end.cleaning_rounds,
+        cold_write_share: (end.blocks_written_cold - start.blocks_written_cold) as f64
+            / (overwrites - measure_from).max(1) as f64,
         seconds: started.elapsed().as_secs_f64(),
     })
 }

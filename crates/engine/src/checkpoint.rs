@@ -125,13 +125,10 @@ impl Core {
             if state.log.reserved_segments.iter().any(Option::is_none) {
                 return Ok(None);
             }
-            let sealed = match &state.log.open {
-                Some(open) if !open.is_empty() => Some(self.seal(state)),
-                _ => None,
-            };
+            let sealed = self.seal_clients(state);
             (self.snapshot(state, &checkpoint, &sparse_pages), sealed)
         };
-        if let Some(batch) = sealed {
+        for batch in sealed {
             self.dispatch(batch)?;
         }
         let taken_pages: Vec<u64> = snapshot.index_pages.iter().map(|(page, _)| *page).collect();
@@ -495,7 +492,7 @@ impl Core {
             let sealed = self.end_side_batch(state, side.client);
             last_batch = sealed.header.sequence;
             drop(guard);
-            if let Some(client_batch) = side.sealed_clients {
+            for client_batch in side.sealed_clients {
                 self.dispatch(client_batch)?;
             }
             self.dispatch(sealed)?;

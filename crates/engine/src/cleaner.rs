@@ -1025,7 +1025,7 @@ impl Cleaner {
             drop(guard);
             Counters::add(&self.core.counters.blocks_relocated, relocated);
             blocks_moved += relocated;
-            if let Some(client_batch) = side.sealed_clients {
+            for client_batch in side.sealed_clients {
                 self.core.dispatch(client_batch)?;
             }
             self.core.dispatch(sealed)?;

@@ -1131,6 +1131,8 @@ impl Reader<'_> {
     fn tail(&self, batches: &BTreeMap<u64, FoundBatch>, durable: u64, verify: bool) -> Tail {
         let mut tail =
             Tail { last_sequence: durable, repairs: Vec::new(), tail_verified: 0, ended_at_unreadable_batch: None };
+        // The repairs of the first batch of a pair wait for the second (feature bit 5).
+        let mut pair_repairs = Vec::new();
         while let Some(batch) = batches.get(&(tail.last_sequence + 1)) {
             if verify {
                 let verification = self.verify(batch);
@@ -1139,11 +1141,29 @@ impl Reader<'_> {
                     tail.ended_at_unreadable_batch = Some(batch.header.sequence);
                     break;
                 }
-                tail.repairs.extend(verification.repairs);
+                pair_repairs.extend(verification.repairs);
+            }
+            if !batch.header.paired_with_next {
+                tail.repairs.append(&mut pair_repairs);
             }
             tail.last_sequence += 1;
         }
+        tail.last_sequence = whole_pairs_only(tail.last_sequence, durable, |sequence| {
+            batches.get(&sequence).is_some_and(|batch| batch.header.paired_with_next)
+        });
         tail
+    }
+}
+
+/// The last batch a tail that reached `last` keeps: one before it when `last` is the first
+/// batch of a pair (`paired`), whose second batch did not make it — recovery keeps both
+/// batches of a pair or neither (docs/crash-consistency.md, "Client writes in two
+/// streams"). The durable frontier `durable` is never half a pair: it stays.
+fn whole_pairs_only(last: u64, durable: u64, paired: impl Fn(u64) -> bool) -> u64 {
+    if last > durable && paired(last) {
+        last - 1
+    } else {
+        last
     }
 }
 
@@ -1566,4 +1586,22 @@ pub(crate) fn recover_from_checkpoint(
         shared,
     };
     Ok((recovered, loaded.state))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::whole_pairs_only;
+
+    #[test]
+    fn a_tail_never_keeps_half_a_pair() {
+        // Batches 11 and 12 are a pair; so are 14 and 15.
+        let paired = |sequence: u64| sequence == 11 || sequence == 14;
+        assert_eq!(whole_pairs_only(12, 9, paired), 12, "the whole pair is kept");
+        assert_eq!(whole_pairs_only(11, 9, paired), 10, "12 was torn: 11 goes with it");
+        assert_eq!(whole_pairs_only(14, 9, paired), 13);
+        assert_eq!(whole_pairs_only(13, 9, paired), 13);
+        assert_eq!(whole_pairs_only(10, 9, paired), 10);
+        // Nothing past the durable frontier: it stays what it is.
+        assert_eq!(whole_pairs_only(11, 11, paired), 11);
+    }
 }

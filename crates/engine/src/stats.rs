@@ -19,6 +19,10 @@ pub struct Counters {
     pub blocks_relocated: AtomicU64,
     pub cleaning_rounds: AtomicU64,
     pub segments_cleaned: AtomicU64,
+    /// Client blocks written to the cold stream, and clients' batches sealed as a pair
+    /// with a cold batch (feature bit 5).
+    pub blocks_written_cold: AtomicU64,
+    pub client_batch_pairs: AtomicU64,
     pub member_bytes_redundancy: AtomicU64,
     pub member_bytes_metadata: AtomicU64,
     pub member_bytes_padding: AtomicU64,
@@ -425,6 +429,11 @@ pub struct VolumeStats {
     pub cleaning_policy: String,
     pub cleaning_rounds: u64,
     pub segments_cleaned: u64,
+    /// Client blocks written to the cold stream since the open (feature bit 5;
+    /// docs/garbage-collection.md, "Streams"), and clients' batches sealed as a pair with
+    /// a cold batch.
+    pub blocks_written_cold: u64,
+    pub client_batch_pairs: u64,
     /// (new data + relocated) / new data.
     pub write_amplification_cleaning: f64,
     /// Everything written to the members / (new data + relocated): parity or mirror

@@ -456,8 +456,9 @@ impl Volume {
         // (no copy); the block cache takes the rest, for blocks read from members.
         let set_bytes = geometry.data_columns() as u64 * geometry.chunk_size_bytes as u64;
         let retained_sets = (options.cache_size_bytes / 2 / set_bytes.max(1)) as usize;
+        // One set more for the clients' cold batch (volumes with feature bit 5).
         let data_pool = BufferPool::with_retained(
-            write_queue_batches + 1,
+            write_queue_batches + 2,
             retained_sets,
             geometry.data_columns(),
             geometry.chunk_size_bytes as usize,
@@ -486,6 +487,11 @@ impl Volume {
                 lifetimes: Lifetimes::new(recovered.write_clock),
                 current_checksums: Default::default(),
                 log_staging: Default::default(),
+                write_rates: (superblock.incompatible_features & crate::layout::format::FEATURE_CLIENT_WRITE_PAIRS
+                    != 0
+                    && options.separate_streams
+                    && !options.read_only)
+                    .then(|| crate::index::lifetimes::WriteRates::new(geometry.logical_block_count())),
             }),
             progress: Condvar::new(),
             data_pool,
@@ -1282,7 +1288,7 @@ fn apply(cleaner: &Cleaner, blocks: &[BlockWrite]) -> Result<()> {
                 }
             }
         }
-        let mut sealed = None;
+        let mut sealed = Vec::new();
         while next < blocks.len() {
             if core.accept(&mut state, &blocks[next])? {
                 next += 1;
@@ -1291,12 +1297,13 @@ fn apply(cleaner: &Cleaner, blocks: &[BlockWrite]) -> Result<()> {
                 core.retire_current_segment(&mut state);
                 break;
             } else {
-                sealed = Some(core.seal(&mut state));
+                // The clients' batch is full, or the cold one that the block must go to.
+                sealed = core.seal_clients(&mut state);
                 break;
             }
         }
         drop(state);
-        if let Some(batch) = sealed {
+        for batch in sealed {
             core.dispatch(batch)?;
         }
     }
@@ -1498,6 +1505,8 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         cleaning_policy: cleaner.policy().to_string(),
         cleaning_rounds: Counters::get(&counters.cleaning_rounds),
         segments_cleaned: Counters::get(&counters.segments_cleaned),
+        blocks_written_cold: Counters::get(&counters.blocks_written_cold),
+        client_batch_pairs: Counters::get(&counters.client_batch_pairs),
         write_amplification_cleaning: ratio(member_bytes_data + member_bytes_relocated, member_bytes_data),
         write_amplification_raid: ratio(member_bytes_written, member_bytes_data + member_bytes_relocated),
         write_amplification_total: ratio(member_bytes_written, member_bytes_data),

@@ -632,9 +632,10 @@ fn the_cleaner_thread_keeps_up_with_writers_on_a_full_volume() {
     }
     assert!(
         volume.stats().segments_free as usize >= high_watermark,
-        "idle: {} free segments, high watermark {high_watermark} (before: {})",
+        "idle: {} free segments, high watermark {high_watermark} (before: {}; {} client writes went to the cold stream)",
         volume.stats().segments_free,
-        stats.segments_free
+        stats.segments_free,
+        stats.blocks_written_cold
     );
     for model in &models {
         check_range(&volume, model, model.first_block, share, "after the writers")

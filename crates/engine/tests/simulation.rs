@@ -209,6 +209,8 @@ struct Simulation {
     out_of_space: u64,
     /// Cleaning rounds over every incarnation of the volume.
     cleaning_rounds: u64,
+    /// Clients' batches sealed as a pair with a cold batch (feature bit 5).
+    client_batch_pairs: u64,
     /// The filling workload: every logical block is written, then overwritten.
     filling: bool,
     /// The seed runs with a write log (`write_log_seeds`).
@@ -287,6 +289,14 @@ fn thin(seed: u64) -> bool {
     seed % 7 == 4
 }
 
+/// Two thirds of the filling seeds send four fifths of their whole-block writes to the
+/// first fifth of the blocks: the rest of the volume is written seldom, its writes go to
+/// the cold stream, and crashes tear pairs of batches (feature bit 5,
+/// docs/crash-consistency.md, "Client writes in two streams").
+fn skewed(seed: u64) -> bool {
+    !seed.is_multiple_of(3)
+}
+
 impl Simulation {
     fn new(seed: u64, trace: bool, filling: bool, beyond_redundancy: bool) -> Result<Simulation, String> {
         let mut prng = Prng::new(seed);
@@ -323,6 +333,7 @@ impl Simulation {
             force: false,
             compression: if compressed(seed) { CompressionSetting::Lz4 } else { CompressionSetting::Off },
             deduplication: deduplicated(seed),
+            client_write_pairs: true,
             logical_size_bytes: if thin(seed) {
                 let geometry = stripelog_engine::Geometry::new(
                     raid_level,
@@ -385,6 +396,7 @@ impl Simulation {
             scrubs_finished: 0,
             out_of_space: 0,
             cleaning_rounds: 0,
+            client_batch_pairs: 0,
             filling,
             write_log_mode: false,
             log: None,
@@ -717,7 +729,11 @@ impl Simulation {
             }
             (start_sector * 512, data)
         } else {
-            let first = self.prng.below(hot);
+            let first = if self.filling && skewed(self.seed) && self.prng.chance(4, 5) {
+                self.prng.below(hot.div_ceil(5))
+            } else {
+                self.prng.below(hot)
+            };
             let longest = if self.prng.chance(1, if self.filling { 2 } else { 4 }) { 48 } else { 8 };
             let count = 1 + self.prng.below(longest.min(hot - first));
             let mut data = Vec::new();
@@ -1104,6 +1120,7 @@ impl Simulation {
         let volume = self.volume.take().expect("open");
         let stats = volume.stats();
         self.cleaning_rounds += stats.cleaning_rounds;
+        self.client_batch_pairs += stats.client_batch_pairs;
         self.durable_sequence_at_crash = 0;
         let log_needs_renewal = self.write_log_mode
             && (stats.write_log.as_ref().is_none_or(|log| !log.failed_devices.is_empty() || !log.active)
@@ -1147,6 +1164,7 @@ impl Simulation {
         if let Some(volume) = self.volume.take() {
             let stats = volume.stats();
             self.cleaning_rounds += stats.cleaning_rounds;
+            self.client_batch_pairs += stats.client_batch_pairs;
             self.durable_sequence_at_crash = stats.durable_through_sequence;
             volume.abandon();
         }
@@ -1279,6 +1297,7 @@ struct Exercised {
     unreadable_reads: u64,
     thin_refusals: u64,
     shared_blocks_seen: u64,
+    client_batch_pairs: u64,
     ended_early: bool,
     /// Index pages evicted (to be read back from the log) since the last open.
     map_page_evictions: u64,
@@ -1317,7 +1336,7 @@ fn simulate(seed: u64, trace: bool, mode: Mode) -> Result<(String, Exercised), S
         simulation.run()?;
     }
     let summary = format!(
-        "{} recoveries, {} mid-operation crashes, {} faults, {} members lost, {} rebuilds, {} scrubs, raid {}, {} cleaning rounds, {} unreadable reads, {} rows destroyed, {} thin refusals{}{}",
+        "{} recoveries, {} mid-operation crashes, {} faults, {} members lost, {} rebuilds, {} scrubs, raid {}, {} cleaning rounds, {} unreadable reads, {} rows destroyed, {} thin refusals, {} batch pairs{}{}",
         simulation.recoveries,
         simulation.crashes_mid_operation,
         simulation.faults_injected,
@@ -1329,6 +1348,7 @@ fn simulate(seed: u64, trace: bool, mode: Mode) -> Result<(String, Exercised), S
         simulation.unreadable_reads,
         simulation.rows_destroyed,
         simulation.thin_refusals,
+        simulation.client_batch_pairs,
         if mode.write_log {
             format!(
                 "; write log: {} added, {} devices lost, {} faults, {} entries replayed, {} opens without it",
@@ -1352,6 +1372,8 @@ fn simulate(seed: u64, trace: bool, mode: Mode) -> Result<(String, Exercised), S
         unreadable_reads: simulation.unreadable_reads,
         thin_refusals: simulation.thin_refusals,
         shared_blocks_seen: simulation.shared_blocks_seen,
+        client_batch_pairs: simulation.client_batch_pairs
+            + simulation.volume.as_ref().map_or(0, |volume| volume.stats().client_batch_pairs),
         ended_early: simulation.ended.is_some(),
         map_page_evictions: simulation.volume.as_ref().map_or(0, |volume| volume.stats().map_page_evictions),
         log_entries_replayed: simulation.log_entries_replayed,
@@ -1444,13 +1466,14 @@ fn filling_seeds() {
     let seeds = seed_range("STRIPELOG_SIM_FILLING_SEEDS", 100);
     let count = seeds.end - seeds.start;
     let (mut cleaned, mut thin_refusals, mut failures) = (0u64, 0u64, Vec::new());
-    let mut shared_seeds = 0u64;
+    let (mut shared_seeds, mut paired_seeds) = (0u64, 0u64);
     for seed in seeds {
         match check_seed(seed, FILLING) {
             Ok(exercised) => {
                 cleaned += u64::from(exercised.cleaner);
                 thin_refusals += exercised.thin_refusals;
                 shared_seeds += u64::from(exercised.shared_blocks_seen > 0);
+                paired_seeds += u64::from(exercised.client_batch_pairs > 0);
             }
             Err(message) => failures.push(message),
         }
@@ -1459,9 +1482,10 @@ fn filling_seeds() {
     // The workload exists to exercise the cleaner: it must actually run in nearly every seed.
     eprintln!(
         "{cleaned} of {count} filling seeds ran the cleaner; thin volumes refused {thin_refusals} writes; \
-         {shared_seeds} seeds recovered with shared blocks"
+         {shared_seeds} seeds recovered with shared blocks; {paired_seeds} sealed pairs of batches"
     );
     if count >= 100 {
+        assert!(paired_seeds * 2 >= count, "the skewed seeds must seal pairs of batches: {paired_seeds} did");
         assert!(thin_refusals >= count / 7, "the thin seeds must reach their limit: {thin_refusals} refusals");
         assert!(shared_seeds * 5 >= count, "the deduplicated seeds must share blocks: {shared_seeds} did");
     }

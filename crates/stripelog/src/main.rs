@@ -174,6 +174,10 @@ struct GcSimArguments {
     /// One log for client writes and relocated blocks (the baseline without separation).
     #[arg(long)]
     no_separation: bool,
+    /// Client writes in one stream: cold ones are not placed apart (relocated blocks still
+    /// are, unless --no-separation).
+    #[arg(long)]
+    one_client_stream: bool,
     /// Segments of the volume. The cleaner keeps 5 of them in reserve, counted in the spare:
     /// 0.5 % of 1024 segments, which at 7 % spare raises the figure by 7 %; real volumes
     /// have tens of thousands.
@@ -232,6 +236,12 @@ struct CreateArguments {
     /// off cannot turn it on.
     #[arg(long, default_value = "off", value_parser = units::parse_on_off, action = clap::ArgAction::Set)]
     dedup: bool,
+    /// Keep client writes in one stream. By default, writes to regions of the volume that
+    /// are seldom written go to a stream of their own, so that long-lived data is not
+    /// copied out of segments full of short-lived data (docs/garbage-collection.md,
+    /// "Streams"); older stripelog then refuses the volume (feature bit 5).
+    #[arg(long)]
+    one_client_stream: bool,
     /// A write log on this fast device or file (an NVMe namespace, PMEM, a partition of a
     /// drive with power-loss protection): flushes and FUA writes are durable once there.
     /// Twice: a mirrored log (docs/write-log.md).
@@ -1135,6 +1145,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 compression: arguments.compression,
                 logical_size_bytes: arguments.logical_size,
                 deduplication: arguments.dedup,
+                client_write_pairs: !arguments.one_client_stream,
             };
             let open = OpenOptions { holder_program: "stripelog create".into(), ..OpenOptions::default() };
             let volume = Volume::create(members, &options, &open).map_err(engine_error)?;
@@ -1269,6 +1280,7 @@ fn sim_gc(arguments: GcSimArguments) -> Result<ExitCode, String> {
         spare_fraction: arguments.spare as f64 / 1e6,
         policy: arguments.policy,
         separate_streams: !arguments.no_separation,
+        client_write_pairs: !arguments.one_client_stream,
         segment_count: arguments.segments,
         chunk_size_bytes: chunk_size(arguments.chunk)?,
         overwrite_passes: arguments.passes,
@@ -1284,7 +1296,11 @@ fn sim_gc(arguments: GcSimArguments) -> Result<ExitCode, String> {
         report.workload,
         report.spare_fraction * 100.0,
         report.policy,
-        if report.separate_streams { "" } else { " (one log, no separation)" },
+        match (report.separate_streams, report.client_write_pairs) {
+            (false, _) => " (one log, no separation)",
+            (true, false) => " (one client stream)",
+            (true, true) => "",
+        },
         report.segment_count,
         report.blocks_per_segment,
         report.writes,
@@ -1296,6 +1312,9 @@ fn sim_gc(arguments: GcSimArguments) -> Result<ExitCode, String> {
         .map(|figure| format!("  (analytic greedy, large segments: {figure:.2})"))
         .unwrap_or_default();
     println!("write_amplification {:.3}{reference}", report.write_amplification);
+    if report.client_write_pairs {
+        println!("client writes placed in the cold stream {:.1} %", report.cold_write_share * 100.0);
+    }
     let for_data = report
         .reference_greedy_uniform_for_data
         .map(|figure| format!(" (analytic greedy there: {figure:.2})"))

@@ -473,6 +473,15 @@ fn status_text(status: &serde_json::Value) -> String {
             counters["write_amplification_cleaning"].as_f64().unwrap_or(0.0),
             counters["write_amplification_total"].as_f64().unwrap_or(0.0),
         );
+        let cold_blocks = number(&counters["blocks_written_cold"]);
+        if cold_blocks > 0 {
+            let _ = writeln!(
+                text,
+                "streams  {} client blocks written to the cold stream, {} pairs of batches",
+                cold_blocks,
+                number(&counters["client_batch_pairs"]),
+            );
+        }
         if let Some(requests) = counters["requests"].as_object() {
             for (command, figures) in requests {
                 let _ = writeln!(

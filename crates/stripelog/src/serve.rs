@@ -386,6 +386,8 @@ fn overview(served: &Served) -> serde_json::Value {
                     "cleaning_rounds": stats.cleaning_rounds,
                     "write_amplification_cleaning": stats.write_amplification_cleaning,
                     "write_amplification_total": stats.write_amplification_total,
+                    "blocks_written_cold": stats.blocks_written_cold,
+                    "client_batch_pairs": stats.client_batch_pairs,
                 },
                 "members": members,
                 "write_log": stats.write_log,

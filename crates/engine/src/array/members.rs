@@ -993,7 +993,8 @@ pub(crate) fn create(
                 // Compression needs index entries that can name fragments, fixed now.
                 incompatible_features: if compressed { crate::layout::format::FEATURE_PACKED_FRAGMENTS } else { 0 }
                     | if thin_logical_blocks.is_some() { crate::layout::format::FEATURE_THIN_PROVISIONED } else { 0 }
-                    | if options.deduplication { crate::layout::format::FEATURE_DEDUPLICATION } else { 0 },
+                    | if options.deduplication { crate::layout::format::FEATURE_DEDUPLICATION } else { 0 }
+                    | if options.client_write_pairs { crate::layout::format::FEATURE_CLIENT_WRITE_PAIRS } else { 0 },
                 compression: options.compression,
                 deduplication: options.deduplication,
             };
@@ -1285,6 +1286,10 @@ pub struct CreateOptions {
     /// whose index entries can name shared-block records. A volume created with it can
     /// turn deduplication off and on again while served; one created without cannot.
     pub deduplication: bool,
+    /// Client writes predicted to live long go into a stream of their own, sealed with
+    /// the clients' batch as a pair (sets incompatible feature bit 5; docs/
+    /// crash-consistency.md, "Client writes in two streams"). On by default.
+    pub client_write_pairs: bool,
 }
 
 impl Default for CreateOptions {
@@ -1298,6 +1303,7 @@ impl Default for CreateOptions {
             compression: crate::layout::format::CompressionSetting::Off,
             logical_size_bytes: None,
             deduplication: false,
+            client_write_pairs: true,
         }
     }
 }

@@ -51,6 +51,9 @@ pub(crate) struct WriteState {
     pub(crate) current_checksums: [Option<(u64, Arc<ChecksumTable>)>; STREAM_COUNT],
     /// Client writes accepted since the last append to the write log (empty without one).
     pub(crate) log_staging: crate::write_log::Staging,
+    /// Which client writes are cold (volumes with feature bit 5 whose streams are
+    /// separated; `None`: every client write goes into the clients' batch).
+    pub(crate) write_rates: Option<crate::index::lifetimes::WriteRates>,
 }
 
 impl WriteState {
@@ -135,9 +138,9 @@ pub(crate) struct SideBatch {
     pub(crate) client: Option<OpenBatch>,
     /// Free segments taken for the side batch's stream.
     pub(crate) taken: usize,
-    /// The clients' batch sealed ahead of the side batch: dispatched first, once the state
-    /// lock is released.
-    pub(crate) sealed_clients: Option<Arc<SealedBatch>>,
+    /// The clients' batches sealed ahead of the side batch (a pair at most): dispatched
+    /// first, in order, once the state lock is released.
+    pub(crate) sealed_clients: Vec<Arc<SealedBatch>>,
 }
 
 /// One unit of work for the write loop, per logical block.
@@ -419,12 +422,20 @@ impl Core {
             }
             whole => whole,
         };
+        if !matches!(block, BlockWrite::Data(..)) && self.touches_cold_batch(state, &block)? {
+            // Only data goes into the cold batch, and a block's records must replay in
+            // the order they were accepted: the pair is sealed first.
+            return Ok(false);
+        }
         let accepted = match block {
             BlockWrite::Data(logical_block, data, checksum) => {
                 // The block's index page in RAM before the batch changes: it stays there
                 // while the state lock is held (eviction takes it too), so `remap` cannot fail.
                 self.map.ensure_resident_for(logical_block)?;
-                self.accept_data(state, logical_block, data, checksum, None)
+                match self.accept_cold_data(state, logical_block, data, checksum)? {
+                    Some(accepted) => accepted,
+                    None => self.accept_data(state, logical_block, data, checksum, None),
+                }
             }
             BlockWrite::Compressed(unit) => {
                 for place in 0..unit.blocks() as u64 {
@@ -450,10 +461,169 @@ impl Core {
             BlockWrite::Trim(logical_block) => self.accept_range(state, logical_block, true)?,
             BlockWrite::Patch(..) => unreachable!("merged above"),
         };
+        if accepted {
+            if let Some(rates) = state.write_rates.as_mut() {
+                let (first, count) = match block {
+                    BlockWrite::Compressed(unit) => (unit.first_logical_block, unit.blocks() as u64),
+                    BlockWrite::Data(logical_block, ..)
+                    | BlockWrite::Duplicate(logical_block, ..)
+                    | BlockWrite::Zero(logical_block)
+                    | BlockWrite::Trim(logical_block)
+                    | BlockWrite::Patch(logical_block, ..) => (logical_block, 1),
+                };
+                (first..first + count).for_each(|logical_block| rates.record(logical_block));
+            }
+        }
         if accepted && self.write_log.as_ref().is_some_and(|log| log.is_active()) {
             self.stage(state, &block);
         }
         Ok(accepted)
+    }
+
+    /// Whether a client write that is not whole-block data names a block whose current
+    /// record is in the open cold batch.
+    fn touches_cold_batch(&self, state: &WriteState, block: &BlockWrite) -> Result<bool> {
+        let (first, count, other) = match *block {
+            BlockWrite::Compressed(unit) => (unit.first_logical_block, unit.blocks() as u64, None),
+            BlockWrite::Duplicate(logical_block, _, _, candidate) => (logical_block, 1, Some(candidate.logical_block)),
+            BlockWrite::Zero(logical_block) | BlockWrite::Trim(logical_block) => (logical_block, 1, None),
+            BlockWrite::Data(..) | BlockWrite::Patch(..) => return Ok(false),
+        };
+        for logical_block in (first..first + count).chain(other) {
+            if self.in_open_cold_batch(state, logical_block)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Whether `logical_block`'s current record is in the open cold batch.
+    fn in_open_cold_batch(&self, state: &WriteState, logical_block: u64) -> Result<bool> {
+        let Some(cold) = state.log.cold.as_ref().filter(|cold| !cold.is_empty()) else {
+            return Ok(false);
+        };
+        Ok(match self.map.get(logical_block)? {
+            Mapping::Data { position } => {
+                let location = self.geometry.locate(position);
+                location.segment == cold.segment && location.row >= cold.first_row
+            }
+            // Only data goes into the cold batch.
+            _ => false,
+        })
+    }
+
+    /// Accept a client's data block into the cold batch when it goes there: its region is
+    /// cold, or its current record is in the cold batch (its next one must not come
+    /// before it). `None`: it goes into the clients' batch; `Some(false)`: the cold batch
+    /// is full and the block must go there — the pair is to be sealed first.
+    fn accept_cold_data(
+        &self,
+        state: &mut WriteState,
+        logical_block: u64,
+        data: &[u8],
+        checksum: u32,
+    ) -> Result<Option<bool>> {
+        let Some(rates) = state.write_rates.as_mut() else {
+            return Ok(None);
+        };
+        let predicted_cold = rates.is_cold(logical_block);
+        let bound_to_cold = self.in_open_cold_batch(state, logical_block)?;
+        let goes_cold = bound_to_cold || (predicted_cold && self.open_cold_batch(state));
+        if !goes_cold {
+            return Ok(None);
+        }
+        std::mem::swap(&mut state.log.open, &mut state.log.cold);
+        let accepted = self.accept_data(state, logical_block, data, checksum, None);
+        std::mem::swap(&mut state.log.open, &mut state.log.cold);
+        if !accepted && state.log.cold.as_ref().is_some_and(OpenBatch::is_empty) {
+            state.log.cold = None;
+        }
+        if accepted {
+            Counters::add(&self.counters.blocks_written_cold, 1);
+        }
+        // Full: the pair is sealed first, and the block goes into the next cold batch —
+        // rather than into the clients' batch, where a cold block would be copied again.
+        Ok(match (accepted, state.log.cold.is_some()) {
+            (true, _) => Some(true),
+            (false, true) => Some(false),
+            (false, false) => None,
+        })
+    }
+
+    /// Make sure the cold batch is open (`false`: it cannot be now). It opens only beside a
+    /// clients' batch that holds entries, so that a pair's first batch is never empty, and
+    /// never takes the free segments the cleaner keeps in reserve.
+    fn open_cold_batch(&self, state: &mut WriteState) -> bool {
+        if state.log.cold.is_some() {
+            return true;
+        }
+        let Some(sequence) = state
+            .log
+            .open
+            .as_ref()
+            .filter(|open| !open.relocation && !open.metadata && !open.is_empty())
+            .map(|open| open.sequence)
+        else {
+            return false;
+        };
+        let stream = crate::log::COLD_CLIENT_STREAM;
+        let data_columns = self.geometry.data_columns() as u32;
+        if state.log.current_segments[stream]
+            .as_ref()
+            .is_some_and(|current| (self.geometry.rows_per_chunk() - current.next_row) * data_columns < 2)
+        {
+            self.retire_stream_segment(state, stream);
+        }
+        if state.log.current_segments[stream].is_none()
+            && (state.space.free_segments.len() <= state.space.reserve() + 1
+                || !self.open_stream_segment(state, stream, u64::MAX))
+        {
+            return false;
+        }
+        let Some(buffers) = self.data_pool.try_take() else {
+            return false;
+        };
+        let current = state.log.current_segments[stream].as_ref().expect("opened above");
+        state.log.cold = Some(self.batch_in(current, sequence, buffers, stream));
+        true
+    }
+
+    /// Seal the clients' batch and the cold batch: the clients' one alone, or, when the
+    /// cold one holds entries too, both as a pair (docs/crash-consistency.md, "Client
+    /// writes in two streams"), under this one hold of the state lock. The sealed batches,
+    /// in sequence order, to be dispatched in that order.
+    pub(crate) fn seal_clients(&self, state: &mut WriteState) -> Vec<Arc<SealedBatch>> {
+        let mut sealed = Vec::with_capacity(2);
+        let cold = state.log.cold.take().filter(|cold| !cold.is_empty());
+        let clients_hold_entries = state.log.open.as_ref().is_some_and(|open| !open.is_empty());
+        let Some(mut cold) = cold else {
+            if clients_hold_entries {
+                sealed.push(self.seal(state));
+            }
+            return sealed;
+        };
+        let cold_sequence = if clients_hold_entries {
+            state.log.open.as_mut().expect("holds entries").paired_with_next = true;
+            sealed.push(self.seal(state));
+            Counters::add(&self.counters.client_batch_pairs, 1);
+            state.log.next_sequence += 1;
+            state.log.next_sequence - 1
+        } else {
+            // Not reached (the cold batch opens beside entries, which stay): the empty
+            // clients' batch moves up, and the cold one takes its sequence.
+            debug_assert!(false, "a cold batch with entries beside an empty clients' batch");
+            self.move_client_batch_up(state)
+        };
+        cold.sequence = cold_sequence;
+        let current = state.log.current_segments[cold.stream].as_mut().expect("the cold batch's segment");
+        if current.open_sequence == u64::MAX {
+            current.open_sequence = cold_sequence;
+        }
+        cold.segment_open_sequence = current.open_sequence;
+        let clients = state.log.open.replace(cold);
+        sealed.push(self.seal(state));
+        state.log.open = clients;
+        sealed
     }
 
     /// Stage an accepted client write (a whole block, or a zero or trim record) for the
@@ -855,15 +1025,11 @@ impl Core {
         one_log: bool,
     ) -> Result<SideBatch> {
         let state = &mut **guard;
-        let sealed_clients = match state.log.open.as_ref().map(OpenBatch::is_empty) {
-            Some(false) => Some(self.seal(state)),
-            Some(true) if one_log => {
-                state.log.open = None;
-                state.log.next_sequence -= 1;
-                None
-            }
-            _ => None,
-        };
+        let sealed_clients = self.seal_clients(state);
+        if one_log && state.log.open.as_ref().is_some_and(OpenBatch::is_empty) {
+            state.log.open = None;
+            state.log.next_sequence -= 1;
+        }
         let rows_per_chunk = self.geometry.rows_per_chunk();
         let data_columns = self.geometry.data_columns() as u32;
         // Room for a summary and the largest record: a block, or a fragment and the
@@ -881,13 +1047,26 @@ impl Core {
         }
         let free_before = state.space.free_segments.len();
         if state.log.current_segments[stream].is_none() && !self.open_stream_segment(state, stream, u64::MAX) {
-            // The clients' sealed batch is in flight: it must reach the members.
-            if let Some(batch) = sealed_clients {
-                parking_lot::MutexGuard::unlocked(guard, || self.dispatch(batch))?;
-            }
+            // The clients' sealed batches are in flight: they must reach the members.
+            parking_lot::MutexGuard::unlocked(guard, || {
+                sealed_clients.into_iter().try_for_each(|batch| self.dispatch(batch))
+            })?;
             return Err(Error::OutOfSpace);
         }
         let taken = free_before - state.space.free_segments.len();
+        let sequence = self.move_client_batch_up(state);
+        let current = state.log.current_segments[stream].as_mut().expect("opened above");
+        if current.open_sequence == u64::MAX {
+            current.open_sequence = sequence;
+        }
+        let batch = self.batch_in(current, sequence, buffers, stream);
+        let client = state.log.open.replace(batch);
+        Ok(SideBatch { client, taken, sealed_clients })
+    }
+
+    /// The next sequence number, given out now: the clients' (empty) open batch's, which
+    /// moves up to the one after it, or, without one, the next.
+    fn move_client_batch_up(&self, state: &mut WriteState) -> u64 {
         let moved = state.log.next_sequence;
         let sequence = match state.log.open.as_mut() {
             Some(client) => {
@@ -911,13 +1090,7 @@ impl Core {
             None => state.log.next_sequence,
         };
         state.log.next_sequence += 1;
-        let current = state.log.current_segments[stream].as_mut().expect("opened above");
-        if current.open_sequence == u64::MAX {
-            current.open_sequence = sequence;
-        }
-        let batch = self.batch_in(current, sequence, buffers, stream);
-        let client = state.log.open.replace(batch);
-        Ok(SideBatch { client, taken, sealed_clients })
+        sequence
     }
 
     /// Seal the side batch (it must hold an entry) and put the clients' batch back.
@@ -954,6 +1127,16 @@ impl Core {
     /// If `segment` is some stream's current segment, give up the rest of it (the clients'
     /// open batch is sealed first when it is there) so that it can be cleaned.
     pub(crate) fn retire_if_current(&self, state: &mut WriteState, segment: u64) {
+        let in_a_client_batch = [&state.log.open, &state.log.cold]
+            .into_iter()
+            .any(|batch| batch.as_ref().is_some_and(|batch| batch.segment == segment && !batch.is_empty()));
+        if in_a_client_batch {
+            for batch in self.seal_clients(state) {
+                // In flight; dispatch cannot fail here but a shut-down volume, which the
+                // caller sees on its next step.
+                let _ = self.dispatch(batch);
+            }
+        }
         for stream in 0..STREAM_COUNT {
             if state.log.current_segments[stream].as_ref().is_some_and(|current| current.segment == segment) {
                 if state.log.open.as_ref().is_some_and(|open| open.stream == stream) {
@@ -1103,7 +1286,10 @@ impl Core {
             let entry = state.log.in_flight.pop_front().expect("front exists");
             let header = &entry.batch.header;
             self.rows_on_media[header.segment as usize].store(header.first_row + header.row_count, Ordering::Release);
-            state.log.written_through_sequence = header.sequence;
+            // Never half a pair: nothing durable may name its first batch alone.
+            if !header.paired_with_next {
+                state.log.written_through_sequence = header.sequence;
+            }
         }
         self.progress.notify_all();
     }
@@ -1259,13 +1445,10 @@ impl Core {
     pub(crate) fn flush_members(&self) -> Result<()> {
         let (target, sealed) = {
             let mut state = self.state.lock();
-            let sealed = match &state.log.open {
-                Some(open) if !open.is_empty() => Some(self.seal(&mut state)),
-                _ => None,
-            };
+            let sealed = self.seal_clients(&mut state);
             (state.log.last_sealed_sequence, sealed)
         };
-        if let Some(batch) = sealed {
+        for batch in sealed {
             self.dispatch(batch)?;
         }
         self.make_durable(target)
@@ -1852,7 +2035,7 @@ pub(crate) fn copy_from_memory(
     location: crate::layout::geometry::BlockLocation,
     out: &mut [u8],
 ) -> bool {
-    if let Some(open) = &state.log.open {
+    for open in [&state.log.open, &state.log.cold].into_iter().flatten() {
         if open.segment == location.segment {
             if let Some(index) = open.index_of(location.row, location.column) {
                 out.copy_from_slice(open.block(index));

@@ -27,9 +27,15 @@ pub const FEATURE_THIN_PROVISIONED: u64 = 1 << 3;
 /// may hold shared copies and references (inline deduplication, docs/deduplication.md);
 /// set by `create --dedup on` and never cleared (`set dedup=off` only stops new sharing).
 pub const FEATURE_DEDUPLICATION: u64 = 1 << 4;
+/// Incompatible feature bit 5: client writes predicted to live long go to a second open
+/// batch, sealed with the clients' batch as a pair that recovery keeps whole or not at
+/// all (summary header byte 113; docs/crash-consistency.md, "Client writes in two
+/// streams"). Code that does not know the pair byte would keep half a pair.
+pub const FEATURE_CLIENT_WRITE_PAIRS: u64 = 1 << 5;
 /// The incompatible features this code knows (bit 0, a write log on the members, is
 /// planned, not built: a volume with it is refused).
-pub const KNOWN_FEATURES: u64 = FEATURE_PACKED_FRAGMENTS | FEATURE_THIN_PROVISIONED | FEATURE_DEDUPLICATION;
+pub const KNOWN_FEATURES: u64 =
+    FEATURE_PACKED_FRAGMENTS | FEATURE_THIN_PROVISIONED | FEATURE_DEDUPLICATION | FEATURE_CLIENT_WRITE_PAIRS;
 /// The largest logical size of a thin volume, in blocks (2^36: 256 TiB).
 pub const THIN_LOGICAL_BLOCKS_MAXIMUM: u64 = 1 << 36;
 
@@ -855,6 +861,9 @@ pub struct BatchHeader {
     pub write_clock: u64,
     /// The stream that wrote it (0 clients, 1–3 relocation).
     pub stream: u8,
+    /// The batch with the next sequence number belongs with this one: recovery keeps both
+    /// or neither (feature bit 5).
+    pub paired_with_next: bool,
 }
 
 impl BatchHeader {
@@ -912,6 +921,7 @@ impl Summary {
         put(block, 96, &header.next_segment.to_le_bytes());
         put(block, 104, &header.write_clock.to_le_bytes());
         block[112] = header.stream;
+        block[113] = header.paired_with_next as u8;
         for (index, entry) in self.entries.iter().enumerate() {
             let offset = ENTRIES_OFFSET + index * ENTRY_SIZE_BYTES;
             entry.encode(&mut block[offset..offset + ENTRY_SIZE_BYTES]);
@@ -934,10 +944,10 @@ impl Summary {
             return None;
         }
         // Version 1 wrote zeros from 96: no link, clock or stream.
-        let (next_segment, write_clock, stream) = if version == SUMMARY_VERSION_WITHOUT_CLOCKS {
-            (NO_SEGMENT, 0, 0)
+        let (next_segment, write_clock, stream, paired_with_next) = if version == SUMMARY_VERSION_WITHOUT_CLOCKS {
+            (NO_SEGMENT, 0, 0, false)
         } else {
-            (read_u64(block, 96), read_u64(block, 104), block[112])
+            (read_u64(block, 96), read_u64(block, 104), block[112], block[113] != 0)
         };
         let header = BatchHeader {
             volume_uuid: *volume_uuid,
@@ -954,6 +964,7 @@ impl Summary {
             next_segment,
             write_clock,
             stream,
+            paired_with_next,
         };
         let mut entries = Vec::with_capacity(entry_count);
         let mut packed_block_open = false;
@@ -1392,6 +1403,7 @@ mod tests {
             next_segment: 7,
             write_clock: 99,
             stream: 1,
+            paired_with_next: false,
         }
     }
 
@@ -1429,7 +1441,7 @@ mod tests {
                     volume_uuid: [3; 16], sequence, segment: 17, segment_open_sequence: sequence,
                     durable_through_sequence: sequence / 2, first_row: 4, row_count: 8, block_count: 30,
                     summary_count: 1, epoch: 2, previous_segment: 3, next_segment: 9,
-                    write_clock: sequence ^ 0x55, stream: 2,
+                    write_clock: sequence ^ 0x55, stream: 2, paired_with_next: sequence % 2 == 1,
                 },
                 summary_index: 0,
                 entries,

@@ -262,6 +262,9 @@ pub struct OpenBatch {
     pub metadata: bool,
     /// The oldest write clock of the blocks a relocation batch moves (its header's clock).
     pub oldest_clock: u64,
+    /// Sealed as the first of a pair: the next batch (the cold clients' batch) belongs
+    /// with it (docs/crash-consistency.md, "Client writes in two streams").
+    pub paired_with_next: bool,
 }
 
 /// Bound of [`OpenBatch::killed_positions`] (a large trim kills many blocks per entry).
@@ -294,6 +297,7 @@ impl OpenBatch {
             relocation: false,
             metadata: false,
             oldest_clock: u64::MAX,
+            paired_with_next: false,
         }
     }
 
@@ -529,6 +533,7 @@ impl OpenBatch {
             next_segment,
             write_clock,
             stream: self.stream as u8,
+            paired_with_next: self.paired_with_next,
         };
         let mut metadata_checksums = Vec::new();
         let groups = std::mem::take(&mut self.groups);

@@ -20,6 +20,10 @@ pub enum IoMode {
 /// full, cold segments (docs/garbage-collection.md).
 pub(crate) const HOST_STREAM: usize = 0;
 pub(crate) const RELOCATION_STREAMS: [usize; 3] = [1, 2, 3];
+/// Client writes predicted to live long (volumes with feature bit 5) go into the old
+/// relocation stream, in a batch of their own sealed with the clients' batch as a pair
+/// (docs/crash-consistency.md, "Client writes in two streams").
+pub(crate) const COLD_CLIENT_STREAM: usize = RELOCATION_STREAMS[2];
 /// Checkpoint blocks (index, directory and segment table pages, roots): never cleaning
 /// victims, emptied by later checkpoints instead (docs/index-and-checkpoints.md).
 pub(crate) const METADATA_STREAM: usize = 4;
@@ -43,6 +47,10 @@ pub(crate) struct LogState {
     /// The clients' open batch; it always holds sequence `next_sequence - 1`. The cleaner
     /// swaps its own batch in while it fills it.
     pub(crate) open: Option<batch::OpenBatch>,
+    /// The clients' cold batch, in [`COLD_CLIENT_STREAM`]: it holds entries only while
+    /// `open` does, carries `open`'s sequence until both are sealed as a pair, and then
+    /// takes the next one.
+    pub(crate) cold: Option<batch::OpenBatch>,
     pub(crate) current_segments: [Option<CurrentSegment>; STREAM_COUNT],
     /// Per stream: the free segment it takes when its current one is full, reserved when
     /// that one was opened and named in each of its summaries (`None`: the stream has not
@@ -69,6 +77,7 @@ impl LogState {
     ) -> LogState {
         LogState {
             open: None,
+            cold: None,
             current_segments: Default::default(),
             reserved_segments,
             next_sequence: last_sequence + 1,
