@@ -229,23 +229,34 @@ fn a_mirrored_log_replays_from_the_device_that_is_left() {
 fn a_mirror_half_that_fails_while_serving_leaves_the_log_on_the_other() {
     for broken in 0..2 {
         let setup = Setup::new(2);
-        let volume = setup.open(&[true, true], false).unwrap();
-        volume.write(0, &block(7), true).unwrap();
-        setup.logs[broken].broken.store(true, Ordering::SeqCst);
-        for logical_block in 1..10u64 {
-            volume.write(logical_block * 4096, &block(70 + logical_block as u8), true).unwrap();
-        }
+        let volume = writes_acknowledged_by_one_half(&setup, broken);
         let log = volume.stats().write_log.unwrap();
         assert!(log.active && log.failed_devices.len() == 1, "device {broken} broken: {log:?}");
         assert!(log.failed_devices[0].0.ends_with(&broken.to_string()), "{log:?}");
         volume.abandon();
         let present = [broken != 0, broken != 1];
         let volume = setup.open(&present, false).unwrap();
-        assert_eq!(read(&volume, 0), block(7));
-        for logical_block in 1..10u64 {
-            assert_eq!(read(&volume, logical_block), block(70 + logical_block as u8), "device {broken} broken");
-        }
+        assert_every_write_is_there(&volume, broken);
         volume.close().unwrap();
+    }
+}
+
+/// A mirror's two halves: block 0 written (FUA) while both work, then half `broken` fails
+/// and blocks 1 to 9 are written (FUA), acknowledged by the other half alone.
+fn writes_acknowledged_by_one_half(setup: &Setup, broken: usize) -> Volume {
+    let volume = setup.open(&[true, true], false).unwrap();
+    volume.write(0, &block(7), true).unwrap();
+    setup.logs[broken].broken.store(true, Ordering::SeqCst);
+    for logical_block in 1..10u64 {
+        volume.write(logical_block * 4096, &block(70 + logical_block as u8), true).unwrap();
+    }
+    volume
+}
+
+fn assert_every_write_is_there(volume: &Volume, broken: usize) {
+    assert_eq!(read(volume, 0), block(7));
+    for logical_block in 1..10u64 {
+        assert_eq!(read(volume, logical_block), block(70 + logical_block as u8), "device {broken} broken");
     }
 }
 
@@ -259,13 +270,7 @@ fn a_mirror_half_that_fails_while_serving_leaves_the_log_on_the_other() {
 fn a_mirror_half_that_failed_is_never_read_when_the_other_is_lost() {
     for broken in 0..2 {
         let setup = Setup::new(2);
-        let volume = setup.open(&[true, true], false).unwrap();
-        volume.write(0, &block(7), true).unwrap();
-        setup.logs[broken].broken.store(true, Ordering::SeqCst);
-        for logical_block in 1..10u64 {
-            volume.write(logical_block * 4096, &block(70 + logical_block as u8), true).unwrap();
-        }
-        volume.abandon();
+        writes_acknowledged_by_one_half(&setup, broken).abandon();
         // The failed half comes back with what it held at its failure; the other is lost.
         setup.logs[broken].broken.store(false, Ordering::SeqCst);
         let present = [broken == 0, broken == 1];
@@ -278,9 +283,7 @@ fn a_mirror_half_that_failed_is_never_read_when_the_other_is_lost() {
         }
         // With the half that holds the log, nothing acknowledged is missing.
         let volume = setup.open(&[true, true], false).unwrap();
-        for logical_block in 1..10u64 {
-            assert_eq!(read(&volume, logical_block), block(70 + logical_block as u8), "device {broken} broken");
-        }
+        assert_every_write_is_there(&volume, broken);
         volume.close().unwrap();
     }
 }
