@@ -94,6 +94,9 @@ pub(crate) struct Appender {
     superblock: LogSuperblock,
     /// The record being written; shared with the mirror helper while it writes it.
     buffer: Arc<AlignedBuffer>,
+    /// Records were written since the devices were last synced (an append past the soft
+    /// limit is not synced): the next flush must sync even with nothing staged.
+    unsynced: bool,
 }
 
 /// What the mirror helper runs on one device (a copy shares the record).
@@ -291,6 +294,7 @@ impl WriteLog {
                 records: VecDeque::new(),
                 superblock,
                 buffer: Arc::new(AlignedBuffer::zeroed(RECORD_BYTES_MAXIMUM as usize)),
+                unsynced: false,
             }),
             mirror_helper: OnceLock::new(),
             active: AtomicBool::new(false),
@@ -425,16 +429,28 @@ impl WriteLog {
             self.write_record(appender, &header, data)?;
         }
         self.counters.used_bytes.store(used_bytes(appender), Ordering::Relaxed);
+        appender.unsynced = true;
         if sync {
-            let started = Instant::now();
-            let synced = self.on_every_device(MirrorOperation::Flush);
-            if synced == 0 {
-                self.active.store(false, Ordering::Release);
-                return Err(AppendProblem::Failed);
-            }
-            self.counters.syncs.fetch_add(1, Ordering::Relaxed);
-            self.counters.sync_nanoseconds.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            self.sync(appender)?;
         }
+        Ok(())
+    }
+
+    /// Sync every device if records were written since the last sync: what earlier
+    /// appends wrote without a sync becomes durable (a flush that finds nothing staged).
+    pub(crate) fn sync(&self, appender: &mut Appender) -> std::result::Result<(), AppendProblem> {
+        if !appender.unsynced {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let synced = self.on_every_device(MirrorOperation::Flush);
+        if synced == 0 {
+            self.active.store(false, Ordering::Release);
+            return Err(AppendProblem::Failed);
+        }
+        appender.unsynced = false;
+        self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+        self.counters.sync_nanoseconds.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(())
     }
 

@@ -288,6 +288,26 @@ fn a_mirror_half_that_failed_is_never_read_when_the_other_is_lost() {
     }
 }
 
+/// Writes past the staging soft limit are appended to the log without a sync; a flush
+/// that then finds nothing staged must still sync the log, or it acknowledges writes that
+/// sit in the device's volatile cache (a review found it).
+#[test]
+fn a_flush_after_an_unsynced_append_syncs_the_log() {
+    let setup = Setup::new(1);
+    let volume = setup.open(&[true], false).unwrap();
+    volume.write(0, &block(1), true).unwrap();
+    let syncs_before = volume.stats().write_log.unwrap().syncs;
+    // One request of 1 024 blocks: staged, then appended unsynced as it crosses the limit.
+    volume.write(4096, &vec![9u8; 1024 * 4096], false).unwrap();
+    let log = volume.stats().write_log.unwrap();
+    assert_eq!(log.syncs, syncs_before, "the append past the soft limit is not synced: {log:?}");
+    assert!(log.records_appended > 1, "{log:?}");
+    volume.flush().unwrap();
+    let log = volume.stats().write_log.unwrap();
+    assert_eq!(log.syncs, syncs_before + 1, "the flush must sync what the unsynced append wrote: {log:?}");
+    volume.close().unwrap();
+}
+
 #[test]
 fn a_log_cannot_be_added_twice_or_removed_from_a_volume_that_crashed() {
     let setup = Setup::new(1);

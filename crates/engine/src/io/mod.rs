@@ -1368,8 +1368,8 @@ impl Core {
     }
 
     /// Append the staged client writes to the write log (group commit: one append at a
-    /// time; a flush that finds nothing staged was covered by the append before it) and,
-    /// with `sync`, make them durable there. `Ok(false)`: nothing was staged and the log
+    /// time; a flush that finds nothing staged was covered by the append before it, synced
+    /// now if that one was not) and, with `sync`, make them durable there. `Ok(false)`: nothing was staged and the log
     /// is no longer active (the caller syncs the members instead). When the log is full
     /// of records the members do not hold durably yet, or fails now, the members are
     /// synced instead (which frees the log, or retires it).
@@ -1380,10 +1380,17 @@ impl Core {
             self.staged_entries.store(0, Ordering::Relaxed);
             (std::mem::take(&mut state.log_staging), state.log.durable_through_sequence)
         };
-        if staging.is_empty() {
-            return Ok(log.is_active());
-        }
-        match log.append(&mut appender, &staging, durable, sync) {
+        let result = if staging.is_empty() {
+            if !sync || !log.is_active() {
+                return Ok(log.is_active());
+            }
+            // Covered by an earlier append: synced if it was not, and a device it found
+            // failed recorded as dropped even if the thread that found it failed to.
+            log.sync(&mut appender)
+        } else {
+            log.append(&mut appender, &staging, durable, sync)
+        };
+        match result {
             Ok(()) => {
                 self.record_dropped_log_devices(log)?;
                 Ok(true)
