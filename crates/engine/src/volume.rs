@@ -456,9 +456,13 @@ impl Volume {
         // (no copy); the block cache takes the rest, for blocks read from members.
         let set_bytes = geometry.data_columns() as u64 * geometry.chunk_size_bytes as u64;
         let retained_sets = (options.cache_size_bytes / 2 / set_bytes.max(1)) as usize;
-        // One set more for the clients' cold batch (volumes with feature bit 5).
+        let client_write_pairs = superblock.incompatible_features & crate::layout::format::FEATURE_CLIENT_WRITE_PAIRS
+            != 0
+            && options.separate_streams
+            && !options.read_only;
+        let data_sets = write_queue_batches + 1 + usize::from(client_write_pairs);
         let data_pool = BufferPool::with_retained(
-            write_queue_batches + 2,
+            data_sets,
             retained_sets,
             geometry.data_columns(),
             geometry.chunk_size_bytes as usize,
@@ -487,16 +491,14 @@ impl Volume {
                 lifetimes: Lifetimes::new(recovered.write_clock),
                 current_checksums: Default::default(),
                 log_staging: Default::default(),
-                write_rates: (superblock.incompatible_features & crate::layout::format::FEATURE_CLIENT_WRITE_PAIRS
-                    != 0
-                    && options.separate_streams
-                    && !options.read_only)
+                write_rates: client_write_pairs
                     .then(|| crate::index::lifetimes::WriteRates::new(geometry.logical_block_count())),
             }),
             progress: Condvar::new(),
             data_pool,
             parity_pool,
             write_queue_batches,
+            data_sets,
             rebuild_lock: Mutex::new(()),
             background_cleaning: options.io_mode == IoMode::Threaded && !options.read_only,
             cleaner_wakeup: Condvar::new(),
@@ -1545,7 +1547,7 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         map_page_evictions: map_cache.evictions,
         index_entry_bits: core.map.codec().width_bits,
         checksum_memory_bytes: core.checksums.size_bytes(),
-        write_buffer_memory_bytes: ((core.write_queue_batches + 1) * geometry.data_columns()
+        write_buffer_memory_bytes: (core.data_sets * geometry.data_columns()
             + core.write_queue_batches * geometry.parity_shards()) as u64
             * geometry.chunk_size_bytes as u64,
         cache_memory_bytes: core.cache.as_ref().map_or(0, |cache| cache.capacity_bytes())

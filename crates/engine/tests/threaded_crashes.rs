@@ -94,6 +94,9 @@ impl Rig {
                 Default::default()
             },
             deduplication: variant.packed_and_shared,
+            // Cold client writes in a stream of their own: the skewed writers seal pairs of
+            // batches that the crashes tear (feature bit 5).
+            client_write_pairs: true,
             ..Default::default()
         };
         Volume::create(members(&devices), &options, &OpenOptions::default()).unwrap().close().unwrap();

@@ -1288,7 +1288,9 @@ pub struct CreateOptions {
     pub deduplication: bool,
     /// Client writes predicted to live long go into a stream of their own, sealed with
     /// the clients' batch as a pair (sets incompatible feature bit 5; docs/
-    /// crash-consistency.md, "Client writes in two streams"). On by default.
+    /// crash-consistency.md, "Client writes in two streams"). Off by default: on a volume
+    /// with a spare of a few percent it can refuse a write for space while the cold
+    /// stream's segment still has room (docs/garbage-collection.md, "Streams").
     pub client_write_pairs: bool,
 }
 
@@ -1303,7 +1305,7 @@ impl Default for CreateOptions {
             compression: crate::layout::format::CompressionSetting::Off,
             logical_size_bytes: None,
             deduplication: false,
-            client_write_pairs: true,
+            client_write_pairs: false,
         }
     }
 }

@@ -104,6 +104,10 @@ pub(crate) struct Core {
     /// Sealed batches the write pipeline may hold (the parity pool's sets; each member's
     /// queue bound): how far a slow member may lag.
     pub(crate) write_queue_batches: usize,
+    /// Sets of the data pool: one per sealed batch the pipeline may hold, one for the
+    /// clients' open batch and, with client write pairs (feature bit 5), one for the cold
+    /// batch. The stripe queue holds as many, so that a dispatch never blocks.
+    pub(crate) data_sets: usize,
     pub(crate) stripe_queue: Mutex<Option<crate::queue::Sender<crate::log::pipeline::PipelineJob>>>,
     pub(crate) io_mode: IoMode,
     pub(crate) flush_interval: Option<Duration>,
@@ -528,7 +532,13 @@ impl Core {
         };
         let predicted_cold = rates.is_cold(logical_block);
         let bound_to_cold = self.in_open_cold_batch(state, logical_block)?;
-        let goes_cold = bound_to_cold || (predicted_cold && self.open_cold_batch(state));
+        // A block that refers to a shared-block record stays in the clients' batch: the
+        // cold batch never frees a record, which the clients' batch of the same pair
+        // could take again and which replay would then see born before it dies.
+        let goes_cold = bound_to_cold
+            || (predicted_cold
+                && !matches!(self.map.get(logical_block)?, Mapping::Shared { .. })
+                && self.open_cold_batch(state));
         if !goes_cold {
             return Ok(None);
         }
@@ -541,8 +551,10 @@ impl Core {
         if accepted {
             Counters::add(&self.counters.blocks_written_cold, 1);
         }
-        // Full: the pair is sealed first, and the block goes into the next cold batch —
-        // rather than into the clients' batch, where a cold block would be copied again.
+        // Full: the pair is sealed first, rather than the block going into the clients'
+        // batch while the cold batch's segment ends (it then goes into the new clients'
+        // batch all the same, as the first block of a batch never goes cold — but the
+        // rest of that batch's cold blocks go to the next cold batch).
         Ok(match (accepted, state.log.cold.is_some()) {
             (true, _) => Some(true),
             (false, true) => Some(false),
