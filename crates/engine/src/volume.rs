@@ -567,7 +567,14 @@ impl Volume {
     fn start_threads(&self) {
         let mut threads = self.threads.lock();
         if self.shared.io_mode == IoMode::Threaded {
-            let (stripe_sender, stripe_receiver) = crate::queue::bounded(self.shared.write_queue_batches + 1);
+            // Nothing is sealed and unwritten yet: every batch through this one is on the
+            // members (a sync round covers the batches queued after it).
+            let last_sequence = {
+                let state = self.shared.state.lock();
+                debug_assert!(state.log.in_flight.is_empty());
+                state.log.last_sealed_sequence
+            };
+            let (stripe_sender, stripe_receiver) = crate::queue::bounded(self.shared.data_sets);
             *self.shared.stripe_queue.lock() = Some(stripe_sender);
             let (member_senders, member_threads) = crate::log::pipeline::start_member_workers(&self.shared);
             threads.extend(member_threads);
@@ -581,7 +588,7 @@ impl Volume {
                     .spawn(move || {
                         let guard = shared.clone();
                         crate::log::pipeline::fail_on_panic(&*guard, || {
-                            crate::log::pipeline::stripe_writer(shared, stripe_receiver, member_senders)
+                            crate::log::pipeline::stripe_writer(shared, stripe_receiver, member_senders, last_sequence)
                         })
                     })
                     .expect("spawn the stripe writer thread"),

@@ -1524,9 +1524,10 @@ impl Core {
             let result = self.sync_members();
             let mut state = self.state.lock();
             state.log.sync_in_progress = false;
-            if result.is_ok() {
-                // Only batches written when the round finished are covered by it.
-                let durable = round_through.min(state.log.written_through_sequence);
+            if let Ok(covered_through) = result {
+                // Only batches written when the round finished, and queued before it, are
+                // covered by it.
+                let durable = round_through.min(state.log.written_through_sequence).min(covered_through);
                 state.log.durable_through_sequence = state.log.durable_through_sequence.max(durable);
             }
             self.progress.notify_all();
@@ -1538,15 +1539,17 @@ impl Core {
 
     /// One sync of every member. Threaded: through the write pipeline, behind the batches
     /// already queued (each member's worker syncs its own device); inline: one by one.
-    fn sync_members(&self) -> Result<()> {
+    /// Returns the last batch of those the sync covers (every one written before it, and,
+    /// threaded, queued before it).
+    fn sync_members(&self) -> Result<u64> {
         match self.io_mode {
-            IoMode::Inline => self.members.flush_all(false),
+            IoMode::Inline => self.members.flush_all(false).map(|()| u64::MAX),
             IoMode::Threaded => {
                 let round =
                     crate::log::pipeline::SyncRound::new(self.geometry.member_count, self.members.flush_groups());
                 let sender = self.stripe_queue.lock().clone().ok_or(Error::Closed)?;
                 sender.send(crate::log::pipeline::PipelineJob::Sync(round.clone())).map_err(|_| Error::Closed)?;
-                round.wait()
+                round.wait().map(|()| round.covered_through())
             }
         }
     }

@@ -10,7 +10,7 @@ use crate::log::batch::BufferPool;
 use crate::log::batch::{PooledBuffers, SealedBatch};
 use crate::queue::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use stripelog_blockdev::IoRequest;
@@ -45,6 +45,11 @@ pub(crate) type MemberQueue = Sender<MemberJob>;
 pub(crate) struct SyncRound {
     /// Per member: its group (`None`: nothing to sync, e.g. a failed member).
     group_of: Vec<Option<usize>>,
+    /// Every batch up to this sequence went to the members' queues before the round (set
+    /// by the stripe writer when it takes the round): the batches the round covers. A
+    /// batch sealed before the round was sent but queued behind it is not covered, even
+    /// if it is written by the time the round ends.
+    covered_through: AtomicU64,
     progress: Mutex<RoundProgress>,
     finished: Condvar,
 }
@@ -68,6 +73,7 @@ impl SyncRound {
         let waiting = groups.iter().map(Vec::len).collect();
         Arc::new(SyncRound {
             group_of,
+            covered_through: AtomicU64::new(0),
             progress: Mutex::new(RoundProgress { groups, waiting, members_remaining: member_count, first_error: None }),
             finished: Condvar::new(),
         })
@@ -109,6 +115,11 @@ impl SyncRound {
         if progress.members_remaining == 0 {
             finished.notify_all();
         }
+    }
+
+    /// The batches the round covers: every one up to this sequence (valid once it is done).
+    pub(crate) fn covered_through(&self) -> u64 {
+        self.covered_through.load(Ordering::Acquire)
     }
 
     /// Wait until every member has synced; the first failure, if any (for the one caller
@@ -174,11 +185,36 @@ pub(crate) fn fail_on_panic<S: BatchSink + ?Sized>(shared: &S, body: impl FnOnce
     }
 }
 
-pub(crate) fn stripe_writer<S: BatchSink>(shared: Arc<S>, jobs: Receiver<PipelineJob>, members: Vec<MemberQueue>) {
+/// `last_sequence`: the last batch sealed before the pipeline started (all of them on the
+/// members).
+pub(crate) fn stripe_writer<S: BatchSink>(
+    shared: Arc<S>,
+    jobs: Receiver<PipelineJob>,
+    members: Vec<MemberQueue>,
+    last_sequence: u64,
+) {
+    // Every batch through `taken_through` has gone to the members' queues, and those in
+    // `taken_ahead` too: what a sync round taken now covers. Batches are dispatched outside
+    // the state lock, so one sealed later may come first; `taken_ahead` holds at most the
+    // batches in the pipeline, each of which holds one of the data pool's sets.
+    let mut taken_through = last_sequence;
+    let mut taken_ahead = std::collections::BTreeSet::new();
     while let Ok(job) = jobs.recv() {
         let batch = match job {
-            PipelineJob::Stripe(batch) => batch,
+            PipelineJob::Stripe(batch) => {
+                let sequence = batch.header.sequence;
+                if sequence == taken_through + 1 {
+                    taken_through = sequence;
+                    while taken_ahead.remove(&(taken_through + 1)) {
+                        taken_through += 1;
+                    }
+                } else if sequence > taken_through {
+                    taken_ahead.insert(sequence);
+                }
+                batch
+            }
             PipelineJob::Sync(round) => {
+                round.covered_through.store(taken_through, Ordering::Release);
                 for (member, queue) in members.iter().enumerate() {
                     if queue.send(MemberJob::Sync(round.clone())).is_err() {
                         round.member_lost(member);
