@@ -185,6 +185,41 @@ pub(crate) fn fail_on_panic<S: BatchSink + ?Sized>(shared: &S, body: impl FnOnce
     }
 }
 
+/// The batches the stripe writer has sent to the members' queues, for the sync rounds it
+/// takes: every one through `through`, and those in `ahead` (with whether each is the
+/// first of a pair). Batches are dispatched outside the state lock, so one sealed later
+/// may come first; `ahead` holds at most the batches in the pipeline, each of which holds
+/// one of the data pool's sets.
+struct TakenBatches {
+    through: u64,
+    through_starts_a_pair: bool,
+    ahead: std::collections::BTreeMap<u64, bool>,
+}
+
+impl TakenBatches {
+    fn new(last_sequence: u64) -> TakenBatches {
+        TakenBatches { through: last_sequence, through_starts_a_pair: false, ahead: Default::default() }
+    }
+
+    fn take(&mut self, sequence: u64, starts_a_pair: bool) {
+        if sequence == self.through + 1 {
+            (self.through, self.through_starts_a_pair) = (sequence, starts_a_pair);
+            while let Some(starts_a_pair) = self.ahead.remove(&(self.through + 1)) {
+                (self.through, self.through_starts_a_pair) = (self.through + 1, starts_a_pair);
+            }
+        } else if sequence > self.through {
+            self.ahead.insert(sequence, starts_a_pair);
+        }
+    }
+
+    /// What a sync round taken now covers: never half a pair — a round taken between a
+    /// pair's two batches covers neither (docs/crash-consistency.md, "Client writes in two
+    /// streams", rule 2).
+    fn covered_through(&self) -> u64 {
+        self.through - u64::from(self.through_starts_a_pair)
+    }
+}
+
 /// `last_sequence`: the last batch sealed before the pipeline started (all of them on the
 /// members).
 pub(crate) fn stripe_writer<S: BatchSink>(
@@ -193,28 +228,15 @@ pub(crate) fn stripe_writer<S: BatchSink>(
     members: Vec<MemberQueue>,
     last_sequence: u64,
 ) {
-    // Every batch through `taken_through` has gone to the members' queues, and those in
-    // `taken_ahead` too: what a sync round taken now covers. Batches are dispatched outside
-    // the state lock, so one sealed later may come first; `taken_ahead` holds at most the
-    // batches in the pipeline, each of which holds one of the data pool's sets.
-    let mut taken_through = last_sequence;
-    let mut taken_ahead = std::collections::BTreeSet::new();
+    let mut taken = TakenBatches::new(last_sequence);
     while let Ok(job) = jobs.recv() {
         let batch = match job {
             PipelineJob::Stripe(batch) => {
-                let sequence = batch.header.sequence;
-                if sequence == taken_through + 1 {
-                    taken_through = sequence;
-                    while taken_ahead.remove(&(taken_through + 1)) {
-                        taken_through += 1;
-                    }
-                } else if sequence > taken_through {
-                    taken_ahead.insert(sequence);
-                }
+                taken.take(batch.header.sequence, batch.header.paired_with_next);
                 batch
             }
             PipelineJob::Sync(round) => {
-                round.covered_through.store(taken_through, Ordering::Release);
+                round.covered_through.store(taken.covered_through(), Ordering::Release);
                 for (member, queue) in members.iter().enumerate() {
                     if queue.send(MemberJob::Sync(round.clone())).is_err() {
                         round.member_lost(member);
@@ -310,3 +332,35 @@ fn finish_one<S: BatchSink + ?Sized>(shared: &S, job: &StripeJob, error: Option<
 }
 /// A member worker writes at most this many queued batches in one submission.
 pub(crate) const MEMBER_SUBMIT_BATCHES_MAXIMUM: usize = 8;
+
+#[cfg(test)]
+mod tests {
+    use super::TakenBatches;
+
+    #[test]
+    fn a_round_covers_the_batches_taken_before_it_and_never_half_a_pair() {
+        let mut taken = TakenBatches::new(10);
+        assert_eq!(taken.covered_through(), 10);
+        // 12 is dispatched before 11: nothing past 10 is covered until 11 comes.
+        taken.take(12, false);
+        assert_eq!(taken.covered_through(), 10);
+        taken.take(11, false);
+        assert_eq!(taken.covered_through(), 12);
+        // 13 starts a pair: a round taken before 14 covers neither.
+        taken.take(13, true);
+        assert_eq!(taken.covered_through(), 12);
+        taken.take(14, false);
+        assert_eq!(taken.covered_through(), 14);
+        // The pair's first batch arriving last, behind its second.
+        taken.take(16, false);
+        taken.take(15, true);
+        assert_eq!(taken.covered_through(), 16);
+        // Out of order with a pair ending the run taken so far.
+        taken.take(18, true);
+        taken.take(17, false);
+        assert_eq!(taken.covered_through(), 17);
+        // Seen before: ignored.
+        taken.take(17, false);
+        assert_eq!(taken.covered_through(), 17);
+    }
+}
