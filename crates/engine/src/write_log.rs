@@ -319,7 +319,6 @@ impl WriteLog {
             .then(|| failed.iter().map(|(path, reason)| format!("{path}: {reason}")).collect::<Vec<_>>().join("; "))
     }
 
-    /// Devices of the log that failed, with why.
     /// The positions (in the member superblocks' list) of the devices that failed.
     pub(crate) fn failed_device_indices(&self) -> Vec<usize> {
         self.devices
@@ -330,6 +329,7 @@ impl WriteLog {
             .collect()
     }
 
+    /// Devices of the log that failed, with why.
     pub(crate) fn failed_devices(&self) -> Vec<(String, String)> {
         self.devices
             .iter()

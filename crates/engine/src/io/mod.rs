@@ -165,6 +165,21 @@ pub(crate) enum BlockWrite<'a> {
     Trim(u64),
 }
 
+impl BlockWrite<'_> {
+    /// The logical blocks it writes.
+    fn logical_blocks(&self) -> std::ops::Range<u64> {
+        let (first, count) = match *self {
+            BlockWrite::Compressed(unit) => (unit.first_logical_block, unit.blocks() as u64),
+            BlockWrite::Data(logical_block, ..)
+            | BlockWrite::Duplicate(logical_block, ..)
+            | BlockWrite::Zero(logical_block)
+            | BlockWrite::Trim(logical_block)
+            | BlockWrite::Patch(logical_block, ..) => (logical_block, 1),
+        };
+        first..first + count
+    }
+}
+
 /// A fragment as read from the members: its start block, its table, its index there, and
 /// the blocks it continues into, every one proven by its position's checksum.
 pub(crate) struct StoredFragment {
@@ -426,7 +441,7 @@ impl Core {
             }
             whole => whole,
         };
-        if !matches!(block, BlockWrite::Data(..)) && self.touches_cold_batch(state, &block)? {
+        if self.touches_cold_batch(state, &block)? {
             // Only data goes into the cold batch, and a block's records must replay in
             // the order they were accepted: the pair is sealed first.
             return Ok(false);
@@ -467,15 +482,7 @@ impl Core {
         };
         if accepted {
             if let Some(rates) = state.write_rates.as_mut() {
-                let (first, count) = match block {
-                    BlockWrite::Compressed(unit) => (unit.first_logical_block, unit.blocks() as u64),
-                    BlockWrite::Data(logical_block, ..)
-                    | BlockWrite::Duplicate(logical_block, ..)
-                    | BlockWrite::Zero(logical_block)
-                    | BlockWrite::Trim(logical_block)
-                    | BlockWrite::Patch(logical_block, ..) => (logical_block, 1),
-                };
-                (first..first + count).for_each(|logical_block| rates.record(logical_block));
+                block.logical_blocks().for_each(|logical_block| rates.record(logical_block));
             }
         }
         if accepted && self.write_log.as_ref().is_some_and(|log| log.is_active()) {
@@ -487,33 +494,35 @@ impl Core {
     /// Whether a client write that is not whole-block data names a block whose current
     /// record is in the open cold batch.
     fn touches_cold_batch(&self, state: &WriteState, block: &BlockWrite) -> Result<bool> {
-        let (first, count, other) = match *block {
-            BlockWrite::Compressed(unit) => (unit.first_logical_block, unit.blocks() as u64, None),
-            BlockWrite::Duplicate(logical_block, _, _, candidate) => (logical_block, 1, Some(candidate.logical_block)),
-            BlockWrite::Zero(logical_block) | BlockWrite::Trim(logical_block) => (logical_block, 1, None),
+        let candidate = match *block {
             BlockWrite::Data(..) | BlockWrite::Patch(..) => return Ok(false),
+            BlockWrite::Duplicate(_, _, _, candidate) => Some(candidate.logical_block),
+            _ => None,
         };
-        for logical_block in (first..first + count).chain(other) {
-            if self.in_open_cold_batch(state, logical_block)? {
+        if state.log.cold.as_ref().is_none_or(OpenBatch::is_empty) {
+            return Ok(false);
+        }
+        for logical_block in block.logical_blocks().chain(candidate) {
+            if self.in_open_cold_batch(state, self.map.get(logical_block)?) {
                 return Ok(true);
             }
         }
         Ok(false)
     }
 
-    /// Whether `logical_block`'s current record is in the open cold batch.
-    fn in_open_cold_batch(&self, state: &WriteState, logical_block: u64) -> Result<bool> {
+    /// Whether the record `mapping` names is in the open cold batch.
+    fn in_open_cold_batch(&self, state: &WriteState, mapping: Mapping) -> bool {
         let Some(cold) = state.log.cold.as_ref().filter(|cold| !cold.is_empty()) else {
-            return Ok(false);
+            return false;
         };
-        Ok(match self.map.get(logical_block)? {
+        match mapping {
             Mapping::Data { position } => {
                 let location = self.geometry.locate(position);
                 location.segment == cold.segment && location.row >= cold.first_row
             }
             // Only data goes into the cold batch.
             _ => false,
-        })
+        }
     }
 
     /// Accept a client's data block into the cold batch when it goes there: its region is
@@ -531,14 +540,17 @@ impl Core {
             return Ok(None);
         };
         let predicted_cold = rates.is_cold(logical_block);
-        let bound_to_cold = self.in_open_cold_batch(state, logical_block)?;
+        let cold_holds_entries = state.log.cold.as_ref().is_some_and(|cold| !cold.is_empty());
+        if !predicted_cold && !cold_holds_entries {
+            return Ok(None);
+        }
+        let mapping = self.map.get(logical_block)?;
+        let bound_to_cold = self.in_open_cold_batch(state, mapping);
         // A block that refers to a shared-block record stays in the clients' batch: the
         // cold batch never frees a record, which the clients' batch of the same pair
         // could take again and which replay would then see born before it dies.
         let goes_cold = bound_to_cold
-            || (predicted_cold
-                && !matches!(self.map.get(logical_block)?, Mapping::Shared { .. })
-                && self.open_cold_batch(state));
+            || (predicted_cold && !matches!(mapping, Mapping::Shared { .. }) && self.open_cold_batch(state));
         if !goes_cold {
             return Ok(None);
         }
@@ -1432,6 +1444,10 @@ impl Core {
     /// error here fails the flush or FUA write: it is not acknowledged.
     fn record_dropped_log_devices(&self, log: &crate::write_log::WriteLog) -> Result<()> {
         let failed = log.failed_device_indices();
+        if failed.is_empty() {
+            // Every flush comes here: no copy of the superblock while the log is whole.
+            return Ok(());
+        }
         let recorded = self.members.superblock().write_log.as_ref().is_none_or(|reference| {
             failed.iter().all(|&index| reference.paths.get(index).is_none_or(String::is_empty))
         });
