@@ -16,11 +16,22 @@ for tool in fio python3; do
 done
 mkdir -p "$directory"
 directory=$(cd "$directory" && pwd)
+# The runs create (--force) and remove m0 … m4 there: never over files that exist.
+for name in m0 m1 m2 m3 m4 s.sock; do
+  if [ -e "$directory/$name" ]; then
+    echo "bench-cold-stream: $directory/$name exists; give an empty directory (nothing there is overwritten)" >&2
+    exit 1
+  fi
+done
 server=
-cleanup() { [ -n "$server" ] && kill -TERM "$server" 2>/dev/null && wait "$server" 2>/dev/null; rm -f "$directory"/m[0-4] "$directory"/s.sock*; }
+created=false
+cleanup() {
+  [ -n "$server" ] && kill -TERM "$server" 2>/dev/null && wait "$server" 2>/dev/null
+  if $created; then rm -f "$directory"/m[0-4] "$directory"/s.sock "$directory"/s.sock.control "$directory"/serve.log; fi
+}
 trap cleanup EXIT
 one_run() { # CREATE-FLAG (empty: one stream)
-  cleanup; server=
+  cleanup; server=; created=true
   (cd "$directory" && "$stripelog" create --force $1 --raid 5 --chunk 256KiB --spare 27% --member-size 1GiB m0 m1 m2 m3 m4 >/dev/null)
   (cd "$directory" && exec "$stripelog" serve m0 m1 m2 m3 m4 --socket s.sock 2>serve.log) &
   server=$!
