@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Client writes in one stream against the cold stream (`create --cold-stream`), through
+# Client writes in one stream (`create --one-client-stream`) against the cold stream (the
+# default), through
 # a real NBD client in steady state: a 2.9 GiB RAID-5 volume at 27 % spare is filled,
 # written for 30 s with fio's zoned 80/20 random 4 KiB writes (80 % of the writes to the
 # first 20 % of the blocks), then measured for 60 s more: IOPS, the cleaning write
@@ -30,7 +31,7 @@ cleanup() {
   if $created; then rm -f "$directory"/m[0-4] "$directory"/s.sock "$directory"/s.sock.control "$directory"/serve.log; fi
 }
 trap cleanup EXIT
-one_run() { # CREATE-FLAG (empty: one stream)
+one_run() { # CREATE-FLAG (empty: the default, with the cold stream) LABEL
   cleanup; server=; created=true
   (cd "$directory" && "$stripelog" create --force $1 --raid 5 --chunk 256KiB --spare 27% --member-size 1GiB m0 m1 m2 m3 m4 >/dev/null)
   (cd "$directory" && exec "$stripelog" serve m0 m1 m2 m3 m4 --socket s.sock 2>serve.log) &
@@ -45,7 +46,7 @@ one_run() { # CREATE-FLAG (empty: one stream)
   before=$("$stripelog" status --json --control "$directory/s.sock.control")
   result=$(fio --name=zoned "${zoned[@]}" --runtime=60 --output-format=json)
   after=$("$stripelog" status --json --control "$directory/s.sock.control")
-  python3 - "$before" "$after" "$result" "${1:-one stream}" <<'PY'
+  python3 - "$before" "$after" "$result" "$2" <<'PY'
 import json, sys
 before = json.loads(sys.argv[1])["exports"][0]["counters"]
 after = json.loads(sys.argv[2])["exports"][0]["counters"]
@@ -61,6 +62,6 @@ PY
   kill -TERM "$server"; wait "$server" 2>/dev/null || true; server=
 }
 for _ in $(seq "$rounds"); do
-  one_run ""
-  one_run --cold-stream
+  one_run --one-client-stream "one stream"
+  one_run "" "cold stream"
 done

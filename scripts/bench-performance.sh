@@ -19,8 +19,8 @@
 #   cores    NBD 4 KiB random writes, 2 connections, members in /dev/shm: the server on 2
 #            cores ÷ on 1 core (taskset)
 #   hotcold  `sim gc` write amplification ÷ the two-pool bound, 90/10 and 80/20 at 13 and
-#            27 % spare, client writes in one stream and with the cold stream
-#            (`create --cold-stream`)
+#            27 % spare, client writes in one stream (`create --one-client-stream`)
+#            and with the cold stream (the default)
 set -euo pipefail
 directory=${1:?usage: scripts/bench-performance.sh DIRECTORY}
 parts=${PARTS:-tool steady reads nbd rebuild cores hotcold}
@@ -234,9 +234,9 @@ cores)
 hotcold)
   for spare in 13 27; do
     for workload in 90/10 80/20; do
-      for streams in "" --cold-stream; do
+      for streams in --one-client-stream ""; do
         "$stripelog" sim gc --workload "hotcold:$workload" --spare "$spare%" $streams --json "$directory/gc.json" >/dev/null
-        ratio "write amplification, hot/cold $workload at $spare % spare${streams:+, cold stream} ÷ two-pool bound" \
+        ratio "write amplification, hot/cold $workload at $spare % spare${streams:+, one client stream} ÷ two-pool bound" \
           "$(json "$directory/gc.json" 'j["write_amplification"]')" \
           "$(json "$directory/gc.json" 'j["reference_two_pool"]')" "within 10 % at 27 %"
       done

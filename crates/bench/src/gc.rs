@@ -75,8 +75,8 @@ pub struct Options {
     /// Relocated blocks in their own streams by predicted lifetime (the engine's default);
     /// off: one log for everything (the baseline).
     pub separate_streams: bool,
-    /// Cold client writes in a stream of their own (feature bit 5, `create --cold-stream`;
-    /// with `separate_streams` only); off (the engine's default): client writes in one
+    /// Cold client writes in a stream of their own (feature bit 5, on unless `create
+    /// --one-client-stream`; with `separate_streams` only); off: client writes in one
     /// stream.
     pub client_write_pairs: bool,
     /// Segments of the volume (at least 1024 for the figures; the cleaner's fixed
@@ -97,7 +97,7 @@ impl Default for Options {
             spare_fraction: 0.27,
             policy: CleaningPolicy::default(),
             separate_streams: true,
-            client_write_pairs: false,
+            client_write_pairs: true,
             segment_count: 2048,
             chunk_size_bytes: 256 << 10,
             overwrite_passes: 8.0,

@@ -29,7 +29,7 @@ use crate::log::{HOST_STREAM, METADATA_STREAM, RELOCATION_STREAMS};
 use crate::space::{watermarks, SegmentStatus, MINIMUM_WON_SEGMENTS, ROUND_SEGMENTS};
 use crate::stats::Counters;
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use stripelog_blockdev::AlignedBuffer;
@@ -223,6 +223,10 @@ fn run_rounds(cleaner: &Cleaner) {
 /// would go on for ever while writers wait for room. Over this many rounds (up to twice as
 /// many segments relocated) a cleaner with any real margin wins several segments.
 const PROGRESS_WINDOW_ROUNDS: u32 = 64;
+/// Before refusing a write for space, the relocation streams give up their partly filled
+/// segments (as a reopen would) at most this many times in a row without the cleaner
+/// winning a segment: each time, its rounds may leave new partly filled ones.
+const FRUITLESS_RETIREMENTS_MAXIMUM: u32 = 4;
 /// Whether cleaning rounds are winning room, judged over windows of rounds.
 pub(crate) struct ProgressWindow {
     net_at_start: i64,
@@ -297,6 +301,27 @@ pub(crate) struct Cleaner {
     /// Rounds begun, by any thread: a writer short of space tells from it whether the
     /// cleaner thread ran one while it looked.
     rounds_begun: std::sync::atomic::AtomicU64,
+    /// Writers short of space for whom the relocation streams' partly filled segments
+    /// have been given up: while there is one, rounds relocate into one stream (the
+    /// middle one), so that they leave one partly filled segment rather than one per
+    /// stream.
+    writers_packing_for_space: AtomicU32,
+}
+
+/// One of [`Cleaner::writers_packing_for_space`], for as long as it lives.
+struct PackingForSpace<'a>(&'a AtomicU32);
+
+impl<'a> PackingForSpace<'a> {
+    fn new(writers: &'a AtomicU32) -> PackingForSpace<'a> {
+        writers.fetch_add(1, Ordering::SeqCst);
+        PackingForSpace(writers)
+    }
+}
+
+impl Drop for PackingForSpace<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// When a round's relocations are made durable (and its victims released).
@@ -318,6 +343,7 @@ impl Cleaner {
             round: parking_lot::Mutex::new(Lifespans::default()),
             deferred_durability: parking_lot::Mutex::new(None),
             rounds_begun: std::sync::atomic::AtomicU64::new(0),
+            writers_packing_for_space: AtomicU32::new(0),
         }
     }
 
@@ -350,6 +376,10 @@ impl Cleaner {
         }
         self.core.flush_members()?;
         let mut progress = ProgressWindow::new(self.core.cleaning_net_segments.load(Ordering::SeqCst));
+        // Times the relocation streams gave up their segments since the cleaner last won
+        // a segment net, and its net gain then.
+        let mut fruitless_retirements = (0u32, self.core.cleaning_net_segments.load(Ordering::SeqCst));
+        let mut packing: Option<PackingForSpace> = None;
         loop {
             self.core.stop_on_error(self.core.reclaim())?;
             let state = self.core.state.lock();
@@ -432,11 +462,45 @@ impl Cleaner {
                 {
                     continue;
                 }
+                // The rows the relocation streams (and the clients' cold batches) have not
+                // filled in their current segments are room no round can reach while the
+                // segments stay current; a reopen gives them up and can clean them. Give
+                // them up now, so that a refusal for space stands after a reopen too. The
+                // rounds that follow may leave new such rows: again, a few times without a
+                // net gain (each time is what a reopen would do), for as long as they win.
+                let net = self.core.cleaning_net_segments.load(Ordering::SeqCst);
+                if net > fruitless_retirements.1 {
+                    fruitless_retirements = (0, net);
+                }
+                if fruitless_retirements.0 < FRUITLESS_RETIREMENTS_MAXIMUM && self.give_up_relocation_segments() {
+                    fruitless_retirements.0 += 1;
+                    packing.get_or_insert_with(|| PackingForSpace::new(&self.writers_packing_for_space));
+                    progress = ProgressWindow::new(net);
+                    continue;
+                }
                 return Err(Error::OutOfSpace);
             }
             self.core.members.check_running()?;
             self.core.progress.wait_for(&mut state, Duration::from_millis(10));
         }
+    }
+
+    /// Give up the current segments of the relocation streams, so that their unfilled
+    /// rows can be won by cleaning them, and the metadata stream's, which the next
+    /// checkpoint then empties; `true` when there was one. Under the round lock, so that
+    /// no round is filling one (a round's side batch, like a checkpoint's, lives under the
+    /// state lock anyway); a clients' cold batch in one is sealed first.
+    fn give_up_relocation_segments(&self) -> bool {
+        let _one_round_at_a_time = self.round.lock();
+        let mut state = self.core.state.lock();
+        let mut gave_up = false;
+        for stream in RELOCATION_STREAMS.into_iter().chain([METADATA_STREAM]) {
+            if let Some(segment) = state.log.current_segments[stream].as_ref().map(|current| current.segment) {
+                self.core.retire_if_current(&mut state, segment);
+                gave_up = true;
+            }
+        }
+        gave_up
     }
 
     /// Wait for the round in progress, if any, and for the durability of the cleaner
@@ -826,7 +890,9 @@ impl Cleaner {
                 }
                 victims.push(segment);
             }
-            (victims, filler, lifespans.average())
+            // (Without a yardstick, every block goes to the middle stream.)
+            let packing = self.writers_packing_for_space.load(Ordering::SeqCst) > 0;
+            (victims, filler, if packing { None } else { lifespans.average() })
         };
         if victims.is_empty() {
             return Ok(false);

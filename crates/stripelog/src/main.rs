@@ -135,7 +135,7 @@ enum SimCommand {
     /// of the chosen distribution, measure over the last half; printed next to the
     /// analytic greedy figure for uniform writes.
     #[command(
-        after_help = "Examples:\n  stripelog sim gc --workload uniform --spare 27%\n  stripelog sim gc --workload hotcold:90/10 --spare 13% --policy greedy --json gc.json\n  stripelog sim gc --workload zipf:0.8 --spare 27% --passes 12\n  stripelog sim gc --workload hotcold:80/20 --spare 27% --cold-stream"
+        after_help = "Examples:\n  stripelog sim gc --workload uniform --spare 27%\n  stripelog sim gc --workload hotcold:90/10 --spare 13% --policy greedy --json gc.json\n  stripelog sim gc --workload zipf:0.8 --spare 27% --passes 12\n  stripelog sim gc --workload hotcold:80/20 --spare 27% --one-client-stream"
     )]
     Gc(GcSimArguments),
     /// Seed 004's write saturation on a simulated drive: IOPS each virtual second from
@@ -174,11 +174,11 @@ struct GcSimArguments {
     /// One log for client writes and relocated blocks (the baseline without separation).
     #[arg(long)]
     no_separation: bool,
-    /// Cold client writes in a stream of their own (as `create --cold-stream`); without it,
-    /// client writes go to one stream (relocated blocks are separated unless
-    /// --no-separation).
+    /// Client writes in one stream (as `create --one-client-stream`); without it, cold
+    /// client writes go to a stream of their own (with separation only: relocated blocks
+    /// are separated unless --no-separation).
     #[arg(long)]
-    cold_stream: bool,
+    one_client_stream: bool,
     /// Segments of the volume. The cleaner keeps 5 of them in reserve, counted in the spare:
     /// 0.5 % of 1024 segments, which at 7 % spare raises the figure by 7 %; real volumes
     /// have tens of thousands.
@@ -237,13 +237,12 @@ struct CreateArguments {
     /// off cannot turn it on.
     #[arg(long, default_value = "off", value_parser = units::parse_on_off, action = clap::ArgAction::Set)]
     dedup: bool,
-    /// Writes to regions of the volume that are seldom written go to a stream of their own,
-    /// so that long-lived data is not copied out of segments full of short-lived data
-    /// (docs/garbage-collection.md, "Streams"); older stripelog then refuses the volume
-    /// (feature bit 5). Not on a spare of a few percent: it can refuse a write for space
-    /// while the cold stream's segment still has room.
+    /// All client writes in one stream. Without it (the default), writes to regions of the
+    /// volume that are seldom written go to a stream of their own, so that long-lived data
+    /// is not copied out of segments full of short-lived data (docs/garbage-collection.md,
+    /// "Streams"); stripelog older than that refuses such a volume (feature bit 5).
     #[arg(long)]
-    cold_stream: bool,
+    one_client_stream: bool,
     /// A write log on this fast device or file (an NVMe namespace, PMEM, a partition of a
     /// drive with power-loss protection): flushes and FUA writes are durable once there.
     /// Twice: a mirrored log (docs/write-log.md).
@@ -1147,7 +1146,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 compression: arguments.compression,
                 logical_size_bytes: arguments.logical_size,
                 deduplication: arguments.dedup,
-                client_write_pairs: arguments.cold_stream,
+                client_write_pairs: !arguments.one_client_stream,
             };
             let open = OpenOptions { holder_program: "stripelog create".into(), ..OpenOptions::default() };
             let volume = Volume::create(members, &options, &open).map_err(engine_error)?;
@@ -1282,7 +1281,7 @@ fn sim_gc(arguments: GcSimArguments) -> Result<ExitCode, String> {
         spare_fraction: arguments.spare as f64 / 1e6,
         policy: arguments.policy,
         separate_streams: !arguments.no_separation,
-        client_write_pairs: arguments.cold_stream,
+        client_write_pairs: !arguments.one_client_stream,
         segment_count: arguments.segments,
         chunk_size_bytes: chunk_size(arguments.chunk)?,
         overwrite_passes: arguments.passes,

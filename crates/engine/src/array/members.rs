@@ -1288,9 +1288,8 @@ pub struct CreateOptions {
     pub deduplication: bool,
     /// Client writes predicted to live long go into a stream of their own, sealed with
     /// the clients' batch as a pair (sets incompatible feature bit 5; docs/
-    /// crash-consistency.md, "Client writes in two streams"). Off by default: on a volume
-    /// with a spare of a few percent it can refuse a write for space while the cold
-    /// stream's segment still has room (docs/garbage-collection.md, "Streams").
+    /// crash-consistency.md, "Client writes in two streams"). On by default
+    /// (docs/garbage-collection.md, "Streams").
     pub client_write_pairs: bool,
 }
 
@@ -1305,7 +1304,7 @@ impl Default for CreateOptions {
             compression: crate::layout::format::CompressionSetting::Off,
             logical_size_bytes: None,
             deduplication: false,
-            client_write_pairs: false,
+            client_write_pairs: true,
         }
     }
 }
