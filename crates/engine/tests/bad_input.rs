@@ -1030,7 +1030,13 @@ fn a_write_refused_for_space_is_refused_again_after_a_reopen() {
     });
     for (spare_percent, seed, open_options) in cases {
         let devices = memory_members(4, 8 << 20);
-        let create_options = CreateOptions { spare_ppm: spare_percent * 10_000, ..options(RaidLevel::Raid5, 64 << 10) };
+        // Seed 2 with client writes in one stream; the others with the cold stream too,
+        // whose partly filled segments must not be room only a reopen can win.
+        let create_options = CreateOptions {
+            spare_ppm: spare_percent * 10_000,
+            client_write_pairs: seed != 2,
+            ..options(RaidLevel::Raid5, 64 << 10)
+        };
         let volume = Volume::create(members(&devices), &create_options, &open_options).expect("create");
         let logical_blocks = volume.logical_size_bytes() / BLOCK_BYTES;
         let mut prng = Prng::new(seed);
