@@ -1169,7 +1169,11 @@ impl Volume {
     fn stop_threads(&self) {
         self.stop_cleaner();
         self.shared.closed.store(true, Ordering::SeqCst);
-        self.shared.progress.notify_all();
+        {
+            // Under the state lock: a waiter looks at `closed` under it, then waits.
+            let _state = self.shared.state.lock();
+            self.shared.progress.notify_all();
+        }
         // Dropping the stripe queue ends the stripe writer, which ends the member workers.
         self.shared.stripe_queue.lock().take();
         for thread in self.threads.lock().drain(..) {

@@ -1533,6 +1533,12 @@ impl Core {
                         state.log.sync_in_progress = true;
                         break state.log.last_sealed_sequence;
                     }
+                    // Threaded and closed, the pipeline is gone: no round can come, and
+                    // a batch whose dispatch failed is never written. Waiting would hang
+                    // the thread (the flush timer, which a close joins) for ever.
+                    if self.io_mode == IoMode::Threaded && !ready && self.closed.load(Ordering::SeqCst) {
+                        return Err(Error::Closed);
+                    }
                     self.progress.wait(&mut state);
                 }
             };
