@@ -1514,7 +1514,7 @@ impl Core {
     pub(crate) fn make_durable(&self, target: u64) -> Result<()> {
         let mut sent_a_round = false;
         loop {
-            let round_through = {
+            let (round_through, written_at_start) = {
                 let mut state = self.state.lock();
                 loop {
                     self.members.check_running()?;
@@ -1531,7 +1531,7 @@ impl Core {
                         || (!sent_a_round && self.io_mode == IoMode::Threaded);
                     if !state.log.sync_in_progress && ready {
                         state.log.sync_in_progress = true;
-                        break state.log.last_sealed_sequence;
+                        break (state.log.last_sealed_sequence, state.log.written_through_sequence);
                     }
                     // Threaded and closed, the pipeline is gone: no round can come, and
                     // a batch whose dispatch failed is never written. Waiting would hang
@@ -1548,7 +1548,13 @@ impl Core {
             state.log.sync_in_progress = false;
             if let Ok(covered_through) = result {
                 // Only batches written when the round finished, and queued before it, are
-                // covered by it.
+                // covered by it. Inline, a batch sealed before the round may be written by
+                // another thread (a client's, the flush timer's) while the members sync,
+                // after its member's sync: only those written when it began are covered.
+                let covered_through = match self.io_mode {
+                    IoMode::Inline => covered_through.min(written_at_start),
+                    IoMode::Threaded => covered_through,
+                };
                 let durable = round_through.min(state.log.written_through_sequence).min(covered_through);
                 state.log.durable_through_sequence = state.log.durable_through_sequence.max(durable);
             }
