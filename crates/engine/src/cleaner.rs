@@ -472,7 +472,7 @@ impl Cleaner {
                 if net > fruitless_retirements.1 {
                     fruitless_retirements = (0, net);
                 }
-                if fruitless_retirements.0 < FRUITLESS_RETIREMENTS_MAXIMUM && self.give_up_relocation_segments() {
+                if fruitless_retirements.0 < FRUITLESS_RETIREMENTS_MAXIMUM && self.give_up_relocation_segments()? {
                     fruitless_retirements.0 += 1;
                     packing.get_or_insert_with(|| PackingForSpace::new(&self.writers_packing_for_space));
                     progress = ProgressWindow::new(net);
@@ -488,19 +488,38 @@ impl Cleaner {
     /// Give up the current segments of the relocation streams, so that their unfilled
     /// rows can be won by cleaning them, and the metadata stream's, which the next
     /// checkpoint then empties; `true` when there was one. Under the round lock, so that
-    /// no round is filling one (a round's side batch, like a checkpoint's, lives under the
-    /// state lock anyway); a clients' cold batch in one is sealed first.
-    fn give_up_relocation_segments(&self) -> bool {
+    /// no round is filling one (a round's side batch lives under the state lock anyway); the
+    /// metadata stream's only when no checkpoint is being written (each segment it gave up
+    /// mid-checkpoint would cost that checkpoint one of its headroom). A clients' cold
+    /// batch in one is sealed first, and dispatched once the state lock is released.
+    ///
+    /// A segment the stream has not written a batch into yet is kept: nothing is won by
+    /// giving it up, and it would break the chain mount follows (a stream's next segment
+    /// is named only by the summaries in the one before, and it has none).
+    fn give_up_relocation_segments(&self) -> Result<bool> {
         let _one_round_at_a_time = self.round.lock();
-        let mut state = self.core.state.lock();
+        let no_checkpoint_running = self.core.checkpoint.try_lock();
+        let streams = RELOCATION_STREAMS.into_iter().chain(no_checkpoint_running.is_some().then_some(METADATA_STREAM));
         let mut gave_up = false;
-        for stream in RELOCATION_STREAMS.into_iter().chain([METADATA_STREAM]) {
-            if let Some(segment) = state.log.current_segments[stream].as_ref().map(|current| current.segment) {
-                self.core.retire_if_current(&mut state, segment);
+        let mut sealed = Vec::new();
+        {
+            let mut state = self.core.state.lock();
+            for stream in streams {
+                let Some(segment) = state.log.current_segments[stream]
+                    .as_ref()
+                    .filter(|current| current.next_row > 0)
+                    .map(|current| current.segment)
+                else {
+                    continue;
+                };
+                sealed.extend(self.core.retire_if_current(&mut state, segment));
                 gave_up = true;
             }
         }
-        gave_up
+        for batch in sealed {
+            self.core.dispatch(batch)?;
+        }
+        Ok(gave_up)
     }
 
     /// Wait for the round in progress, if any, and for the durability of the cleaner

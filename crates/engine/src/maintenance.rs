@@ -820,12 +820,15 @@ impl<'a> Maintenance<'a> {
     /// relocation); a segment holding an unrecoverable live block (`pinned`) is kept from
     /// the cleaner from then on. Returns the blocks moved.
     fn evacuate(&self, segment: u64, pinned: &[u64]) -> Result<u64> {
-        {
+        let sealed = {
             let mut state = self.core.state.lock();
-            self.core.retire_if_current(&mut state, segment);
             if pinned.contains(&segment) {
                 state.space.segments[segment as usize].pinned = true;
             }
+            self.core.retire_if_current(&mut state, segment)
+        };
+        for batch in sealed {
+            self.core.dispatch(batch)?;
         }
         self.cleaner.relocate_segment(segment)
     }

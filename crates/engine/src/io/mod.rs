@@ -1149,26 +1149,20 @@ impl Core {
     }
 
     /// If `segment` is some stream's current segment, give up the rest of it (the clients'
-    /// open batch is sealed first when it is there) so that it can be cleaned.
-    pub(crate) fn retire_if_current(&self, state: &mut WriteState, segment: u64) {
+    /// open batch is sealed first when it is there) so that it can be cleaned. Gives back
+    /// the batches it sealed, in sequence order, for the caller to dispatch once the state
+    /// lock is released (inline, a dispatch takes it to account the write).
+    #[must_use = "the sealed batches must be dispatched"]
+    pub(crate) fn retire_if_current(&self, state: &mut WriteState, segment: u64) -> Vec<Arc<SealedBatch>> {
         let in_a_client_batch = [&state.log.open, &state.log.cold]
             .into_iter()
             .any(|batch| batch.as_ref().is_some_and(|batch| batch.segment == segment && !batch.is_empty()));
-        if in_a_client_batch {
-            for batch in self.seal_clients(state) {
-                // In flight; dispatch cannot fail here but a shut-down volume, which the
-                // caller sees on its next step.
-                let _ = self.dispatch(batch);
-            }
-        }
+        let mut sealed = if in_a_client_batch { self.seal_clients(state) } else { Vec::new() };
         for stream in 0..STREAM_COUNT {
             if state.log.current_segments[stream].as_ref().is_some_and(|current| current.segment == segment) {
                 if state.log.open.as_ref().is_some_and(|open| open.stream == stream) {
                     if state.log.open.as_ref().is_some_and(|open| !open.is_empty()) {
-                        let batch = self.seal(state);
-                        // The batch is in flight; dispatch cannot fail here but a
-                        // shut-down volume, which the caller sees on its next step.
-                        let _ = self.dispatch(batch);
+                        sealed.push(self.seal(state));
                     } else {
                         state.log.open = None;
                         state.log.next_sequence -= 1;
@@ -1177,6 +1171,7 @@ impl Core {
                 self.retire_stream_segment(state, stream);
             }
         }
+        sealed
     }
 
     /// Give up the rest of a stream's current segment.
