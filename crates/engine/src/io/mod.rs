@@ -1301,14 +1301,18 @@ impl Core {
         {
             entry.written = true;
         }
-        while state.log.in_flight.front().is_some_and(|entry| entry.written) {
-            let entry = state.log.in_flight.pop_front().expect("front exists");
-            let header = &entry.batch.header;
-            self.rows_on_media[header.segment as usize].store(header.first_row + header.row_count, Ordering::Release);
-            // Never half a pair: nothing durable may name its first batch alone.
-            if !header.paired_with_next {
-                state.log.written_through_sequence = header.sequence;
-            }
+        let written_through = crate::log::retire_written_front(
+            &mut state.log.in_flight,
+            |entry| entry.written,
+            |entry| (entry.batch.header.sequence, entry.batch.header.paired_with_next),
+            |entry| {
+                let header = &entry.batch.header;
+                self.rows_on_media[header.segment as usize]
+                    .store(header.first_row + header.row_count, Ordering::Release);
+            },
+        );
+        if let Some(sequence) = written_through {
+            state.log.written_through_sequence = sequence;
         }
         self.progress.notify_all();
     }

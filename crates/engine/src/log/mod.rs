@@ -42,6 +42,30 @@ pub(crate) struct InFlight {
     pub(crate) written: bool,
 }
 
+/// Take the written batches off the front of the in-flight queue (`written` tells which
+/// are), in sequence order, handing each to `retired`; returns the new written-through
+/// sequence when it moved: the last of them that does not begin a pair (`sequence_and_pair`
+/// gives a batch's sequence and whether it is paired with the next). Never half a pair:
+/// nothing durable may name a pair's first batch alone (docs/crash-consistency.md,
+/// "Client writes in two streams").
+pub(crate) fn retire_written_front<T>(
+    in_flight: &mut std::collections::VecDeque<T>,
+    written: impl Fn(&T) -> bool,
+    sequence_and_pair: impl Fn(&T) -> (u64, bool),
+    mut retired: impl FnMut(T),
+) -> Option<u64> {
+    let mut written_through = None;
+    while in_flight.front().is_some_and(&written) {
+        let entry = in_flight.pop_front().expect("front exists");
+        let (sequence, paired_with_next) = sequence_and_pair(&entry);
+        if !paired_with_next {
+            written_through = Some(sequence);
+        }
+        retired(entry);
+    }
+    written_through
+}
+
 /// The log's position: batches open, sealed, written and durable.
 pub(crate) struct LogState {
     /// The clients' open batch; it always holds sequence `next_sequence - 1`. The cleaner
@@ -88,5 +112,38 @@ impl LogState {
             sync_in_progress: false,
             in_flight: std::collections::VecDeque::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retire_written_front;
+    use std::collections::VecDeque;
+
+    /// (sequence, paired with the next, written)
+    fn retire(queue: &mut VecDeque<(u64, bool, bool)>) -> (Option<u64>, Vec<u64>) {
+        let mut retired = Vec::new();
+        let through =
+            retire_written_front(queue, |entry| entry.2, |entry| (entry.0, entry.1), |entry| retired.push(entry.0));
+        (through, retired)
+    }
+
+    #[test]
+    fn written_through_stops_before_a_pair_until_both_its_batches_are_written() {
+        // 5 written, 6 (a pair's first batch) written, 7 (its second) not yet.
+        let mut queue = VecDeque::from([(5, false, true), (6, true, true), (7, false, false), (8, false, true)]);
+        assert_eq!(retire(&mut queue), (Some(5), vec![5, 6]));
+        // 8 is written, but 7 is in front of it: nothing moves.
+        assert_eq!(retire(&mut queue), (None, vec![]));
+        queue[0].2 = true;
+        assert_eq!(retire(&mut queue), (Some(8), vec![7, 8]));
+        // A queue that ends on a pair's first batch, written, with its second not yet queued.
+        let mut queue = VecDeque::from([(9, false, true), (10, true, true)]);
+        assert_eq!(retire(&mut queue), (Some(9), vec![9, 10]));
+        queue.push_back((11, false, true));
+        assert_eq!(retire(&mut queue), (Some(11), vec![11]));
+        // Only a pair's first batch: the frontier does not move.
+        let mut queue = VecDeque::from([(12, true, true)]);
+        assert_eq!(retire(&mut queue), (None, vec![12]));
     }
 }
