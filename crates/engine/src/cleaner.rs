@@ -306,12 +306,6 @@ pub(crate) struct Cleaner {
     /// middle one), so that they leave one partly filled segment rather than one per
     /// stream.
     writers_packing_for_space: AtomicU32,
-    /// The last refusal for space: the clients' write clock and the rounds begun then. A
-    /// writer that finds both unchanged (no block written, trimmed or zeroed since, so
-    /// none died; no round moved anything) refuses at once: nothing can have come free
-    /// that `make_space` did not already look for, and going through its last resort
-    /// again would only move blocks around.
-    last_refusal: parking_lot::Mutex<Option<(u64, u64)>>,
 }
 
 /// One of [`Cleaner::writers_packing_for_space`], for as long as it lives.
@@ -350,7 +344,6 @@ impl Cleaner {
             deferred_durability: parking_lot::Mutex::new(None),
             rounds_begun: std::sync::atomic::AtomicU64::new(0),
             writers_packing_for_space: AtomicU32::new(0),
-            last_refusal: parking_lot::Mutex::new(None),
         }
     }
 
@@ -387,16 +380,11 @@ impl Cleaner {
         // a segment net, and its net gain then.
         let mut fruitless_retirements = (0u32, self.core.cleaning_net_segments.load(Ordering::SeqCst));
         let mut packing: Option<PackingForSpace> = None;
-        let mut first_look = true;
         loop {
             self.core.stop_on_error(self.core.reclaim())?;
             let state = self.core.state.lock();
             if state.has_room_for_clients() {
                 return Ok(());
-            }
-            let now = (state.lifetimes.write_clock, self.rounds_begun.load(Ordering::SeqCst));
-            if std::mem::take(&mut first_look) && *self.last_refusal.lock() == Some(now) {
-                return Err(Error::OutOfSpace);
             }
             // A round can only gain a free segment if the used segments hold at least a
             // segment's worth of dead blocks between them; less than that is a full volume.
@@ -490,9 +478,6 @@ impl Cleaner {
                     progress = ProgressWindow::new(net);
                     continue;
                 }
-                let state = self.core.state.lock();
-                *self.last_refusal.lock() =
-                    Some((state.lifetimes.write_clock, self.rounds_begun.load(Ordering::SeqCst)));
                 return Err(Error::OutOfSpace);
             }
             self.core.members.check_running()?;

@@ -666,32 +666,6 @@ fn a_full_volume_reports_out_of_space_and_keeps_its_data() {
     volume.close().expect("close");
 }
 
-/// A write refused for space costs no cleaning when nothing changed since the last
-/// refusal (no block written, trimmed or zeroed, no round run): the cleaner already looked
-/// everywhere, and each try would move blocks for nothing (tens of milliseconds a write on
-/// this small volume).
-#[test]
-fn a_refused_write_on_an_unchanged_full_volume_runs_no_cleaning() {
-    let devices = memory_members(4, 8 << 20);
-    let create_options = CreateOptions { spare_ppm: 100_000, ..options(RaidLevel::Raid5, 64 << 10) };
-    let volume = Volume::create(members(&devices), &create_options, &open_options()).expect("create");
-    let logical_blocks = volume.logical_size_bytes() / BLOCK_BYTES;
-    let mut prng = Prng::new(1);
-    let refused = (0..logical_blocks * 6).find(|&step| {
-        let block = if step < logical_blocks { step } else { prng.below(logical_blocks) };
-        matches!(volume.write(block * BLOCK_BYTES, &random_block(&mut prng), false), Err(Error::OutOfSpace))
-    });
-    assert!(refused.is_some(), "the volume never filled up: the test shows nothing");
-    let rounds = volume.stats().cleaning_rounds;
-    for _ in 0..20 {
-        let block = prng.below(logical_blocks);
-        let again = volume.write(block * BLOCK_BYTES, &random_block(&mut prng), false);
-        assert!(matches!(again, Err(Error::OutOfSpace)), "{again:?}");
-    }
-    assert_eq!(volume.stats().cleaning_rounds, rounds, "refusals on an unchanged full volume ran cleaning rounds");
-    volume.close().expect("close");
-}
-
 /// A spare of a few segments (RAID-6 on four 64 MiB members, 1 MiB chunks, 10 %: about 6
 /// spare segments against the cleaner's reserve and open streams) cannot make room: each
 /// round's relocations take back what its victims give. Writers on a threaded volume waited
