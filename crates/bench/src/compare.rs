@@ -226,7 +226,7 @@ pub fn run(options: &Options, progress: &(dyn Fn(&str, f64) + Sync)) -> Result<R
         compression: Default::default(),
         logical_size_bytes: None,
         deduplication: false,
-        client_write_pairs: false,
+        client_write_pairs: true,
     };
     let volume = Arc::new(
         Volume::create(open_member_devices(&options.members, None)?, &create, &OpenOptions::default())

@@ -75,9 +75,8 @@ pub struct Options {
     /// Relocated blocks in their own streams by predicted lifetime (the engine's default);
     /// off: one log for everything (the baseline).
     pub separate_streams: bool,
-    /// Cold client writes in a stream of their own (feature bit 5, on unless `create
-    /// --one-client-stream`; with `separate_streams` only); off: client writes in one
-    /// stream.
+    /// Cold client writes in a stream of their own (feature bit 5, the engine's default;
+    /// with `separate_streams` only); off: client writes in one stream.
     pub client_write_pairs: bool,
     /// Segments of the volume (at least 1024 for the figures; the cleaner's fixed
     /// reserve weighs less on more).

@@ -156,7 +156,7 @@ fn measure_column(
         compression: Default::default(),
         logical_size_bytes: None,
         deduplication: false,
-        client_write_pairs: false,
+        client_write_pairs: true,
     };
     let open = OpenOptions {
         cache_size_bytes: 0,

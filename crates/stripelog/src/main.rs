@@ -135,7 +135,7 @@ enum SimCommand {
     /// of the chosen distribution, measure over the last half; printed next to the
     /// analytic greedy figure for uniform writes.
     #[command(
-        after_help = "Examples:\n  stripelog sim gc --workload uniform --spare 27%\n  stripelog sim gc --workload hotcold:90/10 --spare 13% --policy greedy --json gc.json\n  stripelog sim gc --workload zipf:0.8 --spare 27% --passes 12\n  stripelog sim gc --workload hotcold:80/20 --spare 27% --one-client-stream"
+        after_help = "Examples:\n  stripelog sim gc --workload uniform --spare 27%\n  stripelog sim gc --workload hotcold:90/10 --spare 13% --policy greedy --json gc.json\n  stripelog sim gc --workload zipf:0.8 --spare 27% --passes 12"
     )]
     Gc(GcSimArguments),
     /// Seed 004's write saturation on a simulated drive: IOPS each virtual second from
@@ -174,9 +174,8 @@ struct GcSimArguments {
     /// One log for client writes and relocated blocks (the baseline without separation).
     #[arg(long)]
     no_separation: bool,
-    /// Client writes in one stream (as `create --one-client-stream`); without it, cold
-    /// client writes go to a stream of their own (with separation only: relocated blocks
-    /// are separated unless --no-separation).
+    /// Client writes in one stream: cold ones are not placed apart (relocated blocks still
+    /// are, unless --no-separation).
     #[arg(long)]
     one_client_stream: bool,
     /// Segments of the volume. The cleaner keeps 5 of them in reserve, counted in the spare:
@@ -237,10 +236,10 @@ struct CreateArguments {
     /// off cannot turn it on.
     #[arg(long, default_value = "off", value_parser = units::parse_on_off, action = clap::ArgAction::Set)]
     dedup: bool,
-    /// All client writes in one stream. Without it (the default), writes to regions of the
-    /// volume that are seldom written go to a stream of their own, so that long-lived data
-    /// is not copied out of segments full of short-lived data (docs/garbage-collection.md,
-    /// "Streams"); stripelog older than that refuses such a volume (feature bit 5).
+    /// Keep client writes in one stream. By default, writes to regions of the volume that
+    /// are seldom written go to a stream of their own, so that long-lived data is not
+    /// copied out of segments full of short-lived data (docs/garbage-collection.md,
+    /// "Streams"); older stripelog then refuses the volume (feature bit 5).
     #[arg(long)]
     one_client_stream: bool,
     /// A write log on this fast device or file (an NVMe namespace, PMEM, a partition of a
@@ -1299,8 +1298,8 @@ fn sim_gc(arguments: GcSimArguments) -> Result<ExitCode, String> {
         report.policy,
         match (report.separate_streams, report.client_write_pairs) {
             (false, _) => " (one log, no separation)",
-            (true, false) => "",
-            (true, true) => " (cold client writes in their own stream)",
+            (true, false) => " (one client stream)",
+            (true, true) => "",
         },
         report.segment_count,
         report.blocks_per_segment,

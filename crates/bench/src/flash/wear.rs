@@ -186,7 +186,7 @@ fn measure(options: &Options, model: &DriveModel, topology: Topology) -> Result<
                 compression: Default::default(),
                 logical_size_bytes: None,
                 deduplication: false,
-                client_write_pairs: false,
+                client_write_pairs: true,
             };
             let open = OpenOptions { cache_size_bytes: 0, ..OpenOptions::default() };
             let created = Arc::new(

@@ -1288,8 +1288,7 @@ pub struct CreateOptions {
     pub deduplication: bool,
     /// Client writes predicted to live long go into a stream of their own, sealed with
     /// the clients' batch as a pair (sets incompatible feature bit 5; docs/
-    /// crash-consistency.md, "Client writes in two streams"). On by default
-    /// (docs/garbage-collection.md, "Streams").
+    /// crash-consistency.md, "Client writes in two streams"). On by default.
     pub client_write_pairs: bool,
 }
 
