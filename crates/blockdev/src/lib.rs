@@ -50,7 +50,7 @@ pub use aligned::{AlignedBuffer, IO_ALIGNMENT_BYTES};
 pub use file::{new_ring, FileDevice, FileDeviceOptions, IoEngine};
 pub use memory::MemoryDevice;
 pub use prng::Prng;
-pub use read_ring::{FinishedRead, ReadRing};
+pub use read_ring::{FinishedRead, ReadRing, COMPLETIONS_PER_REAP_MAXIMUM};
 pub use simulated::{CrashReport, SimulatedArray, SimulatedDevice};
 pub use spike::LatencySpikeDevice;
 

@@ -147,3 +147,44 @@ fn queued_reads_return_what_plain_reads_do_and_a_rotten_block_is_rebuilt() {
     assert_eq!(after.unrecoverable_reads, 0);
     volume.close().expect("close");
 }
+
+/// The ring gives the queue its completions a few at a time; a read of many blocks whose
+/// blocks have all finished still comes back from one `complete`, without waiting.
+#[test]
+fn a_read_whose_blocks_have_all_finished_comes_back_from_one_complete() {
+    let directory = Directory(std::env::temp_dir().join(format!("stripelog-read-queue-one-{}", std::process::id())));
+    std::fs::create_dir_all(&directory.0).expect("directory");
+    let device_options = FileDeviceOptions { create_size_bytes: Some(MEMBER_BYTES), ..FileDeviceOptions::default() };
+    let devices: Vec<Arc<dyn BlockDevice>> = (0..5)
+        .map(|index| {
+            Arc::new(FileDevice::open(&directory.0.join(format!("m{index}")), &device_options).expect("open"))
+                as Arc<dyn BlockDevice>
+        })
+        .collect();
+    let create = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..CreateOptions::default() };
+    let open = OpenOptions { cache_size_bytes: 0, ..OpenOptions::default() };
+    let volume = Volume::create(common::members(&devices), &create, &open).expect("create");
+    let length = 16 * BLOCK_SIZE_BYTES;
+    let mut data = vec![0u8; length];
+    Prng::new(7).fill(&mut data);
+    volume.write(0, &data, false).expect("write");
+    volume.close().expect("close");
+    let volume = Volume::open(common::members(&devices), &open).expect("reopen");
+    // A plain read first: the segment's checksum table is then cached, so every block of
+    // the queued read goes to the ring when it is submitted.
+    let mut plain = vec![0u8; length];
+    volume.read(0, &mut plain).expect("plain read");
+    assert!(plain == data);
+    let before = volume.stats();
+    let mut queue = volume.read_queue(QUEUE_DEPTH);
+    queue.submit(1, 0, length, vec![0u8; length]);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let completed = queue.complete(false);
+    assert_eq!(completed.len(), 1, "the read, all of whose blocks have finished, from one complete");
+    completed[0].result.as_ref().expect("queued read");
+    assert!(completed[0].buffer == data);
+    assert_eq!(volume.stats().queued_member_reads - before.queued_member_reads, 16);
+    assert_eq!(queue.in_flight(), 0);
+    drop(queue);
+    volume.close().expect("close");
+}

@@ -487,7 +487,8 @@ impl ReadQueue {
         let mut finished = std::mem::take(&mut self.finished);
         let wait = wait && self.completed.is_empty();
         self.ring.reap(wait, &mut finished);
-        self.take_finished(finished)
+        let completed = self.take_finished(finished);
+        self.complete_more_if_none(completed)
     }
 
     /// `complete`, waiting (if none has finished) until a read finishes or the watched
@@ -499,7 +500,22 @@ impl ReadQueue {
         } else {
             self.ring.reap(false, &mut finished);
         }
-        self.take_finished(finished)
+        let completed = self.take_finished(finished);
+        self.complete_more_if_none(completed)
+    }
+
+    /// The ring gives its completions a few at a time
+    /// (`stripelog_blockdev::COMPLETIONS_PER_REAP_MAXIMUM`), so
+    /// that the caller answers each read and starts the next one soon. While those taken
+    /// finish no read (blocks of a larger read, a summary or an index page), take the next
+    /// ones the kernel holds, without waiting.
+    fn complete_more_if_none(&mut self, mut completed: Vec<CompletedRead>) -> Vec<CompletedRead> {
+        while completed.is_empty() && self.ring.has_finished() {
+            let mut finished = std::mem::take(&mut self.finished);
+            self.ring.reap(false, &mut finished);
+            completed = self.take_finished(finished);
+        }
+        completed
     }
 
     fn take_finished(&mut self, mut finished: Vec<FinishedRead>) -> Vec<CompletedRead> {
