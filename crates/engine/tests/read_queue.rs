@@ -178,7 +178,12 @@ fn a_read_whose_blocks_have_all_finished_comes_back_from_one_complete() {
     let before = volume.stats();
     let mut queue = volume.read_queue(QUEUE_DEPTH);
     queue.submit(1, 0, length, vec![0u8; length]);
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    // Until the kernel has finished every block (each sleep enters it, which posts them).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while queue.member_reads_finished() < 16 {
+        assert!(std::time::Instant::now() < deadline, "the kernel did not finish 16 reads in 30 s");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     let completed = queue.complete(false);
     assert_eq!(completed.len(), 1, "the read, all of whose blocks have finished, from one complete");
     completed[0].result.as_ref().expect("queued read");

@@ -168,6 +168,12 @@ impl ReadQueue {
         self.ring.watch(descriptor);
     }
 
+    /// Member reads the kernel has finished that the next `complete` takes without
+    /// waiting (the kernel posts a completion when the thread next enters it).
+    pub fn member_reads_finished(&mut self) -> usize {
+        self.finished.len() + self.ring.finished_count()
+    }
+
     /// Reads submitted and not yet returned by `complete`.
     pub fn in_flight(&self) -> usize {
         self.reads.len() - self.free.len() + self.completed.len()
