@@ -26,6 +26,25 @@ impl Drop for Directory {
     }
 }
 
+/// A RAID-5 volume on five file members of `MEMBER_BYTES` in a new directory under the
+/// system's temporary one (removed when the `Directory` is dropped), opened with no block
+/// cache: every block not in a batch comes from a member.
+fn new_volume(name: &str) -> (Directory, Vec<Arc<dyn BlockDevice>>, Volume) {
+    let directory = Directory(std::env::temp_dir().join(format!("{name}-{}", std::process::id())));
+    std::fs::create_dir_all(&directory.0).expect("directory");
+    let device_options = FileDeviceOptions { create_size_bytes: Some(MEMBER_BYTES), ..FileDeviceOptions::default() };
+    let devices: Vec<Arc<dyn BlockDevice>> = (0..5)
+        .map(|index| {
+            Arc::new(FileDevice::open(&directory.0.join(format!("m{index}")), &device_options).expect("open"))
+                as Arc<dyn BlockDevice>
+        })
+        .collect();
+    let create = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..CreateOptions::default() };
+    let open = OpenOptions { cache_size_bytes: 0, ..OpenOptions::default() };
+    let volume = Volume::create(common::members(&devices), &create, &open).expect("create");
+    (directory, devices, volume)
+}
+
 /// Every read of `reads` through a queue of `QUEUE_DEPTH` against `Volume::read`.
 fn compare_queued_with_plain(volume: &Volume, reads: &[(u64, usize)], when: &str) {
     let mut queue = volume.read_queue(QUEUE_DEPTH);
@@ -56,19 +75,7 @@ fn compare_queued_with_plain(volume: &Volume, reads: &[(u64, usize)], when: &str
 
 #[test]
 fn queued_reads_return_what_plain_reads_do_and_a_rotten_block_is_rebuilt() {
-    let directory = Directory(std::env::temp_dir().join(format!("stripelog-read-queue-{}", std::process::id())));
-    std::fs::create_dir_all(&directory.0).expect("directory");
-    let device_options = FileDeviceOptions { create_size_bytes: Some(MEMBER_BYTES), ..FileDeviceOptions::default() };
-    let devices: Vec<Arc<dyn BlockDevice>> = (0..5)
-        .map(|index| {
-            Arc::new(FileDevice::open(&directory.0.join(format!("m{index}")), &device_options).expect("open"))
-                as Arc<dyn BlockDevice>
-        })
-        .collect();
-    let create = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..CreateOptions::default() };
-    // No block cache: every block not in a batch comes from a member.
-    let open = OpenOptions { cache_size_bytes: 0, ..OpenOptions::default() };
-    let volume = Volume::create(common::members(&devices), &create, &open).expect("create");
+    let (_directory, devices, volume) = new_volume("stripelog-read-queue");
     let blocks = volume.logical_size_bytes() / BLOCK_SIZE_BYTES as u64;
     let mut random = Prng::new(24);
     // Random data over half the blocks, some overwritten, a run trimmed; flushed.
@@ -152,18 +159,8 @@ fn queued_reads_return_what_plain_reads_do_and_a_rotten_block_is_rebuilt() {
 /// blocks have all finished still comes back from one `complete`, without waiting.
 #[test]
 fn a_read_whose_blocks_have_all_finished_comes_back_from_one_complete() {
-    let directory = Directory(std::env::temp_dir().join(format!("stripelog-read-queue-one-{}", std::process::id())));
-    std::fs::create_dir_all(&directory.0).expect("directory");
-    let device_options = FileDeviceOptions { create_size_bytes: Some(MEMBER_BYTES), ..FileDeviceOptions::default() };
-    let devices: Vec<Arc<dyn BlockDevice>> = (0..5)
-        .map(|index| {
-            Arc::new(FileDevice::open(&directory.0.join(format!("m{index}")), &device_options).expect("open"))
-                as Arc<dyn BlockDevice>
-        })
-        .collect();
-    let create = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..CreateOptions::default() };
+    let (_directory, devices, volume) = new_volume("stripelog-read-queue-one");
     let open = OpenOptions { cache_size_bytes: 0, ..OpenOptions::default() };
-    let volume = Volume::create(common::members(&devices), &create, &open).expect("create");
     let length = 16 * BLOCK_SIZE_BYTES;
     let mut data = vec![0u8; length];
     Prng::new(7).fill(&mut data);
