@@ -55,8 +55,8 @@ const WATCH_TAG: u64 = u64::MAX;
 /// the device short of reads for as long as the caller works through it (checksums,
 /// copies, replies). Alternated runs of 4 KiB random reads at depth 32 (BENCHMARKS.md,
 /// issue 24's eleventh session): one at a time served 1.15 times the reads of a whole
-/// burst in process and over NBD; four at a time, 1.11 in process and 0.91 of one at a
-/// time over NBD.
+/// burst in process and 1.27 times over NBD; four at a time, 1.11 times in process and
+/// 0.91 of one at a time over NBD.
 pub const COMPLETIONS_PER_REAP_MAXIMUM: usize = 1;
 /// Waits `Drop` makes for the kernel to give back buffers before it gives up and leaks
 /// them (a ring that no longer answers).
