@@ -16,6 +16,7 @@
 #   nbd      one NBD connection at depth 32, 4 KiB random writes ÷ `nbdkit memory`
 #   rebuild  rebuild of one member and `check` ÷ the disk's sequential write and read
 #            bandwidth (fio), and rebuild ÷ fio doing the same reads and writes at once
+#            and ÷ the most one disk gives a rebuild (four bytes read per byte written)
 #   cores    NBD 4 KiB random writes, 2 connections, members in /dev/shm: the server on 2
 #            cores ÷ on 1 core (taskset)
 #   hotcold  `sim gc` write amplification ÷ the two-pool bound, 90/10 and 80/20 at 13 and
@@ -210,6 +211,15 @@ rebuild)
     "$(json "$d/seq-write.json" 'j["jobs"][0]["write"]["bw_bytes"] / 1e6')" "≥ 0.5, goal 0.8"
   ratio "rebuild MB/s ÷ fio writing while reading 4 members (same disk)" "$rebuild" \
     "$(json "$d/same-traffic.json" '[x for x in j["jobs"] if x["jobname"] == "w"][0]["write"]["bw_bytes"] / 1e6')"
+  # On one disk each byte written to the new member is four bytes read from the survivors,
+  # and reads and writes share the disk's time: at most 1 / (1/W + 4/R) MB/s, W and R its
+  # sequential write and read. Members on separate drives do not share it.
+  write_bandwidth=$(json "$d/seq-write.json" 'j["jobs"][0]["write"]["bw_bytes"] / 1e6')
+  read_bandwidth=$(json "$d/seq-read.json" 'j["jobs"][0]["read"]["bw_bytes"] / 1e6')
+  ratio "rebuild MB/s ÷ the one-disk bound, 1 / (1/W + 4/R)" "$rebuild" \
+    "$(python3 -c "print(1 / (1 / $write_bandwidth + 4 / $read_bandwidth))")"
+  ratio "  the one-disk bound ÷ the disk's sequential write (the most the bar can read here)" \
+    "$(python3 -c "print(1 / (1 / $write_bandwidth + 4 / $read_bandwidth))")" "$write_bandwidth"
   ratio "check MB/s of member rows read ÷ the disk's sequential read" \
     "$(json "$d/check.json" 'j["bytes_read"] / j["seconds"] / 1e6')" \
     "$(json "$d/seq-read.json" 'j["jobs"][0]["read"]["bw_bytes"] / 1e6')" "≥ 0.4"
