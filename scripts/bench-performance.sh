@@ -216,10 +216,10 @@ rebuild)
   # sequential write and read. Members on separate drives do not share it.
   write_bandwidth=$(json "$d/seq-write.json" 'j["jobs"][0]["write"]["bw_bytes"] / 1e6')
   read_bandwidth=$(json "$d/seq-read.json" 'j["jobs"][0]["read"]["bw_bytes"] / 1e6')
-  ratio "rebuild MB/s ÷ the one-disk bound, 1 / (1/W + 4/R)" "$rebuild" \
-    "$(python3 -c "print(1 / (1 / $write_bandwidth + 4 / $read_bandwidth))")"
+  one_disk_bound=$(python3 -c "print(1 / (1 / $write_bandwidth + 4 / $read_bandwidth))")
+  ratio "rebuild MB/s ÷ the one-disk bound, 1 / (1/W + 4/R)" "$rebuild" "$one_disk_bound"
   ratio "  the one-disk bound ÷ the disk's sequential write (the most the bar can read here)" \
-    "$(python3 -c "print(1 / (1 / $write_bandwidth + 4 / $read_bandwidth))")" "$write_bandwidth"
+    "$one_disk_bound" "$write_bandwidth"
   ratio "check MB/s of member rows read ÷ the disk's sequential read" \
     "$(json "$d/check.json" 'j["bytes_read"] / j["seconds"] / 1e6')" \
     "$(json "$d/seq-read.json" 'j["jobs"][0]["read"]["bw_bytes"] / 1e6')" "≥ 0.4"

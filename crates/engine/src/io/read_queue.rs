@@ -171,7 +171,7 @@ impl ReadQueue {
     /// Member reads the kernel has finished that the next `complete` takes without
     /// waiting (the kernel posts a completion when the thread next enters it).
     pub fn member_reads_finished(&mut self) -> usize {
-        self.finished.len() + self.ring.finished_count()
+        self.ring.finished_count()
     }
 
     /// Reads submitted and not yet returned by `complete`.
@@ -490,38 +490,35 @@ impl ReadQueue {
     /// The reads finished since the last call, waiting for at least one when `wait` and
     /// any is in flight.
     pub fn complete(&mut self, wait: bool) -> Vec<CompletedRead> {
-        let mut finished = std::mem::take(&mut self.finished);
-        let wait = wait && self.completed.is_empty();
-        self.ring.reap(wait, &mut finished);
-        let completed = self.take_finished(finished);
-        self.complete_more_if_none(completed)
+        self.complete_waiting(wait && self.completed.is_empty(), false)
     }
 
     /// `complete`, waiting (if none has finished) until a read finishes or the watched
     /// descriptor (`watch`) is readable: perhaps with nothing.
     pub fn complete_or_readable(&mut self) -> Vec<CompletedRead> {
-        let mut finished = std::mem::take(&mut self.finished);
-        if self.completed.is_empty() {
-            self.ring.reap_or_readable(&mut finished);
-        } else {
-            self.ring.reap(false, &mut finished);
-        }
-        let completed = self.take_finished(finished);
-        self.complete_more_if_none(completed)
+        self.complete_waiting(self.completed.is_empty(), true)
     }
 
-    /// The ring gives its completions a few at a time
-    /// (`stripelog_blockdev::COMPLETIONS_PER_REAP_MAXIMUM`), so
-    /// that the caller answers each read and starts the next one soon. While those taken
-    /// finish no read (blocks of a larger read, a summary or an index page), take the next
-    /// ones the kernel holds, without waiting.
-    fn complete_more_if_none(&mut self, mut completed: Vec<CompletedRead>) -> Vec<CompletedRead> {
-        while completed.is_empty() && self.ring.has_finished() {
+    /// Reap once (waiting when `wait`, for the watched descriptor too when `watch`), then
+    /// go on without waiting while what was taken finishes no read. The ring gives its
+    /// completions a few at a time (`stripelog_blockdev::COMPLETIONS_PER_REAP_MAXIMUM`), so
+    /// that the caller answers each read and starts the next one soon; the blocks of a
+    /// larger read, a summary or an index page finish none, and the next completions the
+    /// kernel holds are taken at once.
+    fn complete_waiting(&mut self, mut wait: bool, watch: bool) -> Vec<CompletedRead> {
+        loop {
             let mut finished = std::mem::take(&mut self.finished);
-            self.ring.reap(false, &mut finished);
-            completed = self.take_finished(finished);
+            if wait && watch {
+                self.ring.reap_or_readable(&mut finished);
+            } else {
+                self.ring.reap(wait, &mut finished);
+            }
+            let completed = self.take_finished(finished);
+            if !completed.is_empty() || !self.ring.has_finished() {
+                return completed;
+            }
+            wait = false;
         }
-        completed
     }
 
     fn take_finished(&mut self, mut finished: Vec<FinishedRead>) -> Vec<CompletedRead> {
