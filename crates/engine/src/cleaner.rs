@@ -26,7 +26,7 @@ use crate::layout::format::Entry;
 use crate::layout::geometry::BLOCK_SIZE_BYTES;
 use crate::layout::packed::{BLOCKS_PER_UNIT_MAXIMUM, FRAGMENTS_PER_BLOCK_MAXIMUM};
 use crate::log::{HOST_STREAM, METADATA_STREAM, RELOCATION_STREAMS};
-use crate::space::{watermarks, SegmentStatus, MINIMUM_WON_SEGMENTS, ROUND_SEGMENTS};
+use crate::space::{watermarks, Purpose, SegmentStatus, MINIMUM_WON_SEGMENTS, ROUND_SEGMENTS};
 use crate::stats::Counters;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -154,12 +154,12 @@ fn run_rounds(cleaner: &Cleaner) {
                     return;
                 }
                 let free = state.space.free_segments.len();
-                shared.pacer.set_headroom(free, state.space.reserve());
+                shared.pacer.set_headroom(free, state.space.clients_floor(Purpose::Data));
                 let idle = state.lifetimes.write_clock == clock_seen;
                 clock_seen = state.lifetimes.write_clock;
                 let threshold = crate::space::cleaner_thread_threshold(
                     low_watermark,
-                    state.space.reserve(),
+                    state.space.clients_floor(Purpose::Data),
                     shared.pacer.window_segments(),
                 );
                 if !nothing_to_gain && (free < threshold || (idle && free < high_watermark)) {
@@ -354,14 +354,16 @@ impl Cleaner {
 
 impl Cleaner {
     /// Flush so that dead segments can be released, release them, and wait for releases
-    /// another thread has under way; `OutOfSpace` only when nothing more can come free.
-    pub(crate) fn make_space(&self) -> Result<()> {
+    /// another thread has under way, until client writes carrying `purpose` have room
+    /// (`WriteState::has_room_for_clients`); `OutOfSpace` only when nothing more can come
+    /// free.
+    pub(crate) fn make_space(&self, purpose: Purpose) -> Result<()> {
         if self.core.background_cleaning {
             // The cleaner thread frees segments (its rounds also release the segments
             // whose death became durable); wait for it while it gains something.
             let mut state = self.core.state.lock();
             loop {
-                if state.has_room_for_clients() {
+                if state.has_room_for_clients(purpose) {
                     return Ok(());
                 }
                 self.core.members.check_running()?;
@@ -383,7 +385,7 @@ impl Cleaner {
         loop {
             self.core.stop_on_error(self.core.reclaim())?;
             let state = self.core.state.lock();
-            if state.has_room_for_clients() {
+            if state.has_room_for_clients(purpose) {
                 return Ok(());
             }
             // A round can only gain a free segment if the used segments hold at least a
@@ -437,7 +439,7 @@ impl Cleaner {
             // (It writes one only when segments wait for it.)
             self.checkpoint_for_space()?;
             let mut state = self.core.state.lock();
-            if state.has_room_for_clients() {
+            if state.has_room_for_clients(purpose) {
                 return Ok(());
             }
             let durable = state.log.durable_through_sequence;

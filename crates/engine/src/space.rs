@@ -100,16 +100,22 @@ pub(crate) const ROUND_SEGMENTS: u64 = 2;
 /// which opens fewer than `ROUND_SEGMENTS + RELOCATION_STREAMS.len()` new segments.
 pub const CLEANING_RESERVE_SEGMENTS: usize = RELOCATION_STREAMS.len() + ROUND_SEGMENTS as usize;
 
+/// Free segments above the cleaner's reserve that client data never takes: room for a
+/// batch of trim and zero records on a physically full volume, the only writes that can
+/// make room there (docs/garbage-collection.md, "A physically full volume").
+pub const RECORDS_ROOM_SEGMENTS: usize = 1;
+
 /// (low, high) free-segment watermarks: below low, client writes clean one round per new
-/// segment they open; below high, the idle volume cleans in the background.
+/// segment they open; below high, the idle volume cleans in the background. Both are
+/// counted from the clients' floor (the reserve and the room kept for records).
 ///
 /// Under a steady write load the free count settles at the low watermark, so every free
 /// segment it holds above the reserve is spare space the cleaner cannot use: it stays a
 /// small constant. The high watermark (reached only when idle) scales with the volume.
 pub fn watermarks(geometry: &Geometry) -> (usize, usize) {
     let segments = geometry.segment_count() as usize;
-    let reserve = CLEANING_RESERVE_SEGMENTS + checkpoint_headroom_segments(geometry);
-    (reserve + LOW_WATERMARK_ABOVE_RESERVE, reserve + (segments / 64).max(4))
+    let floor = CLEANING_RESERVE_SEGMENTS + checkpoint_headroom_segments(geometry) + RECORDS_ROOM_SEGMENTS;
+    (floor + LOW_WATERMARK_ABOVE_FLOOR, floor + (segments / 64).max(4))
 }
 
 /// Free segments below which the cleaner thread of a threaded volume runs its rounds back
@@ -158,18 +164,19 @@ pub fn checkpoint_headroom_segments(geometry: &Geometry) -> usize {
 /// Net segments a window of rounds must win (the streams' open segments can hide a few).
 pub const MINIMUM_WON_SEGMENTS: usize = 2;
 
-/// Free segments above the reserve at which client writes start cleaning (one round per
+/// Free segments above the clients' floor at which client writes start cleaning (one round per
 /// new segment), so that they rarely reach the reserve and wait for a whole round.
-const LOW_WATERMARK_ABOVE_RESERVE: usize = 2;
+const LOW_WATERMARK_ABOVE_FLOOR: usize = 2;
 
 /// Spare segments below which a full volume cannot clean: the cleaner's reserve, the
-/// checkpoint's headroom, one open and one reserved segment per stream, and the net room a
-/// window of rounds must win. A volume with fewer works until its logical space has been
+/// checkpoint's headroom, the room kept for trim and zero records, one open and one
+/// reserved segment per stream, and the net room a window of rounds must win. A volume with fewer works until its logical space has been
 /// written, then reports ENOSPC; `stripelog create` warns about it
 /// (docs/garbage-collection.md).
 pub fn working_spare_segments(geometry: &Geometry) -> u64 {
     (CLEANING_RESERVE_SEGMENTS
         + checkpoint_headroom_segments(geometry)
+        + RECORDS_ROOM_SEGMENTS
         + 2 * crate::log::STREAM_COUNT
         + MINIMUM_WON_SEGMENTS) as u64
 }
@@ -201,4 +208,23 @@ impl SegmentTable {
     pub(crate) fn reserve(&self) -> usize {
         CLEANING_RESERVE_SEGMENTS + self.checkpoint_headroom
     }
+
+    /// Free segments a clients' batch carrying `purpose` leaves alone when it opens a
+    /// segment: the reserve, and for client data the room kept for records too.
+    pub(crate) fn clients_floor(&self, purpose: Purpose) -> usize {
+        self.reserve()
+            + match purpose {
+                Purpose::Data => RECORDS_ROOM_SEGMENTS,
+                Purpose::Records => 0,
+            }
+    }
+}
+
+/// What a client write carries, for the free segments it may take.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Purpose {
+    /// Blocks of data (whole, partial, compressed or shared): they take room.
+    Data,
+    /// Only trim and zero records: they make room (they kill what they replace).
+    Records,
 }

@@ -19,6 +19,7 @@ use crate::maintenance::{
     Maintenance, MaintenanceOptions, MaintenanceProgress, RebuildReport, ReplaceOptions, ScrubReport,
 };
 use crate::mount;
+use crate::space::Purpose;
 use crate::space::SegmentStatus;
 use crate::space::SegmentTable;
 use crate::stats::{ratio, Counters, MemberStatus, VolumeStats};
@@ -674,7 +675,7 @@ impl Volume {
                             _ => BlockWrite::Zero(entry.logical_block),
                         })
                         .collect();
-                    apply(&self.cleaner, &blocks)?;
+                    apply(&self.cleaner, &blocks, Admission::Replay)?;
                     end
                 };
                 next = end;
@@ -843,7 +844,7 @@ impl Volume {
         if admission == Admission::Client {
             self.admit_on_thin_volume(&blocks)?;
         }
-        apply(&self.cleaner, &blocks)?;
+        apply(&self.cleaner, &blocks, admission)?;
         if let Some(finder) = finder {
             // What the blocks now hold is what later duplicates are compared with.
             for ((logical_block, ..), named) in pieces.iter().zip(&names) {
@@ -975,7 +976,7 @@ impl Volume {
         // (an edge of a shared block, or of a block not yet stored) is refused with
         // ENOSPC before anything is done. Whole blocks only free space.
         self.admit_on_thin_volume(&edges)?;
-        apply(&self.cleaner, &edges)?;
+        apply(&self.cleaner, &edges, Admission::Client)?;
         // Whole blocks, a bounded slice of the work list at a time.
         const BLOCKS_PER_STEP: u64 = 1 << 16;
         let mut start = first_whole;
@@ -983,7 +984,7 @@ impl Volume {
             let stop = (start + BLOCKS_PER_STEP).min(end_whole);
             let step: Vec<BlockWrite> =
                 (start..stop).map(|lb| if trim { BlockWrite::Trim(lb) } else { BlockWrite::Zero(lb) }).collect();
-            apply(&self.cleaner, &step)?;
+            apply(&self.cleaner, &step, Admission::Client)?;
             start = stop;
         }
         if fua {
@@ -1258,8 +1259,17 @@ enum Admission {
 
 /// The write loop: accept `blocks` in order into open batches, sealing and
 /// dispatching full ones.
-fn apply(cleaner: &Cleaner, blocks: &[BlockWrite]) -> Result<()> {
+///
+/// Client data never takes the free segment kept above the cleaner's reserve for trim and
+/// zero records (docs/garbage-collection.md, "A physically full volume"); a write the
+/// write log replays was accepted before, and may.
+fn apply(cleaner: &Cleaner, blocks: &[BlockWrite], admission: Admission) -> Result<()> {
     let core = &cleaner.core;
+    let purpose = if admission == Admission::Replay || blocks.iter().all(|block| !block.carries_data()) {
+        Purpose::Records
+    } else {
+        Purpose::Data
+    };
     // A partial block merges with its old content when it is accepted. One whose old
     // content cannot be read (damage beyond redundancy) fails the request before any
     // of it is accepted, rather than after its other blocks.
@@ -1279,7 +1289,7 @@ fn apply(cleaner: &Cleaner, blocks: &[BlockWrite]) -> Result<()> {
         let mut state = core.state.lock();
         core.members.check_running()?;
         if state.log.open.is_none() {
-            match core.open_batch(&mut state, cleaned_for_this_segment) {
+            match core.open_batch(&mut state, cleaned_for_this_segment, purpose) {
                 // A new segment: it may clean once more (one round per new segment).
                 Ok(new_segment) => cleaned_for_this_segment &= !new_segment,
                 Err(OpenProblem::Buffers) => {
@@ -1289,7 +1299,7 @@ fn apply(cleaner: &Cleaner, blocks: &[BlockWrite]) -> Result<()> {
                 }
                 Err(OpenProblem::Space) => {
                     drop(state);
-                    timed(&mut stalls.space, || cleaner.make_space())?;
+                    timed(&mut stalls.space, || cleaner.make_space(purpose))?;
                     continue;
                 }
                 Err(OpenProblem::Cleaning) => {
@@ -1302,7 +1312,14 @@ fn apply(cleaner: &Cleaner, blocks: &[BlockWrite]) -> Result<()> {
             }
         }
         let mut sealed = Vec::new();
+        let mut data_waits_for_room = false;
         while next < blocks.len() {
+            if purpose == Purpose::Data && blocks[next].carries_data() && !state.data_may_enter_clients_segment() {
+                // The clients' segment was opened from the records' room: data waits for
+                // the cleaner to bring that room back, as at the reserve.
+                data_waits_for_room = true;
+                break;
+            }
             if core.accept(&mut state, &blocks[next])? {
                 next += 1;
             } else if state.log.open.as_ref().is_some_and(OpenBatch::is_empty) {
@@ -1318,6 +1335,9 @@ fn apply(cleaner: &Cleaner, blocks: &[BlockWrite]) -> Result<()> {
         drop(state);
         for batch in sealed {
             core.dispatch(batch)?;
+        }
+        if data_waits_for_room {
+            timed(&mut stalls.space, || cleaner.make_space(Purpose::Data))?;
         }
     }
     // Many writes and no flush: what is staged goes to the write log unsynced, which

@@ -324,9 +324,9 @@ impl Simulation {
             raid_level,
             chunk_size_bytes: CHUNK_SIZE_BYTES,
             // These volumes have 47 to 95 segments: 40 % is spare, which leaves room beyond
-            // `working_spare_segments` (19 here: the cleaner's reserve, the checkpoint's
-            // headroom, each of the five streams' open and reserved segments) on the
-            // smallest. At a fifth, 12 of 100 filling seeds ran out of space once streams
+            // `working_spare_segments` (20 here: the cleaner's reserve, the checkpoint's
+            // headroom, the room kept for trims, each of the five streams' open and
+            // reserved segments) on the smallest. At a fifth, 12 of 100 filling seeds ran out of space once streams
             // reserved their next segments; at a quarter, 14 once the metadata stream came.
             spare_ppm: 400_000,
             volume_uuid: Some(seed.to_le_bytes().repeat(2).try_into().expect("16 bytes")),

@@ -27,7 +27,7 @@ use crate::layout::format::{self, Entry};
 use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
 use crate::log::batch::{BufferPool, OpenBatch, PooledBuffers, SealedBatch, Slot};
 use crate::log::{CurrentSegment, InFlight, IoMode, LogState, HOST_STREAM, METADATA_STREAM, STREAM_COUNT};
-use crate::space::{SegmentStatus, SegmentTable};
+use crate::space::{Purpose, SegmentStatus, SegmentTable};
 use crate::stats::{Counters, RecoveryReport};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
@@ -57,10 +57,29 @@ pub(crate) struct WriteState {
 }
 
 impl WriteState {
-    /// Client writes can go on: their segment is open, or a free one lies above the
-    /// cleaner's reserve.
-    pub(crate) fn has_room_for_clients(&self) -> bool {
-        self.space.free_segments.len() > self.space.reserve() || self.log.current_segments[HOST_STREAM].is_some()
+    /// Client writes carrying `purpose` can go on: their segment is open (for data, one
+    /// not opened from the records' room, or with that room back), or a free one lies
+    /// above their floor (`SegmentTable::clients_floor`).
+    pub(crate) fn has_room_for_clients(&self, purpose: Purpose) -> bool {
+        let free = self.space.free_segments.len();
+        match &self.log.current_segments[HOST_STREAM] {
+            Some(current) => purpose == Purpose::Records || !current.records_room || free > self.space.reserve(),
+            None => free > self.space.clients_floor(purpose),
+        }
+    }
+
+    /// Whether client data may go into the clients' current segment now: it was not
+    /// opened from the room kept for records, or that room is back (a free segment above
+    /// the reserve), which ends the segment's mark.
+    pub(crate) fn data_may_enter_clients_segment(&mut self) -> bool {
+        let room_back = self.space.free_segments.len() > self.space.reserve();
+        match &mut self.log.current_segments[HOST_STREAM] {
+            Some(current) if current.records_room => {
+                current.records_room = !room_back;
+                room_back
+            }
+            _ => true,
+        }
     }
 }
 
@@ -166,6 +185,11 @@ pub(crate) enum BlockWrite<'a> {
 }
 
 impl BlockWrite<'_> {
+    /// Whether it may store a block of data (a trim or zero record stores none).
+    pub(crate) fn carries_data(&self) -> bool {
+        !matches!(self, BlockWrite::Zero(_) | BlockWrite::Trim(_))
+    }
+
     /// The logical blocks it writes.
     fn logical_blocks(&self) -> std::ops::Range<u64> {
         let (first, count) = match *self {
@@ -302,19 +326,30 @@ impl Core {
     }
 
     /// Open the clients' batch; `Ok(true)` when it starts a new segment.
-    pub(crate) fn open_batch(&self, state: &mut WriteState, cleaned: bool) -> std::result::Result<bool, OpenProblem> {
+    /// Open the clients' batch for a write carrying `purpose`; `Ok(true)` when it began a
+    /// new segment.
+    pub(crate) fn open_batch(
+        &self,
+        state: &mut WriteState,
+        cleaned: bool,
+        purpose: Purpose,
+    ) -> std::result::Result<bool, OpenProblem> {
         let sequence = state.log.next_sequence;
+        let mut from_records_room = false;
         if state.log.current_segments[HOST_STREAM].is_none() {
             let (low_watermark, _) = crate::space::watermarks(&self.geometry);
             let free = state.space.free_segments.len();
-            self.pacer.set_headroom(free, state.space.reserve());
-            if free <= state.space.reserve() {
+            self.pacer.set_headroom(free, state.space.clients_floor(Purpose::Data));
+            if free <= state.space.clients_floor(purpose) {
                 return Err(OpenProblem::Space);
             }
+            // Records take the room kept for them: client data stays out of the segment
+            // until that room is back.
+            from_records_room = free <= state.space.clients_floor(Purpose::Data);
             if free
                 < crate::space::cleaner_thread_threshold(
                     low_watermark,
-                    state.space.reserve(),
+                    state.space.clients_floor(Purpose::Data),
                     self.pacer.window_segments(),
                 )
                 && self.background_cleaning
@@ -330,7 +365,8 @@ impl Core {
             // Checked above: more than the cleaner's reserve is free.
             return Err(OpenProblem::Space);
         }
-        let current = state.log.current_segments[HOST_STREAM].as_ref().expect("set above");
+        let current = state.log.current_segments[HOST_STREAM].as_mut().expect("set above");
+        current.records_room |= from_records_room;
         state.log.open = Some(self.batch_in(current, sequence, buffers, HOST_STREAM));
         state.log.next_sequence += 1;
         Ok(new_segment)
@@ -389,7 +425,8 @@ impl Core {
         let table = Arc::new(ChecksumTable::new(self.geometry.blocks_per_segment()));
         self.checksums.insert(segment, table.clone(), true);
         state.current_checksums[stream] = Some((segment, table));
-        state.log.current_segments[stream] = Some(CurrentSegment { segment, next_row: 0, open_sequence: sequence });
+        state.log.current_segments[stream] =
+            Some(CurrentSegment { segment, next_row: 0, open_sequence: sequence, records_room: false });
         self.members.segment_started(segment);
     }
 
@@ -599,7 +636,7 @@ impl Core {
             self.retire_stream_segment(state, stream);
         }
         if state.log.current_segments[stream].is_none()
-            && (state.space.free_segments.len() <= state.space.reserve() + 1
+            && (state.space.free_segments.len() <= state.space.clients_floor(Purpose::Data) + 1
                 || !self.open_stream_segment(state, stream, u64::MAX))
         {
             return false;

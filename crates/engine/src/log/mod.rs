@@ -34,6 +34,11 @@ pub(crate) struct CurrentSegment {
     pub(crate) segment: u64,
     pub(crate) next_row: u32,
     pub(crate) open_sequence: u64,
+    /// A clients' segment that trim and zero records opened from the room kept for them
+    /// (`space::RECORDS_ROOM_SEGMENTS`): client data goes into it only once a free segment
+    /// above the cleaner's reserve is back (docs/garbage-collection.md, "A physically full
+    /// volume").
+    pub(crate) records_room: bool,
 }
 
 /// A sealed batch on its way to the members.
