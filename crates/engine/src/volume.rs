@@ -974,9 +974,10 @@ impl Volume {
         }
         // A partial edge is a write: on a thin volume at its limit, one that needs a block
         // (an edge of a shared block, or of a block not yet stored) is refused with
-        // ENOSPC before anything is done. Whole blocks only free space.
+        // ENOSPC before anything is done. Whole blocks only free space: they go first, so
+        // that on a physically full volume their records (which may use the room kept for
+        // them) make room for the edges' data.
         self.admit_on_thin_volume(&edges)?;
-        apply(&self.cleaner, &edges, Admission::Client)?;
         // Whole blocks, a bounded slice of the work list at a time.
         const BLOCKS_PER_STEP: u64 = 1 << 16;
         let mut start = first_whole;
@@ -987,6 +988,7 @@ impl Volume {
             apply(&self.cleaner, &step, Admission::Client)?;
             start = stop;
         }
+        apply(&self.cleaner, &edges, Admission::Client)?;
         if fua {
             self.flush()?;
         }

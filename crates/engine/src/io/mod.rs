@@ -325,7 +325,6 @@ impl Core {
         self.progress.notify_all();
     }
 
-    /// Open the clients' batch; `Ok(true)` when it starts a new segment.
     /// Open the clients' batch for a write carrying `purpose`; `Ok(true)` when it began a
     /// new segment.
     pub(crate) fn open_batch(
@@ -355,7 +354,9 @@ impl Core {
                 && self.background_cleaning
             {
                 self.cleaner_wakeup.notify_one();
-            } else if free < low_watermark && !cleaned {
+            } else if free < low_watermark && !cleaned && purpose == Purpose::Data {
+                // (Records make room: a round on their path, on a full volume, could
+                // end a segment short and take the very room they came for.)
                 return Err(OpenProblem::Cleaning);
             }
         }
