@@ -691,6 +691,58 @@ fn tcp_on_loopback_serves_several_exports() {
     assert!(status.is_some_and(|status| status.success()), "serve did not exit cleanly on SIGTERM: {status:?}");
 }
 
+/// A volume whose spare is far below what `create` warns about fills up before its
+/// logical space does: nbdsh writes until the server answers ENOSPC, then trims a fifth of
+/// the blocks one by one — each is accepted, as it must be: trims are the only way out of a
+/// full volume (docs/garbage-collection.md, "A physically full volume") — writes half of
+/// them again, reads everything back, and `check` finds the volume clean after a stop.
+#[test]
+fn a_physically_full_export_accepts_trims_and_takes_writes_again() {
+    let Some(mut nbdsh) = nbd_shell() else { return };
+    // Five 8 MiB members, 64 KiB chunks: 128 segments, 6 of them spare.
+    let mut server = Server::start_with_members_of("5", "8MiB", &["--spare", "5%"]);
+    let script = r#"
+size = h.get_size()
+chunk = 64 * 1024
+pattern = lambda offset: (offset // 4096 % 251 + 1).to_bytes(1, "little") * 4096
+written = 0
+refusal = None
+while written + chunk <= size:
+    try:
+        h.pwrite(b"".join(pattern(written + i) for i in range(0, chunk, 4096)), written)
+        written += chunk
+    except nbd.Error as error:
+        refusal = error.errno
+        break
+assert refusal == "ENOSPC", "the log never filled: " + str(refusal)
+try:
+    h.pwrite(b"\x01" * 4096, written)
+    raise AssertionError("a write on a full volume succeeded")
+except nbd.Error as error:
+    assert error.errno == "ENOSPC", error
+trimmed = list(range(0, written, 5 * 4096))
+for offset in trimmed:
+    h.trim(4096, offset)
+h.flush()
+half = len(trimmed) // 2
+for offset in trimmed[:half]:
+    h.pwrite(b"\x5a" * 4096, offset)
+h.flush()
+for index, offset in enumerate(trimmed):
+    assert h.pread(4096, offset) == (b"\x5a" * 4096 if index < half else bytes(4096)), offset
+for offset in range(0, written, 4096):
+    if offset % (5 * 4096) != 0:
+        assert h.pread(4096, offset) == pattern(offset), offset
+h.shutdown()
+print("full volume script done", written, size, len(trimmed))
+"#;
+    let output = server.client(nbdsh.arg("-u").arg(server.uri()).arg("-c").arg(script));
+    assert!(text(&output).contains("full volume script done"), "{}", text(&output));
+    server.stop_cleanly(libc::SIGTERM);
+    let check = run_with_timeout(stripelog().args(["check"]).args(&server.members), CLIENT_TIMEOUT);
+    assert!(check.status.success() && text(&check).contains("clean"), "{}", text(&check));
+}
+
 /// A thinly provisioned export (`create --logical-size 1GiB` on members that hold about
 /// 300 MiB of data) through qemu-io: it shows its logical size, takes writes up to its
 /// provisioned size, refuses the next with ENOSPC ("No space left on device") without

@@ -225,6 +225,13 @@ impl Server {
 
     /// A volume of RAID level `raid` created with `create_arguments` added.
     pub fn start_with(raid: &str, create_arguments: &[&str]) -> Server {
+        // 96 MiB members: about 307 MiB of logical space, room for the 256 MiB image.
+        Server::start_with_members_of(raid, "96MiB", create_arguments)
+    }
+
+    /// A volume of RAID level `raid` on members of `member_size` (a size as `create`
+    /// takes it), created with `create_arguments` added.
+    pub fn start_with_members_of(raid: &str, member_size: &str, create_arguments: &[&str]) -> Server {
         let directory = fresh_directory("nbd");
         let members: Vec<PathBuf> = (0..MEMBER_COUNT).map(|index| directory.join(format!("m{index}"))).collect();
         let socket = directory.join("stripelog.sock");
@@ -232,9 +239,8 @@ impl Server {
         assert!(socket.as_os_str().len() < 100, "socket path too long for a Unix socket: {}", socket.display());
 
         let create = run_with_timeout(
-            // 96 MiB members: about 307 MiB of logical space, room for the 256 MiB image.
             stripelog()
-                .args(["create", "--raid", raid, "--chunk", "64KiB", "--member-size", "96MiB"])
+                .args(["create", "--raid", raid, "--chunk", "64KiB", "--member-size", member_size])
                 .args(create_arguments)
                 .args(&members),
             CLIENT_TIMEOUT,
