@@ -13,7 +13,9 @@
 #            NBD ÷ fio's random reads over the raw member files at depth 32; over NBD again
 #            with a map cache of a twentieth of the index; and the NBD peer: nbdkit's
 #            file plugin (O_DIRECT) serving a raw member to the same client
-#   nbd      one NBD connection at depth 32, 4 KiB random writes ÷ `nbdkit memory`
+#   nbd      one NBD connection at depth 32, 4 KiB random writes ÷ `nbdkit memory`; and
+#            `nbdkit null` (a server that does nothing) with the same client: the most
+#            this client drives on this machine, the ceiling of any server's ratio
 #   rebuild  rebuild of one member and `check` ÷ the disk's sequential write and read
 #            bandwidth (fio), and rebuild ÷ fio doing the same reads and writes at once
 #            and ÷ the most one disk gives a rebuild (four bytes read per byte written)
@@ -165,8 +167,9 @@ nbd)
   # The block cache holds the 1 GiB region, as nbdkit memory holds everything.
   # shellcheck disable=SC2046
   serve "$d/s.sock" "$d/serve.log" "$stripelog" serve --cache 2GiB $(five_members "$d")
-  rm -f "$d/k.sock"; nbdkit --foreground --unix "$d/k.sock" memory 4G 2>"$d/nbdkit.log" & children+=($!)
-  wait_for_socket "$d/k.sock"
+  rm -f "$d/k.sock" "$d/n.sock"; nbdkit --foreground --unix "$d/k.sock" memory 4G 2>"$d/nbdkit.log" & children+=($!)
+  nbdkit --foreground --unix "$d/n.sock" null 4G 2>"$d/nbdkit-null.log" & children+=($!)
+  wait_for_socket "$d/k.sock"; wait_for_socket "$d/n.sock"
   # A first pass on each, not counted: nbdkit allocates its pages on first write.
   for server in s k; do
     export_name=$([ $server = s ] && echo stripelog || echo "")
@@ -174,7 +177,7 @@ nbd)
       --iodepth=8 --size=1g >/dev/null 2>&1
   done
   for round in 1 2 3; do
-    for server in s k; do
+    for server in s k n; do
       export_name=$([ $server = s ] && echo stripelog || echo "")
       fio --name=one --ioengine=nbd --uri="nbd+unix:///$export_name?socket=$d/$server.sock" --rw=randwrite --bs=4k \
         --iodepth=32 --numjobs=1 --size=1g --time_based --runtime="$seconds" --output-format=json \
@@ -182,6 +185,9 @@ nbd)
     done
     ratio "one NBD connection, depth 32, 4 KiB random write ÷ nbdkit memory (round $round)" \
       "$(fio_iops "$d/s-$round.json")" "$(fio_iops "$d/k-$round.json")" "≥ 1.0, goal 1.2"
+    ratio "  nbdkit null (the client's ceiling) ÷ nbdkit memory (round $round)" \
+      "$(fio_iops "$d/n-$round.json")" "$(fio_iops "$d/k-$round.json")"
+    ratio "  stripelog ÷ nbdkit null (round $round)" "$(fio_iops "$d/s-$round.json")" "$(fio_iops "$d/n-$round.json")"
   done
   stop_servers
   rm -f "$d"/m*
