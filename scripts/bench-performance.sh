@@ -14,8 +14,8 @@
 #            with a map cache of a twentieth of the index; and the NBD peer: nbdkit's
 #            file plugin (O_DIRECT) serving a raw member to the same client
 #   nbd      one NBD connection at depth 32, 4 KiB random writes ÷ `nbdkit memory`; and
-#            `nbdkit null` (a server that does nothing) with the same client: the most
-#            this client drives on this machine, the ceiling of any server's ratio
+#            `nbdkit null` (a server that stores nothing) with the same client, to show
+#            how much of the rate is the client and the socket rather than the server
 #   rebuild  rebuild of one member and `check` ÷ the disk's sequential write and read
 #            bandwidth (fio), and rebuild ÷ fio doing the same reads and writes at once
 #            and ÷ the most one disk gives a rebuild (four bytes read per byte written)
@@ -185,7 +185,7 @@ nbd)
     done
     ratio "one NBD connection, depth 32, 4 KiB random write ÷ nbdkit memory (round $round)" \
       "$(fio_iops "$d/s-$round.json")" "$(fio_iops "$d/k-$round.json")" "≥ 1.0, goal 1.2"
-    ratio "  nbdkit null (the client's ceiling) ÷ nbdkit memory (round $round)" \
+    ratio "  nbdkit null (stores nothing) ÷ nbdkit memory (round $round)" \
       "$(fio_iops "$d/n-$round.json")" "$(fio_iops "$d/k-$round.json")"
     ratio "  stripelog ÷ nbdkit null (round $round)" "$(fio_iops "$d/s-$round.json")" "$(fio_iops "$d/n-$round.json")"
   done
