@@ -164,14 +164,16 @@ pub fn checkpoint_headroom_segments(geometry: &Geometry) -> usize {
 /// Net segments a window of rounds must win (the streams' open segments can hide a few).
 pub const MINIMUM_WON_SEGMENTS: usize = 2;
 
-/// Free segments above the clients' floor at which client writes start cleaning (one round per
-/// new segment), so that they rarely reach the reserve and wait for a whole round.
+/// Free segments above the clients' floor at which client writes start cleaning (one
+/// round per new segment), so that they rarely reach the reserve and wait for a whole
+/// round.
 const LOW_WATERMARK_ABOVE_FLOOR: usize = 2;
 
 /// Spare segments below which a full volume cannot clean: the cleaner's reserve, the
 /// checkpoint's headroom, the room kept for trim and zero records, one open and one
-/// reserved segment per stream, and the net room a window of rounds must win. A volume with fewer works until its logical space has been
-/// written, then reports ENOSPC; `stripelog create` warns about it
+/// reserved segment per stream, and the net room a window of rounds must win. A volume
+/// with fewer works until its logical space has been written, then reports ENOSPC;
+/// `stripelog create` warns about it
 /// (docs/garbage-collection.md).
 pub fn working_spare_segments(geometry: &Geometry) -> u64 {
     (CLEANING_RESERVE_SEGMENTS

@@ -61,18 +61,22 @@ impl WriteState {
     /// not opened from the records' room, or with that room back), or a free one lies
     /// above their floor (`SegmentTable::clients_floor`).
     pub(crate) fn has_room_for_clients(&self, purpose: Purpose) -> bool {
-        let free = self.space.free_segments.len();
         match &self.log.current_segments[HOST_STREAM] {
-            Some(current) => purpose == Purpose::Records || !current.records_room || free > self.space.reserve(),
-            None => free > self.space.clients_floor(purpose),
+            Some(current) => purpose == Purpose::Records || !current.records_room || self.records_room_is_free(),
+            None => self.space.free_segments.len() > self.space.clients_floor(purpose),
         }
     }
 
+    /// The room kept for records is free: a free segment lies above the cleaner's reserve.
+    fn records_room_is_free(&self) -> bool {
+        self.space.free_segments.len() > self.space.clients_floor(Purpose::Records)
+    }
+
     /// Whether client data may go into the clients' current segment now: it was not
-    /// opened from the room kept for records, or that room is back (a free segment above
-    /// the reserve), which ends the segment's mark.
+    /// opened from the room kept for records, or that room is back, which ends the
+    /// segment's mark.
     pub(crate) fn data_may_enter_clients_segment(&mut self) -> bool {
-        let room_back = self.space.free_segments.len() > self.space.reserve();
+        let room_back = self.records_room_is_free();
         match &mut self.log.current_segments[HOST_STREAM] {
             Some(current) if current.records_room => {
                 current.records_room = !room_back;
@@ -338,19 +342,15 @@ impl Core {
         if state.log.current_segments[HOST_STREAM].is_none() {
             let (low_watermark, _) = crate::space::watermarks(&self.geometry);
             let free = state.space.free_segments.len();
-            self.pacer.set_headroom(free, state.space.clients_floor(Purpose::Data));
+            let data_floor = state.space.clients_floor(Purpose::Data);
+            self.pacer.set_headroom(free, data_floor);
             if free <= state.space.clients_floor(purpose) {
                 return Err(OpenProblem::Space);
             }
             // Records take the room kept for them: client data stays out of the segment
             // until that room is back.
-            from_records_room = free <= state.space.clients_floor(Purpose::Data);
-            if free
-                < crate::space::cleaner_thread_threshold(
-                    low_watermark,
-                    state.space.clients_floor(Purpose::Data),
-                    self.pacer.window_segments(),
-                )
+            from_records_room = free <= data_floor;
+            if free < crate::space::cleaner_thread_threshold(low_watermark, data_floor, self.pacer.window_segments())
                 && self.background_cleaning
             {
                 self.cleaner_wakeup.notify_one();
