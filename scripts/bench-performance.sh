@@ -8,7 +8,8 @@
 #   tool     `stripelog bench mix`, one thread, depth 32, on a file in /dev/shm ÷ fio, one job
 #   steady   `bench engine` (fresh volume: IOPS × 4 KiB ÷ the members' sequential writes)
 #            and `bench saturate` (27 % spare, full: steady IOPS ÷ the cleaner's traffic
-#            bound, maximum latency per 10 s interval)
+#            bound, maximum latency per 10 s interval), and ÷ what fio gets from the disk
+#            doing the cleaner's own mix of reads and writes at once
 #   reads    4 KiB random reads with the block cache off, depth 32, in process and over
 #            NBD ÷ fio's random reads over the raw member files at depth 32; over NBD again
 #            with a map cache of a twentieth of the index; and the NBD peer: nbdkit's
@@ -91,6 +92,25 @@ tool)
 steady)
   "$stripelog" bench engine --dir "$directory/engine" --member-size 4GiB --region 8GiB --threads 4 \
     --read-threads 8 --duration "${seconds}s" --force --json "$directory/engine.json" >"$directory/engine.txt" 2>&1
+  # What the disk gives the cleaner's own traffic, measured by fio: 1 MiB reads and writes
+  # at scattered chunk offsets of five written 2 GiB files, at once, in the share of bytes
+  # the steady state moves per host block (WA ÷ data share written, (WA − 1) × the span
+  # bytes read per live byte relocated), at depth 4 per file as the sequential bounds. The
+  # host blocks per second that traffic carries is the most a cleaner that reads what ours
+  # reads can reach on this disk. The disk drifts over minutes, so fio runs before and
+  # after `bench saturate` and the bound is the mean: before, at 45 % reads (the share of
+  # every earlier run at 27 % spare: WA 2.13, 1.89 bytes read per live byte); after, at
+  # the run's own share.
+  m=$directory/mix; mkdir -p "$m"; rm -f "$m"/f*
+  mix_files=$(echo "$m"/f0 "$m"/f1 "$m"/f2 "$m"/f3 "$m"/f4 | tr ' ' :)
+  fio --name=fill --filename="$mix_files" --size=10g --rw=write --bs=1m --direct=1 --ioengine=io_uring \
+    --iodepth=20 --output-format=json >"$m/fill.json" 2>/dev/null
+  mix_run() { # NAME READ_PERCENT
+    fio --name=mix --filename="$mix_files" --rw=randrw --rwmixread="$2" --bs=1m --direct=1 \
+      --ioengine=io_uring --iodepth=20 --time_based --runtime="$seconds" --output-format=json \
+      >"$m/$1.json" 2>/dev/null
+  }
+  mix_run before 45
   # Six passes: enough 10 s intervals after the fill for the SNIA steady-state window (5
   # intervals within 20 % of their mean) to exclude the first, where the cleaner starts.
   "$stripelog" bench saturate --dir "$directory/saturate" --member-size 2GiB --passes 6 --force \
@@ -101,6 +121,17 @@ steady)
     "$(json "$directory/saturate.json" 'j["cleaner_bound_iops"] * j["ratio_to_cleaner_bound"]')" \
     "$(json "$directory/saturate.json" 'j["cleaner_bound_iops"]')" "≥ 0.85, goal 0.95"
   json "$directory/saturate.json" '"  the cleaner read %.2f bytes per live byte relocated (whole spans of rows); with those reads the bound is %.0f IOPS: ratio %.3f" % (j["cleaner_read_per_relocated_byte"], j["span_read_bound_iops"], j["ratio_to_span_read_bound"])'
+  read -r write_per_block read_per_block read_percent < <(json "$directory/saturate.json" \
+    '"%f %f %d" % (j["write_amplification"] * 4096 / j["data_fraction"], (j["write_amplification"] - 1) * max(1.0, j["cleaner_read_per_relocated_byte"]) * 4096, round(100 * (j["write_amplification"] - 1) * max(1.0, j["cleaner_read_per_relocated_byte"]) / ((j["write_amplification"] - 1) * max(1.0, j["cleaner_read_per_relocated_byte"]) + j["write_amplification"] / j["data_fraction"])))')
+  mix_run after "$read_percent"
+  for run in "before 45" "after $read_percent"; do
+    set -- $run
+    json "$m/$1.json" "'  fio, the cleaner\\'s mix $1 the run, $2 %% of its 1 MiB I/Os reads: read %.0f MB/s, write %.0f MB/s, carrying %.0f host blocks/s; the disk\\'s slowest 1 MiB read %.0f ms, write %.0f ms' % (j['jobs'][0]['read']['bw_bytes'] / 1e6, j['jobs'][0]['write']['bw_bytes'] / 1e6, min(j['jobs'][0]['read']['bw_bytes'] / $read_per_block, j['jobs'][0]['write']['bw_bytes'] / $write_per_block), j['jobs'][0]['read']['clat_ns']['max'] / 1e6, j['jobs'][0]['write']['clat_ns']['max'] / 1e6)"
+  done
+  mix_bound=$(python3 -c "print(sum(min(j['read']['bw_bytes'] / $read_per_block, j['write']['bw_bytes'] / $write_per_block) for j in (__import__('json').load(open(f))['jobs'][0] for f in ('$m/before.json', '$m/after.json'))) / 2)")
+  ratio "steady state IOPS ÷ host blocks/s of fio's cleaner's mix (mean)" \
+    "$(json "$directory/saturate.json" 'j["cleaner_bound_iops"] * j["ratio_to_cleaner_bound"]')" "$mix_bound"
+  rm -f "$m"/f*
   json "$directory/saturate.json" '"steady state: WA %.2f, maximum write latency per 10 s interval from the steady state on: %s ms (bar ≤ 20 ms)" % (j["write_amplification"], ", ".join("%.0f" % (i["latency_max_ns"] / 1e6) for i in j["intervals"][(j["steady_state"] or {"first_interval": 0})["first_interval"]:])) if j["steady_state"] else "NO STEADY STATE DETECTED (the IOPS above is the mean of the last intervals, perhaps with the fill): maximum write latency per 10 s interval: %s ms" % ", ".join("%.0f" % (i["latency_max_ns"] / 1e6) for i in j["intervals"])'
   ;;
 reads)
