@@ -117,20 +117,23 @@ steady)
     --json "$directory/saturate.json" --chart "$directory/saturate.svg" >"$directory/saturate.txt" 2>&1
   fresh=$(json "$directory/engine.json" '"%.3f" % j["random_write"][-1]["ratio_to_sequential"]')
   echo "fresh volume, 4 KiB random writes (4 threads) × 4 KiB ÷ (members' sequential writes × data share): $fresh"
-  ratio "steady state at 27 % spare: IOPS ÷ the cleaner's traffic bound" \
-    "$(json "$directory/saturate.json" 'j["cleaner_bound_iops"] * j["ratio_to_cleaner_bound"]')" \
+  steady_iops=$(json "$directory/saturate.json" 'j["cleaner_bound_iops"] * j["ratio_to_cleaner_bound"]')
+  ratio "steady state at 27 % spare: IOPS ÷ the cleaner's traffic bound" "$steady_iops" \
     "$(json "$directory/saturate.json" 'j["cleaner_bound_iops"]')" "≥ 0.85, goal 0.95"
   json "$directory/saturate.json" '"  the cleaner read %.2f bytes per live byte relocated (whole spans of rows); with those reads the bound is %.0f IOPS: ratio %.3f" % (j["cleaner_read_per_relocated_byte"], j["span_read_bound_iops"], j["ratio_to_span_read_bound"])'
+  # Bytes the members moved per host block in the run, written and read, and the share of
+  # reads among them.
   read -r write_per_block read_per_block read_percent < <(json "$directory/saturate.json" \
-    '"%f %f %d" % (j["write_amplification"] * 4096 / j["data_fraction"], (j["write_amplification"] - 1) * max(1.0, j["cleaner_read_per_relocated_byte"]) * 4096, round(100 * (j["write_amplification"] - 1) * max(1.0, j["cleaner_read_per_relocated_byte"]) / ((j["write_amplification"] - 1) * max(1.0, j["cleaner_read_per_relocated_byte"]) + j["write_amplification"] / j["data_fraction"])))')
+    '"%f %f %d" % ((w := j["write_amplification"] * 4096 / j["data_fraction"]), (r := (j["write_amplification"] - 1) * max(1.0, j["cleaner_read_per_relocated_byte"]) * 4096), round(100 * r / (r + w)))')
   mix_run after "$read_percent"
+  # Host blocks per second a fio run of the mix carries: its slower side sets it.
+  mix_blocks() { json "$m/$1.json" "min(j['jobs'][0]['read']['bw_bytes'] / $read_per_block, j['jobs'][0]['write']['bw_bytes'] / $write_per_block)"; }
   for run in "before 45" "after $read_percent"; do
     set -- $run
-    json "$m/$1.json" "'  fio, the cleaner\\'s mix $1 the run, $2 %% of its 1 MiB I/Os reads: read %.0f MB/s, write %.0f MB/s, carrying %.0f host blocks/s; the disk\\'s slowest 1 MiB read %.0f ms, write %.0f ms' % (j['jobs'][0]['read']['bw_bytes'] / 1e6, j['jobs'][0]['write']['bw_bytes'] / 1e6, min(j['jobs'][0]['read']['bw_bytes'] / $read_per_block, j['jobs'][0]['write']['bw_bytes'] / $write_per_block), j['jobs'][0]['read']['clat_ns']['max'] / 1e6, j['jobs'][0]['write']['clat_ns']['max'] / 1e6)"
+    json "$m/$1.json" "'  fio, the cleaner\\'s mix $1 the run, $2 %% of its 1 MiB I/Os reads: read %.0f MB/s, write %.0f MB/s, carrying %.0f host blocks/s; the disk\\'s slowest 1 MiB read %.0f ms, write %.0f ms' % (j['jobs'][0]['read']['bw_bytes'] / 1e6, j['jobs'][0]['write']['bw_bytes'] / 1e6, $(mix_blocks "$1"), j['jobs'][0]['read']['clat_ns']['max'] / 1e6, j['jobs'][0]['write']['clat_ns']['max'] / 1e6)"
   done
-  mix_bound=$(python3 -c "print(sum(min(j['read']['bw_bytes'] / $read_per_block, j['write']['bw_bytes'] / $write_per_block) for j in (__import__('json').load(open(f))['jobs'][0] for f in ('$m/before.json', '$m/after.json'))) / 2)")
-  ratio "steady state IOPS ÷ host blocks/s of fio's cleaner's mix (mean)" \
-    "$(json "$directory/saturate.json" 'j["cleaner_bound_iops"] * j["ratio_to_cleaner_bound"]')" "$mix_bound"
+  ratio "steady state IOPS ÷ host blocks/s of fio's cleaner's mix (mean)" "$steady_iops" \
+    "$(python3 -c "print(($(mix_blocks before) + $(mix_blocks after)) / 2)")"
   rm -f "$m"/f*
   json "$directory/saturate.json" '"steady state: WA %.2f, maximum write latency per 10 s interval from the steady state on: %s ms (bar ≤ 20 ms)" % (j["write_amplification"], ", ".join("%.0f" % (i["latency_max_ns"] / 1e6) for i in j["intervals"][(j["steady_state"] or {"first_interval": 0})["first_interval"]:])) if j["steady_state"] else "NO STEADY STATE DETECTED (the IOPS above is the mean of the last intervals, perhaps with the fill): maximum write latency per 10 s interval: %s ms" % ", ".join("%.0f" % (i["latency_max_ns"] / 1e6) for i in j["intervals"])'
   ;;
