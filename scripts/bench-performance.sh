@@ -2,8 +2,10 @@
 # Issue 24's figures, each printed next to its bound measured in the same run on this
 # machine (BENCHMARKS.md, "Performance where users live"). As root, after
 # `cargo build --release` and scripts/install-deps.sh. Usage:
-#   [PARTS="tool steady reads nbd rebuild cores hotcold"] [SECONDS_PER_CELL=10] \
+#   [PARTS="tool steady reads nbd rebuild cores hotcold"] [SECONDS_PER_CELL=10] [FORCE=1] \
 #     scripts/bench-performance.sh DIRECTORY
+# DIRECTORY must be empty or new (FORCE=1 allows one that holds files: they may be
+# overwritten and removed).
 # Parts:
 #   tool     `stripelog bench mix`, one thread, depth 32, on a file in /dev/shm ÷ fio, one job
 #   steady   `bench engine` (fresh volume: IOPS × 4 KiB ÷ the members' sequential writes)
@@ -34,6 +36,12 @@ stripelog=${STRIPELOG:-$PWD/target/release/stripelog}
 for tool in fio nbdkit python3 taskset; do
   command -v "$tool" >/dev/null || { echo "bench-performance: $tool is missing (scripts/install-deps.sh)" >&2; exit 1; }
 done
+# The parts write over and remove member and scratch files in DIRECTORY: one that already
+# holds files is refused unless FORCE=1.
+if [ "${FORCE:-0}" != 1 ] && [ -d "$directory" ] && [ -n "$(ls -A "$directory")" ]; then
+  echo "bench-performance: $directory is not empty (it holds $(ls -A "$directory" | head -3 | tr '\n' ' ')...); the parts write over and remove files there: choose an empty directory, or pass FORCE=1" >&2
+  exit 1
+fi
 mkdir -p "$directory"
 directory=$(cd "$directory" && pwd)
 shm=/dev/shm/stripelog-bench-performance
