@@ -22,7 +22,7 @@ use crate::index::lifetimes::{class_length_blocks, WRITE_CLOCK_ORIGIN};
 use crate::index::map::Mapping;
 use crate::io::{Core, SegmentEntry, WriteState};
 use crate::layout::format;
-use crate::layout::format::Entry;
+use crate::layout::format::EntryEffect;
 use crate::layout::geometry::BLOCK_SIZE_BYTES;
 use crate::layout::packed::{BLOCKS_PER_UNIT_MAXIMUM, FRAGMENTS_PER_BLOCK_MAXIMUM};
 use crate::log::{HOST_STREAM, METADATA_STREAM, RELOCATION_STREAMS};
@@ -782,55 +782,58 @@ impl Cleaner {
         };
         let logical_blocks = core.map.block_count();
         let mut records = Vec::new();
-        // A block zeroed or trimmed twice in the segment is one record.
         let mut ranged = rustc_hash::FxHashSet::default();
         for SegmentEntry { entry, position, write_clock } in entries {
-            match (entry, position) {
-                (Entry::Data { logical_block, lifetime_class, .. }, Some(position)) => {
-                    let mapping = Mapping::Data { position };
-                    if logical_block < logical_blocks && core.map.get(logical_block)? == mapping {
-                        records.push(record(logical_block, mapping, write_clock, lifetime_class));
+            let lifetime_class = entry.lifetime_class();
+            let (first, count, mapping) = match entry.effect(position, segment) {
+                EntryEffect::Map { first_logical_block, block_count, mapping } => {
+                    (first_logical_block, block_count, mapping)
+                }
+                EntryEffect::Copy { record: shared, position, .. } => {
+                    if !data_only && core.shared.read().get(shared).is_some_and(|copy| copy.position == position) {
+                        records.push(Live {
+                            shared_record: Some(shared),
+                            ..record(shared, Mapping::Data { position }, write_clock, lifetime_class)
+                        });
+                    }
+                    continue;
+                }
+                EntryEffect::Nothing => continue,
+            };
+            let end = first.saturating_add(count).min(logical_blocks);
+            match mapping {
+                Mapping::Data { .. } => {
+                    if first < logical_blocks && core.map.get(first)? == mapping {
+                        records.push(record(first, mapping, write_clock, lifetime_class));
                     }
                 }
-                (Entry::SharedCopy { record: shared, lifetime_class, .. }, Some(position))
-                    if !data_only && core.shared.read().get(shared).is_some_and(|copy| copy.position == position) =>
-                {
-                    records.push(Live {
-                        shared_record: Some(shared),
-                        ..record(shared, Mapping::Data { position }, write_clock, lifetime_class)
-                    });
-                }
-                (Entry::Fragment { logical_block, lifetime_class, sixteenths, .. }, Some(position)) if !data_only => {
-                    let mapping = Mapping::Fragment { position, sixteenths };
-                    // (An older version of the block in the same packed block with the same
-                    // share is the same mapping: one record.)
-                    if logical_block < logical_blocks
-                        && core.map.get(logical_block)? == mapping
+                // (An older version of the block in the same packed block with the same
+                // share is the same mapping: one record.)
+                Mapping::Fragment { .. } if !data_only => {
+                    if first < logical_blocks
+                        && core.map.get(first)? == mapping
                         && !records
                             .iter()
                             .rev()
                             .take(FRAGMENTS_PER_BLOCK_MAXIMUM * BLOCKS_PER_UNIT_MAXIMUM)
-                            .any(|other: &Live| other.logical_block == logical_block && other.mapping == mapping)
+                            .any(|other: &Live| other.logical_block == first && other.mapping == mapping)
                     {
-                        records.push(record(logical_block, mapping, write_clock, lifetime_class));
+                        records.push(record(first, mapping, write_clock, lifetime_class));
                     }
                 }
-                (Entry::Zero { logical_block, block_count } | Entry::Trim { logical_block, block_count }, _)
-                    if !data_only =>
-                {
-                    let mapping = if matches!(entry, Entry::Zero { .. }) {
-                        Mapping::Zero { segment }
-                    } else {
-                        Mapping::Trimmed { segment }
-                    };
-                    let end = logical_block.saturating_add(block_count as u64).min(logical_blocks);
-                    for block in logical_block..end {
+                // A block zeroed or trimmed twice in the segment is one record.
+                Mapping::Zero { .. } | Mapping::Trimmed { .. } if !data_only => {
+                    for block in first..end {
                         if core.map.get(block)? == mapping && ranged.insert(block) {
                             records.push(record(block, mapping, write_clock, format::LIFETIME_CLASS_UNKNOWN));
                         }
                     }
                 }
-                _ => {}
+                // Filler candidates are whole data blocks only.
+                Mapping::Fragment { .. } | Mapping::Zero { .. } | Mapping::Trimmed { .. } => {}
+                // A reference takes no block: the cleaner moves the shared copy (above), never
+                // the references to it.
+                Mapping::Shared { .. } | Mapping::Unmapped => {}
             }
         }
         Ok(records)

@@ -4,14 +4,14 @@
 use crate::array::members::{Members, ReadPurpose, ReadSource};
 use crate::error::{Error, LogInconsistency, LostMetadata, Result};
 use crate::index::map::{BlockMap, Mapping};
-use crate::layout::format::{self, BatchHeader, DamagedHead, Entry, Summary, NO_SEGMENT};
+use crate::layout::format::{self, BatchHeader, DamagedHead, Entry, EntryEffect, Summary, NO_SEGMENT};
 use crate::layout::geometry::{BlockLocation, Geometry, RaidLevel, Role, BLOCK_SIZE_BYTES};
 use crate::space::shared::SharedTable;
 use crate::space::{SegmentStatus, SegmentUse};
 use crate::stats::{Counters, RecoveryReport};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::time::Instant;
 use stripelog_blockdev::AlignedBuffer;
 
@@ -30,11 +30,7 @@ impl FoundBatch {
         let slots = self.header.row_count as usize * data_columns;
         let mut checksums = vec![format::zero_block_checksum(); slots];
         for (index, entry) in self.data_blocks() {
-            if let Entry::Data { checksum, .. }
-            | Entry::Page { checksum, .. }
-            | Entry::Packed { checksum, .. }
-            | Entry::SharedCopy { checksum, .. } = entry
-            {
+            if let Some(checksum) = entry.block_checksum() {
                 checksums[index as usize] = checksum;
             }
         }
@@ -92,13 +88,6 @@ pub(crate) struct Recovered {
     pub report: RecoveryReport,
     /// The shared-block table (empty without deduplication).
     pub shared: SharedTable,
-}
-
-/// What replaying an entry does: a logical block's mapping changes, or a shared-block
-/// record's copy is written at a position (born, or moved there by the cleaner).
-pub(crate) enum Replayed {
-    Map(u64, Mapping),
-    Copy { record: u64, position: u64, moved: bool },
 }
 
 struct Reader<'a> {
@@ -663,80 +652,31 @@ pub(crate) fn recover(
     } else {
         read_log(&reader, true, superblock_durable_through)?
     };
-    let logical_blocks = geometry.logical_block_count();
-    let rows_on_media: Vec<AtomicU32> = (0..geometry.segment_count()).map(|_| AtomicU32::new(0)).collect();
-    // The oldest clock of its batches: the minimum over them, from the top.
-    let mut segments =
-        vec![SegmentUse { opened_clock: u64::MAX, ..SegmentUse::FREE }; geometry.segment_count() as usize];
-    // Replay, taking clocks and streams from the batches' headers (0 where summaries of
-    // version 1 do not say): a segment is as old as its oldest batch's clock.
-    let mut replayed = 0;
-    let mut write_clock = 0;
-    let mut shared = SharedTable::default();
+    let mut replayer = Replayer::new(
+        geometry,
+        &map,
+        vec![SegmentUse::FREE; geometry.segment_count() as usize],
+        SharedTable::default(),
+        0,
+    );
     for (_, batch) in log.batches.range(..=log.last_sequence) {
-        // A map with no page in the log yet: every page is in RAM, no set reads one.
-        let mut failure = None;
-        replay(geometry, batch, logical_blocks, &mut |replayed| match replayed {
-            Replayed::Map(block, mapping) => {
-                if let Err(error) = map.set(block, mapping) {
-                    failure.get_or_insert(error);
-                }
-                Ok(())
-            }
-            // Counts come from the final map below.
-            Replayed::Copy { record, position, .. } => {
-                shared.born(record, position);
-                Ok(())
+        replayer.replay(batch)?;
+    }
+    let Replayer { mut segments, mut shared, write_clock, batches_replayed: replayed, .. } = replayer;
+    shared.finish_loading();
+    let rows_on_media: Vec<AtomicU32> = segments
+        .iter_mut()
+        .map(|segment| {
+            if segment.live_units > 0 {
+                segment.status = SegmentStatus::Used;
+                AtomicU32::new(segment.sealed_rows)
+            } else {
+                // Nothing live: free (its head is zeroed before new writes).
+                *segment = SegmentUse::FREE;
+                AtomicU32::new(0)
             }
         })
-        .map_err(Error::InconsistentLog)?;
-        if let Some(error) = failure {
-            return Err(error);
-        }
-        let header = &batch.header;
-        rows_on_media[header.segment as usize].fetch_max(header.first_row + header.row_count, Ordering::Relaxed);
-        let usage = &mut segments[header.segment as usize];
-        usage.opened_clock = usage.opened_clock.min(header.write_clock);
-        usage.age_clock = usage.age_clock.max(header.write_clock);
-        usage.stream = header.stream;
-        write_clock = write_clock.max(header.write_clock);
-        replayed += 1;
-    }
-    let per_segment = geometry.blocks_per_segment();
-    let mut references: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
-    map.for_each(|_, mapping| {
-        if let Some(segment) = mapping.segment(per_segment) {
-            segments[segment as usize].live_units += mapping.live_units(geometry);
-        }
-        if let Mapping::Shared { record } = mapping {
-            *references.entry(record).or_default() += 1;
-        }
-    })?;
-    // A shared copy is live while the index refers to its record; its count is the
-    // references the index holds (exact: a full scan replays every surviving batch).
-    let records: Vec<(u64, u64)> = shared.in_use_records().map(|(record, copy)| (record, copy.position)).collect();
-    for (record, position) in records {
-        let count = references.remove(&record).unwrap_or(0);
-        shared.set_references(record, count.min(crate::space::shared::REFERENCES_MAXIMUM as u64) as u8);
-        if count > 0 {
-            segments[(position / per_segment) as usize].live_units += geometry.live_units_per_block();
-        }
-    }
-    if let Some((&record, _)) = references.iter().next() {
-        return Err(Error::InconsistentLog(LogInconsistency::BadSharedRecord { sequence: log.last_sequence, record }));
-    }
-    shared.finish_loading();
-    for (index, segment) in segments.iter_mut().enumerate() {
-        if segment.opened_clock == u64::MAX {
-            segment.opened_clock = 0;
-        }
-        if segment.live_units > 0 {
-            segment.status = SegmentStatus::Used;
-            segment.sealed_rows = rows_on_media[index].load(Ordering::Relaxed);
-        } else {
-            rows_on_media[index].store(0, Ordering::Relaxed);
-        }
-    }
+        .collect();
     // Where a batch nobody could read may sit (a torn write beyond the log end that a
     // different set of members might rebuild later): the row after each used segment's
     // chain, and row 0 of each free segment. They are zeroed before new writes.
@@ -790,68 +730,111 @@ pub(crate) fn recover(
     })
 }
 
-/// Apply one batch to the map and the shared-block table (step 6).
-fn replay(
-    geometry: &Geometry,
-    batch: &FoundBatch,
-    logical_blocks: u64,
-    apply: &mut dyn FnMut(Replayed) -> std::result::Result<(), LogInconsistency>,
-) -> std::result::Result<(), LogInconsistency> {
-    let segment = batch.header.segment;
-    let sequence = batch.header.sequence;
-    for (index, entry) in batch.entries() {
-        let (first, count, mapping) = match entry {
-            Entry::SharedCopy { .. } | Entry::Reference { .. } if !geometry.shared_blocks => {
-                return Err(LogInconsistency::SharingWithoutFeature { sequence });
-            }
-            Entry::SharedCopy { record, .. } | Entry::Reference { record, .. }
-                if record >= geometry.physical_data_blocks() =>
-            {
-                return Err(LogInconsistency::BadSharedRecord { sequence, record });
-            }
-            Entry::SharedCopy { record, moved, .. } => {
-                let index = index.expect("a shared copy describes a block");
-                apply(Replayed::Copy { record, position: batch.position(geometry, index), moved })?;
-                continue;
-            }
-            Entry::Reference { record, logical_block } => (logical_block, 1, Mapping::Shared { record }),
-            // Checkpoint blocks change no logical block.
-            Entry::Page { .. } => continue,
-            Entry::Data { logical_block, .. } => {
-                let index = index.expect("a data entry describes a block");
-                (logical_block, 1, Mapping::Data { position: batch.position(geometry, index) })
-            }
-            Entry::Packed { .. } if !geometry.packed_fragments => {
-                return Err(LogInconsistency::FragmentWithoutFeature { sequence: batch.header.sequence });
-            }
-            Entry::Packed { .. } => continue,
-            Entry::Fragment { logical_block, sixteenths, .. } => {
-                if !geometry.packed_fragments {
-                    return Err(LogInconsistency::FragmentWithoutFeature { sequence: batch.header.sequence });
-                }
-                let index = index.expect("a fragment is in a packed block (summaries are checked for it)");
-                (logical_block, 1, Mapping::Fragment { position: batch.position(geometry, index), sixteenths })
-            }
-            Entry::Zero { logical_block, block_count } => {
-                (logical_block, block_count as u64, Mapping::Zero { segment })
-            }
-            Entry::Trim { logical_block, block_count } => {
-                (logical_block, block_count as u64, Mapping::Trimmed { segment })
-            }
-        };
-        if first.checked_add(count).is_none_or(|end| end > logical_blocks) {
-            return Err(LogInconsistency::EntryBeyondVolume {
-                sequence: batch.header.sequence,
-                first_block: first,
-                block_count: count,
-                logical_blocks,
-            });
-        }
-        for logical_block in first..first + count {
-            apply(Replayed::Map(logical_block, mapping))?;
-        }
+/// Replays batches onto the index, the shared-block table and the segments' uses (step
+/// 6): each entry's effect (`Entry::effect`) is applied with exact live-count moves — the
+/// mapping an entry makes adds its units to its segment, the mapping it replaces takes
+/// its units away, a shared copy counts once in its segment through its record. The one
+/// path both mounts replay through: from a checkpoint (starting from its segment table and
+/// shared-block table) and by a full scan (starting from nothing).
+pub(crate) struct Replayer<'a> {
+    geometry: &'a Geometry,
+    map: &'a BlockMap,
+    segments: Vec<SegmentUse>,
+    shared: SharedTable,
+    /// The latest write clock of the batches replayed (from where the replay started).
+    write_clock: u64,
+    batches_replayed: u64,
+}
+
+impl<'a> Replayer<'a> {
+    pub(crate) fn new(
+        geometry: &'a Geometry,
+        map: &'a BlockMap,
+        segments: Vec<SegmentUse>,
+        shared: SharedTable,
+        write_clock: u64,
+    ) -> Replayer<'a> {
+        assert_eq!(segments.len() as u64, geometry.segment_count(), "one use per segment");
+        Replayer { geometry, map, segments, shared, write_clock, batches_replayed: 0 }
     }
-    Ok(())
+
+    /// Apply `batch` (the next one of the log, in sequence order).
+    fn replay(&mut self, batch: &FoundBatch) -> Result<()> {
+        let header = &batch.header;
+        assert!((header.segment as usize) < self.segments.len(), "a found batch lies in the volume");
+        let usage = &mut self.segments[header.segment as usize];
+        if header.first_row == 0 {
+            // The segment's first batch of this use: what was known of it is an older use
+            // (whose blocks' deaths, replayed before, took its count to zero).
+            *usage = SegmentUse::recovered(usage.live_units, header.write_clock);
+        }
+        usage.note_batch(header);
+        for (index, entry) in batch.entries() {
+            entry.validate(self.geometry, header.sequence).map_err(Error::InconsistentLog)?;
+            let position = index.map(|index| batch.position(self.geometry, index));
+            match entry.effect(position, header.segment) {
+                EntryEffect::Map { first_logical_block, block_count, mapping } => {
+                    for logical_block in first_logical_block..first_logical_block + block_count {
+                        self.remap(logical_block, mapping, header.sequence)?;
+                    }
+                }
+                EntryEffect::Copy { record, position, moved } => self.copy(record, position, moved),
+                EntryEffect::Nothing => {}
+            }
+        }
+        self.write_clock = self.write_clock.max(header.write_clock);
+        self.batches_replayed += 1;
+        Ok(())
+    }
+
+    /// Logical block `logical_block` now maps to `mapping` (replay loads the index pages its
+    /// batches touch, and only those).
+    fn remap(&mut self, logical_block: u64, mapping: Mapping, sequence: u64) -> Result<()> {
+        let per_segment = self.geometry.blocks_per_segment();
+        if let Mapping::Shared { record } = mapping {
+            if self.shared.add_reference(record).is_err() {
+                return Err(Error::InconsistentLog(LogInconsistency::BadSharedRecord { sequence, record }));
+            }
+        }
+        let old = self.map.set(logical_block, mapping)?;
+        if let Some(segment) = old.segment(per_segment) {
+            self.remove_units(segment, old.live_units(self.geometry));
+        }
+        if let Mapping::Shared { record } = old {
+            if let Some(position) = self.shared.remove_reference(record) {
+                self.remove_units(position / per_segment, self.geometry.live_units_per_block());
+            }
+        }
+        if let Some(segment) = mapping.segment(per_segment) {
+            self.segments[segment as usize].live_units += mapping.live_units(self.geometry);
+        }
+        Ok(())
+    }
+
+    /// Shared-block record `record`'s copy is at `position`: born there, or moved there
+    /// from its old copy, which dies. A moved copy whose record is not known is taken as
+    /// born: a full scan no longer finds the batch that bore it once the cleaner moved the
+    /// copy and its old segment was reused (from a checkpoint it cannot happen: a move is
+    /// written only while the record is in use).
+    fn copy(&mut self, record: u64, position: u64, moved: bool) {
+        let per_segment = self.geometry.blocks_per_segment();
+        let per_block = self.geometry.live_units_per_block();
+        match self.shared.get(record).filter(|_| moved) {
+            Some(old) => {
+                self.remove_units(old.position / per_segment, per_block);
+                self.shared.moved(record, position);
+            }
+            None => self.shared.born(record, position),
+        }
+        self.segments[(position / per_segment) as usize].live_units += per_block;
+    }
+
+    /// `units` live units of `segment` died. (Saturating: a count replayed from a
+    /// checkpoint's table may already lack what an older use of the segment held.)
+    fn remove_units(&mut self, segment: u64, units: u64) {
+        let usage = &mut self.segments[segment as usize];
+        usage.live_units = usage.live_units.saturating_sub(units);
+    }
 }
 
 /// Steps 4–5 on the media: rewrite the damaged shards of the tail in place, make the
@@ -1073,8 +1056,8 @@ pub(crate) fn check(
         report.fragments_damaged += verification.fragments_damaged.len() as u64;
         for (index, entry) in batch.data_blocks() {
             let position = batch.position(geometry, index);
-            let (logical_block, mapping) = match entry {
-                Entry::SharedCopy { record, .. } => {
+            let (logical_block, mapping) = match entry.effect(Some(position), batch.header.segment) {
+                EntryEffect::Copy { record, .. } => {
                     if shared.get(record).is_some_and(|copy| copy.position == position)
                         && verification.blocks_unrecoverable.contains(&index)
                     {
@@ -1082,11 +1065,11 @@ pub(crate) fn check(
                     }
                     continue;
                 }
-                Entry::Data { logical_block, .. } => (logical_block, Mapping::Data { position }),
-                Entry::Fragment { logical_block, sixteenths, .. } => {
-                    (logical_block, Mapping::Fragment { position, sixteenths })
+                EntryEffect::Map { first_logical_block, mapping, .. } if mapping.position().is_some() => {
+                    (first_logical_block, mapping)
                 }
-                _ => continue,
+                // Records of ranges take no block; a checkpoint or packed block maps nothing.
+                EntryEffect::Map { .. } | EntryEffect::Nothing => continue,
             };
             let fragment_damaged = matches!(mapping, Mapping::Fragment { .. })
                 && verification.fragments_damaged.iter().any(|&(packed_block, damaged)| {
@@ -1412,8 +1395,7 @@ pub(crate) fn recover_from_checkpoint(
     // Step 6 from the checkpoint's table: replay what came after it, moving live counts
     // from the version each entry replaces to the new one.
     let per_segment = geometry.blocks_per_segment();
-    let logical_blocks = geometry.logical_block_count();
-    let mut segments: Vec<SegmentUse> = loaded
+    let segments: Vec<SegmentUse> = loaded
         .records
         .iter()
         .map(|record| SegmentUse {
@@ -1428,80 +1410,11 @@ pub(crate) fn recover_from_checkpoint(
             left_at_generation: 0,
         })
         .collect();
-    let mut replayed = 0;
-    let mut write_clock = root.write_clock;
-    let mut shared = loaded.shared;
+    let mut replayer = Replayer::new(geometry, &map, segments, loaded.shared, root.write_clock);
     for (_, batch) in batches.range(checkpoint_sequence + 1..=last_sequence) {
-        let header = &batch.header;
-        {
-            let usage = &mut segments[header.segment as usize];
-            if header.first_row == 0 {
-                // Entered after the checkpoint: what the table said of it is an older use
-                // (its blocks' deaths, replayed before, took its count to zero).
-                *usage =
-                    SegmentUse { live_units: usage.live_units, opened_clock: header.write_clock, ..SegmentUse::FREE };
-            }
-            usage.status = SegmentStatus::Used;
-            usage.stream = header.stream;
-            usage.opened_clock = usage.opened_clock.min(header.write_clock);
-            usage.age_clock = usage.age_clock.max(header.write_clock);
-            usage.sealed_rows = usage.sealed_rows.max(header.first_row + header.row_count);
-        }
-        // Replay loads the index pages its batches touch (and only those). Shared copies
-        // count once in their segment, through their record, as in the write path.
-        let mut failure = None;
-        let per_block = geometry.live_units_per_block();
-        replay(geometry, batch, logical_blocks, &mut |replayed| {
-            let (block, mapping) = match replayed {
-                Replayed::Map(block, mapping) => (block, mapping),
-                Replayed::Copy { record, position, moved } => {
-                    if moved {
-                        // (A record freed before its move was replayed has nothing to move.)
-                        let Some(old) = shared.get(record) else { return Ok(()) };
-                        let usage = &mut segments[(old.position / per_segment) as usize];
-                        usage.live_units = usage.live_units.saturating_sub(per_block);
-                        shared.moved(record, position);
-                    } else {
-                        shared.born(record, position);
-                    }
-                    segments[(position / per_segment) as usize].live_units += per_block;
-                    return Ok(());
-                }
-            };
-            if let Mapping::Shared { record } = mapping {
-                if shared.add_reference(record).is_err() {
-                    return Err(LogInconsistency::BadSharedRecord { sequence: header.sequence, record });
-                }
-            }
-            let old = match map.set(block, mapping) {
-                Ok(old) => old,
-                Err(error) => {
-                    failure.get_or_insert(error);
-                    return Ok(());
-                }
-            };
-            if let Some(segment) = old.segment(per_segment) {
-                let usage = &mut segments[segment as usize];
-                usage.live_units = usage.live_units.saturating_sub(old.live_units(geometry));
-            }
-            if let Mapping::Shared { record } = old {
-                if let Some(position) = shared.remove_reference(record) {
-                    let usage = &mut segments[(position / per_segment) as usize];
-                    usage.live_units = usage.live_units.saturating_sub(per_block);
-                }
-            }
-            if let Some(segment) = mapping.segment(per_segment) {
-                segments[segment as usize].live_units += mapping.live_units(geometry);
-            }
-            Ok(())
-        })
-        .map_err(Error::InconsistentLog)?;
-        if let Some(error) = failure {
-            return Err(error);
-        }
-        write_clock = write_clock.max(header.write_clock);
-        replayed += 1;
+        replayer.replay(batch)?;
     }
+    let Replayer { mut segments, mut shared, write_clock, batches_replayed: replayed, .. } = replayer;
     shared.finish_loading();
     // Checkpoint blocks are live where the committed checkpoint names them.
     for usage in segments.iter_mut() {

@@ -61,6 +61,22 @@ impl SegmentUse {
             && self.live_units * 2 < geometry.blocks_per_segment() * geometry.live_units_per_block()
     }
 
+    /// A segment entering a new use at recovery, as its first batch (written at clock
+    /// `write_clock`) is replayed: live units already counted for it stay.
+    pub(crate) fn recovered(live_units: u64, write_clock: u64) -> SegmentUse {
+        SegmentUse { live_units, opened_clock: write_clock, ..SegmentUse::FREE }
+    }
+
+    /// Recovery replays a batch of the segment: it is used, by the batch's stream, at
+    /// least as old as the batch's clock, and sealed through the batch's rows.
+    pub(crate) fn note_batch(&mut self, header: &crate::layout::format::BatchHeader) {
+        self.status = SegmentStatus::Used;
+        self.stream = header.stream;
+        self.opened_clock = self.opened_clock.min(header.write_clock);
+        self.age_clock = self.age_clock.max(header.write_clock);
+        self.sealed_rows = self.sealed_rows.max(header.first_row + header.row_count);
+    }
+
     pub(crate) const FREE: SegmentUse = SegmentUse {
         live_units: 0,
         status: SegmentStatus::Free,

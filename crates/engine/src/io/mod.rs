@@ -1971,14 +1971,7 @@ impl Core {
         for (data_index, entry) in format::batch_entries(std::iter::once((summary, index))) {
             // (A further fragment's checksum is its decompressed block's, not its
             // packed block's: the packed block's is its `Packed` entry's.)
-            if let (
-                Some(data_index),
-                Entry::Data { checksum, .. }
-                | Entry::Page { checksum, .. }
-                | Entry::Packed { checksum, .. }
-                | Entry::SharedCopy { checksum, .. },
-            ) = (data_index, entry)
-            {
+            if let (Some(data_index), Some(checksum)) = (data_index, entry.block_checksum()) {
                 table.set(position_of(data_index) % per_segment, checksum);
             }
         }

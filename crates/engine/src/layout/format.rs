@@ -2,6 +2,7 @@
 //! blocks. Byte layouts are in docs/on-disk-format.md; this file is their only encoder.
 
 use crate::layout::geometry::{Geometry, RaidLevel, BLOCK_SIZE_BYTES};
+use crate::layout::mapping::Mapping;
 pub use crate::stats::LifetimeCounters;
 use crate::stats::LIFETIME_COUNTER_COUNT;
 
@@ -818,21 +819,161 @@ impl Entry {
     /// Whether the entry describes the next block of its group (data or a checkpoint page),
     /// rather than a range of logical blocks.
     pub fn has_block(&self) -> bool {
-        matches!(self, Entry::Data { .. } | Entry::Page { .. } | Entry::Packed { .. } | Entry::SharedCopy { .. })
+        match self {
+            Entry::Data { .. } | Entry::Page { .. } | Entry::Packed { .. } | Entry::SharedCopy { .. } => true,
+            Entry::Zero { .. } | Entry::Trim { .. } | Entry::Reference { .. } | Entry::Fragment { .. } => false,
+        }
     }
 
     /// Whether the entry needs summary version 4 (kinds 10–13).
     pub fn is_sharing(&self) -> bool {
-        matches!(
-            self,
-            Entry::SharedCopy { .. } | Entry::Reference { .. } | Entry::Page { kind: PageKind::SharedTable, .. }
-        )
+        self.needs_feature() == Some(EntryFeature::SharedBlocks)
     }
 
     /// Whether the entry names a packed fragment (kind 8 or 9).
     pub fn is_fragment(&self) -> bool {
-        matches!(self, Entry::Packed { .. } | Entry::Fragment { .. })
+        self.needs_feature() == Some(EntryFeature::PackedFragments)
     }
+
+    /// The volume feature the entry needs: a volume created without it never holds one.
+    pub fn needs_feature(&self) -> Option<EntryFeature> {
+        match self {
+            Entry::Packed { .. } | Entry::Fragment { .. } => Some(EntryFeature::PackedFragments),
+            Entry::SharedCopy { .. } | Entry::Reference { .. } => Some(EntryFeature::SharedBlocks),
+            Entry::Page { kind: PageKind::SharedTable, .. } => Some(EntryFeature::SharedBlocks),
+            Entry::Page {
+                kind: PageKind::Index | PageKind::Directory | PageKind::SegmentTable | PageKind::Root,
+                ..
+            }
+            | Entry::Data { .. }
+            | Entry::Zero { .. }
+            | Entry::Trim { .. } => None,
+        }
+    }
+
+    /// The CRC32C that the block the entry describes must prove (its position's checksum):
+    /// `None` for an entry that describes no block of its own. (A fragment's checksum is its
+    /// unit's, decompressed; the packed block it starts in is proven by its `Packed` entry.)
+    pub fn block_checksum(&self) -> Option<u32> {
+        match *self {
+            Entry::Data { checksum, .. }
+            | Entry::Page { checksum, .. }
+            | Entry::Packed { checksum }
+            | Entry::SharedCopy { checksum, .. } => Some(checksum),
+            Entry::Zero { .. } | Entry::Trim { .. } | Entry::Reference { .. } | Entry::Fragment { .. } => None,
+        }
+    }
+
+    /// How long the previous version of the block lived, as the writer recorded it (the
+    /// cleaner's prediction of this version's life); unknown for entries without one.
+    pub fn lifetime_class(&self) -> u8 {
+        match *self {
+            Entry::Data { lifetime_class, .. }
+            | Entry::SharedCopy { lifetime_class, .. }
+            | Entry::Fragment { lifetime_class, .. } => lifetime_class,
+            Entry::Zero { .. }
+            | Entry::Trim { .. }
+            | Entry::Page { .. }
+            | Entry::Packed { .. }
+            | Entry::Reference { .. } => LIFETIME_CLASS_UNKNOWN,
+        }
+    }
+
+    /// Whether the entry can stand in a batch of a volume of `geometry`: its feature is the
+    /// volume's, the shared-block record it names is in range, the logical blocks it maps
+    /// are in the volume. Mount refuses a log with an entry that cannot (a log no run of
+    /// the engine writes).
+    pub fn validate(&self, geometry: &Geometry, sequence: u64) -> Result<(), crate::error::LogInconsistency> {
+        use crate::error::LogInconsistency;
+        match self.needs_feature() {
+            Some(EntryFeature::PackedFragments) if !geometry.packed_fragments => {
+                return Err(LogInconsistency::FragmentWithoutFeature { sequence });
+            }
+            Some(EntryFeature::SharedBlocks) if !geometry.shared_blocks => {
+                return Err(LogInconsistency::SharingWithoutFeature { sequence });
+            }
+            Some(EntryFeature::PackedFragments | EntryFeature::SharedBlocks) | None => {}
+        }
+        let (first_block, block_count) = match *self {
+            Entry::SharedCopy { record, .. } | Entry::Reference { record, .. }
+                if record >= geometry.physical_data_blocks() =>
+            {
+                return Err(LogInconsistency::BadSharedRecord { sequence, record });
+            }
+            Entry::Data { logical_block, .. }
+            | Entry::Fragment { logical_block, .. }
+            | Entry::Reference { logical_block, .. } => (logical_block, 1),
+            Entry::Zero { logical_block, block_count } | Entry::Trim { logical_block, block_count } => {
+                (logical_block, block_count as u64)
+            }
+            Entry::SharedCopy { .. } | Entry::Page { .. } | Entry::Packed { .. } => return Ok(()),
+        };
+        let logical_blocks = geometry.logical_block_count();
+        if first_block.checked_add(block_count).is_none_or(|end| end > logical_blocks) {
+            return Err(LogInconsistency::EntryBeyondVolume { sequence, first_block, block_count, logical_blocks });
+        }
+        Ok(())
+    }
+
+    /// What replaying the entry does, given the data-space `position` of the block
+    /// [`batch_entries`] says it describes (for a fragment, the packed block it starts in)
+    /// and the `segment` of its batch. The one statement of each kind's meaning: mount's
+    /// replay, the cleaner's search for live records and `check` all follow it.
+    pub fn effect(&self, position: Option<u64>, segment: u64) -> EntryEffect {
+        let block_position = || position.expect("batch_entries gives every entry with a block its position");
+        match *self {
+            Entry::Data { logical_block, .. } => EntryEffect::Map {
+                first_logical_block: logical_block,
+                block_count: 1,
+                mapping: Mapping::Data { position: block_position() },
+            },
+            Entry::Fragment { logical_block, sixteenths, .. } => EntryEffect::Map {
+                first_logical_block: logical_block,
+                block_count: 1,
+                mapping: Mapping::Fragment { position: block_position(), sixteenths },
+            },
+            Entry::Reference { record, logical_block } => EntryEffect::Map {
+                first_logical_block: logical_block,
+                block_count: 1,
+                mapping: Mapping::Shared { record },
+            },
+            Entry::Zero { logical_block, block_count } => EntryEffect::Map {
+                first_logical_block: logical_block,
+                block_count: block_count as u64,
+                mapping: Mapping::Zero { segment },
+            },
+            Entry::Trim { logical_block, block_count } => EntryEffect::Map {
+                first_logical_block: logical_block,
+                block_count: block_count as u64,
+                mapping: Mapping::Trimmed { segment },
+            },
+            Entry::SharedCopy { record, moved, .. } => EntryEffect::Copy { record, position: block_position(), moved },
+            // A checkpoint block means something only to the checkpoint that names it; a
+            // packed block holds the fragments its `Fragment` entries map.
+            Entry::Page { .. } | Entry::Packed { .. } => EntryEffect::Nothing,
+        }
+    }
+}
+
+/// A volume feature an entry kind needs (`Entry::needs_feature`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryFeature {
+    /// Compression (feature bit 2): packed blocks and their fragments.
+    PackedFragments,
+    /// Deduplication (feature bit 4): shared copies, references, shared-table pages.
+    SharedBlocks,
+}
+
+/// What an entry does to the index when its batch is replayed (`Entry::effect`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryEffect {
+    /// Logical blocks `first_logical_block .. + block_count` now map to `mapping`.
+    Map { first_logical_block: u64, block_count: u64, mapping: Mapping },
+    /// Shared-block record `record`'s copy is the block at `position`: born there, or
+    /// moved there by the cleaner (`moved`).
+    Copy { record: u64, position: u64, moved: bool },
+    /// Nothing in the index (a checkpoint block, a packed block).
+    Nothing,
 }
 
 /// The fields every summary block of a batch repeats.

@@ -5,5 +5,6 @@
 pub mod checkpoint;
 pub mod format;
 pub mod geometry;
+pub mod mapping;
 pub mod packed;
 pub mod write_log;

@@ -214,20 +214,6 @@ impl SharedTable {
         self.quarantined.clear();
     }
 
-    /// Set a record's reference count outright (a full-scan mount counts references from
-    /// the index); zero frees it.
-    pub fn set_references(&mut self, record: u64, references: u8) {
-        let Some(mut current) = self.get(record) else { return };
-        if references == 0 {
-            self.set(record, 0);
-            self.in_use -= 1;
-            self.reusable.push(record);
-            return;
-        }
-        current.references = references;
-        self.set(record, SharedRecord::pack(Some(current)));
-    }
-
     /// Every record in use, with its number.
     pub fn in_use_records(&self) -> impl Iterator<Item = (u64, SharedRecord)> + '_ {
         self.records
