@@ -15,7 +15,7 @@ use crate::layout::checkpoint::{
 use crate::layout::format::{self, CheckpointReference, PageKind};
 use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
 use crate::log::{METADATA_STREAM, STREAM_COUNT};
-use crate::space::{SegmentStatus, SegmentUse};
+use crate::space::SegmentUse;
 use crate::stats::Counters;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,25 +23,6 @@ use stripelog_blockdev::AlignedBuffer;
 
 /// ... or when this long has passed with any batch written.
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
-
-/// The segment table record of a segment, as a checkpoint stores it.
-fn record_of(usage: &SegmentUse) -> SegmentRecord {
-    SegmentRecord {
-        live_units: usage.live_units.min(u32::MAX as u64) as u32,
-        status: match usage.status {
-            SegmentStatus::Free => 0,
-            SegmentStatus::Used => 1,
-            SegmentStatus::Current => 2,
-            SegmentStatus::WaitingForFlush(_) | SegmentStatus::Releasing => 3,
-            SegmentStatus::Reserved => 4,
-        },
-        stream: usage.stream,
-        pinned: usage.pinned,
-        age_clock: usage.age_clock,
-        opened_clock: usage.opened_clock,
-        sealed_rows: usage.sealed_rows,
-    }
-}
 
 /// What a snapshot (taken under the state lock) says the checkpoint holds.
 struct Snapshot {
@@ -81,21 +62,16 @@ impl Core {
     /// next one: on a volume short of space, checkpoints can free no more than they take,
     /// and a caller that went on while one was merely written would loop for ever.)
     pub(crate) fn checkpoint_for_space(&self) -> Result<bool> {
-        let free_before = self.state.lock().space.free_segments.len();
+        let free_before = self.state.lock().space.free_count();
         let blocked = {
             let state = self.state.lock();
-            let durable = state.log.durable_through_sequence;
-            let checkpoints = state.space.checkpoints;
-            state.space.segments.iter().any(|usage| {
-                matches!(usage.status, SegmentStatus::WaitingForFlush(tag) if tag <= durable)
-                    && !checkpoints.allows_reuse(usage.left_at_generation)
-            })
+            state.space.any_waiting_for_checkpoint(state.log.durable_through_sequence)
         };
         if !blocked || self.write_checkpoint()?.is_none() {
             return Ok(false);
         }
         self.stop_on_error(self.reclaim())?;
-        Ok(self.state.lock().space.free_segments.len() > free_before)
+        Ok(self.state.lock().space.free_count() > free_before)
     }
 
     /// Bytes of batches (data columns) written since the volume was opened.
@@ -266,15 +242,11 @@ impl Core {
         {
             let mut guard = self.state.lock();
             let state = &mut *guard;
-            state.space.checkpoints.committed = generation;
+            state.space.checkpoint_committed(generation);
             let per_segment = self.geometry.blocks_per_segment();
             let durable = state.log.durable_through_sequence;
             for position in dying {
-                let usage = &mut state.space.segments[(position / per_segment) as usize];
-                usage.live_units = usage.live_units.saturating_sub(self.geometry.live_units_per_block());
-                if usage.live_units == 0 && usage.status == SegmentStatus::Used {
-                    usage.status = SegmentStatus::WaitingForFlush(durable);
-                }
+                state.space.remove_live(position / per_segment, self.geometry.live_units_per_block(), durable);
             }
         }
         Ok(generation)
@@ -286,7 +258,7 @@ impl Core {
         let per_segment = self.geometry.blocks_per_segment();
         let sparse: Vec<bool> = {
             let state = self.state.lock();
-            state.space.segments.iter().map(|usage| usage.is_mostly_dead(&self.geometry)).collect()
+            state.space.uses().map(|(_, usage)| usage.is_mostly_dead(&self.geometry)).collect()
         };
         let pages: Vec<u64> = self
             .map
@@ -324,13 +296,12 @@ impl Core {
     /// Step 1 under the state lock: the dirty index pages and `sparse_pages`, the changed
     /// segment table pages, the streams' positions.
     fn snapshot(&self, state: &mut WriteState, checkpoint: &CheckpointState, sparse_pages: &[u64]) -> Snapshot {
-        let generation = state.space.checkpoints.snapshot.max(checkpoint.generation) + 1;
-        state.space.checkpoints.snapshot = generation;
+        let generation = state.space.checkpoints().snapshot.max(checkpoint.generation) + 1;
+        state.space.snapshot_taken(generation);
         let per_segment = self.geometry.blocks_per_segment();
         let sparse = |pointer: Option<PagePointer>| {
-            pointer.is_some_and(|pointer| {
-                state.space.segments[(pointer.position / per_segment) as usize].is_mostly_dead(&self.geometry)
-            })
+            pointer
+                .is_some_and(|pointer| state.space.usage(pointer.position / per_segment).is_mostly_dead(&self.geometry))
         };
         let mut pages = self.map.take_dirty_list();
         pages.extend_from_slice(sparse_pages);
@@ -340,17 +311,17 @@ impl Core {
             pages.into_iter().filter_map(|page| Some((page, self.map.take_page(page)?))).collect();
         let counts = self.map.counts();
         let mut table_pages = Vec::new();
-        let segments = &state.space.segments;
+        let segment_count = state.space.segment_count();
         for page in 0..checkpoint.table_pages.len() {
             let first = page * SEGMENT_RECORDS_PER_PAGE as u64;
-            let end = (first + SEGMENT_RECORDS_PER_PAGE as u64).min(segments.len() as u64);
-            let records: Vec<SegmentRecord> = segments[first as usize..end as usize].iter().map(record_of).collect();
+            let end = (first + SEGMENT_RECORDS_PER_PAGE as u64).min(segment_count);
+            let records: Vec<SegmentRecord> = (first..end).map(|segment| state.space.usage(segment).record()).collect();
             let digest = records_digest(&records);
             let pointer = checkpoint.table_pages.get(page);
             let unchanged = match pointer {
                 Some(_) => digest == checkpoint.table_digests[page as usize],
                 // Never written: every record free, as mount takes a missing page.
-                None => records.iter().all(|record| *record == record_of(&SegmentUse::FREE)),
+                None => records.iter().all(|record| *record == SegmentUse::FREE.record()),
             };
             if !unchanged || sparse(pointer) {
                 let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
@@ -642,7 +613,7 @@ pub(crate) fn load(
         shared_blocks: root.shared_blocks,
     });
     let segment_count = geometry.segment_count();
-    let mut records = vec![record_of(&SegmentUse::FREE); segment_count as usize];
+    let mut records = vec![SegmentUse::FREE.record(); segment_count as usize];
     for page in 0..state.table_pages.len() {
         let Some(pointer) = state.table_pages.get(page) else { continue };
         read_block(geometry, members, pointer, "segment table page", &mut block)?;

@@ -153,7 +153,7 @@ fn run_rounds(cleaner: &Cleaner) {
                 {
                     return;
                 }
-                let free = state.space.free_segments.len();
+                let free = state.space.free_count();
                 shared.pacer.set_headroom(free, state.space.clients_floor(Purpose::Data));
                 let idle = state.lifetimes.write_clock == clock_seen;
                 clock_seen = state.lifetimes.write_clock;
@@ -392,13 +392,7 @@ impl Cleaner {
             // segment's worth of dead blocks between them; less than that is a full volume.
             let per_segment = self.core.geometry.blocks_per_segment();
             let units_per_block = self.core.geometry.live_units_per_block();
-            let dead: u64 = state
-                .space
-                .segments
-                .iter()
-                .filter(|usage| usage.status == SegmentStatus::Used)
-                .map(|usage| (per_segment * units_per_block).saturating_sub(usage.live_units) / units_per_block)
-                .sum();
+            let dead = state.space.dead_blocks_in_used(units_per_block);
             drop(state);
             // Dead segments a stream left since the last checkpoint come free once the
             // next one is committed: cheaper than a round, and a round may need them.
@@ -425,12 +419,7 @@ impl Cleaner {
             // would run rounds for ever.)
             let after_a_flush = {
                 let state = self.core.state.lock();
-                let durable = state.log.durable_through_sequence;
-                state
-                    .space
-                    .segments
-                    .iter()
-                    .any(|segment| matches!(segment.status, SegmentStatus::WaitingForFlush(tag) if tag > durable))
+                state.space.any_waiting_beyond(state.log.durable_through_sequence)
             };
             if after_a_flush {
                 self.core.flush_members()?;
@@ -442,16 +431,8 @@ impl Cleaner {
             if state.has_room_for_clients(purpose) {
                 return Ok(());
             }
-            let durable = state.log.durable_through_sequence;
-            let checkpoints = state.space.checkpoints;
             // (One that waits for a checkpoint too is not coming: one was just tried.)
-            let coming_free = state.space.segments.iter().any(|segment| match segment.status {
-                SegmentStatus::Releasing => true,
-                SegmentStatus::WaitingForFlush(tag) => {
-                    tag <= durable && checkpoints.allows_reuse(segment.left_at_generation)
-                }
-                _ => false,
-            });
+            let coming_free = state.space.any_coming_free(state.log.durable_through_sequence);
             if !coming_free {
                 drop(state);
                 // The cleaner thread may be in a round that empties segments (holding the
@@ -749,7 +730,7 @@ impl Cleaner {
         let mut state = self.core.state.lock();
         for record in records.filter(|record| record.unreadable) {
             if let Some(segment) = record.mapping.segment(per_segment) {
-                state.space.segments[segment as usize].pinned = true;
+                state.space.pin(segment);
             }
         }
     }
@@ -767,7 +748,7 @@ impl Cleaner {
             core.segment_entries(segment)
         };
         let Ok(entries) = entries else {
-            core.state.lock().space.segments[segment as usize].pinned = true;
+            core.state.lock().space.pin(segment);
             return Ok(Vec::new());
         };
         let record = |logical_block: u64, mapping: Mapping, write_clock: u64, lifetime_class: u8| Live {
@@ -873,27 +854,25 @@ impl Cleaner {
             let now = state.lifetimes.write_clock;
             let mut candidates: Vec<(f64, u64)> = state
                 .space
-                .segments
-                .iter()
-                .enumerate()
+                .uses()
                 .filter(|(_, usage)| {
-                    usage.status == SegmentStatus::Used
-                        && usage.live_units < capacity
-                        && !usage.pinned
-                        && usage.stream as usize != METADATA_STREAM
+                    usage.status() == SegmentStatus::Used
+                        && usage.live_units() < capacity
+                        && !usage.pinned()
+                        && usage.stream() != METADATA_STREAM
                 })
                 .map(|(segment, usage)| {
-                    let utilisation = usage.live_units as f64 / (per_segment * units_per_block) as f64;
-                    let score = match self.policy {
+                    let utilisation = usage.live_units() as f64 / (per_segment * units_per_block) as f64;
+                    let score: f64 = match self.policy {
                         CleaningPolicy::Greedy => -utilisation,
                         CleaningPolicy::CostBenefit => {
-                            let age = now.saturating_sub(usage.age_clock) as f64 + 1.0;
+                            let age = now.saturating_sub(usage.age_clock()) as f64 + 1.0;
                             // LFS divides by 1 + u: it read whole segments. This cleaner
                             // reads and writes the live blocks only: the cost is 2u.
                             (1.0 - utilisation) * age / (2.0 * utilisation).max(f64::MIN_POSITIVE)
                         }
                     };
-                    (score, segment as u64)
+                    (score, segment)
                 })
                 .collect();
             candidates.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
@@ -901,15 +880,15 @@ impl Cleaner {
             let mut filler = None;
             let mut live = 0u64;
             for (_, segment) in candidates {
-                let usage = &state.space.segments[segment as usize];
-                if !victims.is_empty() && live + usage.live_units > capacity {
+                let usage = state.space.usage(segment);
+                if !victims.is_empty() && live + usage.live_units() > capacity {
                     filler = Some(segment);
                     break;
                 }
-                live += usage.live_units;
+                live += usage.live_units();
                 // Client segments opened since the volume was opened measure the yardstick.
-                if usage.stream as usize == HOST_STREAM && usage.opened_clock >= WRITE_CLOCK_ORIGIN {
-                    let lifespan = now - usage.opened_clock;
+                if usage.stream() == HOST_STREAM && usage.opened_clock() >= WRITE_CLOCK_ORIGIN {
+                    let lifespan = now - usage.opened_clock();
                     lifespans.record(lifespan);
                 }
                 victims.push(segment);
@@ -1125,7 +1104,7 @@ impl Cleaner {
         // `OutOfSpace` rather than rounds for ever.
         let emptied = {
             let state = self.core.state.lock();
-            victims.iter().filter(|&&segment| state.space.segments[segment as usize].live_units == 0).count()
+            victims.iter().filter(|&&segment| state.space.usage(segment).live_units() == 0).count()
         };
         Counters::add(&self.core.counters.cleaning_rounds, 1);
         Counters::add(&self.core.counters.segments_cleaned, emptied as u64);

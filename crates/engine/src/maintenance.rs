@@ -311,10 +311,7 @@ impl<'a> Maintenance<'a> {
     /// so that a release cannot change either meanwhile).
     fn segment_status_and_rows(&self, segment: u64) -> (SegmentStatus, u32) {
         let state = self.core.state.lock();
-        (
-            state.space.segments[segment as usize].status,
-            self.core.rows_on_media[segment as usize].load(Ordering::Acquire),
-        )
+        (state.space.usage(segment).status(), self.core.rows_on_media[segment as usize].load(Ordering::Acquire))
     }
 
     /// Segments worked on at once: as many as [`MAINTENANCE_WORKERS_MAXIMUM`] and the
@@ -489,7 +486,7 @@ impl<'a> Maintenance<'a> {
         let free: Vec<u64> = {
             let state = self.core.state.lock();
             (0..self.core.geometry.segment_count())
-                .filter(|&segment| state.space.segments[segment as usize].status == SegmentStatus::Free)
+                .filter(|&segment| state.space.usage(segment).status() == SegmentStatus::Free)
                 .collect()
         };
         for member in self.core.members.rebuilding() {
@@ -823,7 +820,7 @@ impl<'a> Maintenance<'a> {
         let sealed = {
             let mut state = self.core.state.lock();
             if pinned.contains(&segment) {
-                state.space.segments[segment as usize].pinned = true;
+                state.space.pin(segment);
             }
             self.core.retire_if_current(&mut state, segment)
         };

@@ -664,19 +664,9 @@ pub(crate) fn recover(
     }
     let Replayer { mut segments, mut shared, write_clock, batches_replayed: replayed, .. } = replayer;
     shared.finish_loading();
-    let rows_on_media: Vec<AtomicU32> = segments
-        .iter_mut()
-        .map(|segment| {
-            if segment.live_units > 0 {
-                segment.status = SegmentStatus::Used;
-                AtomicU32::new(segment.sealed_rows)
-            } else {
-                // Nothing live: free (its head is zeroed before new writes).
-                *segment = SegmentUse::FREE;
-                AtomicU32::new(0)
-            }
-        })
-        .collect();
+    // Nothing live: free (its head is zeroed before new writes).
+    segments.iter_mut().for_each(SegmentUse::settle_after_scan);
+    let rows_on_media: Vec<AtomicU32> = segments.iter().map(|segment| AtomicU32::new(segment.sealed_rows())).collect();
     // Where a batch nobody could read may sit (a torn write beyond the log end that a
     // different set of members might rebuild later): the row after each used segment's
     // chain, and row 0 of each free segment. They are zeroed before new writes.
@@ -689,8 +679,11 @@ pub(crate) fn recover(
     let release: Vec<(u64, u32)> = (0..geometry.segment_count())
         .filter(|_| !new_volume)
         .filter_map(|segment| {
-            let row =
-                if segments[segment as usize].status == SegmentStatus::Free { 0 } else { chain_ends[segment as usize] };
+            let row = if segments[segment as usize].status() == SegmentStatus::Free {
+                0
+            } else {
+                chain_ends[segment as usize]
+            };
             (row < geometry.rows_per_chunk()).then_some((segment, row))
         })
         .collect();
@@ -766,7 +759,7 @@ impl<'a> Replayer<'a> {
         if header.first_row == 0 {
             // The segment's first batch of this use: what was known of it is an older use
             // (whose blocks' deaths, replayed before, took its count to zero).
-            *usage = SegmentUse::recovered(usage.live_units, header.write_clock);
+            *usage = SegmentUse::recovered(usage.live_units(), header.write_clock);
         }
         usage.note_batch(header);
         for (index, entry) in batch.entries() {
@@ -806,7 +799,7 @@ impl<'a> Replayer<'a> {
             }
         }
         if let Some(segment) = mapping.segment(per_segment) {
-            self.segments[segment as usize].live_units += mapping.live_units(self.geometry);
+            self.segments[segment as usize].add_recovered_units(mapping.live_units(self.geometry));
         }
         Ok(())
     }
@@ -826,14 +819,12 @@ impl<'a> Replayer<'a> {
             }
             None => self.shared.born(record, position),
         }
-        self.segments[(position / per_segment) as usize].live_units += per_block;
+        self.segments[(position / per_segment) as usize].add_recovered_units(per_block);
     }
 
-    /// `units` live units of `segment` died. (Saturating: a count replayed from a
-    /// checkpoint's table may already lack what an older use of the segment held.)
+    /// `units` live units of `segment` died.
     fn remove_units(&mut self, segment: u64, units: u64) {
-        let usage = &mut self.segments[segment as usize];
-        usage.live_units = usage.live_units.saturating_sub(units);
+        self.segments[segment as usize].remove_recovered_units(units);
     }
 }
 
@@ -1395,21 +1386,8 @@ pub(crate) fn recover_from_checkpoint(
     // Step 6 from the checkpoint's table: replay what came after it, moving live counts
     // from the version each entry replaces to the new one.
     let per_segment = geometry.blocks_per_segment();
-    let segments: Vec<SegmentUse> = loaded
-        .records
-        .iter()
-        .map(|record| SegmentUse {
-            live_units: record.live_units as u64,
-            // Free and reserved segments were free at the checkpoint.
-            status: if matches!(record.status, 0 | 4) { SegmentStatus::Free } else { SegmentStatus::Used },
-            age_clock: record.age_clock,
-            opened_clock: record.opened_clock,
-            stream: record.stream,
-            pinned: record.pinned,
-            sealed_rows: record.sealed_rows.min(geometry.rows_per_chunk()),
-            left_at_generation: 0,
-        })
-        .collect();
+    let segments: Vec<SegmentUse> =
+        loaded.records.iter().map(|record| SegmentUse::from_record(record, geometry.rows_per_chunk())).collect();
     let mut replayer = Replayer::new(geometry, &map, segments, loaded.shared, root.write_clock);
     for (_, batch) in batches.range(checkpoint_sequence + 1..=last_sequence) {
         replayer.replay(batch)?;
@@ -1418,17 +1396,11 @@ pub(crate) fn recover_from_checkpoint(
     shared.finish_loading();
     // Checkpoint blocks are live where the committed checkpoint names them.
     for usage in segments.iter_mut() {
-        if usage.stream as usize == crate::log::METADATA_STREAM {
-            usage.live_units = 0;
-        }
+        usage.forget_checkpoint_blocks(crate::log::METADATA_STREAM);
     }
     for position in loaded.state.live_positions(&map) {
-        let usage = &mut segments[(position / per_segment) as usize];
-        usage.live_units += geometry.live_units_per_block();
-        usage.stream = crate::log::METADATA_STREAM as u8;
-        if usage.status == SegmentStatus::Free {
-            usage.status = SegmentStatus::Used;
-        }
+        segments[(position / per_segment) as usize]
+            .add_checkpoint_block(geometry.live_units_per_block(), crate::log::METADATA_STREAM);
     }
     // Status: a segment the walk passed through is not released before the next
     // checkpoint is committed ("Segment reuse"); the streams go on in their reserved
@@ -1440,19 +1412,14 @@ pub(crate) fn recover_from_checkpoint(
         let segment = index as u64;
         let was_free = matches!(loaded.records[index].status, 0 | 4);
         if reserved_segments.contains(&Some(segment)) {
-            *usage = SegmentUse { status: SegmentStatus::Reserved, ..SegmentUse::FREE };
+            *usage = SegmentUse::reserved();
             release.push((segment, 0));
             continue;
         }
         if visited[index] {
-            usage.left_at_generation = generation;
-            if usage.live_units == 0 {
-                usage.status = SegmentStatus::WaitingForFlush(last_sequence);
-            } else {
-                usage.status = SegmentStatus::Used;
-            }
-        } else if usage.live_units == 0 {
-            if !was_free || usage.status != SegmentStatus::Free {
+            usage.walked(generation, last_sequence);
+        } else if usage.live_units() == 0 {
+            if !was_free || usage.status() != SegmentStatus::Free {
                 release.push((segment, 0));
             }
             *usage = SegmentUse::FREE;
@@ -1465,7 +1432,7 @@ pub(crate) fn recover_from_checkpoint(
     }
     let rows_on_media: Vec<AtomicU32> = segments
         .iter()
-        .map(|usage| AtomicU32::new(if usage.status == SegmentStatus::Free { 0 } else { usage.sealed_rows }))
+        .map(|usage| AtomicU32::new(if usage.status() == SegmentStatus::Free { 0 } else { usage.sealed_rows() }))
         .collect();
     let discarded: Vec<(u64, u32)> =
         batches.range(last_sequence + 1..).map(|(_, batch)| (batch.header.segment, batch.header.first_row)).collect();

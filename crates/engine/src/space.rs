@@ -3,108 +3,14 @@
 //! of deduplication's reference counts (`space::shared`).
 
 pub(crate) mod pacing;
+mod segments;
 pub mod shared;
+
+pub(crate) use segments::{CheckpointGenerations, SegmentStatus, SegmentTable, SegmentUse};
 
 use crate::layout::geometry::Geometry;
 use crate::log::RELOCATION_STREAMS;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum SegmentStatus {
-    Free,
-    /// Receiving batches.
-    Current,
-    Used,
-    /// No live blocks; reusable once the batch with this sequence number is durable.
-    WaitingForFlush(u64),
-    /// Its head row is being zeroed before it becomes free (one reclaimer owns it).
-    Releasing,
-    /// Free, and named by a stream's current segment as the segment it goes on in (the
-    /// forward link mount follows, docs/index-and-checkpoints.md): taken by that stream
-    /// only.
-    Reserved,
-}
-
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct SegmentUse {
-    /// What refers to it, in units of [`crate::index::map::Mapping::live_units`]: a whole
-    /// block counts [`Geometry::live_units_per_block`] (1, or 16 on volumes with packed
-    /// fragments, where a fragment counts its sixteenths), a zero or trim record 1. Every
-    /// reference adds and later removes the same amount, so it is 0 exactly when nothing
-    /// refers to the segment.
-    pub live_units: u64,
-    pub status: SegmentStatus,
-    /// Write clock when a batch was last written into it (its age, for cost-benefit
-    /// cleaning: how long its content has been left alone).
-    pub age_clock: u64,
-    /// Write clock when it became a stream's current segment (its lifespan, once cleaned).
-    pub opened_clock: u64,
-    /// The stream it was (or is) filled by.
-    pub stream: u8,
-    /// Holds a live block redundancy cannot rebuild (found by a scrub), or summaries that
-    /// cannot be read: never a cleaning victim, since its blocks cannot be moved.
-    pub pinned: bool,
-    /// Rows its sealed batches occupy (its summaries say what each position holds: the
-    /// cleaner reads them up to here).
-    pub sealed_rows: u32,
-    /// The generation of the latest checkpoint snapshot taken when it last stopped being
-    /// a stream's current segment (0: none). Mount follows streams through the segments
-    /// they used after the committed checkpoint's snapshot, so the segment is not released
-    /// until a checkpoint of a later generation is committed ("Segment reuse").
-    pub left_at_generation: u64,
-}
-
-impl SegmentUse {
-    /// Filled and now less than half live: a checkpoint rewrites the pages it holds, so
-    /// that a metadata segment empties out.
-    pub(crate) fn is_mostly_dead(&self, geometry: &Geometry) -> bool {
-        self.status == SegmentStatus::Used
-            && self.live_units * 2 < geometry.blocks_per_segment() * geometry.live_units_per_block()
-    }
-
-    /// A segment entering a new use at recovery, as its first batch (written at clock
-    /// `write_clock`) is replayed: live units already counted for it stay.
-    pub(crate) fn recovered(live_units: u64, write_clock: u64) -> SegmentUse {
-        SegmentUse { live_units, opened_clock: write_clock, ..SegmentUse::FREE }
-    }
-
-    /// Recovery replays a batch of the segment: it is used, by the batch's stream, at
-    /// least as old as the batch's clock, and sealed through the batch's rows.
-    pub(crate) fn note_batch(&mut self, header: &crate::layout::format::BatchHeader) {
-        self.status = SegmentStatus::Used;
-        self.stream = header.stream;
-        self.opened_clock = self.opened_clock.min(header.write_clock);
-        self.age_clock = self.age_clock.max(header.write_clock);
-        self.sealed_rows = self.sealed_rows.max(header.first_row + header.row_count);
-    }
-
-    pub(crate) const FREE: SegmentUse = SegmentUse {
-        live_units: 0,
-        status: SegmentStatus::Free,
-        age_clock: 0,
-        opened_clock: 0,
-        stream: 0,
-        pinned: false,
-        sealed_rows: 0,
-        left_at_generation: 0,
-    };
-}
-
-/// Where checkpoints stand, kept with the segment table (the reuse rule needs both).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct CheckpointGenerations {
-    /// The latest snapshot taken (its checkpoint may still be being written).
-    pub snapshot: u64,
-    /// The latest checkpoint the superblocks name (0: none; mount scans every segment).
-    pub committed: u64,
-}
-
-impl CheckpointGenerations {
-    /// Whether a segment that left its stream at `left_at_generation` may be reused: no
-    /// committed checkpoint's walk can pass through it.
-    pub(crate) fn allows_reuse(&self, left_at_generation: u64) -> bool {
-        left_at_generation == 0 || self.committed > left_at_generation
-    }
-}
 /// A round relocates at most this many segments' worth of blocks. Each round ends its
 /// relocation batches (one or more per stream, each with a summary and a partly padded
 /// last row), so larger rounds waste less space; and each frees its victims only at its
@@ -197,45 +103,6 @@ pub fn working_spare_segments(geometry: &Geometry) -> u64 {
         + RECORDS_ROOM_SEGMENTS
         + 2 * crate::log::STREAM_COUNT
         + MINIMUM_WON_SEGMENTS) as u64
-}
-
-/// Every segment's use, and the free ones in the order they will be taken.
-pub(crate) struct SegmentTable {
-    pub(crate) segments: Vec<SegmentUse>,
-    pub(crate) free_segments: std::collections::VecDeque<u64>,
-    pub(crate) checkpoints: CheckpointGenerations,
-    /// Free segments only the metadata stream may take ([`checkpoint_headroom_segments`]).
-    pub(crate) checkpoint_headroom: usize,
-}
-
-impl SegmentTable {
-    /// The table as recovered: the free list is every segment whose status is free.
-    pub(crate) fn new(
-        segments: Vec<SegmentUse>,
-        checkpoints: CheckpointGenerations,
-        checkpoint_headroom: usize,
-    ) -> SegmentTable {
-        let free_segments = (0..segments.len() as u64)
-            .filter(|&segment| segments[segment as usize].status == SegmentStatus::Free)
-            .collect();
-        SegmentTable { segments, free_segments, checkpoints, checkpoint_headroom }
-    }
-
-    /// Free segments client writes leave alone: the cleaner's reserve and the checkpoint's
-    /// headroom.
-    pub(crate) fn reserve(&self) -> usize {
-        CLEANING_RESERVE_SEGMENTS + self.checkpoint_headroom
-    }
-
-    /// Free segments a clients' batch carrying `purpose` leaves alone when it opens a
-    /// segment: the reserve, and for client data the room kept for records too.
-    pub(crate) fn clients_floor(&self, purpose: Purpose) -> usize {
-        self.reserve()
-            + match purpose {
-                Purpose::Data => RECORDS_ROOM_SEGMENTS,
-                Purpose::Records => 0,
-            }
-    }
 }
 
 /// What a client write carries, for the free segments it may take.

@@ -488,6 +488,7 @@ impl Volume {
                     recovered.segments,
                     recovered.checkpoints,
                     crate::space::checkpoint_headroom_segments(&geometry),
+                    &geometry,
                 ),
                 lifetimes: Lifetimes::new(recovered.write_clock),
                 current_checksums: Default::default(),
@@ -1241,7 +1242,7 @@ fn flush_timer(cleaner: Arc<Cleaner>, interval: Duration) {
             let state = shared.state.lock();
             let (_, high_watermark) = crate::space::watermarks(&shared.geometry);
             state.log.open.as_ref().is_none_or(|open| open.opened_at.elapsed() >= tick && open.is_empty())
-                && state.space.free_segments.len() < high_watermark
+                && state.space.free_count() < high_watermark
         };
         if idle && !shared.background_cleaning && shared.members.shutdown.lock().is_none() {
             if let Err(error) = cleaner.clean_round() {
@@ -1444,12 +1445,9 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
     });
     let map_cache = core.map.cache_stats();
     let state = core.state.lock();
-    let count_status = |wanted: fn(&SegmentStatus) -> bool| {
-        state.space.segments.iter().filter(|segment| wanted(&segment.status)).count() as u64
-    };
-    let segments_free = count_status(|status| *status == SegmentStatus::Free);
+    let segments_free = state.space.count(|status| status == SegmentStatus::Free);
     let segments_waiting =
-        count_status(|status| matches!(status, SegmentStatus::WaitingForFlush(_) | SegmentStatus::Releasing));
+        state.space.count(|status| matches!(status, SegmentStatus::WaitingForFlush(_) | SegmentStatus::Releasing));
     let counters = &core.counters;
     let lost = core.members.lost();
     let (rebuilding, missing): (Vec<usize>, Vec<usize>) =

@@ -27,7 +27,7 @@ use crate::layout::format::{self, Entry};
 use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
 use crate::log::batch::{BufferPool, OpenBatch, PooledBuffers, SealedBatch, Slot};
 use crate::log::{CurrentSegment, InFlight, IoMode, LogState, HOST_STREAM, METADATA_STREAM, STREAM_COUNT};
-use crate::space::{Purpose, SegmentStatus, SegmentTable};
+use crate::space::{Purpose, SegmentTable};
 use crate::stats::{Counters, RecoveryReport};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
@@ -63,13 +63,13 @@ impl WriteState {
     pub(crate) fn has_room_for_clients(&self, purpose: Purpose) -> bool {
         match &self.log.current_segments[HOST_STREAM] {
             Some(current) => purpose == Purpose::Records || !current.records_room || self.records_room_is_free(),
-            None => self.space.free_segments.len() > self.space.clients_floor(purpose),
+            None => self.space.free_count() > self.space.clients_floor(purpose),
         }
     }
 
     /// The room kept for records is free: a free segment lies above the cleaner's reserve.
     fn records_room_is_free(&self) -> bool {
-        self.space.free_segments.len() > self.space.clients_floor(Purpose::Records)
+        self.space.free_count() > self.space.clients_floor(Purpose::Records)
     }
 
     /// Whether client data may go into the clients' current segment now: it was not
@@ -341,7 +341,7 @@ impl Core {
         let mut from_records_room = false;
         if state.log.current_segments[HOST_STREAM].is_none() {
             let (low_watermark, _) = crate::space::watermarks(&self.geometry);
-            let free = state.space.free_segments.len();
+            let free = state.space.free_count();
             let data_floor = state.space.clients_floor(Purpose::Data);
             self.pacer.set_headroom(free, data_floor);
             if free <= state.space.clients_floor(purpose) {
@@ -389,15 +389,13 @@ impl Core {
     /// cannot give both, or only by taking the checkpoint's headroom (the metadata stream
     /// alone may).
     pub(crate) fn open_stream_segment(&self, state: &mut WriteState, stream: usize, sequence: u64) -> bool {
-        let headroom = if stream == METADATA_STREAM { 0 } else { state.space.checkpoint_headroom };
+        let headroom = state.space.headroom_for(stream == METADATA_STREAM);
         let needed = headroom + if state.log.reserved_segments[stream].is_some() { 1 } else { 2 };
-        if state.space.free_segments.len() < needed {
+        if state.space.free_count() < needed {
             return false;
         }
-        let segment = match state.log.reserved_segments[stream].take() {
-            Some(segment) => segment,
-            None => state.space.free_segments.pop_front().expect("counted above"),
-        };
+        let reserved = state.log.reserved_segments[stream].take();
+        let segment = state.space.start_current(reserved, stream, state.lifetimes.write_clock).expect("counted above");
         Self::reserve_successor(state, stream);
         self.start_stream_segment(state, stream, segment, sequence);
         true
@@ -405,23 +403,16 @@ impl Core {
 
     /// Take the next free segment as `stream`'s reserved successor; `false`: none is free.
     fn reserve_successor(state: &mut WriteState, stream: usize) -> bool {
-        let Some(segment) = state.space.free_segments.pop_front() else {
+        let Some(segment) = state.space.take_free_as_reserved() else {
             return false;
         };
-        state.space.segments[segment as usize].status = SegmentStatus::Reserved;
         state.log.reserved_segments[stream] = Some(segment);
         true
     }
 
-    /// Make free `segment` the current segment of `stream`.
+    /// Make `segment`, which the segment table made current, the current segment of
+    /// `stream` in the log.
     fn start_stream_segment(&self, state: &mut WriteState, stream: usize, segment: u64, sequence: u64) {
-        let usage = &mut state.space.segments[segment as usize];
-        usage.status = SegmentStatus::Current;
-        usage.opened_clock = state.lifetimes.write_clock;
-        usage.age_clock = 0;
-        usage.stream = stream as u8;
-        usage.pinned = false;
-        usage.sealed_rows = 0;
         // Its checksums exist only here until its batches are sealed: pinned.
         let table = Arc::new(ChecksumTable::new(self.geometry.blocks_per_segment()));
         self.checksums.insert(segment, table.clone(), true);
@@ -637,7 +628,7 @@ impl Core {
             self.retire_stream_segment(state, stream);
         }
         if state.log.current_segments[stream].is_none()
-            && (state.space.free_segments.len() <= state.space.clients_floor(Purpose::Data) + 1
+            && (state.space.free_count() <= state.space.clients_floor(Purpose::Data) + 1
                 || !self.open_stream_segment(state, stream, u64::MAX))
         {
             return false;
@@ -812,7 +803,7 @@ impl Core {
         open.push_entry(Entry::Reference { record, logical_block: candidate.logical_block });
         open.push_entry(Entry::Reference { record, logical_block });
         let segment = position / self.geometry.blocks_per_segment();
-        state.space.segments[segment as usize].live_units += self.geometry.live_units_per_block();
+        state.space.add_live(segment, self.geometry.live_units_per_block());
         self.remap(state, candidate.logical_block, Mapping::Shared { record });
         self.remap(state, logical_block, Mapping::Shared { record });
         counters.blocks_shared.fetch_add(1, Ordering::Relaxed);
@@ -883,7 +874,7 @@ impl Core {
             finder.counters.copies_moved.fetch_add(1, Ordering::Relaxed);
         }
         let per_segment = self.geometry.blocks_per_segment();
-        state.space.segments[(position / per_segment) as usize].live_units += self.geometry.live_units_per_block();
+        state.space.add_live(position / per_segment, self.geometry.live_units_per_block());
         self.release_units(state, old, self.geometry.live_units_per_block());
         true
     }
@@ -907,11 +898,7 @@ impl Core {
     /// `units` live units of `segment` died (see [`Core::release_units`]).
     fn release_segment_units(&self, state: &mut WriteState, segment: u64, units: u64) {
         let killer = state.log.open.as_ref().map_or(state.log.next_sequence, |open| open.sequence);
-        let usage = &mut state.space.segments[segment as usize];
-        usage.live_units -= units;
-        if usage.live_units == 0 && usage.status == SegmentStatus::Used {
-            usage.status = SegmentStatus::WaitingForFlush(killer);
-        }
+        state.space.remove_live(segment, units, killer);
     }
 
     /// Accept a fragment — the LZ4 form of the unit of `blocks` logical blocks from
@@ -1028,13 +1015,13 @@ impl Core {
             if let (Mapping::Data { .. } | Mapping::Fragment { .. }, Some(segment)) =
                 (mapping, old.segment(per_segment))
             {
-                let class = state.lifetimes.class_since(state.space.segments[segment as usize].opened_clock);
+                let class = state.lifetimes.class_since(state.space.usage(segment).opened_clock());
                 open.set_last_lifetime_class(logical_block, class);
             }
             state.lifetimes.write_clock += 1;
         }
         if let Some(segment) = mapping.segment(per_segment) {
-            state.space.segments[segment as usize].live_units += mapping.live_units(&self.geometry);
+            state.space.add_live(segment, mapping.live_units(&self.geometry));
         }
         if let Mapping::Shared { record } = mapping {
             // Callers checked it is in use and under the bound, under this lock.
@@ -1107,7 +1094,7 @@ impl Core {
         {
             self.retire_stream_segment(state, stream);
         }
-        let free_before = state.space.free_segments.len();
+        let free_before = state.space.free_count();
         if state.log.current_segments[stream].is_none() && !self.open_stream_segment(state, stream, u64::MAX) {
             // The clients' sealed batches are in flight: they must reach the members.
             parking_lot::MutexGuard::unlocked(guard, || {
@@ -1115,7 +1102,7 @@ impl Core {
             })?;
             return Err(Error::OutOfSpace);
         }
-        let taken = free_before - state.space.free_segments.len();
+        let taken = free_before - state.space.free_count();
         let sequence = self.move_client_batch_up(state);
         let current = state.log.current_segments[stream].as_mut().expect("opened above");
         if current.open_sequence == u64::MAX {
@@ -1142,11 +1129,7 @@ impl Core {
                         current.open_sequence = moved;
                     }
                 }
-                for usage in state.space.segments.iter_mut() {
-                    if usage.status == SegmentStatus::WaitingForFlush(taken) {
-                        usage.status = SegmentStatus::WaitingForFlush(moved);
-                    }
-                }
+                state.space.renumber_waiting(taken, moved);
                 taken
             }
             None => state.log.next_sequence,
@@ -1174,8 +1157,7 @@ impl Core {
     ) -> Option<u64> {
         let checksum = format::block_checksum(block);
         let position = self.append_block(state, block, checksum, Entry::Page { kind, number, checksum })?;
-        state.space.segments[(position / self.geometry.blocks_per_segment()) as usize].live_units +=
-            self.geometry.live_units_per_block();
+        state.space.add_live(position / self.geometry.blocks_per_segment(), self.geometry.live_units_per_block());
         Some(position)
     }
 
@@ -1217,17 +1199,10 @@ impl Core {
         if let Some(current) = state.log.current_segments[stream].take() {
             state.current_checksums[stream] = None;
             self.checksums.unpin(current.segment);
-            let usage = &mut state.space.segments[current.segment as usize];
-            usage.left_at_generation = state.space.checkpoints.snapshot;
             // An empty segment waits for every batch that may have killed its blocks: the
             // open one too, which holds the latest sequence given out.
-            usage.status = if usage.live_units == 0 {
-                SegmentStatus::WaitingForFlush(
-                    state.log.next_sequence.saturating_sub(1).max(state.log.last_sealed_sequence),
-                )
-            } else {
-                SegmentStatus::Used
-            };
+            let killer = state.log.next_sequence.saturating_sub(1).max(state.log.last_sealed_sequence);
+            state.space.leave_current(current.segment, killer);
         }
     }
 
@@ -1265,23 +1240,19 @@ impl Core {
         let current = state.log.current_segments[stream].as_mut().expect("a current segment");
         current.next_row = header.first_row + header.row_count;
         let segment_full = current.next_row == self.geometry.rows_per_chunk();
-        let usage = &mut state.space.segments[header.segment as usize];
-        usage.age_clock = state.lifetimes.write_clock;
-        usage.sealed_rows = header.first_row + header.row_count;
-        if stream != HOST_STREAM {
-            // A relocation segment is as old as the oldest block it holds.
-            usage.opened_clock = usage.opened_clock.min(header.write_clock);
-        }
+        // A relocation segment is as old as the oldest block it holds.
+        let oldest_clock = (stream != HOST_STREAM).then_some(header.write_clock);
+        state.space.note_sealed(
+            header.segment,
+            header.first_row + header.row_count,
+            state.lifetimes.write_clock,
+            oldest_clock,
+        );
         if segment_full {
             state.log.current_segments[stream] = None;
             state.current_checksums[stream] = None;
             self.checksums.unpin(header.segment);
-            usage.left_at_generation = state.space.checkpoints.snapshot;
-            usage.status = if usage.live_units == 0 {
-                SegmentStatus::WaitingForFlush(header.sequence)
-            } else {
-                SegmentStatus::Used
-            };
+            state.space.leave_current(header.segment, header.sequence);
         }
         state.log.last_sealed_sequence = header.sequence;
         state.log.last_sealed_segment = header.segment;
@@ -1638,17 +1609,7 @@ impl Core {
             let mut guard = self.state.lock();
             let state = &mut *guard;
             let durable = state.log.durable_through_sequence;
-            let checkpoints = state.space.checkpoints;
-            let mut releasing = Vec::new();
-            for (index, segment) in state.space.segments.iter_mut().enumerate() {
-                if matches!(segment.status, SegmentStatus::WaitingForFlush(tag) if tag <= durable)
-                    && checkpoints.allows_reuse(segment.left_at_generation)
-                {
-                    segment.status = SegmentStatus::Releasing;
-                    releasing.push(index as u64);
-                }
-            }
-            (releasing, durable)
+            (state.space.begin_release(durable), durable)
         };
         // Shared-block records freed so far are reused once the fence below is passed.
         let records_freed = self.shared.read().quarantined_through();
@@ -1681,10 +1642,8 @@ impl Core {
         self.members.flush_all(self.io_mode == IoMode::Threaded)?;
         let mut state = self.state.lock();
         for segment in releasing {
-            state.space.segments[segment as usize].status = SegmentStatus::Free;
-            state.space.segments[segment as usize].sealed_rows = 0;
             self.rows_on_media[segment as usize].store(0, Ordering::Release);
-            state.space.free_segments.push_back(segment);
+            state.space.finish_release(segment);
         }
         self.progress.notify_all();
         Ok(())
@@ -1876,7 +1835,7 @@ impl Core {
     /// Callers hold the reuse fence, so that the segment is not released meanwhile.
     /// `Err`: a summary can be neither read nor rebuilt.
     pub(crate) fn segment_entries(&self, segment: u64) -> std::result::Result<Vec<SegmentEntry>, ReadFailure> {
-        let sealed_rows = self.state.lock().space.segments[segment as usize].sealed_rows;
+        let sealed_rows = self.state.lock().space.usage(segment).sealed_rows();
         let mut entries = Vec::new();
         self.for_each_summary(segment, sealed_rows, None, None, &mut |summary, _, position_of| {
             for (index, entry) in format::batch_entries(std::iter::once(summary)) {
@@ -1914,8 +1873,8 @@ impl Core {
             return Ok(table);
         }
         let sealed_rows = match held {
-            Some(state) => state.space.segments[segment as usize].sealed_rows,
-            None => self.state.lock().space.segments[segment as usize].sealed_rows,
+            Some(state) => state.space.usage(segment).sealed_rows(),
+            None => self.state.lock().space.usage(segment).sealed_rows(),
         };
         let table = Arc::new(self.load_checksum_table(segment, sealed_rows, held, None)?);
         self.checksums.insert(segment, table.clone(), false);
@@ -1935,7 +1894,7 @@ impl Core {
         if let Some(table) = self.checksums.get(segment) {
             return Ok(table);
         }
-        let sealed_rows = self.state.lock().space.segments[segment as usize].sealed_rows;
+        let sealed_rows = self.state.lock().space.usage(segment).sealed_rows();
         Ok(Arc::new(self.load_checksum_table(segment, sealed_rows, None, Some(rows))?))
     }
 

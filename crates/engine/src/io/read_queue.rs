@@ -386,7 +386,7 @@ impl ReadQueue {
         if self.loads.len() >= TABLE_LOADS_IN_FLIGHT_MAXIMUM {
             return false;
         }
-        let sealed_rows = core.state.lock().space.segments[segment as usize].sealed_rows;
+        let sealed_rows = core.state.lock().space.usage(segment).sealed_rows();
         self.loads.insert(
             segment,
             TableLoad {
