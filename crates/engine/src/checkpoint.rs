@@ -5,9 +5,10 @@
 
 use crate::array::members::Members;
 use crate::error::{Error, LostMetadata, Result};
-pub(crate) use crate::index::directory::{records_digest, CheckpointState};
+use crate::index::directory::records_digest;
+pub(crate) use crate::index::directory::CheckpointState;
 use crate::index::map::{BlockMap, PageSource};
-use crate::io::{Core, WriteState};
+use crate::io::{Core, SideKind, WriteState};
 use crate::layout::checkpoint::{
     self as codec, CheckpointRoot, DirectoryPage, PagePointer, SegmentRecord, SegmentTablePage, StreamPosition, Tree,
     DIRECTORY_FANOUT, ROOT_STREAMS, ROOT_TOP_POINTERS, SEGMENT_RECORDS_PER_PAGE,
@@ -18,7 +19,7 @@ use crate::log::{METADATA_STREAM, STREAM_COUNT};
 use crate::space::SegmentUse;
 use crate::stats::Counters;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use stripelog_blockdev::AlignedBuffer;
 
 /// ... or when this long has passed with any batch written.
@@ -42,13 +43,26 @@ struct Snapshot {
     shared_pages: Vec<(u64, AlignedBuffer)>,
 }
 
-impl Core {
-    /// Write a checkpoint when one is due (`interval`: the time rule).
-    pub(crate) fn checkpoint_if_due(&self, interval: Duration) -> Result<()> {
-        let due = {
-            let checkpoint = self.checkpoint.lock();
-            checkpoint.due(&self.map, self.batch_bytes_written(), interval)
-        };
+/// The checkpoint writer of one open volume (layer 7): writes the index pages, the
+/// segment table, the shared-block table, their directories and a root into the metadata
+/// stream, and commits by naming the root in the superblocks. What the committed
+/// checkpoint holds is the core's (`io::Core::directory`), whose lock the writer holds
+/// from its snapshot to its commit.
+pub(crate) struct Checkpointer {
+    core: Arc<Core>,
+    /// A checkpoint is written when this long has passed since the last one with any batch
+    /// written (besides the dirty-page and replay-size bounds).
+    interval: Duration,
+}
+
+impl Checkpointer {
+    pub(crate) fn new(core: Arc<Core>, interval: Duration) -> Checkpointer {
+        Checkpointer { core, interval }
+    }
+
+    /// Write a checkpoint when one is due.
+    pub(crate) fn checkpoint_if_due(&self) -> Result<()> {
+        let due = self.core.directory().lock().due(self.core.map(), self.batch_bytes_written(), self.interval);
         if due {
             self.write_checkpoint()?;
         }
@@ -62,21 +76,20 @@ impl Core {
     /// next one: on a volume short of space, checkpoints can free no more than they take,
     /// and a caller that went on while one was merely written would loop for ever.)
     pub(crate) fn checkpoint_for_space(&self) -> Result<bool> {
-        let free_before = self.state.lock().space.free_count();
-        let blocked = {
-            let state = self.state.lock();
-            state.space.any_waiting_for_checkpoint(state.log.durable_through_sequence)
+        let (free_before, blocked) = {
+            let state = self.core.lock_state();
+            (state.space().free_count(), state.space().any_waiting_for_checkpoint(state.log().durable_through()))
         };
         if !blocked || self.write_checkpoint()?.is_none() {
             return Ok(false);
         }
-        self.stop_on_error(self.reclaim())?;
-        Ok(self.state.lock().space.free_count() > free_before)
+        self.core.stop_on_error(self.core.reclaim())?;
+        Ok(self.core.lock_state().space().free_count() > free_before)
     }
 
     /// Bytes of batches (data columns) written since the volume was opened.
     fn batch_bytes_written(&self) -> u64 {
-        let counters = &self.counters;
+        let counters = self.core.counters();
         Counters::get(&counters.member_bytes_data)
             + Counters::get(&counters.member_bytes_relocated)
             + Counters::get(&counters.member_bytes_metadata)
@@ -86,8 +99,9 @@ impl Core {
     /// checkpoint"). Returns its generation; `None` when no checkpoint can be taken now
     /// (a stream has no reserved successor: no free segment is left).
     pub(crate) fn write_checkpoint(&self) -> Result<Option<u64>> {
-        self.check_writable()?;
-        let mut checkpoint = self.checkpoint.lock();
+        let core = &*self.core;
+        core.check_writable()?;
+        let mut directory = core.directory().lock();
         let batch_bytes = self.batch_bytes_written();
         // Pages whose copy sits in a mostly dead metadata segment are written again, so
         // that the segment empties: in RAM first (no eviction while this lock is held).
@@ -95,65 +109,59 @@ impl Core {
         // 1. Snapshot: the clients' open batch is sealed, so that the map and the table
         // reflect exactly the batches up to `sequence`.
         let (snapshot, sealed) = {
-            let mut guard = self.state.lock();
-            let state = &mut *guard;
-            self.reserve_stream_segments(state);
-            if state.log.reserved_segments.iter().any(Option::is_none) {
+            let mut state = core.lock_state_to_write();
+            core.reserve_stream_segments(&mut state);
+            if !state.log().every_stream_reserved() {
                 return Ok(None);
             }
-            let sealed = self.seal_clients(state);
-            (self.snapshot(state, &checkpoint, &sparse_pages), sealed)
+            let sealed = core.seal_clients(&mut state);
+            (self.snapshot(&mut state, &directory, &sparse_pages), sealed)
         };
         for batch in sealed {
-            self.dispatch(batch)?;
+            core.dispatch(batch)?;
         }
         let taken_pages: Vec<u64> = snapshot.index_pages.iter().map(|(page, _)| *page).collect();
         let taken_shared_pages: Vec<u64> = snapshot.shared_pages.iter().map(|(page, _)| *page).collect();
-        let result = self.write_snapshot(&mut checkpoint, snapshot, batch_bytes);
-        if result.is_err() {
-            // Not committed: what the snapshot took is still to be written.
-            for page in taken_pages {
-                self.map.mark_dirty(page);
-            }
-            self.shared.write().mark_dirty(taken_shared_pages);
-        }
-        if result.is_ok() {
+        let result = self.write_snapshot(&mut directory, snapshot, batch_bytes);
+        match &result {
             // Committed: every clean page's copy is durable and named, so pages may go.
-            self.evict_map_pages(&checkpoint);
+            Ok(_) => core.evict_map_pages_fenced(),
+            // Not committed: what the snapshot took is still to be written.
+            Err(_) => {
+                for page in taken_pages {
+                    core.map().mark_dirty(page);
+                }
+                core.shared_table().write().mark_dirty(taken_shared_pages);
+            }
         }
-        drop(checkpoint);
+        drop(directory);
         let generation = result?;
-        Counters::add(&self.counters.checkpoints, 1);
-        self.reclaim()?;
+        Counters::add(&core.counters().checkpoints, 1);
+        core.reclaim()?;
         Ok(Some(generation))
     }
 
     /// Steps 2–5 of a checkpoint whose snapshot is taken.
-    fn write_snapshot(&self, checkpoint: &mut CheckpointState, snapshot: Snapshot, batch_bytes: u64) -> Result<u64> {
+    fn write_snapshot(&self, directory: &mut CheckpointState, snapshot: Snapshot, batch_bytes: u64) -> Result<u64> {
+        let core = &*self.core;
         let generation = snapshot.generation;
-        let uuid = self.volume_uuid;
+        let uuid = *core.volume_uuid();
         // 2. The pages, then the directories above them, then the root.
         let mut dying: Vec<u64> = Vec::new();
+        let width_bits = core.map().codec().width_bits as u8;
         let index_blocks: Vec<(PageKind, u64, AlignedBuffer)> = snapshot
             .index_pages
             .iter()
             .map(|(page, packed)| {
                 let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-                codec::encode_index_page(
-                    &mut block,
-                    &uuid,
-                    *page,
-                    generation,
-                    self.map.codec().width_bits as u8,
-                    packed,
-                );
+                codec::encode_index_page(&mut block, &uuid, *page, generation, width_bits, packed);
                 (PageKind::Index, *page, block)
             })
             .collect();
         drop(snapshot.index_pages);
         let (written, _) = self.write_blocks(index_blocks)?;
         for (page, pointer) in written {
-            dying.extend(self.map.set_copy(page, pointer).map(|old| old.position));
+            dying.extend(core.map().set_copy(page, pointer).map(|old| old.position));
         }
         let (table_blocks, digests): (Vec<_>, Vec<_>) = snapshot
             .table_pages
@@ -162,36 +170,34 @@ impl Core {
             .unzip();
         let (written, _) = self.write_blocks(table_blocks)?;
         for ((page, pointer), digest) in written.into_iter().zip(digests) {
-            dying.extend(checkpoint.table_pages.set(page, pointer).map(|old| old.position));
-            checkpoint.table_digests[page as usize] = digest;
+            dying.extend(directory.set_table_page(page, pointer, digest).map(|old| old.position));
         }
         let shared_blocks: Vec<(PageKind, u64, AlignedBuffer)> =
             snapshot.shared_pages.into_iter().map(|(page, block)| (PageKind::SharedTable, page, block)).collect();
         let (written, _) = self.write_blocks(shared_blocks)?;
         for (page, pointer) in written {
-            dying.extend(checkpoint.shared_pages.set(page, pointer).map(|old| old.position));
+            dying.extend(directory.set_shared_page(page, pointer).map(|old| old.position));
         }
         let mut directory_positions = Vec::new();
+        let map = core.map();
         let (index_depth, index_top) = self.write_tree(
             Tree::Index,
-            self.map.page_count(),
-            &|page| self.map.copy(page),
+            map.page_count(),
+            &|page| map.copy(page),
             generation,
             &mut directory_positions,
         )?;
-        let table_pages = &checkpoint.table_pages;
         let (segment_depth, segment_top) = self.write_tree(
             Tree::SegmentTable,
-            table_pages.len(),
-            &|page| table_pages.get(page),
+            directory.table_page_count(),
+            &|page| directory.table_page(page),
             generation,
             &mut directory_positions,
         )?;
-        let shared_pages = &checkpoint.shared_pages;
         let (shared_depth, shared_top) = self.write_tree(
             Tree::SharedTable,
-            shared_pages.len(),
-            &|page| shared_pages.get(page),
+            directory.shared_page_count(),
+            &|page| directory.shared_page(page),
             generation,
             &mut directory_positions,
         )?;
@@ -206,7 +212,7 @@ impl Core {
             index_top,
             segment_top,
             last_segment: snapshot.last_segment,
-            epoch: self.epoch,
+            epoch: core.epoch(),
             data_blocks: snapshot.counts.data_blocks,
             zero_blocks: snapshot.counts.zero_blocks,
             fragment_blocks: snapshot.counts.fragment_blocks,
@@ -220,9 +226,9 @@ impl Core {
         let (written, root_batch) = self.write_blocks(vec![(PageKind::Root, generation, block)])?;
         let root_pointer = written[0].1;
         // 3. Every batch up to the root's durable.
-        self.make_durable(root_batch)?;
+        core.make_durable(root_batch)?;
         // 4. The commit point: the superblocks name the new root.
-        self.members.update_superblock(|superblock| {
+        core.members().update_superblock(|superblock| {
             superblock.checkpoint = Some(CheckpointReference {
                 root_position: root_pointer.position,
                 root_checksum: root_pointer.checksum,
@@ -232,22 +238,15 @@ impl Core {
             superblock.durable_through_sequence = superblock.durable_through_sequence.max(root_batch);
         })?;
         // 5. The copies the previous checkpoint named and this one replaced are dead.
-        dying.append(&mut checkpoint.directory_positions);
-        dying.extend(checkpoint.root.map(|root| root.position));
-        checkpoint.directory_positions = directory_positions;
-        checkpoint.root = Some(root_pointer);
-        checkpoint.generation = generation;
-        checkpoint.committed_at = Instant::now();
-        checkpoint.batch_bytes_at_commit = batch_bytes;
-        {
-            let mut guard = self.state.lock();
-            let state = &mut *guard;
-            state.space.checkpoint_committed(generation);
-            let per_segment = self.geometry.blocks_per_segment();
-            let durable = state.log.durable_through_sequence;
-            for position in dying {
-                state.space.remove_live(position / per_segment, self.geometry.live_units_per_block(), durable);
-            }
+        dying.extend(directory.committed(generation, root_pointer, directory_positions, batch_bytes));
+        let mut state = core.lock_state();
+        let durable = state.log().durable_through();
+        assert!(durable >= root_batch, "the root's batch is durable before the commit");
+        let space = state.space_mut();
+        space.checkpoint_committed(generation);
+        let per_segment = core.geometry().blocks_per_segment();
+        for position in dying {
+            space.remove_live(position / per_segment, core.geometry().live_units_per_block(), durable);
         }
         Ok(generation)
     }
@@ -255,95 +254,79 @@ impl Core {
     /// The index pages whose copy sits in a mostly dead metadata segment, brought into RAM
     /// (callers hold the checkpoint lock, so they stay there until the snapshot takes them).
     fn sparse_pages(&self) -> Result<Vec<u64>> {
-        let per_segment = self.geometry.blocks_per_segment();
+        let core = &*self.core;
+        let geometry = core.geometry();
+        let per_segment = geometry.blocks_per_segment();
         let sparse: Vec<bool> = {
-            let state = self.state.lock();
-            state.space.uses().map(|(_, usage)| usage.is_mostly_dead(&self.geometry)).collect()
+            let state = core.lock_state();
+            state.space().uses().map(|(_, usage)| usage.is_mostly_dead(geometry)).collect()
         };
-        let pages: Vec<u64> = self
-            .map
+        let pages: Vec<u64> = core
+            .map()
             .copies()
             .filter(|(_, pointer)| sparse[(pointer.position / per_segment) as usize])
             .map(|(page, _)| page)
             .collect();
         for &page in &pages {
-            self.map.ensure_resident(page)?;
+            core.map().ensure_resident(page)?;
         }
         Ok(pages)
     }
 
-    /// Evict clean index pages beyond the map cache (callers hold the checkpoint lock: no
-    /// checkpoint is between its snapshot and its commit) — when no writer holds the state
-    /// lock, which keeps the pages writers looked up in RAM.
-    pub(crate) fn evict_map_pages(&self, _checkpoint: &CheckpointState) {
-        if self.map.over_capacity() {
-            if let Some(_state) = self.state.try_lock() {
-                self.map.evict();
-            }
-        }
-    }
-
-    /// Evict beyond the map cache if no checkpoint is being written (readers and writers
-    /// call it after their work, holding no lock).
-    pub(crate) fn evict_map_pages_if_needed(&self) {
-        if self.map.over_capacity() {
-            if let Some(checkpoint) = self.checkpoint.try_lock() {
-                self.evict_map_pages(&checkpoint);
-            }
-        }
-    }
-
-    /// Step 1 under the state lock: the dirty index pages and `sparse_pages`, the changed
+    /// Step 1 under the write lock: the dirty index pages and `sparse_pages`, the changed
     /// segment table pages, the streams' positions.
-    fn snapshot(&self, state: &mut WriteState, checkpoint: &CheckpointState, sparse_pages: &[u64]) -> Snapshot {
-        let generation = state.space.checkpoints().snapshot.max(checkpoint.generation) + 1;
-        state.space.snapshot_taken(generation);
-        let per_segment = self.geometry.blocks_per_segment();
+    fn snapshot(&self, state: &mut WriteState, directory: &CheckpointState, sparse_pages: &[u64]) -> Snapshot {
+        let core = &*self.core;
+        let generation = state.space().checkpoints().snapshot.max(directory.generation()) + 1;
+        state.space_mut().snapshot_taken(generation);
+        let geometry = core.geometry();
+        let per_segment = geometry.blocks_per_segment();
+        let space = state.space();
         let sparse = |pointer: Option<PagePointer>| {
-            pointer
-                .is_some_and(|pointer| state.space.usage(pointer.position / per_segment).is_mostly_dead(&self.geometry))
+            pointer.is_some_and(|pointer| space.usage(pointer.position / per_segment).is_mostly_dead(geometry))
         };
-        let mut pages = self.map.take_dirty_list();
+        let map = core.map();
+        let mut pages = map.take_dirty_list();
         pages.extend_from_slice(sparse_pages);
         pages.sort_unstable();
         pages.dedup();
         let index_pages: Vec<(u64, Vec<u8>)> =
-            pages.into_iter().filter_map(|page| Some((page, self.map.take_page(page)?))).collect();
-        let counts = self.map.counts();
+            pages.into_iter().filter_map(|page| Some((page, map.take_page(page)?))).collect();
+        let counts = map.counts();
         let mut table_pages = Vec::new();
-        let segment_count = state.space.segment_count();
-        for page in 0..checkpoint.table_pages.len() {
+        let segment_count = space.segment_count();
+        for page in 0..directory.table_page_count() {
             let first = page * SEGMENT_RECORDS_PER_PAGE as u64;
             let end = (first + SEGMENT_RECORDS_PER_PAGE as u64).min(segment_count);
-            let records: Vec<SegmentRecord> = (first..end).map(|segment| state.space.usage(segment).record()).collect();
+            let records: Vec<SegmentRecord> = (first..end).map(|segment| space.usage(segment).record()).collect();
             let digest = records_digest(&records);
-            let pointer = checkpoint.table_pages.get(page);
+            let pointer = directory.table_page(page);
             let unchanged = match pointer {
-                Some(_) => digest == checkpoint.table_digests[page as usize],
+                Some(_) => directory.table_page_unchanged(page, digest),
                 // Never written: every record free, as mount takes a missing page.
                 None => records.iter().all(|record| *record == SegmentUse::FREE.record()),
             };
             if !unchanged || sparse(pointer) {
                 let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-                SegmentTablePage { first_segment: first, generation, records }.encode(&mut block, &self.volume_uuid);
+                SegmentTablePage { first_segment: first, generation, records }.encode(&mut block, core.volume_uuid());
                 table_pages.push((page, block, digest));
             }
         }
         // The shared-block table's changed pages (and those in mostly dead segments).
-        let mut shared_table = self.shared.write();
+        let mut shared_table = core.shared_table().write();
         let mut shared_page_numbers = shared_table.take_dirty_pages();
         shared_page_numbers
-            .extend(checkpoint.shared_pages.iter().filter(|(_, pointer)| sparse(Some(*pointer))).map(|(page, _)| page));
+            .extend(directory.shared_pages().filter(|(_, pointer)| sparse(Some(*pointer))).map(|(page, _)| page));
         shared_page_numbers.sort_unstable();
         shared_page_numbers.dedup();
         let shared_pages = shared_page_numbers
             .into_iter()
-            .filter(|&page| page < checkpoint.shared_pages.len())
+            .filter(|&page| page < directory.shared_page_count())
             .map(|page| {
                 let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
                 codec::encode_shared_table_page(
                     &mut block,
-                    &self.volume_uuid,
+                    core.volume_uuid(),
                     page,
                     generation,
                     &shared_table.page(page),
@@ -352,23 +335,24 @@ impl Core {
             })
             .collect();
         drop(shared_table);
+        let log = state.log();
         let streams = std::array::from_fn(|stream| {
             if stream >= STREAM_COUNT {
                 return StreamPosition::default();
             }
-            let current = state.log.current_segments[stream].as_ref();
+            let current = log.current(stream);
             StreamPosition {
                 current_segment: current.map(|current| current.segment),
                 next_row: current.map_or(0, |current| current.next_row),
-                reserved_segment: state.log.reserved_segments[stream],
+                reserved_segment: log.reserved(stream),
             }
         });
         Snapshot {
             generation,
-            sequence: state.log.last_sealed_sequence,
-            last_segment: state.log.last_sealed_segment,
-            write_clock: state.lifetimes.write_clock,
-            durable_through_sequence: state.log.durable_through_sequence,
+            sequence: log.last_sealed_sequence(),
+            last_segment: log.last_sealed_segment(),
+            write_clock: state.lifetimes().write_clock,
+            durable_through_sequence: log.durable_through(),
             streams,
             counts,
             index_pages,
@@ -416,7 +400,7 @@ impl Core {
                     pointers: children,
                 };
                 let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-                page.encode(&mut block, &self.volume_uuid);
+                page.encode(&mut block, self.core.volume_uuid());
                 // The page number in the summary: the level in the top byte.
                 blocks.push((PageKind::Directory, (level as u64) << 56 | index as u64, block));
                 numbers.push(index);
@@ -445,28 +429,17 @@ impl Core {
         let mut last_batch = 0;
         let mut next = 0;
         while next < blocks.len() {
-            let buffers = self.data_pool.take();
-            let mut guard = self.state.lock();
-            self.members.check_running()?;
-            let side = self.begin_side_batch(&mut guard, METADATA_STREAM, buffers, false)?;
-            let state = &mut *guard;
-            state.log.open.as_mut().expect("the side batch").metadata = true;
+            let mut side = self.core.begin_side_batch(METADATA_STREAM, SideKind::Metadata)?;
             while next < blocks.len() {
                 let (kind, number, block) = &blocks[next];
-                let Some(position) = self.accept_page(state, *kind, *number, block) else {
+                let Some(position) = side.accept_page(*kind, *number, block) else {
                     break;
                 };
                 written.push((*number, PagePointer { position, checksum: format::block_checksum(block) }));
                 next += 1;
             }
             // Never empty: a fresh side batch has room for a summary and a block.
-            let sealed = self.end_side_batch(state, side.client);
-            last_batch = sealed.header.sequence;
-            drop(guard);
-            for client_batch in side.sealed_clients {
-                self.dispatch(client_batch)?;
-            }
-            self.dispatch(sealed)?;
+            last_batch = side.finish()?;
         }
         Ok((written, last_batch))
     }
@@ -555,8 +528,6 @@ pub(crate) fn load(
         .filter(|root| root.generation == reference.generation && root.sequence == reference.sequence)
         .ok_or(lost("root", reference.root_position))?;
     let mut state = CheckpointState::empty(geometry);
-    state.root = Some(root_pointer);
-    state.generation = root.generation;
     let mut directory_positions = Vec::new();
     let index_page_count = map.page_count();
     load_tree(
@@ -569,7 +540,16 @@ pub(crate) fn load(
         &mut |page, pointer| page < index_page_count && map.set_copy(page, pointer).is_none(),
         &mut directory_positions,
     )?;
-    let table_pages = &state.table_pages;
+    // Each leaf once, within its tree.
+    let leaf_into =
+        |leaves: &mut Vec<Option<PagePointer>>, page: u64, pointer: PagePointer| match leaves.get_mut(page as usize) {
+            Some(leaf @ None) => {
+                *leaf = Some(pointer);
+                true
+            }
+            _ => false,
+        };
+    let mut table_pages = vec![None; state.table_page_count() as usize];
     load_tree(
         geometry,
         members,
@@ -577,10 +557,10 @@ pub(crate) fn load(
         Tree::SegmentTable,
         root.segment_tree_depth,
         &root.segment_top,
-        &mut |page, pointer| page < table_pages.len() && table_pages.set(page, pointer).is_none(),
+        &mut |page, pointer| leaf_into(&mut table_pages, page, pointer),
         &mut directory_positions,
     )?;
-    let shared_pages = &state.shared_pages;
+    let mut shared_pages = vec![None; state.shared_page_count() as usize];
     load_tree(
         geometry,
         members,
@@ -588,10 +568,10 @@ pub(crate) fn load(
         Tree::SharedTable,
         root.shared_tree_depth,
         &root.shared_top,
-        &mut |page, pointer| page < shared_pages.len() && shared_pages.set(page, pointer).is_none(),
+        &mut |page, pointer| leaf_into(&mut shared_pages, page, pointer),
         &mut directory_positions,
     )?;
-    state.directory_positions = directory_positions;
+    state.loaded(root.generation, root_pointer, directory_positions);
     let fragments_possible = geometry.packed_fragments || (root.fragment_blocks == 0 && root.fragment_sixteenths == 0);
     if root
         .data_blocks
@@ -614,8 +594,9 @@ pub(crate) fn load(
     });
     let segment_count = geometry.segment_count();
     let mut records = vec![SegmentUse::FREE.record(); segment_count as usize];
-    for page in 0..state.table_pages.len() {
-        let Some(pointer) = state.table_pages.get(page) else { continue };
+    for (page, pointer) in table_pages.into_iter().enumerate() {
+        let page = page as u64;
+        let Some(pointer) = pointer else { continue };
         read_block(geometry, members, pointer, "segment table page", &mut block)?;
         let first = page * SEGMENT_RECORDS_PER_PAGE as u64;
         let decoded = SegmentTablePage::decode(&block, volume_uuid)
@@ -627,10 +608,12 @@ pub(crate) fn load(
             return Err(lost("segment table page", pointer.position));
         }
         records[first as usize..end as usize].copy_from_slice(page_records);
-        state.table_digests[page as usize] = records_digest(page_records);
+        state.set_table_page(page, pointer, records_digest(page_records));
     }
     let mut shared = crate::space::shared::SharedTable::default();
-    for (page, pointer) in state.shared_pages.iter() {
+    for (page, pointer) in shared_pages.into_iter().enumerate() {
+        let (page, Some(pointer)) = (page as u64, pointer) else { continue };
+        state.set_shared_page(page, pointer);
         read_block(geometry, members, pointer, "shared table page", &mut block)?;
         let records = codec::decode_shared_table_page(&block, volume_uuid)
             .filter(|(number, _, _)| *number == page)

@@ -20,7 +20,7 @@
 use crate::error::{Error, Result};
 use crate::index::lifetimes::{class_length_blocks, WRITE_CLOCK_ORIGIN};
 use crate::index::map::Mapping;
-use crate::io::{Core, SegmentEntry, WriteState};
+use crate::io::{Core, SegmentEntry, SideKind, WriteState};
 use crate::layout::format;
 use crate::layout::format::EntryEffect;
 use crate::layout::geometry::BLOCK_SIZE_BYTES;
@@ -71,7 +71,7 @@ fn relocation_stream(state: &WriteState, record: &Live, yardstick: Option<u64>) 
     let Some(yardstick) = yardstick else {
         return middle;
     };
-    if state.lifetimes.age_since(record.write_clock) >= OLD_AGE_YARDSTICKS.saturating_mul(yardstick) {
+    if state.lifetimes().age_since(record.write_clock) >= OLD_AGE_YARDSTICKS.saturating_mul(yardstick) {
         return old;
     }
     let short_lived = class_length_blocks(record.lifetime_class)
@@ -139,28 +139,26 @@ pub(crate) fn background_cleaner(cleaner: std::sync::Arc<Cleaner>) {
 
 fn run_rounds(cleaner: &Cleaner) {
     let shared = &cleaner.core;
-    let (low_watermark, high_watermark) = watermarks(&shared.geometry);
+    let (low_watermark, high_watermark) = watermarks(shared.geometry());
     let mut nothing_to_gain = false;
-    let net_segments = || shared.cleaning_net_segments.load(std::sync::atomic::Ordering::SeqCst);
+    let net_segments = || shared.cleaner().net_segments();
     let mut progress = ProgressWindow::new(net_segments());
     let mut clock_seen = u64::MAX;
     loop {
         {
-            let mut state = shared.state.lock();
+            let mut state = shared.lock_state();
             loop {
-                if shared.cleaner_stop.load(std::sync::atomic::Ordering::SeqCst)
-                    || shared.members.shutdown.lock().is_some()
-                {
+                if shared.cleaner().stop_requested() || shared.members().check_running().is_err() {
                     return;
                 }
-                let free = state.space.free_count();
-                shared.pacer.set_headroom(free, state.space.clients_floor(Purpose::Data));
-                let idle = state.lifetimes.write_clock == clock_seen;
-                clock_seen = state.lifetimes.write_clock;
+                let free = state.space().free_count();
+                shared.cleaner().pacer().set_headroom(free, state.space().clients_floor(Purpose::Data));
+                let idle = state.lifetimes().write_clock == clock_seen;
+                clock_seen = state.lifetimes().write_clock;
                 let threshold = crate::space::cleaner_thread_threshold(
                     low_watermark,
-                    state.space.clients_floor(Purpose::Data),
-                    shared.pacer.window_segments(),
+                    state.space().clients_floor(Purpose::Data),
+                    shared.cleaner().pacer().window_segments(),
                 );
                 if !nothing_to_gain && (free < threshold || (idle && free < high_watermark)) {
                     break;
@@ -168,13 +166,13 @@ fn run_rounds(cleaner: &Cleaner) {
                 nothing_to_gain = false;
                 // A new burst of rounds is judged afresh.
                 progress = ProgressWindow::new(net_segments());
-                shared.cleaner_wakeup.wait_for(&mut state, BACKGROUND_TICK);
+                state.wait_for(shared.cleaner().wakeup(), BACKGROUND_TICK);
             }
         }
         // Dead segments waiting only for a checkpoint come free without a round.
         match cleaner.checkpoint_for_space() {
             Ok(true) => {
-                shared.progress.notify_all();
+                shared.notify_progress();
                 continue;
             }
             Ok(false) => {}
@@ -203,15 +201,18 @@ fn run_rounds(cleaner: &Cleaner) {
             }
         };
         // What the round freed net, for the pace of client writes.
-        let client_blocks_per_segment = shared.geometry.blocks_per_segment() as i64;
-        shared.pacer.record_round((net_segments() - net_before) * client_blocks_per_segment, round_started.elapsed());
+        let client_blocks_per_segment = shared.geometry().blocks_per_segment() as i64;
+        shared
+            .cleaner()
+            .pacer()
+            .record_round((net_segments() - net_before) * client_blocks_per_segment, round_started.elapsed());
         let gained = gained && progress.after_round(net_segments());
         if !gained {
             progress = ProgressWindow::new(net_segments());
         }
         nothing_to_gain = !gained;
-        shared.cleaner_gains_nothing.store(!gained, std::sync::atomic::Ordering::SeqCst);
-        shared.progress.notify_all();
+        shared.cleaner().set_gains_nothing(!gained);
+        shared.notify_progress();
     }
 }
 
@@ -289,6 +290,8 @@ struct Live {
 /// The cleaner of one volume: its policy, and the state of its rounds.
 pub(crate) struct Cleaner {
     pub(crate) core: std::sync::Arc<Core>,
+    /// Checkpoints free the dead segments a stream left (the reuse rule).
+    checkpointer: Arc<crate::checkpoint::Checkpointer>,
     policy: CleaningPolicy,
     /// Relocated blocks go to their own streams by predicted lifetime; off: into the
     /// clients' stream (the baseline the cleaning measurements compare against).
@@ -335,9 +338,15 @@ pub(crate) enum RoundDurability {
 }
 
 impl Cleaner {
-    pub(crate) fn new(core: std::sync::Arc<Core>, policy: CleaningPolicy, separate_streams: bool) -> Cleaner {
+    pub(crate) fn new(
+        core: Arc<Core>,
+        checkpointer: Arc<crate::checkpoint::Checkpointer>,
+        policy: CleaningPolicy,
+        separate_streams: bool,
+    ) -> Cleaner {
         Cleaner {
             core,
+            checkpointer,
             policy,
             separate_streams,
             round: parking_lot::Mutex::new(Lifespans::default()),
@@ -358,41 +367,39 @@ impl Cleaner {
     /// (`WriteState::has_room_for_clients`); `OutOfSpace` only when nothing more can come
     /// free.
     pub(crate) fn make_space(&self, purpose: Purpose) -> Result<()> {
-        if self.core.background_cleaning {
+        if self.core.cleaner().background() {
             // The cleaner thread frees segments (its rounds also release the segments
             // whose death became durable); wait for it while it gains something.
-            let mut state = self.core.state.lock();
+            let mut state = self.core.lock_state();
             loop {
                 if state.has_room_for_clients(purpose) {
                     return Ok(());
                 }
-                self.core.members.check_running()?;
-                if self.core.cleaner_gains_nothing.load(Ordering::SeqCst)
-                    || self.core.cleaner_stop.load(Ordering::SeqCst)
-                {
+                self.core.members().check_running()?;
+                if self.core.cleaner().gains_nothing() || self.core.cleaner().stop_requested() {
                     break;
                 }
-                self.core.cleaner_wakeup.notify_one();
-                self.core.progress.wait_for(&mut state, Duration::from_millis(10));
+                self.core.cleaner().wake();
+                self.core.wait_for_progress(&mut state, Duration::from_millis(10));
             }
         }
         self.core.flush_members()?;
-        let mut progress = ProgressWindow::new(self.core.cleaning_net_segments.load(Ordering::SeqCst));
+        let mut progress = ProgressWindow::new(self.core.cleaner().net_segments());
         // Times the relocation streams gave up their segments since the cleaner last won
         // a segment net, and its net gain then.
-        let mut fruitless_retirements = (0u32, self.core.cleaning_net_segments.load(Ordering::SeqCst));
+        let mut fruitless_retirements = (0u32, self.core.cleaner().net_segments());
         let mut packing: Option<PackingForSpace> = None;
         loop {
             self.core.stop_on_error(self.core.reclaim())?;
-            let state = self.core.state.lock();
+            let state = self.core.lock_state();
             if state.has_room_for_clients(purpose) {
                 return Ok(());
             }
             // A round can only gain a free segment if the used segments hold at least a
             // segment's worth of dead blocks between them; less than that is a full volume.
-            let per_segment = self.core.geometry.blocks_per_segment();
-            let units_per_block = self.core.geometry.live_units_per_block();
-            let dead = state.space.dead_blocks_in_used(units_per_block);
+            let per_segment = self.core.geometry().blocks_per_segment();
+            let units_per_block = self.core.geometry().live_units_per_block();
+            let dead = state.space().dead_blocks_in_used(units_per_block);
             drop(state);
             // Dead segments a stream left since the last checkpoint come free once the
             // next one is committed: cheaper than a round, and a round may need them.
@@ -408,7 +415,7 @@ impl Cleaner {
                     Err(Error::OutOfSpace) => false,
                     Err(error) => return Err(error),
                 };
-            if gained && progress.after_round(self.core.cleaning_net_segments.load(Ordering::SeqCst)) {
+            if gained && progress.after_round(self.core.cleaner().net_segments()) {
                 continue;
             }
             let rounds_seen = self.rounds_begun.load(Ordering::SeqCst);
@@ -418,8 +425,8 @@ impl Cleaner {
             // they make room. (Only then: going round again on a volume that stays full
             // would run rounds for ever.)
             let after_a_flush = {
-                let state = self.core.state.lock();
-                state.space.any_waiting_beyond(state.log.durable_through_sequence)
+                let state = self.core.lock_state();
+                state.space().any_waiting_beyond(state.log().durable_through())
             };
             if after_a_flush {
                 self.core.flush_members()?;
@@ -427,21 +434,21 @@ impl Cleaner {
             }
             // (It writes one only when segments wait for it.)
             self.checkpoint_for_space()?;
-            let mut state = self.core.state.lock();
+            let mut state = self.core.lock_state();
             if state.has_room_for_clients(purpose) {
                 return Ok(());
             }
             // (One that waits for a checkpoint too is not coming: one was just tried.)
-            let coming_free = state.space.any_coming_free(state.log.durable_through_sequence);
+            let coming_free = state.space().any_coming_free(state.log().durable_through());
             if !coming_free {
                 drop(state);
                 // The cleaner thread may be in a round that empties segments (holding the
                 // free ones it relocates into), or its helper may be making the last one
                 // durable: not a full volume while they change something. Wait for them and
                 // look again, within the window of rounds that must win room.
-                if self.core.background_cleaning
+                if self.core.cleaner().background()
                     && self.wait_for_the_cleaner_thread(rounds_seen)?
-                    && progress.after_round(self.core.cleaning_net_segments.load(Ordering::SeqCst))
+                    && progress.after_round(self.core.cleaner().net_segments())
                 {
                     continue;
                 }
@@ -451,7 +458,7 @@ impl Cleaner {
                 // them up now, so that a refusal for space stands after a reopen too. The
                 // rounds that follow may leave new such rows: again, a few times without a
                 // net gain (each time is what a reopen would do), for as long as they win.
-                let net = self.core.cleaning_net_segments.load(Ordering::SeqCst);
+                let net = self.core.cleaner().net_segments();
                 if net > fruitless_retirements.1 {
                     fruitless_retirements = (0, net);
                 }
@@ -463,8 +470,8 @@ impl Cleaner {
                 }
                 return Err(Error::OutOfSpace);
             }
-            self.core.members.check_running()?;
-            self.core.progress.wait_for(&mut state, Duration::from_millis(10));
+            self.core.members().check_running()?;
+            self.core.wait_for_progress(&mut state, Duration::from_millis(10));
         }
     }
 
@@ -481,17 +488,15 @@ impl Cleaner {
     /// is named only by the summaries in the one before, and it has none).
     fn give_up_relocation_segments(&self) -> Result<bool> {
         let _one_round_at_a_time = self.round.lock();
-        let no_checkpoint_running = self.core.checkpoint.try_lock();
+        let no_checkpoint_running = self.core.directory().try_lock();
         let streams = RELOCATION_STREAMS.into_iter().chain(no_checkpoint_running.is_some().then_some(METADATA_STREAM));
         let mut gave_up = false;
         let mut sealed = Vec::new();
         {
-            let mut state = self.core.state.lock();
+            let mut state = self.core.lock_state_to_write();
             for stream in streams {
-                let Some(segment) = state.log.current_segments[stream]
-                    .as_ref()
-                    .filter(|current| current.next_row > 0)
-                    .map(|current| current.segment)
+                let Some(segment) =
+                    state.log().current(stream).filter(|current| current.next_row > 0).map(|current| current.segment)
                 else {
                     continue;
                 };
@@ -518,7 +523,7 @@ impl Cleaner {
     /// more free segments than before, `false` when none waits, when it freed nothing net,
     /// or when no free segment is left for the checkpoint's streams.
     fn checkpoint_for_space(&self) -> Result<bool> {
-        match self.core.checkpoint_for_space() {
+        match self.checkpointer.checkpoint_for_space() {
             Err(Error::OutOfSpace) => Ok(false),
             other => other,
         }
@@ -532,7 +537,7 @@ impl Cleaner {
     /// Returns, for each fragment record, its fragment as stored (start block and
     /// continuations, proven).
     fn read_live(&self, live: &mut [Live], contents: &mut [u8]) -> Result<Vec<Option<MovedFragment>>> {
-        let _fence = self.core.reuse_fence.read();
+        let _fence = self.core.read_fence();
         // (segment, column) → its live data blocks.
         let mut runs: std::collections::BTreeMap<(u64, usize), Vec<BlockToRead>> = Default::default();
         for (index, record) in live.iter_mut().enumerate() {
@@ -540,7 +545,7 @@ impl Cleaner {
                 if !self.is_current(record)? {
                     continue; // overwritten meanwhile: skipped when appending
                 }
-                let location = self.core.geometry.locate(position);
+                let location = self.core.geometry().locate(position);
                 record.generation = self.core.generation(location.segment);
                 runs.entry((location.segment, location.column)).or_default().push(BlockToRead {
                     record: index,
@@ -552,14 +557,14 @@ impl Cleaner {
         // One reader per member, in parallel on threaded volumes: each reads its runs
         // in turn into one buffer of at most a chunk and keeps the blocks that match
         // their checksums.
-        let mut by_member: Vec<Vec<(u64, Vec<BlockToRead>)>> = vec![Vec::new(); self.core.geometry.member_count];
+        let mut by_member: Vec<Vec<(u64, Vec<BlockToRead>)>> = vec![Vec::new(); self.core.geometry().member_count];
         for ((segment, column), blocks) in runs {
             let member = self
                 .core
-                .geometry
+                .geometry()
                 .members_of_column(segment, column)
                 .into_iter()
-                .find(|&member| self.core.members.readable(member, segment).is_some());
+                .find(|&member| self.core.members().readable(member, segment).is_some());
             // A column with no member present is rebuilt from parity below.
             if let Some(member) = member {
                 by_member[member].push((segment, blocks));
@@ -567,22 +572,22 @@ impl Cleaner {
         }
         let read_member = |member: usize, runs: &[(u64, Vec<BlockToRead>)]| {
             let mut verified: Vec<VerifiedBlock> = Vec::new();
-            let mut buffer = AlignedBuffer::zeroed(self.core.geometry.chunk_size_bytes as usize);
+            let mut buffer = AlignedBuffer::zeroed(self.core.geometry().chunk_size_bytes as usize);
             for (segment, blocks) in runs {
-                let Some(device) = self.core.members.readable(member, *segment) else {
+                let Some(device) = self.core.members().readable(member, *segment) else {
                     continue;
                 };
                 let first_row = blocks.iter().map(|block| block.row).min().unwrap_or(0);
                 let last_row = blocks.iter().map(|block| block.row).max().unwrap_or(0);
                 let run = &mut buffer[..(last_row - first_row + 1) as usize * BLOCK_SIZE_BYTES];
-                let result = device.read_at(run, self.core.geometry.member_offset_bytes(*segment, first_row));
-                self.core.members.read_done(member, result.as_ref().err(), &self.core.counters);
-                Counters::add(&self.core.counters.member_bytes_read_cleaning, run.len() as u64);
+                let result = device.read_at(run, self.core.geometry().member_offset_bytes(*segment, first_row));
+                self.core.members().read_done(member, result.as_ref().err(), self.core.counters());
+                Counters::add(&self.core.counters().member_bytes_read_cleaning, run.len() as u64);
                 let read = result.is_ok();
                 // Without the segment's checksums nothing here verifies: each block is
                 // then read again by position below, which reports it unreadable.
-                let table = self.core.checksum_table(*segment, None).ok();
-                let per_segment = self.core.geometry.blocks_per_segment();
+                let table = self.core.checksum_table(*segment).ok();
+                let per_segment = self.core.geometry().blocks_per_segment();
                 for block in blocks {
                     let start = (block.row - first_row) as usize * BLOCK_SIZE_BYTES;
                     let content = &run[start..start + BLOCK_SIZE_BYTES];
@@ -594,7 +599,7 @@ impl Cleaner {
             verified
         };
         let readers: Vec<usize> = (0..by_member.len()).filter(|&member| !by_member[member].is_empty()).collect();
-        let parallel = self.core.io_mode == crate::log::IoMode::Threaded;
+        let parallel = self.core.io_mode() == crate::log::IoMode::Threaded;
         let results: Vec<Vec<VerifiedBlock>> = crate::array::members::for_each_member(&readers, parallel, |member| {
             read_member(member, &by_member[member])
         })
@@ -614,7 +619,7 @@ impl Cleaner {
             if let (Some(position), false) = (record.mapping.position(), done[index]) {
                 if self.is_current(record)? {
                     let content = &mut contents[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES];
-                    match self.core.read_position(position, record.logical_block, content, None) {
+                    match self.core.read_position(position, record.logical_block, content) {
                         Ok(()) => {}
                         Err(Error::Unrecoverable { .. }) => record.unreadable = true,
                         Err(error) => return Err(error),
@@ -643,17 +648,12 @@ impl Cleaner {
                     None => {
                         // A continuation nothing can read or rebuild leaves the fragment
                         // unreadable, as its reads are.
-                        let following = match self.core.read_continuations(
-                            position,
-                            &entries,
-                            entry_index,
-                            record.logical_block,
-                            None,
-                        ) {
-                            Ok(following) => Some(following),
-                            Err(Error::Unrecoverable { .. }) => None,
-                            Err(error) => return Err(error),
-                        };
+                        let following =
+                            match self.core.read_continuations(position, &entries, entry_index, record.logical_block) {
+                                Ok(following) => Some(following),
+                                Err(Error::Unrecoverable { .. }) => None,
+                                Err(error) => return Err(error),
+                            };
                         let moved = following
                             .and_then(|following| {
                                 crate::layout::packed::gather(content, &entries, entry_index, &following).ok()
@@ -666,7 +666,9 @@ impl Cleaner {
                                 // space; here, outside the state lock, for the blocks
                                 // served now (any that die before the move travel until
                                 // the next one).
-                                let mask = self.served_mask(content, position, &entry, entry_index);
+                                let mapping_of = |block| Some(self.core.map().get(block).unwrap_or(Mapping::Unmapped));
+                                let mask =
+                                    self.served_mask(content, position, &entry, entry_index, &mapping_of).unwrap_or(0);
                                 let repacked = (mask != 0 && mask != entry.mask)
                                     .then(|| repack(&bytes, entry, entry_index, mask))
                                     .flatten()
@@ -694,10 +696,10 @@ impl Cleaner {
     fn is_current(&self, record: &Live) -> Result<bool> {
         match record.shared_record {
             Some(shared) => {
-                let copy = self.core.shared.read().get(shared);
+                let copy = self.core.shared_table().read().get(shared);
                 Ok(copy.is_some_and(|copy| Some(copy.position) == record.mapping.position()))
             }
-            None => Ok(self.core.map.get(record.logical_block)? == record.mapping),
+            None => Ok(self.core.map().get(record.logical_block)? == record.mapping),
         }
     }
 
@@ -707,30 +709,48 @@ impl Cleaner {
         position: u64,
         entry: &crate::layout::packed::FragmentEntry,
         index: usize,
-    ) -> u8 {
+        mapping_of: &dyn Fn(u64) -> Option<Mapping>,
+    ) -> std::result::Result<u8, u64> {
         let mut mask = 0u8;
         for place in 0..entry.blocks {
             let logical_block = entry.first_logical_block + place as u64;
-            let served_here =
-                entry.serves(logical_block)
-                    && self.core.map.get(logical_block).is_ok_and(
-                        |mapping| matches!(mapping, Mapping::Fragment { position: at, .. } if at == position),
-                    )
-                    && crate::layout::packed::find(start_block, logical_block).is_ok_and(|(_, found)| found == index);
+            if !entry.serves(logical_block) {
+                continue;
+            }
+            let mapping = mapping_of(logical_block).ok_or(logical_block)?;
+            let served_here = matches!(mapping, Mapping::Fragment { position: at, .. } if at == position)
+                && crate::layout::packed::find(start_block, logical_block).is_ok_and(|(_, found)| found == index);
             if served_here {
                 mask |= 1 << place;
             }
         }
-        mask
+        Ok(mask)
+    }
+
+    /// Under the write lock: whether `record` is still where it was found and read, and
+    /// readable; `None` when its index page is not in RAM (it is loaded outside the lock,
+    /// and the record looked at again).
+    fn still_current(&self, record: &Live) -> Option<bool> {
+        let in_place = match record.shared_record {
+            Some(shared) => {
+                let copy = self.core.shared_table().read().get(shared);
+                copy.is_some_and(|copy| Some(copy.position) == record.mapping.position())
+            }
+            None => self.core.map().get_if_resident(record.logical_block)? == record.mapping,
+        };
+        let same_generation = record.mapping.position().is_none_or(|position| {
+            self.core.generation(self.core.geometry().locate(position).segment) == record.generation
+        });
+        Some(in_place && same_generation && !record.unreadable)
     }
 
     /// Pin the segments of the records that could not be read or rebuilt.
     fn pin_unreadable<'a>(&self, records: impl Iterator<Item = &'a Live>) {
-        let per_segment = self.core.geometry.blocks_per_segment();
-        let mut state = self.core.state.lock();
+        let per_segment = self.core.geometry().blocks_per_segment();
+        let mut state = self.core.lock_state();
         for record in records.filter(|record| record.unreadable) {
             if let Some(segment) = record.mapping.segment(per_segment) {
-                state.space.pin(segment);
+                state.space_mut().pin(segment);
             }
         }
     }
@@ -744,11 +764,11 @@ impl Cleaner {
     fn live_records(&self, segment: u64, data_only: bool) -> Result<Vec<Live>> {
         let core = &self.core;
         let entries = {
-            let _fence = core.reuse_fence.read();
+            let _fence = core.read_fence();
             core.segment_entries(segment)
         };
         let Ok(entries) = entries else {
-            core.state.lock().space.pin(segment);
+            core.lock_state().space_mut().pin(segment);
             return Ok(Vec::new());
         };
         let record = |logical_block: u64, mapping: Mapping, write_clock: u64, lifetime_class: u8| Live {
@@ -761,7 +781,7 @@ impl Cleaner {
             unreadable: false,
             shared_record: None,
         };
-        let logical_blocks = core.map.block_count();
+        let logical_blocks = core.map().block_count();
         let mut records = Vec::new();
         let mut ranged = rustc_hash::FxHashSet::default();
         for SegmentEntry { entry, position, write_clock } in entries {
@@ -771,7 +791,9 @@ impl Cleaner {
                     (first_logical_block, block_count, mapping)
                 }
                 EntryEffect::Copy { record: shared, position, .. } => {
-                    if !data_only && core.shared.read().get(shared).is_some_and(|copy| copy.position == position) {
+                    if !data_only
+                        && core.shared_table().read().get(shared).is_some_and(|copy| copy.position == position)
+                    {
                         records.push(Live {
                             shared_record: Some(shared),
                             ..record(shared, Mapping::Data { position }, write_clock, lifetime_class)
@@ -784,7 +806,7 @@ impl Cleaner {
             let end = first.saturating_add(count).min(logical_blocks);
             match mapping {
                 Mapping::Data { .. } => {
-                    if first < logical_blocks && core.map.get(first)? == mapping {
+                    if first < logical_blocks && core.map().get(first)? == mapping {
                         records.push(record(first, mapping, write_clock, lifetime_class));
                     }
                 }
@@ -792,7 +814,7 @@ impl Cleaner {
                 // share is the same mapping: one record.)
                 Mapping::Fragment { .. } if !data_only => {
                     if first < logical_blocks
-                        && core.map.get(first)? == mapping
+                        && core.map().get(first)? == mapping
                         && !records
                             .iter()
                             .rev()
@@ -805,7 +827,7 @@ impl Cleaner {
                 // A block zeroed or trimmed twice in the segment is one record.
                 Mapping::Zero { .. } | Mapping::Trimmed { .. } if !data_only => {
                     for block in first..end {
-                        if core.map.get(block)? == mapping && ranged.insert(block) {
+                        if core.map().get(block)? == mapping && ranged.insert(block) {
                             records.push(record(block, mapping, write_clock, format::LIFETIME_CLASS_UNKNOWN));
                         }
                     }
@@ -842,18 +864,18 @@ impl Cleaner {
     pub(crate) fn clean_round_with(&self, durability: RoundDurability) -> Result<bool> {
         let mut lifespans = self.round.lock();
         self.rounds_begun.fetch_add(1, Ordering::SeqCst);
-        let per_segment = self.core.geometry.blocks_per_segment();
+        let per_segment = self.core.geometry().blocks_per_segment();
         // Room for data in one relocation segment (a summary block per few hundred entries).
         let capacity = per_segment - per_segment.div_ceil(format::ENTRIES_PER_SUMMARY as u64) - 1;
         // In live units (docs/compression.md: sixteenths where blocks may be fragments).
-        let units_per_block = self.core.geometry.live_units_per_block();
+        let units_per_block = self.core.geometry().live_units_per_block();
         let capacity = capacity * ROUND_SEGMENTS * units_per_block;
         let (victims, filler, yardstick) = {
-            let mut guard = self.core.state.lock();
+            let mut guard = self.core.lock_state();
             let state = &mut *guard;
-            let now = state.lifetimes.write_clock;
+            let now = state.lifetimes().write_clock;
             let mut candidates: Vec<(f64, u64)> = state
-                .space
+                .space()
                 .uses()
                 .filter(|(_, usage)| {
                     usage.status() == SegmentStatus::Used
@@ -880,7 +902,7 @@ impl Cleaner {
             let mut filler = None;
             let mut live = 0u64;
             for (_, segment) in candidates {
-                let usage = state.space.usage(segment);
+                let usage = state.space().usage(segment);
                 if !victims.is_empty() && live + usage.live_units() > capacity {
                     filler = Some(segment);
                     break;
@@ -929,7 +951,7 @@ impl Cleaner {
         // threaded volumes, so a round waits for the longest chain, not for their sum.
         let walks: Vec<(u64, bool)> =
             victims.iter().map(|&segment| (segment, false)).chain(filler.map(|segment| (segment, true))).collect();
-        let parallel = self.core.io_mode == crate::log::IoMode::Threaded;
+        let parallel = self.core.io_mode() == crate::log::IoMode::Threaded;
         let mut walked = crate::array::members::for_each_item(walks, parallel, |(segment, data_only)| {
             self.live_records(segment, data_only)
         })
@@ -940,7 +962,7 @@ impl Cleaner {
         let mut fillers: Vec<Live> = if filler.is_some() { walked.pop().unwrap_or_default() } else { Vec::new() };
         let mut live: Vec<Live> = walked.into_iter().flatten().collect();
         {
-            let state = self.core.state.lock();
+            let state = self.core.lock_state();
             for record in live.iter_mut() {
                 record.stream =
                     if self.separate_streams { relocation_stream(&state, record, yardstick) } else { HOST_STREAM };
@@ -957,7 +979,7 @@ impl Cleaner {
             Mapping::Data { position } => position,
             _ => u64::MAX,
         });
-        fillers.truncate(RELOCATION_STREAMS.len() * (self.core.geometry.data_columns() + 1));
+        fillers.truncate(RELOCATION_STREAMS.len() * (self.core.geometry().data_columns() + 1));
         let mut filler_contents = vec![0u8; fillers.len() * BLOCK_SIZE_BYTES];
         self.read_live(&mut fillers, &mut filler_contents)?;
         // A block nothing can rebuild cannot move — its content is not known, and moving
@@ -967,62 +989,79 @@ impl Cleaner {
         self.pin_unreadable(live.iter().chain(fillers.iter()));
         let mut next_filler = 0usize;
         let mut next = 0usize;
+        let kind = SideKind::Relocation { one_log: !self.separate_streams };
         while next < live.len() {
-            let buffers = self.core.data_pool.take();
-            let mut guard = self.core.state.lock();
-            self.core.members.check_running()?;
-            // Skip what the clients overwrote since it was read.
-            // (An index page that cannot be read: the block stays where it is, and so does
-            // its segment, whose live count it keeps.)
-            let still_current = |record: &Live| {
-                self.is_current(record).unwrap_or(false)
-                    && match record.mapping.position() {
-                        Some(position) => {
-                            self.core.generation(self.core.geometry.locate(position).segment) == record.generation
+            // Under the write lock, before a batch is opened: skip what the clients
+            // overwrote since it was read, and find the stream of the first record still
+            // current (a batch starts with a record it will hold: it is never sealed
+            // empty). An index page not in RAM is loaded outside the lock, and the record
+            // looked at again.
+            let mut page_to_load = None;
+            let side = self.core.begin_side_batch_if(kind, || {
+                while next < live.len() {
+                    let record = &live[next];
+                    match self.still_current(record) {
+                        Some(true) => {}
+                        Some(false) => {
+                            next += 1;
+                            continue;
                         }
-                        None => true,
+                        None => {
+                            page_to_load = Some(record.logical_block);
+                            return None;
+                        }
                     }
+                    let Mapping::Fragment { position, .. } = record.mapping else {
+                        return Some(record.stream);
+                    };
+                    // A fragment moves for the blocks of its unit it still serves, whose
+                    // pages must be in RAM too; one that serves none is skipped.
+                    let content = &contents[next * BLOCK_SIZE_BYTES..(next + 1) * BLOCK_SIZE_BYTES];
+                    let mapping_of = |block| self.core.map().get_if_resident(block);
+                    let served = fragments[next]
+                        .as_ref()
+                        .map(|moved| self.served_mask(content, position, &moved.entry, moved.index, &mapping_of));
+                    match served {
+                        Some(Ok(mask)) if mask != 0 => return Some(record.stream),
+                        Some(Err(logical_block)) => {
+                            page_to_load = Some(logical_block);
+                            return None;
+                        }
+                        Some(Ok(_)) | None => next += 1,
+                    }
+                }
+                None
+            })?;
+            let Some(mut side) = side else {
+                match page_to_load {
+                    Some(logical_block) => {
+                        self.core.map().ensure_resident_for(logical_block)?;
+                        continue;
+                    }
+                    None => break,
+                }
             };
-            // A batch starts with a record it will hold (it is never sealed empty).
-            while next < live.len() && (!still_current(&live[next]) || live[next].unreadable) {
-                next += 1;
-            }
-            if next == live.len() {
-                break;
-            }
-            // With one log for everything the clients' batch ends even when empty, so that
-            // the relocation batch takes the next rows of their segment.
+            self.core.cleaner().took(side.taken_segments());
             let stream = live[next].stream;
-            let side = self.core.begin_side_batch(&mut guard, stream, buffers, !self.separate_streams)?;
-            let state: &mut crate::io::WriteState = &mut guard;
-            self.core.cleaning_net_segments.fetch_sub(side.taken as i64, std::sync::atomic::Ordering::SeqCst);
-            state.log.open.as_mut().expect("the side batch").relocation = true;
             let mut relocated = 0u64;
             while next < live.len() && live[next].stream == stream {
                 let record = &live[next];
-                if !still_current(record) || record.unreadable {
-                    next += 1;
-                    continue;
+                match self.still_current(record) {
+                    Some(true) => {}
+                    Some(false) => {
+                        next += 1;
+                        continue;
+                    }
+                    // Its page is loaded before the next batch.
+                    None => break,
                 }
+                let kept = (record.lifetime_class, record.write_clock);
+                let content = &contents[next * BLOCK_SIZE_BYTES..(next + 1) * BLOCK_SIZE_BYTES];
                 let accepted = match record.mapping {
-                    Mapping::Data { .. } if record.shared_record.is_some() => {
-                        let content = &contents[next * BLOCK_SIZE_BYTES..(next + 1) * BLOCK_SIZE_BYTES];
-                        let checksum = format::block_checksum(content);
-                        let shared = record.shared_record.expect("a shared copy");
-                        self.core.accept_moved_copy(
-                            state,
-                            shared,
-                            content,
-                            checksum,
-                            (record.lifetime_class, record.write_clock),
-                        )
-                    }
-                    Mapping::Data { .. } => {
-                        let content = &contents[next * BLOCK_SIZE_BYTES..(next + 1) * BLOCK_SIZE_BYTES];
-                        let checksum = format::block_checksum(content);
-                        let kept = Some((record.lifetime_class, record.write_clock));
-                        self.core.accept_data(state, record.logical_block, content, checksum, kept)
-                    }
+                    Mapping::Data { .. } => match record.shared_record {
+                        Some(shared) => side.accept_moved_copy(shared, content, format::block_checksum(content), kept),
+                        None => side.accept_data(record.logical_block, content, format::block_checksum(content), kept),
+                    },
                     // Moved as stored, without decompressing, once for every block of its
                     // unit still served by it: read and checked above.
                     Mapping::Fragment { position, .. } => {
@@ -1030,13 +1069,16 @@ impl Cleaner {
                             next += 1;
                             continue;
                         };
-                        let start_block = &contents[next * BLOCK_SIZE_BYTES..(next + 1) * BLOCK_SIZE_BYTES];
                         let entry = moved.entry;
-                        let mask = self.served_mask(start_block, position, &entry, moved.index);
-                        if mask == 0 {
-                            next += 1;
-                            continue;
-                        }
+                        let mapping_of = |block| self.core.map().get_if_resident(block);
+                        let mask = match self.served_mask(content, position, &entry, moved.index, &mapping_of) {
+                            Ok(0) => {
+                                next += 1;
+                                continue;
+                            }
+                            Ok(mask) => mask,
+                            Err(_) => break, // a page of its unit is loaded before the next batch
+                        };
                         // Repacked when read (for the blocks served then, of which these
                         // are all or some), or as stored.
                         let (bytes, checksum) = match &moved.repacked {
@@ -1045,24 +1087,16 @@ impl Cleaner {
                             }
                             _ => (moved.bytes.as_slice(), entry.checksum),
                         };
-                        let kept = Some((record.lifetime_class, record.write_clock));
-                        let accepted = self.core.accept_fragment(
-                            state,
-                            entry.first_logical_block,
-                            entry.blocks,
-                            mask,
-                            bytes,
-                            checksum,
-                            kept,
-                        );
+                        let accepted =
+                            side.accept_fragment(entry.first_logical_block, entry.blocks, mask, bytes, checksum, kept);
                         if accepted {
                             // (This record's block is one of them: counted below.)
                             relocated += mask.count_ones() as u64 - 1;
                         }
                         accepted
                     }
-                    Mapping::Zero { .. } => self.core.record_range(state, record.logical_block, false),
-                    Mapping::Trimmed { .. } => self.core.record_range(state, record.logical_block, true),
+                    Mapping::Zero { .. } => side.record_range(record.logical_block, false),
+                    Mapping::Trimmed { .. } => side.record_range(record.logical_block, true),
                     // (Live records name a shared copy by its position, never by its record.)
                     Mapping::Unmapped | Mapping::Shared { .. } => true,
                 };
@@ -1074,48 +1108,43 @@ impl Cleaner {
                 }
                 next += 1;
             }
-            // The filler's blocks complete the last row instead of padding.
-            while next_filler < fillers.len() && state.log.open.as_ref().is_some_and(|batch| batch.padding_blocks() > 0)
-            {
+            // The filler's blocks complete the last row instead of padding (one whose page
+            // is not in RAM is left where it is).
+            while next_filler < fillers.len() && side.padding_blocks() > 0 {
                 let record = &fillers[next_filler];
                 next_filler += 1;
-                if !still_current(record) || record.unreadable {
+                if self.still_current(record) != Some(true) {
                     continue;
                 }
                 let content = &filler_contents[(next_filler - 1) * BLOCK_SIZE_BYTES..next_filler * BLOCK_SIZE_BYTES];
-                let kept = Some((record.lifetime_class, record.write_clock));
-                if !self.core.accept_data(state, record.logical_block, content, format::block_checksum(content), kept) {
+                let kept = (record.lifetime_class, record.write_clock);
+                if !side.accept_data(record.logical_block, content, format::block_checksum(content), kept) {
                     break;
                 }
                 relocated += 1;
             }
             // Never empty: the segment had room for a record and the first one was current.
-            let sealed = self.core.end_side_batch(state, side.client);
-            drop(guard);
-            Counters::add(&self.core.counters.blocks_relocated, relocated);
+            side.finish()?;
+            Counters::add(&self.core.counters().blocks_relocated, relocated);
             blocks_moved += relocated;
-            for client_batch in side.sealed_clients {
-                self.core.dispatch(client_batch)?;
-            }
-            self.core.dispatch(sealed)?;
         }
         // Only victims left without a live block count as won: one whose blocks could not
         // all be found or moved stays, and a window of rounds that win nothing ends in
         // `OutOfSpace` rather than rounds for ever.
         let emptied = {
-            let state = self.core.state.lock();
-            victims.iter().filter(|&&segment| state.space.usage(segment).live_units() == 0).count()
+            let state = self.core.lock_state();
+            victims.iter().filter(|&&segment| state.space().usage(segment).live_units() == 0).count()
         };
-        Counters::add(&self.core.counters.cleaning_rounds, 1);
-        Counters::add(&self.core.counters.segments_cleaned, emptied as u64);
-        self.core.cleaning_net_segments.fetch_add(emptied as i64, std::sync::atomic::Ordering::SeqCst);
+        Counters::add(&self.core.counters().cleaning_rounds, 1);
+        Counters::add(&self.core.counters().segments_cleaned, emptied as u64);
+        self.core.cleaner().emptied(emptied as u64);
         // The previous round's durability first: one helper at a time.
         self.finish_deferred_durability()?;
         match durability {
             RoundDurability::Now => self.core.make_sealed_durable()?,
             RoundDurability::Overlapped => {
                 let core = self.core.clone();
-                let target = core.state.lock().log.last_sealed_sequence;
+                let target = core.last_sealed_sequence();
                 let helper = std::thread::Builder::new()
                     .name("stripelog-clean-durable".into())
                     .spawn(move || core.make_durable(target))

@@ -187,10 +187,29 @@ pub enum Shutdown {
     Checkpoint(Arc<Error>),
     #[error("abandoned (simulated crash)")]
     Abandoned,
-    #[error("dropped while unwinding a panic")]
-    Unwinding,
-    #[error("internal error: a write pipeline thread panicked")]
-    PipelinePanicked,
+    /// A bug: thread `thread` panicked with `message` (its backtrace is logged by the panic
+    /// hook). The volume serves nothing more; the next open recovers it as after a crash.
+    #[error("stopped by a bug: thread {thread} panicked: {message} (the log has its backtrace)")]
+    Panicked { thread: String, message: String },
+}
+
+/// What `Shutdown::Panicked` says of a panic seen unwinding, before its message is known.
+pub(crate) const UNWINDING_PANIC_MESSAGE: &str = "seen unwinding through the write lock";
+
+impl Shutdown {
+    /// The shutdown of a panic in this thread, with the panic's `payload` when it was caught
+    /// (`None`: seen while unwinding, its message not at hand).
+    pub(crate) fn panicked(payload: Option<&(dyn std::any::Any + Send)>) -> Shutdown {
+        let message = match payload {
+            Some(payload) => payload
+                .downcast_ref::<&str>()
+                .map(|message| message.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into()),
+            None => UNWINDING_PANIC_MESSAGE.into(),
+        };
+        Shutdown::Panicked { thread: std::thread::current().name().unwrap_or("unnamed").to_string(), message }
+    }
 }
 
 /// `bytes` as GiB with two decimals, for messages.

@@ -32,6 +32,7 @@ mod mount;
 pub mod queue;
 mod space;
 mod volume;
+mod write_lock;
 mod write_log;
 
 pub use array::{identity, parity};

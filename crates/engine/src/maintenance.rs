@@ -297,56 +297,61 @@ struct ScrubWorker {
 
 /// Maintenance of one volume: replacement, rebuild and scrub, over its `Core` and, for
 /// the scrub's repairs, its cleaner.
-pub(crate) struct Maintenance<'a> {
-    core: &'a Core,
-    cleaner: &'a Cleaner,
+pub(crate) struct Maintenance {
+    cleaner: std::sync::Arc<Cleaner>,
+    /// One rebuild (or replacement) at a time.
+    rebuild_lock: parking_lot::Mutex<()>,
 }
 
-impl<'a> Maintenance<'a> {
-    pub(crate) fn new(cleaner: &'a Cleaner) -> Maintenance<'a> {
-        Maintenance { core: &cleaner.core, cleaner }
+impl Maintenance {
+    pub(crate) fn new(cleaner: std::sync::Arc<Cleaner>) -> Maintenance {
+        Maintenance { cleaner, rebuild_lock: parking_lot::Mutex::new(()) }
+    }
+
+    fn core(&self) -> &Core {
+        &self.cleaner.core
     }
 
     /// A segment's status and the rows of it on the members (callers hold the reuse fence,
     /// so that a release cannot change either meanwhile).
     fn segment_status_and_rows(&self, segment: u64) -> (SegmentStatus, u32) {
-        let state = self.core.state.lock();
-        (state.space.usage(segment).status(), self.core.rows_on_media[segment as usize].load(Ordering::Acquire))
+        let state = self.core().lock_state();
+        (state.space().usage(segment).status(), self.core().rows_on_media(segment))
     }
 
     /// Segments worked on at once: as many as [`MAINTENANCE_WORKERS_MAXIMUM`] and the
     /// buffer bound allow with threaded I/O, one with inline I/O (simulation).
     fn workers(&self, chunks_per_worker: usize) -> usize {
-        if self.core.io_mode != crate::log::IoMode::Threaded {
+        if self.core().io_mode() != crate::log::IoMode::Threaded {
             return 1;
         }
-        let bytes_per_worker = chunks_per_worker.max(1) * self.core.geometry.chunk_size_bytes as usize;
+        let bytes_per_worker = chunks_per_worker.max(1) * self.core().geometry().chunk_size_bytes as usize;
         (MAINTENANCE_BUFFER_BYTES_MAXIMUM / bytes_per_worker).clamp(1, MAINTENANCE_WORKERS_MAXIMUM)
     }
 
     fn segment_rows(&self) -> SegmentRows {
-        SegmentRows::new(self.core.geometry.member_count, self.core.geometry.chunk_size_bytes as usize)
+        SegmentRows::new(self.core().geometry().member_count, self.core().geometry().chunk_size_bytes as usize)
     }
 
     /// Read rows `[0, rows)` of `segment` from every member readable there, one read each
     /// and all members at once, into `into`.
     fn read_segment_rows(&self, segment: u64, rows: u32, skip: &[usize], into: &mut SegmentRows) {
         let length = rows as usize * BLOCK_SIZE_BYTES;
-        let offset = self.core.geometry.member_offset_bytes(segment, 0);
+        let offset = self.core().geometry().member_offset_bytes(segment, 0);
         let read_member = |(member, buffer): (usize, &mut AlignedBuffer)| {
             if skip.contains(&member) {
                 return false;
             }
-            let Some(device) = self.core.members.readable(member, segment) else {
+            let Some(device) = self.core().members().readable(member, segment) else {
                 return false;
             };
             let result = device.read_at(&mut buffer[..length], offset);
-            self.core.members.read_done(member, result.as_ref().err(), &self.core.counters);
+            self.core().members().read_done(member, result.as_ref().err(), self.core().counters());
             result.is_ok()
         };
         into.segment = segment;
         into.length_bytes = length;
-        let parallel = self.core.io_mode == crate::log::IoMode::Threaded;
+        let parallel = self.core().io_mode() == crate::log::IoMode::Threaded;
         into.read = crate::array::members::for_each_item(into.buffers.iter_mut().enumerate(), parallel, read_member)
             .into_iter()
             .map(|read| read.unwrap_or(false))
@@ -360,7 +365,7 @@ impl<'a> Maintenance<'a> {
     /// `table`: the segment's checksums (`None`: its summaries are lost, and no block of
     /// it can be verified).
     fn verify_row(&self, read: &SegmentRows, row: u32, table: Option<&ChecksumTable>) -> VerifiedRow {
-        let geometry = &self.core.geometry;
+        let geometry = &self.core().geometry();
         let segment = read.segment;
         let data_columns = geometry.data_columns();
         let per_segment = geometry.blocks_per_segment();
@@ -380,7 +385,7 @@ impl<'a> Maintenance<'a> {
                         slot.get_or_insert_with(|| block.to_vec());
                     }
                     Some(_) => damaged_members.push(member),
-                    None if self.core.members.readable(member, segment).is_some() => damaged_members.push(member),
+                    None if self.core().members().readable(member, segment).is_some() => damaged_members.push(member),
                     None => {}
                 }
             }
@@ -397,11 +402,11 @@ impl<'a> Maintenance<'a> {
                 let mut out = vec![0u8; BLOCK_SIZE_BYTES];
                 let location = BlockLocation { segment, row, column };
                 let checksum_of = |other: usize| expected[other];
-                self.core
-                    .members
+                self.core()
+                    .members()
                     .read_verified(
                         geometry,
-                        &self.core.counters,
+                        self.core().counters(),
                         location,
                         &|block| proves(column, block),
                         &checksum_of,
@@ -422,7 +427,7 @@ impl<'a> Maintenance<'a> {
                 let member = geometry.member_of_role(segment, Role::Parity { shard });
                 match parity[shard] {
                     Some(held) if held != block.as_slice() => damaged_members.push(member),
-                    None if self.core.members.readable(member, segment).is_some() => damaged_members.push(member),
+                    None if self.core().members().readable(member, segment).is_some() => damaged_members.push(member),
                     _ => {}
                 }
             }
@@ -434,7 +439,7 @@ impl<'a> Maintenance<'a> {
     /// (rebuilt from their row when their member was not read) where they prove
     /// themselves there, from the members otherwise. `None`: its summaries are lost.
     fn checksum_table(&self, read: &SegmentRows) -> Option<std::sync::Arc<ChecksumTable>> {
-        let geometry = &self.core.geometry;
+        let geometry = &self.core().geometry();
         let from_rows = |position: u64, out: &mut [u8]| {
             let location = geometry.locate(position);
             if location.segment != read.segment {
@@ -468,14 +473,14 @@ impl<'a> Maintenance<'a> {
                 None => false,
             }
         };
-        self.core.checksum_table_from_rows(read.segment, &from_rows).ok()
+        self.core().checksum_table_from_rows(read.segment, &from_rows).ok()
     }
 
     fn row_parity(&self, data: &[Vec<u8>]) -> Vec<Vec<u8>> {
-        let mut parity = vec![vec![0u8; BLOCK_SIZE_BYTES]; self.core.geometry.parity_shards()];
+        let mut parity = vec![vec![0u8; BLOCK_SIZE_BYTES]; self.core().geometry().parity_shards()];
         let views: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
         let mut targets: Vec<&mut [u8]> = parity.iter_mut().map(Vec::as_mut_slice).collect();
-        crate::array::parity::compute(self.core.geometry.raid_level, &views, &mut targets);
+        crate::array::parity::compute(self.core().geometry().raid_level, &views, &mut targets);
         parity
     }
 
@@ -484,17 +489,17 @@ impl<'a> Maintenance<'a> {
     /// again before anything is written, as when it was attached.
     pub(crate) fn prepare_rebuilding_members(&self) -> Result<()> {
         let free: Vec<u64> = {
-            let state = self.core.state.lock();
-            (0..self.core.geometry.segment_count())
-                .filter(|&segment| state.space.usage(segment).status() == SegmentStatus::Free)
+            let state = self.core().lock_state();
+            (0..self.core().geometry().segment_count())
+                .filter(|&segment| state.space().usage(segment).status() == SegmentStatus::Free)
                 .collect()
         };
-        for member in self.core.members.rebuilding() {
-            let Some(device) = self.core.members.writable(member) else {
+        for member in self.core().members().rebuilding() {
+            let Some(device) = self.core().members().writable(member) else {
                 continue;
             };
             self.zero_head_rows(device.as_ref(), &free)
-                .or_else(|error| self.core.members.write_failed(member, error))?;
+                .or_else(|error| self.core().members().write_failed(member, error))?;
         }
         Ok(())
     }
@@ -510,7 +515,7 @@ impl<'a> Maintenance<'a> {
                 .iter()
                 .map(|&segment| IoRequest::Write {
                     buffer: &zeros,
-                    offset_bytes: self.core.geometry.member_offset_bytes(segment, 0),
+                    offset_bytes: self.core().geometry().member_offset_bytes(segment, 0),
                 })
                 .collect();
             device.submit_batch(&mut requests).into_iter().collect::<stripelog_blockdev::Result<Vec<()>>>()?;
@@ -526,29 +531,29 @@ impl<'a> Maintenance<'a> {
         replacement: MemberDevice,
         options: &ReplaceOptions,
     ) -> Result<()> {
-        if self.core.read_only {
+        if self.core().read_only() {
             return Err(Error::ReadOnly);
         }
-        if member >= self.core.geometry.member_count {
+        if member >= self.core().geometry().member_count {
             return Err(Error::InvalidRequest(format!(
                 "member {member} does not exist (the volume has {})",
-                self.core.geometry.member_count
+                self.core().geometry().member_count
             )));
         }
         let Some(device) = replacement.device.clone() else {
             return Err(Error::InvalidRequest(format!("{}: the replacement is missing", replacement.name)));
         };
         let member_error = |reason: String| Error::Member { member, path: replacement.name.clone(), reason };
-        if device.size_bytes() < self.core.geometry.member_size_bytes {
+        if device.size_bytes() < self.core().geometry().member_size_bytes {
             return Err(member_error(format!(
                 "is too small: {} bytes, every member needs {}",
                 device.size_bytes(),
-                self.core.geometry.member_size_bytes
+                self.core().geometry().member_size_bytes
             )));
         }
         // Nothing is written anywhere before the replacement is known to be safe to use.
         self.check_replacement(member, &replacement.name, device.as_ref(), options)?;
-        let _rebuild = self.core.rebuild_lock.try_lock().ok_or_else(|| {
+        let _rebuild = self.rebuild_lock.try_lock().ok_or_else(|| {
             Error::InvalidRequest("a rebuild is running: replace the member when it has finished".into())
         })?;
         // The replacement's old superblocks go first (a device forced over another volume's
@@ -565,18 +570,18 @@ impl<'a> Maintenance<'a> {
             .chain(std::iter::once(device.flush()))
             .collect::<stripelog_blockdev::Result<Vec<()>>>()
             .map_err(|error| member_error(error.to_string()))?;
-        if self.core.members.state(member) != MemberState::Failed {
-            self.core.members.fail(member, &format!("replaced by {}", replacement.name))?;
+        if self.core().members().state(member) != MemberState::Failed {
+            self.core().members().fail(member, &format!("replaced by {}", replacement.name))?;
         }
         // Nothing old on the replacement may look like a batch: its data area is discarded
         // and the head row of every segment zeroed before anything else is written to it.
-        let chunk = self.core.geometry.chunk_size_bytes as u64;
+        let chunk = self.core().geometry().chunk_size_bytes as u64;
         device
-            .discard(chunk, self.core.geometry.member_size_bytes - chunk)
+            .discard(chunk, self.core().geometry().member_size_bytes - chunk)
             .map_err(|error| member_error(error.to_string()))?;
-        let segments: Vec<u64> = (0..self.core.geometry.segment_count()).collect();
+        let segments: Vec<u64> = (0..self.core().geometry().segment_count()).collect();
         self.zero_head_rows(device.as_ref(), &segments).map_err(|error| member_error(error.to_string()))?;
-        self.core.members.attach(member, replacement)
+        self.core().members().attach(member, replacement)
     }
 
     /// Refuse a replacement that is a member this volume uses (always), or that holds
@@ -593,18 +598,20 @@ impl<'a> Maintenance<'a> {
         let content = crate::array::identity::inspect(device).map_err(|error| refuse(error.to_string()))?;
         let found = match &content {
             crate::array::identity::DeviceContent::Empty => return Ok(()),
-            crate::array::identity::DeviceContent::Member(found) if found.volume_uuid == self.core.volume_uuid => found,
+            crate::array::identity::DeviceContent::Member(found) if found.volume_uuid == *self.core().volume_uuid() => {
+                found
+            }
             _ if options.force => return Ok(()),
             _ => return Err(Error::WouldDestroy { member, path: name.to_string(), found: content.describe() }),
         };
-        let current = self.core.members.superblock();
+        let current = self.core().members().superblock();
         let position = current.member_uuids.iter().position(|uuid| *uuid != [0; 16] && *uuid == found.member_uuid);
         let description = match position {
-            Some(position) if self.core.members.state(position) != MemberState::Failed => {
+            Some(position) if self.core().members().state(position) != MemberState::Failed => {
                 return Err(refuse(format!(
                     "is member {position} of this volume ({}), in use: it cannot replace member {member} (that \
                      would overwrite it)",
-                    self.core.members.name(position)
+                    self.core().members().name(position)
                 )));
             }
             Some(position) => format!("is member {position} of this volume, failed: its content is stale"),
@@ -630,20 +637,20 @@ impl<'a> Maintenance<'a> {
         options: &MaintenanceOptions,
         progress: &dyn Fn(MaintenanceProgress),
     ) -> Result<RebuildReport> {
-        let _rebuild = self.core.rebuild_lock.lock();
+        let _rebuild = self.rebuild_lock.lock();
         let started = Instant::now();
-        let targets = self.core.members.rebuilding();
+        let targets = self.core().members().rebuilding();
         let mut report = RebuildReport { members: targets.clone(), ..RebuildReport::default() };
         if targets.is_empty() {
             return Ok(report);
         }
         // Batches sealed before the replacement was attached may have skipped it: they
         // must be on the members (below `rows_on_media`) before the walk reads them.
-        self.core.flush_members()?;
-        let segment_count = self.core.geometry.segment_count();
+        self.core().flush_members()?;
+        let segment_count = self.core().geometry().segment_count();
         let walk = SegmentWalk::new(options, segment_count, progress);
-        let chunk_size_bytes = self.core.geometry.chunk_size_bytes as usize;
-        let workers = self.workers(self.core.geometry.member_count + targets.len());
+        let chunk_size_bytes = self.core().geometry().chunk_size_bytes as usize;
+        let workers = self.workers(self.core().geometry().member_count + targets.len());
         let make_state = || RebuildWorker {
             read: self.segment_rows(),
             outputs: targets.iter().map(|_| AlignedBuffer::zeroed(chunk_size_bytes)).collect(),
@@ -657,13 +664,13 @@ impl<'a> Maintenance<'a> {
             report.blocks_unrecoverable += state.report.blocks_unrecoverable;
         }
         // Durable on the new members before the superblocks say they are whole.
-        self.core.members.flush_all(self.core.io_mode == crate::log::IoMode::Threaded)?;
+        self.core().members().flush_all(self.core().io_mode() == crate::log::IoMode::Threaded)?;
         for &target in &targets {
-            if self.core.members.state(target) != MemberState::Rebuilding {
+            if self.core().members().state(target) != MemberState::Rebuilding {
                 return Err(Error::RebuildInterrupted { member: target });
             }
         }
-        self.core.members.finish_rebuild(&targets)?;
+        self.core().members().finish_rebuild(&targets)?;
         walk.finish();
         report.seconds = started.elapsed().as_secs_f64();
         Ok(report)
@@ -673,14 +680,17 @@ impl<'a> Maintenance<'a> {
     /// rows from every other member, verify them row by row, write the targets' chunks.
     /// Returns the bytes written.
     fn rebuild_segment(&self, targets: &[usize], segment: u64, worker: &mut RebuildWorker) -> Result<u64> {
-        let targets: Vec<usize> =
-            targets.iter().copied().filter(|&member| self.core.members.readable(member, segment).is_none()).collect();
+        let targets: Vec<usize> = targets
+            .iter()
+            .copied()
+            .filter(|&member| self.core().members().readable(member, segment).is_none())
+            .collect();
         if targets.is_empty() {
             return Ok(0);
         }
-        self.core.members.check_running()?;
+        self.core().members().check_running()?;
         // No release (and reuse) of the segment while it is rebuilt.
-        let _fence = self.core.reuse_fence.read();
+        let _fence = self.core().read_fence();
         let (status, rows) = self.segment_status_and_rows(segment);
         if matches!(status, SegmentStatus::Free | SegmentStatus::Releasing) {
             return Ok(0);
@@ -694,7 +704,7 @@ impl<'a> Maintenance<'a> {
                 let verified = self.verify_row(&worker.read, row, table.as_deref());
                 worker.report.blocks_unrecoverable += verified.unrecoverable.len() as u64;
                 for (index, &target) in targets.iter().enumerate() {
-                    let block = match self.core.geometry.role_of_member(segment, target) {
+                    let block = match self.core().geometry().role_of_member(segment, target) {
                         Role::Data { column, .. } => &verified.data[column],
                         Role::Parity { shard } => &verified.parity[shard],
                     };
@@ -702,21 +712,21 @@ impl<'a> Maintenance<'a> {
                     worker.outputs[index][start..start + BLOCK_SIZE_BYTES].copy_from_slice(block);
                 }
             }
-            let offset = self.core.geometry.member_offset_bytes(segment, 0);
+            let offset = self.core().geometry().member_offset_bytes(segment, 0);
             for (index, &target) in targets.iter().enumerate() {
-                let Some(device) = self.core.members.writable(target) else {
+                let Some(device) = self.core().members().writable(target) else {
                     return Err(Error::RebuildInterrupted { member: target });
                 };
                 device
                     .write_at(&worker.outputs[index][..length], offset)
-                    .or_else(|error| self.core.members.write_failed(target, error))?;
+                    .or_else(|error| self.core().members().write_failed(target, error))?;
                 bytes_written += length as u64;
             }
             worker.report.segments_rebuilt += 1;
             worker.report.bytes_written += bytes_written;
         }
         for &target in &targets {
-            self.core.members.mark_readable(target, segment);
+            self.core().members().mark_readable(target, segment);
         }
         Ok(bytes_written)
     }
@@ -730,12 +740,12 @@ impl<'a> Maintenance<'a> {
     ) -> Result<ScrubReport> {
         let started = Instant::now();
         let mut report = ScrubReport::default();
-        if !self.core.read_only {
-            self.core.flush_members()?;
+        if !self.core().read_only() {
+            self.core().flush_members()?;
         }
-        let segment_count = self.core.geometry.segment_count();
+        let segment_count = self.core().geometry().segment_count();
         let walk = SegmentWalk::new(options, segment_count, progress);
-        let workers = self.workers(self.core.geometry.member_count);
+        let workers = self.workers(self.core().geometry().member_count);
         let make_state = || ScrubWorker {
             read: self.segment_rows(),
             report: ScrubReport::default(),
@@ -761,22 +771,22 @@ impl<'a> Maintenance<'a> {
         let mut pinned = Vec::new();
         if !unrecoverable_positions.is_empty() {
             unrecoverable_positions.sort_unstable();
-            self.core.map.for_each(|logical_block, mapping| {
+            self.core().map().for_each(|logical_block, mapping| {
                 if let Some(position) = mapping.position() {
                     if unrecoverable_positions.binary_search(&position).is_ok() {
                         report.logical_blocks_unrecoverable.push(logical_block);
-                        pinned.push(self.core.geometry.locate(position).segment);
+                        pinned.push(self.core().geometry().locate(position).segment);
                     }
                 }
             })?;
         }
-        if !self.core.read_only {
+        if !self.core().read_only() {
             for segment in damaged_segments {
                 let moved = self.evacuate(segment, &pinned)?;
                 report.blocks_repaired += moved;
                 report.segments_repaired += 1;
             }
-            self.core.make_sealed_durable()?;
+            self.core().make_sealed_durable()?;
         }
         report.seconds = started.elapsed().as_secs_f64();
         walk.finish();
@@ -786,7 +796,7 @@ impl<'a> Maintenance<'a> {
     /// Read `segment`'s written rows from every member and verify them, if it is in use;
     /// counts go to `worker`. Returns the bytes read.
     fn scrub_segment(&self, segment: u64, worker: &mut ScrubWorker) -> u64 {
-        let _fence = self.core.reuse_fence.read();
+        let _fence = self.core().read_fence();
         let (status, rows) = self.segment_status_and_rows(segment);
         if rows == 0 || !matches!(status, SegmentStatus::Used | SegmentStatus::Current) {
             return 0;
@@ -799,12 +809,12 @@ impl<'a> Maintenance<'a> {
         let table = self.checksum_table(&worker.read);
         for row in 0..rows {
             let verified = self.verify_row(&worker.read, row, table.as_deref());
-            worker.report.blocks_checked += self.core.geometry.member_count as u64;
-            worker.report.parity_rows_checked += (self.core.geometry.parity_shards() > 0) as u64;
+            worker.report.blocks_checked += self.core().geometry().member_count as u64;
+            worker.report.parity_rows_checked += (self.core().geometry().parity_shards() > 0) as u64;
             worker.report.blocks_damaged += verified.damaged_members.len() as u64;
             damaged |= !verified.damaged_members.is_empty() || !verified.unrecoverable.is_empty();
             for column in verified.unrecoverable {
-                worker.unrecoverable_positions.push(self.core.geometry.position(segment, row, column));
+                worker.unrecoverable_positions.push(self.core().geometry().position(segment, row, column));
             }
         }
         if damaged {
@@ -818,14 +828,14 @@ impl<'a> Maintenance<'a> {
     /// the cleaner from then on. Returns the blocks moved.
     fn evacuate(&self, segment: u64, pinned: &[u64]) -> Result<u64> {
         let sealed = {
-            let mut state = self.core.state.lock();
+            let mut state = self.core().lock_state_to_write();
             if pinned.contains(&segment) {
-                state.space.pin(segment);
+                state.space_mut().pin(segment);
             }
-            self.core.retire_if_current(&mut state, segment)
+            self.core().retire_if_current(&mut state, segment)
         };
         for batch in sealed {
-            self.core.dispatch(batch)?;
+            self.core().dispatch(batch)?;
         }
         self.cleaner.relocate_segment(segment)
     }

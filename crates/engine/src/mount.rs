@@ -757,9 +757,13 @@ impl<'a> Replayer<'a> {
         assert!((header.segment as usize) < self.segments.len(), "a found batch lies in the volume");
         let usage = &mut self.segments[header.segment as usize];
         if header.first_row == 0 {
-            // The segment's first batch of this use: what was known of it is an older use
-            // (whose blocks' deaths, replayed before, took its count to zero).
-            *usage = SegmentUse::recovered(usage.live_units(), header.write_clock);
+            // The segment's first batch of this use: what was known of it is an older use,
+            // all of whose units died before the segment was released. (Not only those
+            // whose deaths were replayed: a metadata segment's count at the checkpoint
+            // holds the previous checkpoint's blocks, which died at its commit — no entry
+            // replays that — and a segment released and reused since would keep them for
+            // ever.)
+            *usage = SegmentUse::recovered(header.write_clock);
         }
         usage.note_batch(header);
         for (index, entry) in batch.entries() {

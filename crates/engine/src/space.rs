@@ -5,6 +5,7 @@
 pub(crate) mod pacing;
 mod segments;
 pub mod shared;
+pub(crate) mod signals;
 
 pub(crate) use segments::{CheckpointGenerations, SegmentStatus, SegmentTable, SegmentUse};
 

@@ -3,28 +3,32 @@
 //! low), the flush timer and health checks, stats, close.
 
 use crate::array::members::{self, CreateOptions, MemberDevice};
+use crate::checkpoint::Checkpointer;
 use crate::cleaner::Cleaner;
 use crate::error::{Error, Result, Shutdown};
 use crate::index::checksums::ChecksumCache;
-use crate::index::lifetimes::Lifetimes;
 use crate::index::map::{BlockMap, Mapping};
 use crate::io::deduplication::Candidate;
-use crate::io::{block_pieces, BlockWrite, CompressedUnit, Core, OpenProblem, WriteState};
+use crate::io::{
+    block_pieces, BlockWrite, CompressedUnit, Core, CoreParts, InvariantDepth, MergedBlock, OpenProblem, RunStop,
+    WriteState,
+};
 use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
 use crate::layout::{format, packed};
-use crate::log::batch::{BufferPool, OpenBatch};
+use crate::log::batch::BufferPool;
 use crate::log::IoMode;
 use crate::log::LogState;
 use crate::maintenance::{
     Maintenance, MaintenanceOptions, MaintenanceProgress, RebuildReport, ReplaceOptions, ScrubReport,
 };
 use crate::mount;
+use crate::space::signals::CleanerSignals;
 use crate::space::Purpose;
 use crate::space::SegmentStatus;
 use crate::space::SegmentTable;
 use crate::stats::{ratio, Counters, MemberStatus, VolumeStats};
-use parking_lot::{Condvar, Mutex, RwLock};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -97,6 +101,11 @@ pub struct OpenOptions {
     /// (`--dedup-sampling`; docs/deduplication.md, decision 5). More bits, less RAM and
     /// fewer duplicates found away from the runs.
     pub dedup_sampling_bits: u32,
+    /// A fault hook for tests: panic inside the write path, with the write lock held, once
+    /// this many client blocks were accepted (`None`: never). What "a bug stops the volume"
+    /// is tested with.
+    #[doc(hidden)]
+    pub fault_panic_after_accepted_blocks: Option<u64>,
 }
 
 /// Devices given for a volume's write log (by the simulation and tests; the CLI opens
@@ -144,6 +153,7 @@ impl Default for OpenOptions {
             force_without_log: false,
             compression_share: None,
             dedup_sampling_bits: crate::index::names::DEFAULT_SAMPLING_BITS,
+            fault_panic_after_accepted_blocks: None,
         }
     }
 }
@@ -266,14 +276,25 @@ const MEMBER_HEALTH_INTERVAL: Duration = Duration::from_secs(1);
 /// volume.close().unwrap();
 /// ```
 pub struct Volume {
-    shared: Arc<Core>,
-    /// The cleaner (it holds `shared` too): client writes, the flush timer, its own
-    /// thread and maintenance run its rounds.
+    /// The read and write paths (layer 6).
+    core: Arc<Core>,
+    /// The checkpoint writer (layer 7): the flush timer, the cleaner and close write them.
+    checkpointer: Arc<Checkpointer>,
+    /// The cleaner (layer 8): client writes, the flush timer, its own thread and
+    /// maintenance run its rounds.
     cleaner: Arc<Cleaner>,
+    /// Replacement, rebuild and scrub (layer 10).
+    maintenance: Maintenance,
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Stopped first on close, between rounds, while the pipeline still runs.
     cleaner_thread: Mutex<Option<JoinHandle<()>>>,
     abandoned: AtomicBool,
+    /// Seal and make durable an open batch this old; `None`: only on flush or when full.
+    flush_interval: Option<Duration>,
+    /// What mount found and did.
+    recovery_report: crate::stats::RecoveryReport,
+    /// On a thinly provisioned volume: the last use threshold warned of (0, 80, 90, 95 %).
+    thin_warned_percent: AtomicU8,
 }
 
 impl Volume {
@@ -472,95 +493,84 @@ impl Volume {
         let parity_pool =
             BufferPool::new(write_queue_batches, geometry.parity_shards(), geometry.chunk_size_bytes as usize);
         members.set_hedged_reads(options.hedged_reads && options.io_mode == IoMode::Threaded);
-        let shared = Arc::new(Core {
+        let state = WriteState::new(
+            LogState::recovered(recovered.last_sequence, recovered.last_segment, recovered.reserved_segments),
+            SegmentTable::new(
+                recovered.segments,
+                recovered.checkpoints,
+                crate::space::checkpoint_headroom_segments(&geometry),
+                &geometry,
+            ),
+            recovered.write_clock,
+            client_write_pairs.then(|| crate::index::lifetimes::WriteRates::new(geometry.logical_block_count())),
+        );
+        let compression =
+            crate::io::compression::Compression::new(superblock.compression, options.compression_share.is_none());
+        if let Some(share) = options.compression_share {
+            compression.set_share(share);
+        }
+        let deduplication = geometry.shared_blocks.then(|| {
+            crate::io::deduplication::Deduplication::new(
+                superblock.deduplication,
+                geometry.physical_data_blocks(),
+                options.dedup_sampling_bits.min(crate::index::names::SAMPLING_BITS_MAXIMUM),
+            )
+        });
+        let core = Arc::new(Core::new(CoreParts {
             volume_uuid: superblock.volume_uuid,
             epoch,
             read_only: options.read_only,
+            io_mode: options.io_mode,
             map: recovered.map,
             checksums: ChecksumCache::new(geometry.blocks_per_segment(), options.checksum_cache_bytes),
             rows_on_media: recovered.rows_on_media,
-            generations: (0..segment_count).map(|_| AtomicU32::new(0)).collect(),
             cache: crate::io::cache::BlockCache::new(block_cache_bytes),
-            reuse_fence: RwLock::new(()),
-            state: Mutex::new(WriteState {
-                log: LogState::recovered(recovered.last_sequence, recovered.last_segment, recovered.reserved_segments),
-                space: SegmentTable::new(
-                    recovered.segments,
-                    recovered.checkpoints,
-                    crate::space::checkpoint_headroom_segments(&geometry),
-                    &geometry,
-                ),
-                lifetimes: Lifetimes::new(recovered.write_clock),
-                current_checksums: Default::default(),
-                log_staging: Default::default(),
-                write_rates: client_write_pairs
-                    .then(|| crate::index::lifetimes::WriteRates::new(geometry.logical_block_count())),
-            }),
-            progress: Condvar::new(),
+            state,
             data_pool,
             parity_pool,
             write_queue_batches,
             data_sets,
-            rebuild_lock: Mutex::new(()),
-            background_cleaning: options.io_mode == IoMode::Threaded && !options.read_only,
-            cleaner_wakeup: Condvar::new(),
-            cleaner_stop: AtomicBool::new(false),
-            cleaner_gains_nothing: AtomicBool::new(false),
-            cleaning_net_segments: AtomicI64::new(0),
-            pacer: crate::space::pacing::WritePacer::new(geometry.segment_count()),
-            stripe_queue: Mutex::new(None),
-            io_mode: options.io_mode,
-            flush_interval: options.flush_interval,
-            counters: members.counters.clone(),
-            closed: AtomicBool::new(false),
-            recovery_report: recovered.report,
-            checkpoint: Mutex::new(checkpoint_state),
-            checkpoint_interval: options.checkpoint_interval,
+            cleaner: CleanerSignals::new(options.io_mode == IoMode::Threaded && !options.read_only, segment_count),
             write_log,
-            staged_entries: std::sync::atomic::AtomicUsize::new(0),
-            compression: {
-                let compression = crate::io::compression::Compression::new(
-                    superblock.compression,
-                    options.compression_share.is_none(),
-                );
-                if let Some(share) = options.compression_share {
-                    compression.set_share(share);
-                }
-                compression
-            },
-            thin_warned_percent: std::sync::atomic::AtomicU8::new(0),
-            shared: RwLock::new(recovered.shared),
-            deduplication: geometry.shared_blocks.then(|| {
-                crate::io::deduplication::Deduplication::new(
-                    superblock.deduplication,
-                    geometry.physical_data_blocks(),
-                    options.dedup_sampling_bits.min(crate::index::names::SAMPLING_BITS_MAXIMUM),
-                )
-            }),
+            compression,
+            shared: recovered.shared,
+            deduplication,
+            directory: checkpoint_state,
+            fault_panic_after_accepted_blocks: options.fault_panic_after_accepted_blocks,
             members,
             geometry,
-        });
+        }));
+        let checkpointer = Arc::new(Checkpointer::new(core.clone(), options.checkpoint_interval));
+        let cleaner = Arc::new(Cleaner::new(
+            core.clone(),
+            checkpointer.clone(),
+            options.cleaning_policy,
+            options.separate_streams,
+        ));
         let volume = Volume {
             threads: Mutex::new(Vec::new()),
             cleaner_thread: Mutex::new(None),
-            cleaner: Arc::new(Cleaner::new(shared.clone(), options.cleaning_policy, options.separate_streams)),
-            shared,
+            maintenance: Maintenance::new(cleaner.clone()),
+            cleaner,
+            checkpointer,
+            core,
             abandoned: AtomicBool::new(false),
+            flush_interval: options.flush_interval,
+            recovery_report: recovered.report,
+            thin_warned_percent: AtomicU8::new(0),
         };
         if !options.read_only {
-            volume.shared.reserve_stream_segments(&mut volume.shared.state.lock());
-            Maintenance::new(&volume.cleaner).prepare_rebuilding_members()?;
+            volume.core.reserve_stream_segments(&mut volume.core.lock_state());
+            volume.maintenance.prepare_rebuilding_members()?;
             volume.start_threads();
-            if let (Some(log), Some(contents)) = (volume.shared.write_log.clone(), log_contents) {
+            if let (Some(log), Some(contents)) = (volume.core.write_log().cloned(), log_contents) {
                 volume.replay_write_log(&log, contents, replay_after)?;
             }
             // Every mount that replayed anything (and a new or upgraded volume) ends
             // with a checkpoint: the next mount's walk starts here, and the segments this
             // one's walk passed through may be reused once it is committed.
-            if volume.shared.recovery_report.batches_replayed > 0
-                || volume.shared.recovery_report.checkpoint_generation.is_none()
-            {
-                volume.shared.write_checkpoint()?;
+            if volume.recovery_report.batches_replayed > 0 || volume.recovery_report.checkpoint_generation.is_none() {
+                volume.checkpointer.write_checkpoint()?;
             }
         }
         Ok(volume)
@@ -568,55 +578,49 @@ impl Volume {
 
     fn start_threads(&self) {
         let mut threads = self.threads.lock();
-        if self.shared.io_mode == IoMode::Threaded {
+        // Every engine thread runs under `fail_on_panic`: a panic stops the volume (it
+        // serves nothing more from state the panic may have left half changed).
+        let spawn = |name: &str, core: Arc<Core>, body: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || crate::log::pipeline::fail_on_panic(&*core, body))
+                .expect("spawn an engine thread")
+        };
+        if self.core.io_mode() == IoMode::Threaded {
             // Nothing is sealed and unwritten yet: every batch through this one is on the
             // members (a sync round covers the batches queued after it).
-            let last_sequence = {
-                let state = self.shared.state.lock();
-                debug_assert!(state.log.in_flight.is_empty());
-                state.log.last_sealed_sequence
-            };
-            let (stripe_sender, stripe_receiver) = crate::queue::bounded(self.shared.data_sets);
-            *self.shared.stripe_queue.lock() = Some(stripe_sender);
-            let (member_senders, member_threads) = crate::log::pipeline::start_member_workers(&self.shared);
+            let last_sequence = self.core.last_sealed_sequence();
+            let (stripe_sender, stripe_receiver) = crate::queue::bounded(self.core.stripe_queue_batches());
+            self.core.start_pipeline(stripe_sender);
+            let (member_senders, member_threads) = crate::log::pipeline::start_member_workers(&self.core);
             threads.extend(member_threads);
-            if let Some(log) = &self.shared.write_log {
+            if let Some(log) = self.core.write_log() {
                 log.start_mirror_helper();
             }
-            let shared = self.shared.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("stripelog-stripe-writer".into())
-                    .spawn(move || {
-                        let guard = shared.clone();
-                        crate::log::pipeline::fail_on_panic(&*guard, || {
-                            crate::log::pipeline::stripe_writer(shared, stripe_receiver, member_senders, last_sequence)
-                        })
-                    })
-                    .expect("spawn the stripe writer thread"),
-            );
+            let core = self.core.clone();
+            threads.push(spawn(
+                "stripelog-stripe-writer",
+                self.core.clone(),
+                Box::new(move || {
+                    crate::log::pipeline::stripe_writer(core, stripe_receiver, member_senders, last_sequence)
+                }),
+            ));
         }
-        if self.shared.background_cleaning {
-            let shared = self.shared.clone();
+        if self.core.cleaner().background() {
             let cleaner = self.cleaner.clone();
-            *self.cleaner_thread.lock() = Some(
-                std::thread::Builder::new()
-                    .name("stripelog-cleaner".into())
-                    .spawn(move || {
-                        let guard = shared.clone();
-                        crate::log::pipeline::fail_on_panic(&*guard, || crate::cleaner::background_cleaner(cleaner))
-                    })
-                    .expect("spawn the cleaner thread"),
-            );
+            *self.cleaner_thread.lock() = Some(spawn(
+                "stripelog-cleaner",
+                self.core.clone(),
+                Box::new(move || crate::cleaner::background_cleaner(cleaner)),
+            ));
         }
-        if let Some(interval) = self.shared.flush_interval {
-            let cleaner = self.cleaner.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("stripelog-flush-timer".into())
-                    .spawn(move || flush_timer(cleaner, interval))
-                    .expect("spawn the flush timer thread"),
-            );
+        if let Some(interval) = self.flush_interval {
+            let (cleaner, checkpointer) = (self.cleaner.clone(), self.checkpointer.clone());
+            threads.push(spawn(
+                "stripelog-flush-timer",
+                self.core.clone(),
+                Box::new(move || flush_timer(&cleaner, &checkpointer, interval)),
+            ));
         }
     }
 
@@ -634,7 +638,7 @@ impl Volume {
         let replay: Vec<_> =
             contents.entries.into_iter().filter(|(entry, _)| entry.batch_sequence > after_sequence).collect();
         if !replay.is_empty() {
-            let block_count = self.shared.map.block_count();
+            let block_count = self.core.map().block_count();
             if let Some((entry, _)) = replay.iter().find(|(entry, _)| entry.logical_block >= block_count) {
                 return Err(Error::WriteLogUnavailable(format!(
                     "a record names logical block {} of a volume of {block_count}",
@@ -681,7 +685,7 @@ impl Volume {
                 };
                 next = end;
             }
-            self.shared.flush_members()?;
+            self.core.flush_members()?;
         }
         match log.take_over() {
             Ok(()) => Ok(()),
@@ -689,35 +693,58 @@ impl Volume {
             // volume goes on without a log rather than refusing to open.
             Err(error) => {
                 log::error!("the write log cannot be written ({error}): flushes sync the members");
-                self.shared.retire_failed_write_log()
+                self.core.retire_failed_write_log()
             }
         }
     }
 
+    /// Run `operation` so that a panic in it stops the volume (`Shutdown::Panicked`: it
+    /// serves nothing more, from state the panic may have left half changed) and comes back
+    /// as its error (`ShutDown`), rather than unwinding into the caller — a server thread
+    /// that would drop it and serve on. The panic's message and backtrace go to the panic
+    /// hook (the binary logs them).
+    fn guarded<T>(&self, operation: impl FnOnce() -> Result<T>) -> Result<T> {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(operation)) {
+            Ok(result) => result,
+            Err(payload) => {
+                let reason = Shutdown::panicked(Some(payload.as_ref()));
+                self.core.fail(reason.clone());
+                Err(Error::ShutDown(reason))
+            }
+        }
+    }
+
+    /// Whether a bug (a panic in an engine thread or inside a call) stopped the volume.
+    pub fn stopped_by_panic(&self) -> bool {
+        matches!(&*self.core.members().shutdown.lock(), Some(Shutdown::Panicked { .. }))
+    }
+
     pub fn geometry(&self) -> &Geometry {
-        &self.shared.geometry
+        self.core.geometry()
     }
 
     pub fn logical_size_bytes(&self) -> u64 {
-        self.shared.map.block_count() * BLOCK_SIZE_BYTES as u64
+        self.core.map().block_count() * BLOCK_SIZE_BYTES as u64
     }
 
     /// Write `data` at `offset_bytes` (both multiples of 512). With `fua`, the call
     /// returns only once this write and every write accepted before it are durable.
     pub fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<()> {
-        self.shared.check_writable()?;
-        self.shared.check_range(offset_bytes, data.len() as u64)?;
-        if self.shared.background_cleaning {
-            let waited = self.shared.pacer.pace(data.len().div_ceil(BLOCK_SIZE_BYTES) as u64);
-            let counters = &self.shared.counters;
-            Counters::add_wait(&counters.paced_writes, &counters.paced_nanoseconds, waited);
-        }
-        self.store(offset_bytes, data, Admission::Client)?;
-        Counters::add(&self.shared.counters.host_bytes_written, data.len() as u64);
-        if fua {
-            self.flush()?;
-        }
-        Ok(())
+        self.guarded(|| {
+            self.core.check_writable()?;
+            self.core.check_range(offset_bytes, data.len() as u64)?;
+            if self.core.cleaner().background() {
+                let waited = self.core.cleaner().pacer().pace(data.len().div_ceil(BLOCK_SIZE_BYTES) as u64);
+                let counters = self.core.counters();
+                Counters::add_wait(&counters.paced_writes, &counters.paced_nanoseconds, waited);
+            }
+            self.store(offset_bytes, data, Admission::Client)?;
+            Counters::add(&self.core.counters().host_bytes_written, data.len() as u64);
+            if fua {
+                self.flush()?;
+            }
+            Ok(())
+        })
     }
 
     /// Store a write as the volume stores client writes: named and shared when a
@@ -749,10 +776,10 @@ impl Volume {
         // Deduplication first (docs/deduplication.md, decision 7): each whole non-zero
         // block is named and compared with its candidates, under the reuse fence, before
         // the state lock; the duplicates found are not compressed.
-        let finder = self.shared.deduplication.as_ref().filter(|finder| finder.enabled());
+        let finder = self.core.deduplication().filter(|finder| finder.enabled());
         let mut names: Vec<Option<(crate::index::names::Name, u32, Option<Candidate>)>> = Vec::new();
         if let Some(finder) = finder {
-            let _fence = self.shared.reuse_fence.read();
+            let _fence = self.core.read_fence();
             let mut scratch = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
             for (logical_block, _, range, piece) in &pieces {
                 if !matches!(piece, Piece::Whole) {
@@ -764,7 +791,7 @@ impl Volume {
                 let block = &data[range.clone()];
                 let name = crate::index::names::Name::of(block);
                 let checksum = format::block_checksum(block);
-                let found = self.shared.find_duplicate(finder, *logical_block, block, name, checksum, &mut scratch)?;
+                let found = self.core.find_duplicate(finder, *logical_block, block, name, checksum, &mut scratch)?;
                 names.push(Some((name, checksum, found)));
             }
         }
@@ -779,7 +806,7 @@ impl Volume {
             Duplicate(usize, Candidate),
             Unit(usize, usize, Option<Vec<u8>>),
         }
-        let compression = &self.shared.compression;
+        let compression = &self.core.compression();
         let mut steps: Vec<Step> = Vec::with_capacity(pieces.len());
         let mut next = 0;
         while next < pieces.len() {
@@ -800,7 +827,7 @@ impl Volume {
                         end += 1;
                     }
                     let bytes = &data[pieces[next].2.start..pieces[end - 1].2.end];
-                    (Step::Unit(next, end - next, compression.compress(&self.shared.counters, bytes)), end)
+                    (Step::Unit(next, end - next, compression.compress(self.core.counters(), bytes)), end)
                 }
             };
             steps.push(step);
@@ -854,7 +881,7 @@ impl Volume {
                 }
             }
         }
-        self.shared.evict_map_pages_if_needed();
+        self.core.evict_map_pages_if_needed();
         Ok(())
     }
 
@@ -870,15 +897,15 @@ impl Volume {
     /// may overshoot by what they write at once, which the spare absorbs. Warns on
     /// standard error as use crosses 80, 90 and 95 % (docs/deduplication.md, decision 10).
     fn admit_on_thin_volume(&self, blocks: &[BlockWrite]) -> Result<()> {
-        if self.shared.geometry.thin_logical_block_count.is_none() {
+        if self.core.geometry().thin_logical_block_count.is_none() {
             return Ok(());
         }
         let whole = format::SIXTEENTHS_PER_BLOCK as i64;
         let freed = |logical_block: u64| -> Result<i64> {
-            Ok(match self.shared.map.get(logical_block)? {
+            Ok(match self.core.map().get(logical_block)? {
                 Mapping::Data { .. } => whole,
                 Mapping::Fragment { sixteenths, .. } => sixteenths as i64,
-                Mapping::Shared { record } => match self.shared.shared.read().get(record) {
+                Mapping::Shared { record } => match self.core.shared_table().read().get(record) {
                     Some(copy) if copy.references <= 1 => whole,
                     _ => 0,
                 },
@@ -912,14 +939,14 @@ impl Volume {
             }
         }
         let needed_blocks = (growth_sixteenths.max(0) as u64).div_ceil(whole as u64);
-        let held_blocks = self.shared.held_blocks();
-        let provisioned = self.shared.geometry.provisioned_block_count();
+        let held_blocks = self.core.held_blocks();
+        let provisioned = self.core.geometry().provisioned_block_count();
         if needed_blocks > 0 && held_blocks + needed_blocks > provisioned {
             return Err(Error::ThinLimit { held_blocks, needed_blocks });
         }
         let percent = ((held_blocks + needed_blocks) * 100 / provisioned.max(1)) as u8;
         let level = [95u8, 90, 80].into_iter().find(|&level| percent >= level).unwrap_or(0);
-        let warned = self.shared.thin_warned_percent.swap(level, std::sync::atomic::Ordering::Relaxed);
+        let warned = self.thin_warned_percent.swap(level, std::sync::atomic::Ordering::Relaxed);
         if level > warned {
             log::warn!(
                 "the thinly provisioned volume holds {percent} % of its provisioned size \
@@ -936,21 +963,21 @@ impl Volume {
     /// Make the range read as zeros. Whole blocks cost no media (a zero record); partial
     /// blocks at the edges are written.
     pub fn write_zeroes(&self, offset_bytes: u64, length_bytes: u64, fua: bool) -> Result<()> {
-        self.ranged(offset_bytes, length_bytes, false, fua)?;
-        Counters::add(&self.shared.counters.host_bytes_zeroed, length_bytes);
+        self.guarded(|| self.ranged(offset_bytes, length_bytes, false, fua))?;
+        Counters::add(&self.core.counters().host_bytes_zeroed, length_bytes);
         Ok(())
     }
 
     /// Unmap the range: it reads as zeros and is a hole for block status.
     pub fn trim(&self, offset_bytes: u64, length_bytes: u64) -> Result<()> {
-        self.ranged(offset_bytes, length_bytes, true, false)?;
-        Counters::add(&self.shared.counters.host_bytes_trimmed, length_bytes);
+        self.guarded(|| self.ranged(offset_bytes, length_bytes, true, false))?;
+        Counters::add(&self.core.counters().host_bytes_trimmed, length_bytes);
         Ok(())
     }
 
     fn ranged(&self, offset_bytes: u64, length_bytes: u64, trim: bool, fua: bool) -> Result<()> {
-        self.shared.check_writable()?;
-        self.shared.check_range(offset_bytes, length_bytes)?;
+        self.core.check_writable()?;
+        self.core.check_range(offset_bytes, length_bytes)?;
         let block = BLOCK_SIZE_BYTES as u64;
         let end = offset_bytes + length_bytes;
         let first_whole = offset_bytes.div_ceil(block);
@@ -999,19 +1026,21 @@ impl Volume {
 
     /// Read `buffer.len()` bytes at `offset_bytes` (both multiples of 512).
     pub fn read(&self, offset_bytes: u64, buffer: &mut [u8]) -> Result<()> {
-        self.shared.check_open()?;
-        self.shared.check_range(offset_bytes, buffer.len() as u64)?;
-        let _fence = self.shared.reuse_fence.read();
-        let mut scratch = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-        for (logical_block, within, range) in block_pieces(offset_bytes, buffer.len()) {
-            self.shared.read_block(logical_block, &mut scratch, None)?;
-            let count = range.len();
-            buffer[range].copy_from_slice(&scratch[within..within + count]);
-        }
-        Counters::add(&self.shared.counters.host_bytes_read, buffer.len() as u64);
-        drop(_fence);
-        self.shared.evict_map_pages_if_needed();
-        Ok(())
+        self.guarded(|| {
+            self.core.check_open()?;
+            self.core.check_range(offset_bytes, buffer.len() as u64)?;
+            let fence = self.core.read_fence();
+            let mut scratch = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+            for (logical_block, within, range) in block_pieces(offset_bytes, buffer.len()) {
+                self.core.read_block(logical_block, &mut scratch)?;
+                let count = range.len();
+                buffer[range].copy_from_slice(&scratch[within..within + count]);
+            }
+            Counters::add(&self.core.counters().host_bytes_read, buffer.len() as u64);
+            drop(fence);
+            self.core.evict_map_pages_if_needed();
+            Ok(())
+        })
     }
 
     /// A queue that keeps up to about `depth` reads in flight from one thread, each
@@ -1019,15 +1048,15 @@ impl Volume {
     /// instead of one blocked thread per read: what a network server or a benchmark
     /// with a queue depth wants. Drop it before closing the volume.
     pub fn read_queue(&self, depth: usize) -> crate::io::read_queue::ReadQueue {
-        crate::io::read_queue::ReadQueue::new(self.shared.clone(), depth)
+        crate::io::read_queue::ReadQueue::new(self.core.clone(), depth)
     }
 
     /// The mapping of one logical block (for block-status queries).
     pub fn mapping(&self, logical_block: u64) -> Result<Mapping> {
-        if logical_block >= self.shared.map.block_count() {
+        if logical_block >= self.core.map().block_count() {
             return Err(Error::InvalidRequest(format!("block {logical_block} is beyond the end of the volume")));
         }
-        self.shared.map.get(logical_block)
+        self.core.map().get(logical_block)
     }
 
     /// Whether a flush (and a FUA write) is made durable by a working write log: an append
@@ -1035,25 +1064,27 @@ impl Volume {
     /// than a round of member syncs. A server may then run it on the thread that read the
     /// request instead of handing it to another.
     pub fn flushes_to_a_write_log(&self) -> bool {
-        self.shared.write_log.as_ref().is_some_and(|log| log.is_active())
+        self.core.write_log().as_ref().is_some_and(|log| log.is_active())
     }
 
     /// Return when every write accepted before the call is durable: on the write log when
     /// the volume has one (the stripes follow), else on the members.
     pub fn flush(&self) -> Result<()> {
-        self.shared.flush()?;
-        // Threaded volumes checkpoint from their flush timer, off the clients' path.
-        if self.shared.io_mode == IoMode::Inline && !self.shared.read_only {
-            match self.shared.checkpoint_if_due(self.shared.checkpoint_interval) {
-                Ok(()) | Err(Error::OutOfSpace) => {}
-                Err(error) => return Err(error),
+        self.guarded(|| {
+            self.core.flush()?;
+            // Threaded volumes checkpoint from their flush timer, off the clients' path.
+            if self.core.io_mode() == IoMode::Inline && !self.core.read_only() {
+                match self.checkpointer.checkpoint_if_due() {
+                    Ok(()) | Err(Error::OutOfSpace) => {}
+                    Err(error) => return Err(error),
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     pub fn stats(&self) -> VolumeStats {
-        volume_stats(&self.cleaner)
+        volume_stats(&self.cleaner, &self.recovery_report)
     }
 
     /// Turn compression of new writes on or off while the volume is open (written to the
@@ -1061,16 +1092,16 @@ impl Volume {
     /// they are. Refused on a volume created without compression: its index entries
     /// cannot name fragments (docs/compression.md).
     pub fn set_compression(&self, setting: format::CompressionSetting) -> Result<()> {
-        self.shared.check_writable()?;
-        if setting != format::CompressionSetting::Off && !self.shared.geometry.packed_fragments {
+        self.core.check_writable()?;
+        if setting != format::CompressionSetting::Off && !self.core.geometry().packed_fragments {
             return Err(Error::InvalidRequest(
                 "this volume was created without compression: its index cannot name compressed fragments; \
                  create a volume with --compression lz4 and copy the data to it"
                     .into(),
             ));
         }
-        self.shared.members.update_superblock(|superblock| superblock.compression = setting)?;
-        self.shared.compression.set(setting);
+        self.core.members().update_superblock(|superblock| superblock.compression = setting)?;
+        self.core.compression().set(setting);
         Ok(())
     }
 
@@ -1078,56 +1109,74 @@ impl Volume {
     /// superblocks first). Blocks already shared stay shared. Refused on a volume created
     /// without deduplication: its index entries cannot name shared blocks.
     pub fn set_deduplication(&self, on: bool) -> Result<()> {
-        self.shared.check_writable()?;
-        let Some(finder) = self.shared.deduplication.as_ref() else {
+        self.core.check_writable()?;
+        let Some(finder) = self.core.deduplication() else {
             return Err(Error::InvalidRequest(
                 "this volume was created without deduplication: its index cannot name shared blocks; \
                  create a volume with --dedup on and copy the data to it"
                     .into(),
             ));
         };
-        self.shared.members.update_superblock(|superblock| superblock.deduplication = on)?;
+        self.core.members().update_superblock(|superblock| superblock.deduplication = on)?;
         finder.set_enabled(on);
         Ok(())
     }
 
     /// Whether new writes are compressed, and the thousandths of them the CPU affords now.
     pub fn compression(&self) -> (format::CompressionSetting, u32) {
-        (self.shared.compression.setting(), self.shared.compression.share())
+        (self.core.compression().setting(), self.core.compression().share())
     }
 
     /// Verify every live batch on the members: each block against its checksum, each
-    /// parity row and mirror copy against the data. Flushes first when writable, and
-    /// holds writers back while it runs.
+    /// parity row and mirror copy against the data; and every invariant of the in-RAM state
+    /// (a violated one panics: `Volume::check_invariants`). Flushes first when writable,
+    /// and pauses writers while it runs.
     pub fn check(&self) -> Result<crate::mount::CheckReport> {
-        if !self.shared.read_only {
-            self.shared.flush_members()?;
-        }
-        let shared = &self.shared;
-        // Writers pause while the log is read, so that it does not change under the scan,
-        // and batches sealed before (the cleaner's, a checkpoint's) finish writing first: a
-        // batch on some members and not yet on others is not damage.
-        let _state = shared.lock_with_batches_written();
-        let durable = shared.members.superblock().durable_through_sequence;
-        let mut report = crate::mount::check(
-            &shared.geometry,
-            &shared.members,
-            &shared.volume_uuid,
-            durable,
-            &shared.map,
-            &shared.shared.read(),
-            shared.io_mode == IoMode::Threaded,
-        )?;
-        report.members_not_redundant = shared.members.lost();
-        Ok(report)
+        self.guarded(|| {
+            if !self.core.read_only() {
+                self.core.flush_members()?;
+            }
+            let core = &self.core;
+            // Writers pause while the log is read, so that it does not change under the
+            // scan, and batches sealed before (the cleaner's, a checkpoint's) finish writing
+            // first: a batch on some members and not yet on others is not damage. (No
+            // checkpoint runs meanwhile either: the checkpoint lock is held, first.)
+            let directory = core.directory().lock();
+            let _paused = core.pause_writers();
+            let durable = core.members().superblock().durable_through_sequence;
+            let mut report = crate::mount::check(
+                core.geometry(),
+                core.members(),
+                core.volume_uuid(),
+                durable,
+                core.map(),
+                &core.shared_table().read(),
+                core.io_mode() == IoMode::Threaded,
+            )?;
+            report.members_not_redundant = core.members().lost();
+            core.check_invariants_with(&directory, InvariantDepth::WholeIndex)?;
+            Ok(report)
+        })
+    }
+
+    /// Check every invariant of the volume's in-RAM state (each component's, how they agree,
+    /// and, when the whole index is in RAM, every segment's live count against the index,
+    /// the shared copies and the checkpoint's blocks), pausing writers meanwhile; it reads
+    /// nothing from the members (`check` does the same over the whole index). A violated
+    /// invariant is a bug: it panics — and, as any panic inside the engine, stops the
+    /// volume. The simulation runs it after every step.
+    pub fn check_invariants(&self) -> Result<()> {
+        self.guarded(|| self.core.check_invariants(InvariantDepth::ResidentIndex))
     }
 
     /// Count the index's references to every shared-block record and compare them with the
     /// records' counts (deduplication; one pass over the index, no member read). Writers
     /// wait meanwhile.
     pub fn check_shared_references(&self) -> Result<crate::mount::SharedReferenceCheck> {
-        let _state = self.shared.state.lock();
-        crate::mount::check_shared_references(&self.shared.map, &self.shared.shared.read())
+        self.guarded(|| {
+            let _paused = self.core.pause_writers();
+            crate::mount::check_shared_references(self.core.map(), &self.core.shared_table().read())
+        })
     }
 
     /// Flush, stop the background threads and close the volume.
@@ -1138,21 +1187,21 @@ impl Volume {
     /// Drop the volume as if the process died: nothing more is written (simulation).
     pub fn abandon(self) {
         self.abandoned.store(true, Ordering::SeqCst);
-        self.shared.fail(Shutdown::Abandoned);
+        self.core.fail(Shutdown::Abandoned);
         self.stop_threads();
     }
 
     fn shutdown(&self) -> Result<()> {
-        if self.shared.closed.load(Ordering::SeqCst) {
+        if self.core.is_closed() {
             return Ok(());
         }
         self.stop_cleaner();
-        let result = if self.shared.read_only || self.abandoned.load(Ordering::SeqCst) {
+        let result = if self.core.read_only() || self.abandoned.load(Ordering::SeqCst) {
             Ok(())
         } else {
-            self.shared.flush_members().and_then(|()| self.shared.write_checkpoint()).and_then(|_| {
-                let durable = self.shared.state.lock().log.durable_through_sequence;
-                members::record_clean_close(&self.shared.members, durable)
+            self.core.flush_members().and_then(|()| self.checkpointer.write_checkpoint()).and_then(|_| {
+                let durable = self.core.lock_state().log().durable_through();
+                members::record_clean_close(self.core.members(), durable)
             })
         };
         self.stop_threads();
@@ -1161,10 +1210,10 @@ impl Volume {
 
     /// Let the cleaner thread finish its round (made durable by the round itself) and end.
     fn stop_cleaner(&self) {
-        self.shared.cleaner_stop.store(true, Ordering::SeqCst);
+        self.core.cleaner().request_stop();
         {
-            let _state = self.shared.state.lock();
-            self.shared.cleaner_wakeup.notify_all();
+            let _state = self.core.lock_state();
+            self.core.cleaner().wake_all();
         }
         if let Some(thread) = self.cleaner_thread.lock().take() {
             let _ = thread.join();
@@ -1173,14 +1222,8 @@ impl Volume {
 
     fn stop_threads(&self) {
         self.stop_cleaner();
-        self.shared.closed.store(true, Ordering::SeqCst);
-        {
-            // Under the state lock: a waiter looks at `closed` under it, then waits.
-            let _state = self.shared.state.lock();
-            self.shared.progress.notify_all();
-        }
-        // Dropping the stripe queue ends the stripe writer, which ends the member workers.
-        self.shared.stripe_queue.lock().take();
+        self.core.mark_closed();
+        self.core.end_pipeline();
         for thread in self.threads.lock().drain(..) {
             let _ = thread.join();
         }
@@ -1193,7 +1236,7 @@ impl Drop for Volume {
             // Unwinding: the state may be half-changed (a batch sealed and never written);
             // waiting for it would hang. Stop as a crash would: nothing more is written.
             self.abandoned.store(true, Ordering::SeqCst);
-            self.shared.fail(Shutdown::Unwinding);
+            self.core.fail(Shutdown::panicked(None));
             self.stop_threads();
             return;
         }
@@ -1201,52 +1244,42 @@ impl Drop for Volume {
     }
 }
 
-fn flush_timer(cleaner: Arc<Cleaner>, interval: Duration) {
-    let shared = &cleaner.core;
+fn flush_timer(cleaner: &Cleaner, checkpointer: &Checkpointer, interval: Duration) {
+    let core = &cleaner.core;
     let tick = (interval / 4).max(Duration::from_millis(5));
     let mut health_checked = Instant::now();
-    while !shared.closed.load(Ordering::SeqCst) {
+    while !core.is_closed() {
         std::thread::sleep(tick);
         if health_checked.elapsed() >= MEMBER_HEALTH_INTERVAL {
             health_checked = Instant::now();
-            if let Err(error) = shared.members.check_health() {
-                shared.fail(Shutdown::Members(Arc::new(error)));
+            if let Err(error) = core.members().check_health() {
+                core.fail(Shutdown::Members(Arc::new(error)));
             }
         }
-        let due = {
-            let state = shared.state.lock();
-            state.log.open.as_ref().is_some_and(|open| !open.is_empty() && open.opened_at.elapsed() >= interval)
-        };
         // With a write log more than half full, the members are synced off the clients'
         // path, so that an append rarely has to wait for it.
-        let log_filling = shared.write_log.as_ref().is_some_and(|log| {
-            log.is_active() && log.counters.used_bytes.load(Ordering::Relaxed) * 2 > log.size_bytes()
-        });
-        if due || log_filling {
-            // A failure is recorded in `failure` and reported to the next client call.
-            let _ = shared.flush_members();
+        if core.open_batch_older_than(interval) || core.write_log_filling() {
+            // A failure is recorded as the volume's shutdown reason and reported to the
+            // next client call.
+            let _ = core.flush_members();
         }
-        match shared.checkpoint_if_due(shared.checkpoint_interval) {
+        match checkpointer.checkpoint_if_due() {
             // No room for the checkpoint's blocks now: it is tried again at the next tick.
             Ok(()) | Err(Error::OutOfSpace) | Err(Error::Closed) => {}
-            Err(error) => shared.fail(Shutdown::Checkpoint(Arc::new(error))),
+            Err(error) => core.fail(Shutdown::Checkpoint(Arc::new(error))),
         }
-        shared.evict_map_pages_if_needed();
+        core.evict_map_pages_if_needed();
         // The compressed share follows the CPU; the members are busy when the write
         // queue holds more than one batch waiting for them.
-        let members_busy = shared.state.lock().log.in_flight.len() > 1;
-        shared.compression.control(members_busy);
+        core.compression().control(core.members_busy());
         // Idle (nothing accepted for a tick): make free segments ahead of the next burst,
         // up to the high watermark.
-        let idle = {
-            let state = shared.state.lock();
-            let (_, high_watermark) = crate::space::watermarks(&shared.geometry);
-            state.log.open.as_ref().is_none_or(|open| open.opened_at.elapsed() >= tick && open.is_empty())
-                && state.space.free_count() < high_watermark
-        };
-        if idle && !shared.background_cleaning && shared.members.shutdown.lock().is_none() {
+        if !core.cleaner().background()
+            && core.idle_below_high_watermark(tick)
+            && core.members().check_running().is_ok()
+        {
             if let Err(error) = cleaner.clean_round() {
-                shared.fail(Shutdown::Cleaner(Arc::new(error)));
+                core.fail(Shutdown::Cleaner(Arc::new(error)));
             }
         }
     }
@@ -1274,31 +1307,30 @@ fn apply(cleaner: &Cleaner, blocks: &[BlockWrite], admission: Admission) -> Resu
     } else {
         Purpose::Data
     };
-    // A partial block merges with its old content when it is accepted. One whose old
-    // content cannot be read (damage beyond redundancy) fails the request before any
-    // of it is accepted, rather than after its other blocks.
-    if blocks.iter().any(|block| matches!(block, BlockWrite::Patch(..))) {
-        let state = core.state.lock();
-        let mut old = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-        for block in blocks {
-            if let BlockWrite::Patch(logical_block, ..) = block {
-                core.read_block(*logical_block, &mut old, Some(&state))?;
-            }
-        }
-    }
+    // Outside the write lock: each partial block merged with its old content (one whose
+    // old content cannot be read — damage beyond redundancy — fails the request before
+    // any of it is accepted), and the index pages the request looks at made resident.
+    let mut merged: Vec<Option<MergedBlock>> = blocks
+        .iter()
+        .map(|block| match *block {
+            BlockWrite::Patch(logical_block, within, data) => core.prepare_patch(logical_block, within, data).map(Some),
+            _ => Ok(None),
+        })
+        .collect::<Result<_>>()?;
+    core.load_pages_for(blocks)?;
     let mut next = 0usize;
     let mut cleaned_for_this_segment = false;
-    let mut stalls = WriteStalls { counters: &core.counters, buffers: Duration::ZERO, space: Duration::ZERO };
+    let mut stalls = WriteStalls { counters: core.counters(), buffers: Duration::ZERO, space: Duration::ZERO };
     while next < blocks.len() {
-        let mut state = core.state.lock();
-        core.members.check_running()?;
-        if state.log.open.is_none() {
+        let mut state = core.lock_state_to_write();
+        core.members().check_running()?;
+        if state.log().open().is_none() {
             match core.open_batch(&mut state, cleaned_for_this_segment, purpose) {
                 // A new segment: it may clean once more (one round per new segment).
                 Ok(new_segment) => cleaned_for_this_segment &= !new_segment,
                 Err(OpenProblem::Buffers) => {
                     drop(state);
-                    timed(&mut stalls.buffers, || core.data_pool.wait_for_free());
+                    timed(&mut stalls.buffers, || core.data_pool().wait_for_free());
                     continue;
                 }
                 Err(OpenProblem::Space) => {
@@ -1315,39 +1347,19 @@ fn apply(cleaner: &Cleaner, blocks: &[BlockWrite], admission: Admission) -> Resu
                 }
             }
         }
-        let mut sealed = Vec::new();
-        let mut data_waits_for_room = false;
-        while next < blocks.len() {
-            if purpose == Purpose::Data && blocks[next].carries_data() && !state.data_may_enter_clients_segment() {
-                // The clients' segment was opened from the records' room: data waits for
-                // the cleaner to bring that room back, as at the reserve.
-                data_waits_for_room = true;
-                break;
-            }
-            if core.accept(&mut state, &blocks[next])? {
-                next += 1;
-            } else if state.log.open.as_ref().is_some_and(OpenBatch::is_empty) {
-                // Too few rows left in the segment for even one entry: retire them.
-                core.retire_current_segment(&mut state);
-                break;
-            } else {
-                // The clients' batch is full, or the cold one that the block must go to.
-                sealed = core.seal_clients(&mut state);
-                break;
-            }
-        }
+        let stop = core.accept_run(&mut state, blocks, &merged, &mut next, purpose)?;
         drop(state);
-        for batch in sealed {
-            core.dispatch(batch)?;
-        }
-        if data_waits_for_room {
-            timed(&mut stalls.space, || cleaner.make_space(Purpose::Data))?;
+        match stop {
+            RunStop::Done | RunStop::SegmentRetired => {}
+            RunStop::Sealed(sealed) => sealed.into_iter().try_for_each(|batch| core.dispatch(batch))?,
+            RunStop::WaitForRoom => timed(&mut stalls.space, || cleaner.make_space(Purpose::Data))?,
+            RunStop::Retry(retry) => core.prepare_retry(retry, blocks, next, &mut merged)?,
         }
     }
     // Many writes and no flush: what is staged goes to the write log unsynced, which
     // bounds the RAM it takes and the work of the next flush.
-    if let Some(log) = core.write_log.as_ref().filter(|log| log.is_active()) {
-        if core.staged_entries.load(Ordering::Relaxed) >= crate::write_log::STAGING_BLOCKS_SOFT_LIMIT {
+    if let Some(log) = core.active_write_log() {
+        if core.staging_is_full() {
             core.append_to_write_log(log, false)?;
         }
     }
@@ -1378,31 +1390,31 @@ fn timed<T>(total: &mut Duration, work: impl FnOnce() -> T) -> T {
     result
 }
 
-fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
+fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryReport) -> VolumeStats {
     let core = &cleaner.core;
-    let geometry = &core.geometry;
+    let geometry = &core.geometry();
     // Kept by the map as it changes: no scan of the volume per call.
-    let counts = core.map.counts();
+    let counts = core.map().counts();
     let (blocks_mapped, blocks_zero) = (counts.data_blocks + counts.fragment_blocks, counts.zero_blocks);
     let compression = geometry.packed_fragments.then(|| {
         let physical = counts.data_blocks as f64
             + counts.fragment_sixteenths as f64 / crate::layout::format::SIXTEENTHS_PER_BLOCK as f64;
-        let compressed = Counters::get(&core.counters.blocks_compressed);
+        let compressed = Counters::get(&core.counters().blocks_compressed);
         crate::stats::CompressionStatus {
-            setting: core.compression.setting().to_string(),
-            share: core.compression.share() as f64 / crate::io::compression::SHARE_WHOLE as f64,
+            setting: core.compression().setting().to_string(),
+            share: core.compression().share() as f64 / crate::io::compression::SHARE_WHOLE as f64,
             logical_data_blocks: blocks_mapped,
             fragment_blocks: counts.fragment_blocks,
             physical_data_blocks: physical,
             ratio: if physical > 0.0 { blocks_mapped as f64 / physical } else { 1.0 },
             blocks_compressed: compressed,
-            blocks_whole_incompressible: Counters::get(&core.counters.blocks_whole_incompressible),
-            blocks_whole_by_share: Counters::get(&core.counters.blocks_whole_by_share),
-            mean_fragment_bytes: Counters::get(&core.counters.fragment_bytes) as f64 / compressed.max(1) as f64,
+            blocks_whole_incompressible: Counters::get(&core.counters().blocks_whole_incompressible),
+            blocks_whole_by_share: Counters::get(&core.counters().blocks_whole_by_share),
+            mean_fragment_bytes: Counters::get(&core.counters().fragment_bytes) as f64 / compressed.max(1) as f64,
         }
     });
     let (shared_copies, shared_table_memory_bytes) = {
-        let shared = core.shared.read();
+        let shared = core.shared_table().read();
         (shared.in_use(), shared.memory_bytes())
     };
     let held_blocks = counts.held_blocks() + shared_copies;
@@ -1414,7 +1426,7 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
             used_fraction: held_blocks as f64 / provisioned.max(1) as f64,
         }
     });
-    let deduplication = core.deduplication.as_ref().map(|finder| {
+    let deduplication = core.deduplication().map(|finder| {
         let found = &finder.counters;
         let get = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
         let stored = counts.data_blocks as f64
@@ -1443,23 +1455,24 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
             copies_moved: get(&found.copies_moved),
         }
     });
-    let map_cache = core.map.cache_stats();
-    let state = core.state.lock();
-    let segments_free = state.space.count(|status| status == SegmentStatus::Free);
+    let map_cache = core.map().cache_stats();
+    let state = core.lock_state();
+    let segments_free = state.space().count(|status| status == SegmentStatus::Free);
     let segments_waiting =
-        state.space.count(|status| matches!(status, SegmentStatus::WaitingForFlush(_) | SegmentStatus::Releasing));
-    let counters = &core.counters;
-    let lost = core.members.lost();
-    let (rebuilding, missing): (Vec<usize>, Vec<usize>) =
-        lost.iter().partition(|&&member| core.members.state(member) == crate::array::members::MemberState::Rebuilding);
-    let member_statuses: Vec<MemberStatus> = core.members.statuses();
-    let superblock = core.members.superblock();
+        state.space().count(|status| matches!(status, SegmentStatus::WaitingForFlush(_) | SegmentStatus::Releasing));
+    let counters = &core.counters();
+    let lost = core.members().lost();
+    let (rebuilding, missing): (Vec<usize>, Vec<usize>) = lost
+        .iter()
+        .partition(|&&member| core.members().state(member) == crate::array::members::MemberState::Rebuilding);
+    let member_statuses: Vec<MemberStatus> = core.members().statuses();
+    let superblock = core.members().superblock();
     let holder = &superblock.holder;
     let member_bytes_written = member_statuses.iter().map(|member| member.bytes_written).sum();
     let member_bytes_data = Counters::get(&counters.member_bytes_data);
     let member_bytes_relocated = Counters::get(&counters.member_bytes_relocated);
-    let lifetime = core.members.lifetime_counters();
-    let write_log = core.write_log.as_ref().map(|log| {
+    let lifetime = core.members().lifetime_counters();
+    let write_log = core.write_log().as_ref().map(|log| {
         let counters = &log.counters;
         let syncs = counters.syncs.load(Ordering::Relaxed);
         crate::stats::WriteLogStatus {
@@ -1481,7 +1494,7 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         compression,
         thin_provisioning,
         deduplication,
-        volume_uuid: uuid::Uuid::from_bytes(core.volume_uuid).to_string(),
+        volume_uuid: uuid::Uuid::from_bytes(*core.volume_uuid()).to_string(),
         raid_level: geometry.raid_level.to_string(),
         member_count: geometry.member_count,
         data_columns: geometry.data_columns(),
@@ -1492,13 +1505,13 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         logical_size_bytes: geometry.logical_size_bytes(),
         physical_data_bytes: geometry.physical_data_blocks() * BLOCK_SIZE_BYTES as u64,
         data_capacity_bytes: geometry.data_capacity_blocks() * BLOCK_SIZE_BYTES as u64,
-        epoch: core.epoch,
-        read_only: core.read_only,
+        epoch: core.epoch(),
+        read_only: core.read_only(),
         degraded: !lost.is_empty(),
-        failures_still_tolerated: core.members.further_losses_survived(),
+        failures_still_tolerated: core.members().further_losses_survived(),
         missing_members: missing,
         rebuilding_members: rebuilding,
-        failure: core.members.shutdown.lock().as_ref().map(ToString::to_string),
+        failure: core.members().shutdown.lock().as_ref().map(ToString::to_string),
         members: member_statuses,
         holder: crate::stats::HolderStatus {
             open: holder.open,
@@ -1569,24 +1582,25 @@ fn volume_stats(cleaner: &Cleaner) -> VolumeStats {
         writes_stalled_for_space: Counters::get(&counters.writes_stalled_for_space),
         space_stall_seconds: Counters::get(&counters.space_stall_nanoseconds) as f64 / 1e9,
         member_bytes_read_cleaning: Counters::get(&counters.member_bytes_read_cleaning),
-        write_queue_batches: core.write_queue_batches,
-        member_failures: core.members.failures_while_open(),
-        map_memory_bytes: core.map.size_bytes(),
-        map_bytes_per_logical_block: core.map.resident_size_bytes() as f64 / core.map.block_count().max(1) as f64,
-        map_cache_bytes: map_cache.capacity_pages.saturating_mul(core.map.page_size_bytes()),
-        map_cache_used_bytes: map_cache.resident_pages * core.map.page_size_bytes(),
+        write_queue_batches: core.write_queue_batches(),
+        member_failures: core.members().failures_while_open(),
+        map_memory_bytes: core.map().size_bytes(),
+        map_bytes_per_logical_block: core.map().resident_size_bytes() as f64 / core.map().block_count().max(1) as f64,
+        map_cache_bytes: map_cache.capacity_pages.saturating_mul(core.map().page_size_bytes()),
+        map_cache_used_bytes: map_cache.resident_pages * core.map().page_size_bytes(),
         map_page_loads: map_cache.loads,
         map_page_evictions: map_cache.evictions,
-        index_entry_bits: core.map.codec().width_bits,
-        checksum_memory_bytes: core.checksums.size_bytes(),
-        write_buffer_memory_bytes: (core.data_sets * geometry.data_columns()
-            + core.write_queue_batches * geometry.parity_shards()) as u64
-            * geometry.chunk_size_bytes as u64,
-        cache_memory_bytes: core.cache.as_ref().map_or(0, |cache| cache.capacity_bytes())
-            + core.data_pool.retained_capacity_bytes(),
-        last_sequence: state.log.last_sealed_sequence,
-        durable_through_sequence: state.log.durable_through_sequence,
-        recovery: core.recovery_report.clone(),
+        write_lock_holds: core.lock_holds().count(),
+        write_lock_hold_p99_microseconds: core.lock_holds().quantile(0.99).as_secs_f64() * 1e6,
+        write_lock_hold_p999_microseconds: core.lock_holds().quantile(0.999).as_secs_f64() * 1e6,
+        write_lock_hold_maximum_microseconds: core.lock_holds().maximum().as_secs_f64() * 1e6,
+        index_entry_bits: core.map().codec().width_bits,
+        checksum_memory_bytes: core.checksum_memory_bytes(),
+        write_buffer_memory_bytes: core.write_buffer_memory_bytes(),
+        cache_memory_bytes: core.cache_memory_bytes(),
+        last_sequence: state.log().last_sealed_sequence(),
+        durable_through_sequence: state.log().durable_through(),
+        recovery: recovery_report.clone(),
     }
 }
 
@@ -1595,14 +1609,14 @@ impl Volume {
     /// is failed first) and start its rebuild: the replacement is written from now on; run
     /// [`Volume::rebuild`] to fill it.
     pub fn replace_member(&self, member: usize, replacement: MemberDevice, options: &ReplaceOptions) -> Result<()> {
-        self.shared.check_open()?;
-        Maintenance::new(&self.cleaner).replace_member(member, replacement, options)
+        self.core.check_open()?;
+        self.maintenance.replace_member(member, replacement, options)
     }
 
     /// Members being rebuilt (after [`Volume::replace_member`], or found rebuilding when
     /// the volume was opened after a crash).
     pub fn rebuilding_members(&self) -> Vec<usize> {
-        self.shared.members.rebuilding()
+        self.core.members().rebuilding()
     }
 
     /// Reconstruct every rebuilding member's data from the others while the volume
@@ -1612,25 +1626,25 @@ impl Volume {
         options: &MaintenanceOptions,
         progress: &dyn Fn(MaintenanceProgress),
     ) -> Result<RebuildReport> {
-        self.shared.check_open()?;
-        if self.shared.read_only {
+        self.core.check_open()?;
+        if self.core.read_only() {
             return Err(Error::ReadOnly);
         }
-        Maintenance::new(&self.cleaner).rebuild(options, progress)
+        self.maintenance.rebuild(options, progress)
     }
 
     /// Verify every live row on every member and repair what redundancy allows by moving
     /// the live blocks of damaged segments (read-only volumes: verify and report only).
     pub fn scrub(&self, options: &MaintenanceOptions, progress: &dyn Fn(MaintenanceProgress)) -> Result<ScrubReport> {
-        self.shared.check_open()?;
-        Maintenance::new(&self.cleaner).scrub(options, progress)
+        self.core.check_open()?;
+        self.maintenance.scrub(options, progress)
     }
 
     /// Check every member's health now (the flush timer of a threaded volume does it every
     /// second): a deleted, truncated or overwritten member is failed.
     pub fn check_member_health(&self) -> Result<()> {
-        self.shared.check_open()?;
-        self.shared.members.check_health()
+        self.core.check_open()?;
+        self.core.members().check_health()
     }
 }
 

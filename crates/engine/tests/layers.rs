@@ -21,7 +21,39 @@ const LAYERS: [&str; 12] = [
     "volume",
 ];
 /// Modules every layer may use, and which use no layer themselves.
-const LEAVES: [&str; 3] = ["error", "queue", "stats"];
+const LEAVES: [&str; 4] = ["error", "queue", "stats", "write_lock"];
+
+/// Each layer's components: the types only that layer implements. A method of a layer's
+/// type is that layer's code, so an `impl` of it anywhere else would be a lower layer
+/// reaching up (a call through a method names no `crate::` path) or an upper one reaching
+/// in; the compiler keeps their fields private to the module that defines them.
+const COMPONENTS: [(&str, &str); 12] = [
+    ("Core", "io"),
+    ("WriteState", "io"),
+    ("SideBatch", "io"),
+    ("LogState", "log"),
+    ("SegmentTable", "space"),
+    ("SegmentUse", "space"),
+    ("CheckpointState", "index"),
+    ("BlockMap", "index"),
+    ("Checkpointer", "checkpoint"),
+    ("Cleaner", "cleaner"),
+    ("Maintenance", "maintenance"),
+    ("Volume", "volume"),
+];
+
+/// The type an `impl` line implements (`impl Type`, `impl<'a> Type<'a>`, `impl Trait for
+/// Type`), when the line starts one.
+fn implemented_type(line: &str) -> Option<String> {
+    let rest = line.trim_start().strip_prefix("impl")?;
+    let rest = if rest.starts_with('<') { &rest[rest.find('>')? + 1..] } else { rest };
+    if !rest.starts_with(char::is_whitespace) {
+        return None;
+    }
+    let target = rest.split(" for ").last()?.trim();
+    let path: String = target.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':').collect();
+    Some(path.rsplit("::").next()?.to_string())
+}
 
 fn rank(module: &str) -> Option<usize> {
     if LEAVES.contains(&module) {
@@ -111,6 +143,43 @@ fn every_layer_depends_only_on_the_layers_before_it() {
     }
     assert!(checked > 100, "only {checked} crate paths found: the scan is broken");
     assert!(problems.is_empty(), "layering violations:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn a_component_is_implemented_only_in_its_own_layer() {
+    let source_root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&source_root, &mut files);
+    let mut problems = Vec::new();
+    let mut found = std::collections::BTreeSet::new();
+    for file in &files {
+        let module = owner(&source_root, file);
+        let text = std::fs::read_to_string(file).expect("read a source file");
+        for (number, line) in text.lines().enumerate() {
+            let Some(implemented) = implemented_type(line) else { continue };
+            if let Some((_, layer)) = COMPONENTS.iter().find(|(component, _)| *component == implemented) {
+                found.insert(implemented.clone());
+                if *layer != module {
+                    problems.push(format!(
+                        "{}:{}: `{implemented}` (layer `{layer}`) is implemented in `{module}`",
+                        file.display(),
+                        number + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert_eq!(found.len(), COMPONENTS.len(), "some components were not found: the scan is broken ({found:?})");
+    assert!(problems.is_empty(), "components implemented outside their layer:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn the_scan_sees_impl_lines() {
+    assert_eq!(implemented_type("impl Core {").as_deref(), Some("Core"));
+    assert_eq!(implemented_type("impl<'a> SideBatch<'a> {").as_deref(), Some("SideBatch"));
+    assert_eq!(implemented_type("impl crate::log::pipeline::BatchSink for Core {").as_deref(), Some("Core"));
+    assert_eq!(implemented_type("impl Drop for crate::io::Core {").as_deref(), Some("Core"));
+    assert_eq!(implemented_type("implemented_type(line)"), None);
 }
 
 #[test]

@@ -617,6 +617,11 @@ impl Simulation {
             if self.ended.is_some() {
                 return Ok(());
             }
+            // Every invariant of the engine's in-RAM state, after every step (a violated
+            // one panics, which fails the seed with its replay command).
+            if let Some(volume) = &self.volume {
+                volume.check_invariants().map_err(|error| format!("step {step}: invariants: {error}"))?;
+            }
         }
         self.crash_now()?;
         if self.ended.is_some() {

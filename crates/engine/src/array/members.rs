@@ -120,6 +120,7 @@ impl Members {
     }
 
     pub(crate) fn writable(&self, member: usize) -> Option<Arc<dyn BlockDevice>> {
+        crate::write_lock::assert_not_held("member I/O");
         let slot = self.slots[member].read();
         match slot.state {
             MemberState::Active | MemberState::Rebuilding => slot.device.clone(),
@@ -130,6 +131,7 @@ impl Members {
     /// The device to read `segment` of member `member` from: active members, and
     /// rebuilding ones where the segment is complete on them.
     pub(crate) fn readable(&self, member: usize, segment: u64) -> Option<Arc<dyn BlockDevice>> {
+        crate::write_lock::assert_not_held("member I/O");
         let slot = self.slots[member].read();
         match slot.state {
             MemberState::Active => slot.device.clone(),
@@ -216,6 +218,7 @@ impl Members {
     /// Write the superblock changed by `change` to every member that is written (both
     /// copies, flushing after each), and keep it as the current one.
     pub(crate) fn update_superblock(&self, change: impl FnOnce(&mut Superblock)) -> Result<()> {
+        crate::write_lock::assert_not_held("member I/O");
         let mut current = self.superblock.lock();
         let mut updated = current.clone();
         change(&mut updated);
@@ -382,6 +385,7 @@ impl Members {
     /// Flush every written member, in parallel when `parallel`. A member whose flush
     /// fails is failed.
     pub(crate) fn flush_all(&self, parallel: bool) -> Result<()> {
+        crate::write_lock::assert_not_held("member I/O");
         let groups = self.flush_groups();
         if !parallel || groups.len() == 1 {
             return groups.iter().try_for_each(|group| self.flush_group(group));
@@ -414,6 +418,7 @@ impl Members {
     /// per file), else each member's own. A failed filesystem flush is retried member by
     /// member, so that a failure is charged to the member that has it.
     pub(crate) fn flush_group(&self, group: &[usize]) -> Result<()> {
+        crate::write_lock::assert_not_held("member I/O");
         let flush_one = |member: usize| match self.writable(member) {
             Some(device) => device.flush().or_else(|error| self.write_failed(member, error)),
             None => Ok(()),
@@ -430,6 +435,7 @@ impl Members {
 
     /// Write `block` at each of `offsets_bytes` on every written member.
     pub(crate) fn write_everywhere(&self, block: &AlignedBuffer, offsets_bytes: &[u64], parallel: bool) -> Result<()> {
+        crate::write_lock::assert_not_held("member I/O");
         // One submission per member (a slow member delays it once, not once per offset);
         // with `parallel`, every member at once.
         let present: Vec<usize> = (0..self.count()).filter(|&member| self.writable(member).is_some()).collect();
@@ -650,6 +656,7 @@ impl Members {
         purpose: ReadPurpose,
         out: &mut [u8],
     ) -> std::result::Result<ReadSource, ReadFailure> {
+        crate::write_lock::assert_not_held("member I/O");
         let offset = geometry.member_offset_bytes(location.segment, location.row);
         let zero_means_unwritten = purpose == ReadPurpose::Scan;
         let mut every_copy_unwritten = true;

@@ -14,25 +14,27 @@ pub const CHECKPOINT_DIRTY_PAGES_MAXIMUM: u64 = 16 * 1024;
 /// crash reads the summaries of).
 pub const CHECKPOINT_REPLAY_BUDGET_BYTES: u64 = 1 << 30;
 
-/// What the checkpoint writer keeps between checkpoints (under `Core::checkpoint`, which
-/// also serialises checkpoints). Where each index page's copy is, the map keeps itself
-/// (its loaders read it without this lock).
+/// What the committed checkpoint holds, and what its writer keeps between checkpoints:
+/// where each segment table and shared-block table page's latest copy is (each index
+/// page's, the map keeps itself: its loaders read it without a lock), the directory pages
+/// and root, the generation. Kept under `io::Core`'s checkpoint lock, which also
+/// serialises checkpoints and holds page eviction off from a snapshot to its commit.
 pub(crate) struct CheckpointState {
-    pub(crate) table_pages: PointerArray,
+    table_pages: PointerArray,
     /// Per segment table page: CRC32C of the records it was last written with (a page
     /// whose records did not change is not written again).
-    pub(crate) table_digests: Vec<u32>,
+    table_digests: Vec<u32>,
     /// Per shared-block table page (volumes with deduplication): its latest copy.
-    pub(crate) shared_pages: PointerArray,
+    shared_pages: PointerArray,
     /// Directory pages and root of the latest checkpoint written: they all die when the
     /// next one is committed (every directory page is written again each time).
-    pub(crate) directory_positions: Vec<u64>,
-    pub(crate) root: Option<PagePointer>,
+    directory_positions: Vec<u64>,
+    root: Option<PagePointer>,
     /// The latest committed generation (0: none).
-    pub(crate) generation: u64,
+    generation: u64,
     /// When the latest checkpoint was committed, and the batches written by then.
-    pub(crate) committed_at: Instant,
-    pub(crate) batch_bytes_at_commit: u64,
+    committed_at: Instant,
+    batch_bytes_at_commit: u64,
 }
 
 impl CheckpointState {
@@ -49,6 +51,78 @@ impl CheckpointState {
             committed_at: Instant::now(),
             batch_bytes_at_commit: 0,
         }
+    }
+
+    /// The state of a checkpoint mount loaded: its generation and root, the directory
+    /// pages it read; the table pages' pointers are set by [`CheckpointState::set_table_page`]
+    /// and [`CheckpointState::set_shared_page`] as the trees are walked.
+    pub(crate) fn loaded(&mut self, generation: u64, root: PagePointer, directory_positions: Vec<u64>) {
+        assert_eq!(self.generation, 0, "loaded once, into an empty state");
+        self.generation = generation;
+        self.root = Some(root);
+        self.directory_positions = directory_positions;
+    }
+
+    /// The latest committed generation (0: none).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub(crate) fn table_page_count(&self) -> u64 {
+        self.table_pages.len()
+    }
+
+    pub(crate) fn table_page(&self, page: u64) -> Option<PagePointer> {
+        self.table_pages.get(page)
+    }
+
+    /// Whether segment table page `page` was last written with records of digest `digest`.
+    pub(crate) fn table_page_unchanged(&self, page: u64, digest: u32) -> bool {
+        self.table_digests[page as usize] == digest
+    }
+
+    /// Segment table page `page` is at `pointer`, written with records of digest `digest`;
+    /// the copy it replaces, which dies when the checkpoint is committed.
+    pub(crate) fn set_table_page(&mut self, page: u64, pointer: PagePointer, digest: u32) -> Option<PagePointer> {
+        self.table_digests[page as usize] = digest;
+        self.table_pages.set(page, pointer)
+    }
+
+    pub(crate) fn shared_page_count(&self) -> u64 {
+        self.shared_pages.len()
+    }
+
+    pub(crate) fn shared_page(&self, page: u64) -> Option<PagePointer> {
+        self.shared_pages.get(page)
+    }
+
+    /// The shared-block table pages written, with their copies.
+    pub(crate) fn shared_pages(&self) -> impl Iterator<Item = (u64, PagePointer)> + '_ {
+        self.shared_pages.iter()
+    }
+
+    /// Shared-block table page `page` is at `pointer`; the copy it replaces.
+    pub(crate) fn set_shared_page(&mut self, page: u64, pointer: PagePointer) -> Option<PagePointer> {
+        self.shared_pages.set(page, pointer)
+    }
+
+    /// The checkpoint of `generation` is committed with `root` over `directory_positions`,
+    /// `batch_bytes` written by then: the directory pages and root of the one before, which
+    /// it replaces, are returned (they are dead now).
+    pub(crate) fn committed(
+        &mut self,
+        generation: u64,
+        root: PagePointer,
+        directory_positions: Vec<u64>,
+        batch_bytes: u64,
+    ) -> Vec<u64> {
+        assert!(generation > self.generation, "committed generations increase");
+        let mut dying = std::mem::replace(&mut self.directory_positions, directory_positions);
+        dying.extend(self.root.replace(root).map(|root| root.position));
+        self.generation = generation;
+        self.committed_at = Instant::now();
+        self.batch_bytes_at_commit = batch_bytes;
+        dying
     }
 
     /// Whether a checkpoint is due: many dirty pages (or half the map cache: they cannot

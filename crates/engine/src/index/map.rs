@@ -851,6 +851,31 @@ impl BlockMap {
         Ok(())
     }
 
+    /// [`BlockMap::for_each`] without reading the members: `false` (after visiting what is
+    /// in RAM) when a page is only in the log.
+    pub fn for_each_resident(&self, mut visit: impl FnMut(u64, Mapping)) -> bool {
+        let width = self.codec.width_bits;
+        let mut complete = true;
+        for index in 0..self.page_count() {
+            let first = index * self.entries_per_page;
+            let end = (first + self.entries_per_page).min(self.block_count);
+            let guard = epoch::pin();
+            match self.resident(index, &guard) {
+                Some(page) => {
+                    for logical_block in first..end {
+                        visit(
+                            logical_block,
+                            self.codec.decode(page.read((logical_block - first) * width as u64, width)),
+                        );
+                    }
+                }
+                None if self.copy(index).is_some() => complete = false,
+                None => (first..end).for_each(|logical_block| visit(logical_block, Mapping::Unmapped)),
+            }
+        }
+        complete
+    }
+
     /// Every mapping in logical order (a map with every page in RAM: tests).
     pub fn iter(&self) -> impl Iterator<Item = Mapping> + '_ {
         let mut all = Vec::with_capacity(self.block_count as usize);

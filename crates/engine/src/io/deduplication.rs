@@ -192,7 +192,7 @@ impl crate::io::Core {
         let generation = self.generation(segment);
         if !matches!(mapping, Mapping::Fragment { .. }) {
             // A whole block's checksum is its position's: compared before any read.
-            let Ok(table) = self.checksum_table(segment, None) else {
+            let Ok(table) = self.checksum_table(segment) else {
                 return Ok(None);
             };
             if table.get(position % per_segment) != checksum {
@@ -201,10 +201,10 @@ impl crate::io::Core {
             }
         }
         let read = match mapping {
-            Mapping::Fragment { position, .. } => self
-                .read_fragment(position, candidate, None)
-                .is_ok_and(|stored| stored.extract(candidate, scratch).is_ok()),
-            _ => self.read_position(position, candidate, scratch, None).is_ok(),
+            Mapping::Fragment { position, .. } => {
+                self.read_fragment(position, candidate).is_ok_and(|stored| stored.extract(candidate, scratch).is_ok())
+            }
+            _ => self.read_position(position, candidate, scratch).is_ok(),
         };
         if !read || scratch[..] != *data {
             counters.candidates_read_unequal.fetch_add(1, Ordering::Relaxed);

@@ -279,10 +279,10 @@ impl ReadQueue {
                 }
             }
         }
-        let position = match core.resolved(logical_block)? {
+        let position = match core.resolved(logical_block)?.1 {
             Mapping::Data { position } => position,
             _ => {
-                core.read_block(logical_block, scratch, None)?;
+                core.read_block(logical_block, scratch)?;
                 return Ok(Plan::Served);
             }
         };
@@ -299,10 +299,10 @@ impl ReadQueue {
             {
                 return Ok(Plan::WaitForTable { segment: location.segment });
             }
-            None => core.checksum_table(location.segment, None).ok(),
+            None => core.checksum_table(location.segment).ok(),
         };
         let (Some(table), Some((member, device))) = (table, device) else {
-            core.read_block(logical_block, scratch, None)?;
+            core.read_block(logical_block, scratch)?;
             return Ok(Plan::Served);
         };
         Ok(Plan::Ring {
@@ -593,7 +593,7 @@ impl QueuedRead {
     /// Read `piece`'s block through the single-read path now (rebuilding it if it must;
     /// the caller holds the reuse fence), or note why it cannot be read.
     fn read_now(&mut self, core: &Core, piece: &Piece, scratch: &mut AlignedBuffer) {
-        match core.read_block(piece.logical_block, scratch, None) {
+        match core.read_block(piece.logical_block, scratch) {
             Ok(()) => self.take(piece, scratch),
             Err(failure) => self.error = Some(failure),
         }

@@ -42,9 +42,9 @@ pub(crate) struct CurrentSegment {
 }
 
 /// A sealed batch on its way to the members.
-pub(crate) struct InFlight {
-    pub(crate) batch: std::sync::Arc<batch::SealedBatch>,
-    pub(crate) written: bool,
+struct InFlight {
+    batch: std::sync::Arc<batch::SealedBatch>,
+    written: bool,
 }
 
 /// Take the written batches off the front of the in-flight queue (`written` tells which
@@ -71,29 +71,34 @@ pub(crate) fn retire_written_front<T>(
     written_through
 }
 
-/// The log's position: batches open, sealed, written and durable.
+/// The log's position: the clients' open batches, the streams' current and reserved
+/// segments, and the batches sealed, written and durable. Kept under the volume's state
+/// lock; its fields change only through these methods, which assert the log's order:
+/// batches are sealed in sequence order, the written frontier follows the sealed batches
+/// in order (never half a pair), and the durable frontier never passes a batch that is
+/// not written.
 pub(crate) struct LogState {
     /// The clients' open batch; it always holds sequence `next_sequence - 1`. The cleaner
-    /// swaps its own batch in while it fills it.
-    pub(crate) open: Option<batch::OpenBatch>,
+    /// and the checkpoint swap their own batch in while they fill it.
+    open: Option<batch::OpenBatch>,
     /// The clients' cold batch, in [`COLD_CLIENT_STREAM`]: it holds entries only while
     /// `open` does, carries `open`'s sequence until both are sealed as a pair, and then
     /// takes the next one.
-    pub(crate) cold: Option<batch::OpenBatch>,
-    pub(crate) current_segments: [Option<CurrentSegment>; STREAM_COUNT],
+    cold: Option<batch::OpenBatch>,
+    current_segments: [Option<CurrentSegment>; STREAM_COUNT],
     /// Per stream: the free segment it takes when its current one is full, reserved when
     /// that one was opened and named in each of its summaries (`None`: the stream has not
     /// opened a segment since the volume was opened).
-    pub(crate) reserved_segments: [Option<u64>; STREAM_COUNT],
-    pub(crate) next_sequence: u64,
-    pub(crate) last_sealed_sequence: u64,
+    reserved_segments: [Option<u64>; STREAM_COUNT],
+    next_sequence: u64,
+    last_sealed_sequence: u64,
     /// The segment of the last sealed batch (each summary names its predecessor's).
-    pub(crate) last_sealed_segment: u64,
-    pub(crate) written_through_sequence: u64,
-    pub(crate) durable_through_sequence: u64,
+    last_sealed_segment: u64,
+    written_through_sequence: u64,
+    durable_through_sequence: u64,
     /// A thread is syncing the members (group commit: one round at a time).
-    pub(crate) sync_in_progress: bool,
-    pub(crate) in_flight: std::collections::VecDeque<InFlight>,
+    sync_in_progress: bool,
+    in_flight: std::collections::VecDeque<InFlight>,
 }
 
 impl LogState {
@@ -116,6 +121,249 @@ impl LogState {
             durable_through_sequence: last_sequence,
             sync_in_progress: false,
             in_flight: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// The open batch: the clients', or a side batch swapped in for the time it is filled.
+    pub(crate) fn open(&self) -> Option<&batch::OpenBatch> {
+        self.open.as_ref()
+    }
+
+    pub(crate) fn open_mut(&mut self) -> Option<&mut batch::OpenBatch> {
+        self.open.as_mut()
+    }
+
+    /// The open batch, which the caller knows is there (it opened it under this lock).
+    pub(crate) fn open_batch(&mut self) -> &mut batch::OpenBatch {
+        self.open.as_mut().expect("an open batch")
+    }
+
+    /// Put `batch` in the place of the open batch, giving back what was there.
+    pub(crate) fn replace_open(&mut self, batch: Option<batch::OpenBatch>) -> Option<batch::OpenBatch> {
+        std::mem::replace(&mut self.open, batch)
+    }
+
+    pub(crate) fn cold(&self) -> Option<&batch::OpenBatch> {
+        self.cold.as_ref()
+    }
+
+    /// The cold batch, when it holds entries.
+    pub(crate) fn cold_with_entries(&self) -> Option<&batch::OpenBatch> {
+        self.cold.as_ref().filter(|cold| !cold.is_empty())
+    }
+
+    pub(crate) fn replace_cold(&mut self, batch: Option<batch::OpenBatch>) -> Option<batch::OpenBatch> {
+        std::mem::replace(&mut self.cold, batch)
+    }
+
+    /// The cold batch takes the open batch's place for one block (and back).
+    pub(crate) fn swap_open_and_cold(&mut self) {
+        std::mem::swap(&mut self.open, &mut self.cold);
+    }
+
+    pub(crate) fn current(&self, stream: usize) -> Option<&CurrentSegment> {
+        self.current_segments[stream].as_ref()
+    }
+
+    pub(crate) fn current_mut(&mut self, stream: usize) -> Option<&mut CurrentSegment> {
+        self.current_segments[stream].as_mut()
+    }
+
+    /// The streams whose current segment is `segment`.
+    pub(crate) fn streams_in(&self, segment: u64) -> impl Iterator<Item = usize> + '_ {
+        (0..STREAM_COUNT).filter(move |&stream| self.current(stream).is_some_and(|current| current.segment == segment))
+    }
+
+    /// `stream` goes on in `current` (it had no current segment).
+    pub(crate) fn start_current(&mut self, stream: usize, current: CurrentSegment) {
+        assert!(self.current_segments[stream].is_none(), "stream {stream} already has a current segment");
+        assert!(
+            self.current_segments.iter().flatten().all(|other| other.segment != current.segment),
+            "segment {} is current in two streams",
+            current.segment
+        );
+        self.current_segments[stream] = Some(current);
+    }
+
+    /// `stream` stops writing into its current segment.
+    pub(crate) fn take_current(&mut self, stream: usize) -> Option<CurrentSegment> {
+        self.current_segments[stream].take()
+    }
+
+    pub(crate) fn reserved(&self, stream: usize) -> Option<u64> {
+        self.reserved_segments[stream]
+    }
+
+    pub(crate) fn take_reserved(&mut self, stream: usize) -> Option<u64> {
+        self.reserved_segments[stream].take()
+    }
+
+    pub(crate) fn set_reserved(&mut self, stream: usize, segment: u64) {
+        assert!(self.reserved_segments[stream].is_none(), "stream {stream} already has a reserved successor");
+        self.reserved_segments[stream] = Some(segment);
+    }
+
+    /// Every stream has a reserved successor (a checkpoint can name where each goes on).
+    pub(crate) fn every_stream_reserved(&self) -> bool {
+        self.reserved_segments.iter().all(Option::is_some)
+    }
+
+    /// The sequence the next batch opened takes.
+    pub(crate) fn next_sequence(&self) -> u64 {
+        self.next_sequence
+    }
+
+    /// Give out the next sequence.
+    pub(crate) fn take_sequence(&mut self) -> u64 {
+        self.next_sequence += 1;
+        self.next_sequence - 1
+    }
+
+    /// The last sequence given out was not used (its batch was dropped empty).
+    pub(crate) fn give_back_sequence(&mut self) {
+        assert!(self.next_sequence - 1 > self.last_sealed_sequence, "a sealed batch's sequence is never given back");
+        self.next_sequence -= 1;
+    }
+
+    /// The batch a write accepted now goes into, or would: the open batch's, else the next.
+    pub(crate) fn accepting_sequence(&self) -> u64 {
+        self.open.as_ref().map_or(self.next_sequence, |open| open.sequence)
+    }
+
+    pub(crate) fn last_sealed_sequence(&self) -> u64 {
+        self.last_sealed_sequence
+    }
+
+    pub(crate) fn last_sealed_segment(&self) -> u64 {
+        self.last_sealed_segment
+    }
+
+    /// `batch` was sealed: it is the log's newest and goes in flight.
+    pub(crate) fn sealed(&mut self, batch: std::sync::Arc<batch::SealedBatch>) {
+        let header = &batch.header;
+        assert!(
+            header.sequence > self.last_sealed_sequence,
+            "batch {} sealed after batch {}: sequences seal in order",
+            header.sequence,
+            self.last_sealed_sequence
+        );
+        assert!(header.sequence < self.next_sequence, "batch {} was never given out", header.sequence);
+        self.last_sealed_sequence = header.sequence;
+        self.last_sealed_segment = header.segment;
+        self.in_flight.push_back(InFlight { batch, written: false });
+    }
+
+    /// Batch `sequence` is written on the members: the written frontier moves over the
+    /// written front of the batches in flight (never half a pair), handing each to
+    /// `retired`.
+    pub(crate) fn written(&mut self, sequence: u64, retired: impl FnMut(&batch::SealedBatch)) {
+        let mut retired = retired;
+        if let Some(entry) = self.in_flight.iter_mut().find(|entry| entry.batch.header.sequence == sequence) {
+            entry.written = true;
+        }
+        let through = retire_written_front(
+            &mut self.in_flight,
+            |entry| entry.written,
+            |entry| (entry.batch.header.sequence, entry.batch.header.paired_with_next),
+            |entry| retired(&entry.batch),
+        );
+        if let Some(through) = through {
+            assert!(through > self.written_through_sequence, "the written frontier only moves forward");
+            assert!(through <= self.last_sealed_sequence, "batch {through} is written before it was sealed");
+            self.written_through_sequence = through;
+        }
+    }
+
+    pub(crate) fn written_through(&self) -> u64 {
+        self.written_through_sequence
+    }
+
+    pub(crate) fn durable_through(&self) -> u64 {
+        self.durable_through_sequence
+    }
+
+    /// Batches sealed and not yet written.
+    pub(crate) fn in_flight_count(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Start a sync round (group commit: one at a time): the last batch sealed and the
+    /// written frontier as it starts; `None` when a round is under way.
+    pub(crate) fn begin_sync_round(&mut self) -> Option<(u64, u64)> {
+        if self.sync_in_progress {
+            return None;
+        }
+        self.sync_in_progress = true;
+        Some((self.last_sealed_sequence, self.written_through_sequence))
+    }
+
+    /// The sync round ended; when it succeeded, every batch through `durable` is durable.
+    /// The durable frontier never passes a batch that is not written.
+    pub(crate) fn end_sync_round(&mut self, durable: Option<u64>) {
+        assert!(self.sync_in_progress, "a sync round ends only after it began");
+        self.sync_in_progress = false;
+        if let Some(durable) = durable {
+            assert!(
+                durable <= self.written_through_sequence,
+                "the durable frontier ({durable}) passes the written one ({})",
+                self.written_through_sequence
+            );
+            self.durable_through_sequence = self.durable_through_sequence.max(durable);
+        }
+    }
+
+    /// Copy the block at `location` when it is still only in memory (an open batch, or a
+    /// sealed batch not yet written).
+    pub(crate) fn copy_from_memory(&self, location: crate::layout::geometry::BlockLocation, out: &mut [u8]) -> bool {
+        for open in [&self.open, &self.cold].into_iter().flatten() {
+            if open.segment == location.segment {
+                if let Some(index) = open.index_of(location.row, location.column) {
+                    out.copy_from_slice(open.block(index));
+                    return true;
+                }
+            }
+        }
+        for entry in &self.in_flight {
+            if entry.batch.header.segment == location.segment {
+                if let Some(block) = entry.batch.block(location.row, location.column) {
+                    out.copy_from_slice(block);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// The log's order, between operations (no side batch swapped in): the frontiers in
+    /// order (durable ≤ written ≤ sealed < next), the batches in flight in sequence order
+    /// after the written frontier, the clients' open batch holding the last sequence given
+    /// out, a cold batch beside an open batch that holds entries, and a stream's open batch
+    /// in its current segment.
+    pub(crate) fn check_invariants(&self) {
+        assert!(self.durable_through_sequence <= self.written_through_sequence, "durable ≤ written");
+        assert!(self.written_through_sequence <= self.last_sealed_sequence, "written ≤ sealed");
+        assert!(self.last_sealed_sequence < self.next_sequence, "sealed < next");
+        let mut previous = self.written_through_sequence;
+        for entry in &self.in_flight {
+            let sequence = entry.batch.header.sequence;
+            assert!(sequence > previous, "batch {sequence} in flight out of order");
+            previous = sequence;
+        }
+        assert!(previous <= self.last_sealed_sequence, "a batch in flight after the last sealed");
+        if let Some(open) = &self.open {
+            assert!(!open.relocation && !open.metadata, "a side batch left in the clients' place");
+            assert_eq!(open.sequence, self.next_sequence - 1, "the clients' open batch holds the last sequence");
+            let current = self.current(open.stream).expect("the open batch's stream has a current segment");
+            assert_eq!(current.segment, open.segment, "the open batch is in its stream's current segment");
+        }
+        if let Some(cold) = self.cold_with_entries() {
+            assert!(self.open.as_ref().is_some_and(|open| !open.is_empty()), "a cold batch beside entries only");
+            assert_eq!(self.current(cold.stream).map(|current| current.segment), Some(cold.segment));
+        }
+        for (stream, current) in self.current_segments.iter().enumerate() {
+            if let Some(current) = current {
+                assert_ne!(self.reserved_segments[stream], Some(current.segment), "stream {stream} reserves itself");
+            }
         }
     }
 }

@@ -180,8 +180,8 @@ pub(crate) fn start_member_workers<S: BatchSink>(shared: &Arc<S>) -> (Vec<Member
 /// Run a pipeline thread's body; a panic in it (a bug, or a device implementation's)
 /// fails the volume instead of leaving flushes waiting for batches that never complete.
 pub(crate) fn fail_on_panic<S: BatchSink + ?Sized>(shared: &S, body: impl FnOnce()) {
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).is_err() {
-        shared.fail(crate::error::Shutdown::PipelinePanicked);
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        shared.fail(crate::error::Shutdown::panicked(Some(payload.as_ref())));
     }
 }
 

@@ -175,9 +175,9 @@ impl SegmentUse {
     }
 
     /// A segment entering a new use at recovery, as its first batch (written at clock
-    /// `write_clock`) is replayed: live units already counted for it stay.
-    pub(crate) fn recovered(live_units: u64, write_clock: u64) -> SegmentUse {
-        SegmentUse { live_units, opened_clock: write_clock, ..SegmentUse::FREE }
+    /// `write_clock`) is replayed: nothing of its older use is live.
+    pub(crate) fn recovered(write_clock: u64) -> SegmentUse {
+        SegmentUse { opened_clock: write_clock, ..SegmentUse::FREE }
     }
 
     /// Recovery replays a batch of the segment: it is used, by the batch's stream, at
