@@ -1196,7 +1196,10 @@ impl Volume {
             return Ok(());
         }
         self.stop_cleaner();
-        let result = if self.core.read_only() || self.abandoned.load(Ordering::SeqCst) {
+        let result = if self.stopped_by_panic() {
+            // As after a crash: nothing more is written, the next open recovers.
+            self.core.check_writable()
+        } else if self.core.read_only() || self.abandoned.load(Ordering::SeqCst) {
             Ok(())
         } else {
             self.core.flush_members().and_then(|()| self.checkpointer.write_checkpoint()).and_then(|_| {
@@ -1609,8 +1612,10 @@ impl Volume {
     /// is failed first) and start its rebuild: the replacement is written from now on; run
     /// [`Volume::rebuild`] to fill it.
     pub fn replace_member(&self, member: usize, replacement: MemberDevice, options: &ReplaceOptions) -> Result<()> {
-        self.core.check_open()?;
-        self.maintenance.replace_member(member, replacement, options)
+        self.guarded(|| {
+            self.core.check_open()?;
+            self.maintenance.replace_member(member, replacement, options)
+        })
     }
 
     /// Members being rebuilt (after [`Volume::replace_member`], or found rebuilding when
@@ -1626,18 +1631,22 @@ impl Volume {
         options: &MaintenanceOptions,
         progress: &dyn Fn(MaintenanceProgress),
     ) -> Result<RebuildReport> {
-        self.core.check_open()?;
-        if self.core.read_only() {
-            return Err(Error::ReadOnly);
-        }
-        self.maintenance.rebuild(options, progress)
+        self.guarded(|| {
+            self.core.check_open()?;
+            if self.core.read_only() {
+                return Err(Error::ReadOnly);
+            }
+            self.maintenance.rebuild(options, progress)
+        })
     }
 
     /// Verify every live row on every member and repair what redundancy allows by moving
     /// the live blocks of damaged segments (read-only volumes: verify and report only).
     pub fn scrub(&self, options: &MaintenanceOptions, progress: &dyn Fn(MaintenanceProgress)) -> Result<ScrubReport> {
-        self.core.check_open()?;
-        self.maintenance.scrub(options, progress)
+        self.guarded(|| {
+            self.core.check_open()?;
+            self.maintenance.scrub(options, progress)
+        })
     }
 
     /// Check every member's health now (the flush timer of a threaded volume does it every

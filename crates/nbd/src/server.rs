@@ -163,6 +163,8 @@ pub struct Server {
     /// Per export (same order): requests, bytes, latency and errors.
     metrics: Vec<crate::metrics::ExportMetrics>,
     shutting_down: AtomicBool,
+    /// A connection's thread panicked (a bug): the server stopped (`Server::panicked`).
+    panicked: AtomicBool,
     /// Read-side handles of open connections, to stop them at shutdown.
     open_connections: Mutex<Vec<(u64, Box<dyn Connection>)>>,
     next_connection: AtomicU64,
@@ -196,6 +198,7 @@ impl Server {
             exports,
             statistics: ServerStatistics::default(),
             shutting_down: AtomicBool::new(false),
+            panicked: AtomicBool::new(false),
             open_connections: Mutex::new(Vec::new()),
             next_connection: AtomicU64::new(1),
         })
@@ -222,6 +225,12 @@ impl Server {
 
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// Whether a connection's thread panicked: a bug, after which the server stopped
+    /// accepting and reading requests (its owner exits with an error).
+    pub fn panicked(&self) -> bool {
+        self.panicked.load(Ordering::SeqCst)
     }
 
     /// Stop accepting and stop reading new requests; requests in flight finish.
@@ -262,7 +271,7 @@ impl Server {
                     }
                     stream.set_blocking()?;
                     let server = self.clone();
-                    threads.push(std::thread::spawn(move || server.serve(Box::new(stream), peer)));
+                    threads.push(std::thread::spawn(move || server.serve_or_stop(Box::new(stream), peer)));
                 }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
                     std::thread::sleep(Duration::from_millis(20));
@@ -276,6 +285,18 @@ impl Server {
             let _ = thread.join();
         }
         Ok(())
+    }
+
+    /// Serve a connection; a panic in it (a bug: nothing a client sends makes one) stops
+    /// the whole server rather than leave it serving from a state the panic may have left
+    /// half changed. The panic hook has logged it with its backtrace.
+    fn serve_or_stop(self: &Arc<Self>, stream: Box<dyn Connection>, peer: String) {
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve(stream, peer.clone())));
+        if served.is_err() {
+            log::error!("client={peer}: the connection's thread panicked (a bug): the server stops");
+            self.panicked.store(true, Ordering::SeqCst);
+            self.shutdown();
+        }
     }
 
     /// Serve one connection to its end (never panics on client input).

@@ -76,6 +76,24 @@ pub(crate) fn init(level: LogLevel) {
     if log::set_logger(&LOGGER).is_ok() {
         log::set_max_level(level.filter());
     }
+    // A panic is a bug: its message, where it happened and the backtrace go to the log at
+    // error level (one line each, whatever RUST_BACKTRACE says), whoever catches it after
+    // (the engine stops the volume, the server stops serving).
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current();
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|message| message.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".into());
+        let place = info.location().map(|location| location.to_string()).unwrap_or_default();
+        let backtrace = std::backtrace::Backtrace::force_capture();
+        log::error!(
+            "panic: thread {} panicked at {place}: {message}; backtrace:\n{backtrace}",
+            thread.name().unwrap_or("unnamed")
+        );
+    }));
 }
 
 #[cfg(test)]

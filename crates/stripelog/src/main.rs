@@ -425,6 +425,11 @@ pub(crate) struct ServeArguments {
     /// the writes acknowledged since its members were last synced are lost.
     #[arg(long)]
     force_without_log: bool,
+    /// A fault hook for tests: panic inside the engine's write path, with its write lock
+    /// held, once this many client blocks were accepted (how "a bug stops the volume" is
+    /// tested end to end). Hidden: never for use on a volume one cares about.
+    #[arg(long, hide = true, value_name = "BLOCKS")]
+    fault_panic_after_blocks: Option<u64>,
     /// Members of the (first) exported volume, in order; `missing` for a lost member.
     members: Vec<PathBuf>,
 }

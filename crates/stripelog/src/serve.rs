@@ -14,6 +14,10 @@ use stripelog_nbd::{Export, Server, TlsMode, TlsSettings};
 
 /// How often the server looks at its volumes' health to log changes.
 const HEALTH_LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// `serve`'s exit code when a bug (a panic) stopped it or one of its volumes (sysexits'
+/// EX_SOFTWARE).
+pub const EXIT_STOPPED_BY_A_BUG: u8 = 70;
 /// At most this often a progress line goes to a control client.
 const CONTROL_PROGRESS_INTERVAL: Duration = Duration::from_millis(200);
 /// Longest control request line accepted.
@@ -132,6 +136,16 @@ fn watch_health(served: Served) {
                     refused - refused_for_space[index]
                 );
                 refused_for_space[index] = refused;
+            }
+            if volume.stopped_by_panic() {
+                // A bug stopped the volume (its clients get EIO): the server stops too, and
+                // `serve` exits with an error; the next open recovers the volume as after
+                // a crash.
+                log::error!("export '{name}': a bug stopped the volume; the server stops");
+                if let Some(server) = served.server.upgrade() {
+                    server.shutdown();
+                }
+                return;
             }
             let line = health_line(name, &volume);
             if line != last[index] {
@@ -656,6 +670,7 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
             holder_program: "stripelog serve".into(),
             take_over_from_another_host: arguments.force,
             force_without_log: arguments.force_without_log,
+            fault_panic_after_accepted_blocks: arguments.fault_panic_after_blocks,
             ..OpenOptions::default()
         };
         let volume =
@@ -755,8 +770,17 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
     );
     drop(control_socket);
     let server = Arc::into_inner(server).ok_or("connections still hold the server")?;
+    // A bug (a panic) stopped the server or a volume: nothing more is written to that
+    // volume; its next open recovers it as after a crash, and serve exits with an error.
+    let mut stopped_by_a_bug = server.panicked();
     for export in server.into_exports() {
         let name = export.name;
+        if export.volume.stopped_by_panic() {
+            log::error!("export '{name}': stopped by a bug; left as after a crash (the next open recovers it)");
+            stopped_by_a_bug = true;
+            drop(export.volume);
+            continue;
+        }
         match Arc::try_unwrap(export.volume) {
             Ok(volume) => volume.close().map_err(|error| format!("closing '{name}': {error}"))?,
             Err(volume) => {
@@ -766,6 +790,10 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
                 return Err(format!("export '{name}' was flushed but a rebuild or scrub still held it open"));
             }
         }
+    }
+    if stopped_by_a_bug {
+        log::error!("serve stopped by a bug (a panic, logged above with its backtrace)");
+        return Ok(ExitCode::from(EXIT_STOPPED_BY_A_BUG));
     }
     log::info!("volumes flushed and closed");
     Ok(ExitCode::SUCCESS)

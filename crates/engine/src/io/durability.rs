@@ -128,6 +128,9 @@ impl Core {
     /// blocks); inline, written now. Callers do not hold the write lock.
     pub(crate) fn dispatch(&self, batch: Arc<SealedBatch>) -> Result<()> {
         crate::write_lock::assert_not_held("dispatching a batch");
+        // A batch sealed before the volume stopped is not written after (a panic may have
+        // left it half changed).
+        self.members.check_running()?;
         match self.io_mode {
             IoMode::Inline => {
                 let mut parity = self.parity_pool.take();
@@ -347,6 +350,9 @@ impl Core {
 
     /// Seal the clients' open batch and make every batch durable on the members.
     pub(crate) fn flush_members(&self) -> Result<()> {
+        // A stopped volume seals nothing more: what its open batch holds may be half
+        // changed (a panic), or never reach the members.
+        self.members.check_running()?;
         let (target, sealed) = {
             let mut state = self.lock_state_to_write();
             let sealed = self.seal_clients(&mut state);
