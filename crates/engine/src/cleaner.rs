@@ -17,7 +17,7 @@
 //!    the normal way: a segment is reused only once the batches that killed its blocks
 //!    are durable, so the old copy stays valid until the new one is.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InternalFailure, Result};
 use crate::index::lifetimes::{class_length_blocks, WRITE_CLOCK_ORIGIN};
 use crate::index::map::Mapping;
 use crate::io::{Core, SegmentEntry, SideKind, WriteState};
@@ -104,13 +104,21 @@ impl CleaningPolicy {
     }
 }
 
+/// A cleaning policy that is not one (`CleaningPolicy::from_str`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown cleaning policy {text:?} (one of: greedy, cost-benefit)")]
+pub struct UnknownCleaningPolicy {
+    /// What was given.
+    pub text: String,
+}
+
 impl std::str::FromStr for CleaningPolicy {
-    type Err = String;
-    fn from_str(text: &str) -> std::result::Result<Self, String> {
+    type Err = UnknownCleaningPolicy;
+    fn from_str(text: &str) -> std::result::Result<Self, UnknownCleaningPolicy> {
         CleaningPolicy::ALL
             .into_iter()
             .find(|policy| policy.name() == text)
-            .ok_or_else(|| format!("unknown cleaning policy {text:?} (one of: greedy, cost-benefit)"))
+            .ok_or_else(|| UnknownCleaningPolicy { text: text.to_string() })
     }
 }
 
@@ -581,9 +589,8 @@ impl Cleaner {
                 let last_row = blocks.iter().map(|block| block.row).max().unwrap_or(0);
                 let run = &mut buffer[..(last_row - first_row + 1) as usize * BLOCK_SIZE_BYTES];
                 let result = device.read_at(run, self.core.geometry().member_offset_bytes(*segment, first_row));
-                self.core.members().read_done(member, result.as_ref().err(), self.core.counters());
+                let read = self.core.members().read_done(member, result, self.core.counters());
                 Counters::add(&self.core.counters().member_bytes_read_cleaning, run.len() as u64);
-                let read = result.is_ok();
                 // Without the segment's checksums nothing here verifies: each block is
                 // then read again by position below, which reports it unreadable.
                 let table = self.core.checksum_table(*segment).ok();
@@ -853,10 +860,9 @@ impl Cleaner {
     pub(crate) fn finish_deferred_durability(&self) -> Result<bool> {
         let pending = self.deferred_durability.lock().take();
         match pending {
-            Some(handle) => handle
-                .join()
-                .unwrap_or_else(|_| Err(Error::InvalidRequest("a durability helper panicked".into())))
-                .map(|()| true),
+            Some(handle) => {
+                handle.join().unwrap_or(Err(Error::Internal(InternalFailure::DurabilityHelperPanicked))).map(|()| true)
+            }
             None => Ok(false),
         }
     }
@@ -956,7 +962,7 @@ impl Cleaner {
             self.live_records(segment, data_only)
         })
         .into_iter()
-        .map(|records| records.unwrap_or(Err(Error::Internal("a summary walker panicked"))))
+        .map(|records| records.unwrap_or(Err(Error::Internal(InternalFailure::SummaryWalkerPanicked))))
         .collect::<Result<Vec<Vec<Live>>>>()?;
         // (The filler's walk is the last.)
         let mut fillers: Vec<Live> = if filler.is_some() { walked.pop().unwrap_or_default() } else { Vec::new() };
@@ -1148,7 +1154,7 @@ impl Cleaner {
                 let helper = std::thread::Builder::new()
                     .name("stripelog-clean-durable".into())
                     .spawn(move || core.make_durable(target))
-                    .map_err(|error| Error::InvalidRequest(format!("cannot start a durability helper: {error}")))?;
+                    .map_err(|error| Error::Internal(InternalFailure::DurabilityHelperNotStarted(error)))?;
                 *self.deferred_durability.lock() = Some(helper);
             }
         }

@@ -4,7 +4,7 @@
 use crate::array::members::MemberDevice;
 use crate::array::members::{MemberState, ReadPurpose};
 use crate::cleaner::Cleaner;
-use crate::error::{Error, Result};
+use crate::error::{Error, FoundContent, InternalFailure, MemberFailure, MemberProblem, RequestProblem, Result};
 use crate::index::checksums::ChecksumTable;
 use crate::io::Core;
 use crate::layout::format;
@@ -220,7 +220,7 @@ impl SegmentWalk<'_> {
                         failure.get_or_insert(error);
                     }
                     Err(_) => {
-                        failure.get_or_insert(Error::InvalidRequest("a maintenance worker panicked".into()));
+                        failure.get_or_insert(Error::Internal(InternalFailure::MaintenanceWorkerPanicked));
                     }
                 }
             }
@@ -346,8 +346,7 @@ impl Maintenance {
                 return false;
             };
             let result = device.read_at(&mut buffer[..length], offset);
-            self.core().members().read_done(member, result.as_ref().err(), self.core().counters());
-            result.is_ok()
+            self.core().members().read_done(member, result, self.core().counters())
         };
         into.segment = segment;
         into.length_bytes = length;
@@ -535,27 +534,25 @@ impl Maintenance {
             return Err(Error::ReadOnly);
         }
         if member >= self.core().geometry().member_count {
-            return Err(Error::InvalidRequest(format!(
-                "member {member} does not exist (the volume has {})",
-                self.core().geometry().member_count
-            )));
+            return Err(Error::InvalidRequest(RequestProblem::NoSuchMember {
+                member,
+                member_count: self.core().geometry().member_count,
+            }));
         }
         let Some(device) = replacement.device.clone() else {
-            return Err(Error::InvalidRequest(format!("{}: the replacement is missing", replacement.name)));
+            return Err(Error::InvalidRequest(RequestProblem::ReplacementMissing { path: replacement.name }));
         };
-        let member_error = |reason: String| Error::Member { member, path: replacement.name.clone(), reason };
+        let member_error = |problem: MemberProblem| Error::Member { member, path: replacement.name.clone(), problem };
+        let device_error = |error: stripelog_blockdev::DeviceError| member_error(MemberProblem::Device(error.into()));
         if device.size_bytes() < self.core().geometry().member_size_bytes {
-            return Err(member_error(format!(
-                "is too small: {} bytes, every member needs {}",
-                device.size_bytes(),
-                self.core().geometry().member_size_bytes
-            )));
+            return Err(member_error(MemberProblem::TooSmall {
+                size_bytes: device.size_bytes(),
+                needed_bytes: self.core().geometry().member_size_bytes,
+            }));
         }
         // Nothing is written anywhere before the replacement is known to be safe to use.
         self.check_replacement(member, &replacement.name, device.as_ref(), options)?;
-        let _rebuild = self.rebuild_lock.try_lock().ok_or_else(|| {
-            Error::InvalidRequest("a rebuild is running: replace the member when it has finished".into())
-        })?;
+        let _rebuild = self.rebuild_lock.try_lock().ok_or(Error::InvalidRequest(RequestProblem::RebuildRunning))?;
         // The replacement's old superblocks go first (a device forced over another volume's
         // member, or an old member of this one): a crash before the attachment then leaves
         // a device with none, which the open takes as the replacement it is.
@@ -569,18 +566,16 @@ impl Maintenance {
             .into_iter()
             .chain(std::iter::once(device.flush()))
             .collect::<stripelog_blockdev::Result<Vec<()>>>()
-            .map_err(|error| member_error(error.to_string()))?;
+            .map_err(device_error)?;
         if self.core().members().state(member) != MemberState::Failed {
-            self.core().members().fail(member, &format!("replaced by {}", replacement.name))?;
+            self.core().members().fail(member, MemberFailure::Replaced { replacement: replacement.name.clone() })?;
         }
         // Nothing old on the replacement may look like a batch: its data area is discarded
         // and the head row of every segment zeroed before anything else is written to it.
         let chunk = self.core().geometry().chunk_size_bytes as u64;
-        device
-            .discard(chunk, self.core().geometry().member_size_bytes - chunk)
-            .map_err(|error| member_error(error.to_string()))?;
+        device.discard(chunk, self.core().geometry().member_size_bytes - chunk).map_err(device_error)?;
         let segments: Vec<u64> = (0..self.core().geometry().segment_count()).collect();
-        self.zero_head_rows(device.as_ref(), &segments).map_err(|error| member_error(error.to_string()))?;
+        self.zero_head_rows(device.as_ref(), &segments).map_err(device_error)?;
         self.core().members().attach(member, replacement)
     }
 
@@ -594,34 +589,37 @@ impl Maintenance {
         device: &dyn stripelog_blockdev::BlockDevice,
         options: &ReplaceOptions,
     ) -> Result<()> {
-        let refuse = |reason: String| Error::Member { member, path: name.to_string(), reason };
-        let content = crate::array::identity::inspect(device).map_err(|error| refuse(error.to_string()))?;
+        let refuse = |problem: MemberProblem| Error::Member { member, path: name.to_string(), problem };
+        let content =
+            crate::array::identity::inspect(device).map_err(|error| refuse(MemberProblem::Device(error.into())))?;
         let found = match &content {
             crate::array::identity::DeviceContent::Empty => return Ok(()),
             crate::array::identity::DeviceContent::Member(found) if found.volume_uuid == *self.core().volume_uuid() => {
                 found
             }
             _ if options.force => return Ok(()),
-            _ => return Err(Error::WouldDestroy { member, path: name.to_string(), found: content.describe() }),
+            _ => {
+                let found = content.found().expect("the device is not empty");
+                return Err(Error::WouldDestroy { member, path: name.to_string(), found });
+            }
         };
         let current = self.core().members().superblock();
         let position = current.member_uuids.iter().position(|uuid| *uuid != [0; 16] && *uuid == found.member_uuid);
         let description = match position {
             Some(position) if self.core().members().state(position) != MemberState::Failed => {
-                return Err(refuse(format!(
-                    "is member {position} of this volume ({}), in use: it cannot replace member {member} (that \
-                     would overwrite it)",
-                    self.core().members().name(position)
-                )));
+                return Err(refuse(MemberProblem::InUse {
+                    position,
+                    path: self.core().members().name(position),
+                    replacing: member,
+                }));
             }
-            Some(position) => format!("is member {position} of this volume, failed: its content is stale"),
+            Some(position) => FoundContent::StaleMember { position },
             None => match current.retired_member(&found.member_uuid) {
-                Some(retired) => format!(
-                    "is a retired member of this volume (member {}, replaced on {})",
-                    retired.position,
-                    crate::array::identity::format_unix_seconds(retired.retired_unix_seconds)
-                ),
-                None => format!("holds member {} of this volume from an earlier time", found.member_index),
+                Some(retired) => FoundContent::RetiredMember {
+                    position: retired.position,
+                    retired_unix_seconds: retired.retired_unix_seconds,
+                },
+                None => FoundContent::EarlierMember { member_index: found.member_index },
             },
         };
         if options.force {

@@ -989,7 +989,9 @@ fn verify_batches(reader: &Reader, batches: &[&FoundBatch], workers: usize) -> R
             .collect();
         let mut verified = Vec::with_capacity(batches.len());
         for handle in handles {
-            verified.extend(handle.join().map_err(|_| Error::InvalidRequest("a check worker panicked".into()))?);
+            verified.extend(
+                handle.join().map_err(|_| Error::Internal(crate::error::InternalFailure::CheckWorkerPanicked))?,
+            );
         }
         Ok::<_, Error>(verified)
     })?;

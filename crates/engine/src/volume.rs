@@ -5,7 +5,10 @@
 use crate::array::members::{self, CreateOptions, MemberDevice};
 use crate::checkpoint::Checkpointer;
 use crate::cleaner::Cleaner;
-use crate::error::{Error, Result, Shutdown};
+use crate::error::{
+    Error, GeometryProblem, LogDeviceFailure, LogDeviceProblem, MemoryNeeds, RequestProblem, Result, Shutdown,
+    WriteLogChange, WriteLogProblem,
+};
 use crate::index::checksums::ChecksumCache;
 use crate::index::map::{BlockMap, Mapping};
 use crate::io::deduplication::Candidate;
@@ -177,11 +180,10 @@ fn map_cache_bytes(geometry: &Geometry, options: &OpenOptions) -> Result<u64> {
     match options.map_cache_bytes {
         None => Ok(default_map_cache_bytes(geometry)),
         Some(bytes) => match machine_memory_bytes() {
-            Some(total) if bytes > total => Err(Error::InvalidRequest(format!(
-                "a map cache of {} is more than this machine's memory ({})",
-                crate::error::gibibytes(bytes),
-                crate::error::gibibytes(total)
-            ))),
+            Some(total) if bytes > total => Err(Error::InvalidRequest(RequestProblem::MapCacheTooLarge {
+                map_cache_bytes: bytes,
+                machine_bytes: total,
+            })),
             _ => Ok(bytes),
         },
     }
@@ -189,13 +191,12 @@ fn map_cache_bytes(geometry: &Geometry, options: &OpenOptions) -> Result<u64> {
 
 /// Changing a volume's write log needs a volume closed cleanly: one that crashed may
 /// have writes only in its log.
-fn check_closed_cleanly(superblock: &format::Superblock, what: &str) -> Result<()> {
+fn check_closed_cleanly(superblock: &format::Superblock, change: WriteLogChange) -> Result<()> {
     if superblock.holder.open {
-        return Err(Error::InvalidRequest(format!(
-            "the volume is open, or was not closed cleanly ({}): open and close it (or stop the server using \
-             it) before it can be {what}",
-            crate::array::identity::describe_holder(&superblock.holder)
-        )));
+        return Err(Error::InvalidRequest(RequestProblem::NotClosedCleanly {
+            holder: Box::new(superblock.holder.clone()),
+            change,
+        }));
     }
     Ok(())
 }
@@ -230,11 +231,14 @@ fn open_write_log(
     };
     match crate::write_log::WriteLog::open(devices, superblock.volume_uuid, reference.log_uuid) {
         Ok((log, contents)) => Ok((Some(Arc::new(log)), Some(contents))),
-        Err(error) if closed_cleanly || options.force_without_log || options.read_only => {
-            log::warn!("{error}: the volume opens without its write log (flushes sync the members)");
+        Err(problem) if closed_cleanly || options.force_without_log || options.read_only => {
+            log::warn!(
+                "{}: the volume opens without its write log (flushes sync the members)",
+                Error::WriteLogUnavailable(problem)
+            );
             Ok((None, None))
         }
-        Err(error) => Err(Error::WriteLogMissing(error.to_string())),
+        Err(problem) => Err(Error::WriteLogMissing(problem)),
     }
 }
 
@@ -317,23 +321,24 @@ impl Volume {
     /// Refused when the volume was not closed cleanly or already has a log.
     pub fn add_write_log(members: Vec<MemberDevice>, log_devices: Vec<MemberDevice>) -> Result<()> {
         let (members, superblock) = members::open(members)?;
-        check_closed_cleanly(&superblock, "given a write log")?;
+        check_closed_cleanly(&superblock, WriteLogChange::Add)?;
         if let Some(existing) = &superblock.write_log {
-            return Err(Error::InvalidRequest(format!(
-                "the volume already has a write log on {}: remove it first",
-                existing.paths.join(" and ")
-            )));
+            return Err(Error::InvalidRequest(RequestProblem::WriteLogExists { paths: existing.paths.clone() }));
         }
         let mut devices = Vec::new();
         for log in log_devices {
             if log.name.len() >= format::WRITE_LOG_PATH_BYTES {
-                return Err(Error::InvalidRequest(format!(
-                    "a write log path must be shorter than {} bytes: {}",
-                    format::WRITE_LOG_PATH_BYTES,
-                    log.name
-                )));
+                return Err(Error::InvalidRequest(RequestProblem::WriteLogPathTooLong {
+                    maximum_bytes: format::WRITE_LOG_PATH_BYTES,
+                    path: log.name,
+                }));
             }
-            let device = log.device.ok_or_else(|| Error::WriteLogUnavailable(format!("{}: missing", log.name)))?;
+            let Some(device) = log.device else {
+                return Err(Error::WriteLogUnavailable(WriteLogProblem::Device(LogDeviceProblem {
+                    path: log.name,
+                    failure: Arc::new(LogDeviceFailure::Missing),
+                })));
+            };
             devices.push((log.name, device));
         }
         let log_uuid = crate::write_log::WriteLog::format(&devices, superblock.volume_uuid)?;
@@ -350,7 +355,7 @@ impl Volume {
         let Some(existing) = superblock.write_log.clone() else {
             return Ok(None);
         };
-        check_closed_cleanly(&superblock, "have its write log removed")?;
+        check_closed_cleanly(&superblock, WriteLogChange::Remove)?;
         members.update_superblock(|superblock| superblock.write_log = None)?;
         Ok(Some(existing.paths))
     }
@@ -369,14 +374,14 @@ impl Volume {
             && holder.host != crate::array::identity::host_name()
         {
             return Err(Error::HeldByAnotherHost {
-                volume: uuid::Uuid::from_bytes(superblock.volume_uuid).to_string(),
+                volume: uuid::Uuid::from_bytes(superblock.volume_uuid),
                 host: holder.host.clone(),
-                holder: crate::array::identity::describe_holder(holder),
+                holder: Box::new(holder.clone()),
             });
         }
         if !options.read_only && superblock.version < format::SUPERBLOCK_VERSION && !options.upgrade_format {
             return Err(Error::FormatUpgradeNeeded {
-                volume: uuid::Uuid::from_bytes(superblock.volume_uuid).to_string(),
+                volume: uuid::Uuid::from_bytes(superblock.volume_uuid),
                 version: superblock.version,
                 current: format::SUPERBLOCK_VERSION,
             });
@@ -385,22 +390,17 @@ impl Volume {
         if superblock.version >= format::SUPERBLOCK_VERSION
             && superblock.index_entry_width_bits as u32 != geometry.index_entry_width_bits()
         {
-            return Err(Error::InvalidGeometry(format!(
-                "the superblocks record {}-bit index entries where the geometry needs {}",
-                superblock.index_entry_width_bits,
-                geometry.index_entry_width_bits()
-            )));
+            return Err(Error::InvalidGeometry(GeometryProblem::IndexEntryWidth {
+                recorded_bits: superblock.index_entry_width_bits,
+                needed_bits: geometry.index_entry_width_bits(),
+            }));
         }
         let by_scan = options.mount_by_scan && options.read_only;
         if by_scan && geometry.shared_blocks && superblock.checkpoint.is_some() {
             // A reference entry takes no block and the cleaner does not move it: once a
             // checkpoint holds it, the segment it was written in may be reused, so the
             // summaries alone no longer say which blocks share (docs/deduplication.md).
-            return Err(Error::InvalidRequest(
-                "a volume with deduplication mounts from its checkpoint: its summaries alone do not hold every \
-                 reference to a shared block"
-                    .into(),
-            ));
+            return Err(Error::InvalidRequest(RequestProblem::DeduplicationNeedsCheckpoint));
         }
         let codec = crate::index::map::EntryCodec::for_geometry(&geometry);
         let source = crate::checkpoint::MediaPages {
@@ -640,10 +640,10 @@ impl Volume {
         if !replay.is_empty() {
             let block_count = self.core.map().block_count();
             if let Some((entry, _)) = replay.iter().find(|(entry, _)| entry.logical_block >= block_count) {
-                return Err(Error::WriteLogUnavailable(format!(
-                    "a record names logical block {} of a volume of {block_count}",
-                    entry.logical_block
-                )));
+                return Err(Error::WriteLogUnavailable(WriteLogProblem::BlockBeyondVolume {
+                    logical_block: entry.logical_block,
+                    block_count,
+                }));
             }
             log.begin_replay(after_sequence)?;
             // In order, as the client wrote them: runs of consecutive data blocks are
@@ -1054,7 +1054,7 @@ impl Volume {
     /// The mapping of one logical block (for block-status queries).
     pub fn mapping(&self, logical_block: u64) -> Result<Mapping> {
         if logical_block >= self.core.map().block_count() {
-            return Err(Error::InvalidRequest(format!("block {logical_block} is beyond the end of the volume")));
+            return Err(Error::InvalidRequest(RequestProblem::BlockBeyondEnd { logical_block }));
         }
         self.core.map().get(logical_block)
     }
@@ -1094,11 +1094,7 @@ impl Volume {
     pub fn set_compression(&self, setting: format::CompressionSetting) -> Result<()> {
         self.core.check_writable()?;
         if setting != format::CompressionSetting::Off && !self.core.geometry().packed_fragments {
-            return Err(Error::InvalidRequest(
-                "this volume was created without compression: its index cannot name compressed fragments; \
-                 create a volume with --compression lz4 and copy the data to it"
-                    .into(),
-            ));
+            return Err(Error::InvalidRequest(RequestProblem::CreatedWithoutCompression));
         }
         self.core.members().update_superblock(|superblock| superblock.compression = setting)?;
         self.core.compression().set(setting);
@@ -1111,11 +1107,7 @@ impl Volume {
     pub fn set_deduplication(&self, on: bool) -> Result<()> {
         self.core.check_writable()?;
         let Some(finder) = self.core.deduplication() else {
-            return Err(Error::InvalidRequest(
-                "this volume was created without deduplication: its index cannot name shared blocks; \
-                 create a volume with --dedup on and copy the data to it"
-                    .into(),
-            ));
+            return Err(Error::InvalidRequest(RequestProblem::CreatedWithoutDeduplication));
         };
         self.core.members().update_superblock(|superblock| superblock.deduplication = on)?;
         finder.set_enabled(on);
@@ -1480,7 +1472,12 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
         let syncs = counters.syncs.load(Ordering::Relaxed);
         crate::stats::WriteLogStatus {
             devices: log.devices.iter().map(|device| device.path.clone()).collect(),
-            failed_devices: log.failed_devices(),
+            // The status keeps why as text (`info`, `--json`).
+            failed_devices: log
+                .failed_devices()
+                .into_iter()
+                .map(|problem| (problem.path, problem.failure.to_string()))
+                .collect(),
             active: log.failure().is_none(),
             size_bytes: log.size_bytes(),
             used_bytes: counters.used_bytes.load(Ordering::Relaxed),
@@ -1523,7 +1520,7 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
             program: holder.program.clone(),
             opened_unix_seconds: holder.opened_unix_seconds,
             closed_unix_seconds: holder.closed_unix_seconds,
-            description: crate::array::identity::describe_holder(holder),
+            description: holder.to_string(),
         },
         retired_members: superblock
             .retired
@@ -1660,7 +1657,7 @@ impl Volume {
 /// What an open volume of `geometry` allocates whatever its use: the index with every page
 /// resident (it is not paged yet), the checksum cache, and the per-segment tables. (Buffers and the block cache are
 /// fixed budgets of their own.)
-pub(crate) fn memory_needed(geometry: &Geometry, checksum_cache_bytes: u64, map_cache_bytes: u64) -> (u64, String) {
+pub(crate) fn memory_needed(geometry: &Geometry, checksum_cache_bytes: u64, map_cache_bytes: u64) -> MemoryNeeds {
     let codec = crate::index::map::EntryCodec::for_geometry(geometry);
     let map = BlockMap::size_with_cache(geometry.logical_block_count(), codec, map_cache_bytes);
     // The cache's budget, or every table when fewer fill it (the tables of the segments
@@ -1668,13 +1665,7 @@ pub(crate) fn memory_needed(geometry: &Geometry, checksum_cache_bytes: u64, map_
     let checksums = (geometry.physical_data_blocks() * 4).min(checksum_cache_bytes);
     // The segment table, rows on the members, generations, and the free list.
     let segments = geometry.segment_count() * (std::mem::size_of::<crate::space::SegmentUse>() as u64 + 4 + 4 + 8);
-    let detail = format!(
-        "index {}, checksums {}, segment tables {}",
-        crate::error::gibibytes(map),
-        crate::error::gibibytes(checksums),
-        crate::error::gibibytes(segments)
-    );
-    (map + checksums + segments, detail)
+    MemoryNeeds { index_bytes: map, checksum_bytes: checksums, segment_table_bytes: segments }
 }
 
 /// Refuse a volume whose index and tables need more RAM than allowed.
@@ -1682,9 +1673,10 @@ fn check_memory(geometry: &Geometry, options: &OpenOptions, map_cache_bytes: u64
     let Some(available_bytes) = options.memory_limit_bytes.or_else(available_memory_bytes) else {
         return Ok(()); // the machine does not say: nothing to judge by
     };
-    let (needed_bytes, detail) = memory_needed(geometry, options.checksum_cache_bytes, map_cache_bytes);
+    let needs = memory_needed(geometry, options.checksum_cache_bytes, map_cache_bytes);
+    let needed_bytes = needs.total_bytes();
     if needed_bytes > available_bytes {
-        return Err(Error::NotEnoughMemory { needed_bytes, available_bytes, detail });
+        return Err(Error::NotEnoughMemory { needed_bytes, available_bytes, needs });
     }
     Ok(())
 }

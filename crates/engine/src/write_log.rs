@@ -7,7 +7,9 @@
 //!
 //! Knows the log's devices and format; nothing of batches beyond their sequence numbers.
 
-use crate::error::{Error, Result};
+use crate::error::{
+    Error, LogDeviceFailure, LogDeviceProblem, LogSuperblockCopyProblem, RequestProblem, Result, WriteLogProblem,
+};
 use crate::layout::format;
 use crate::layout::geometry::BLOCK_SIZE_BYTES;
 use crate::layout::write_log::{
@@ -58,7 +60,7 @@ pub(crate) struct LogDevice {
     pub(crate) path: String,
     device: Option<Arc<dyn BlockDevice>>,
     /// Why the device is no longer written (a failed write or sync, or missing at open).
-    failure: Mutex<Option<String>>,
+    failure: Mutex<Option<Arc<LogDeviceFailure>>>,
 }
 
 impl LogDevice {
@@ -69,12 +71,18 @@ impl LogDevice {
         self.device.as_ref()
     }
 
-    fn fail(&self, reason: String) {
+    fn fail(&self, reason: LogDeviceFailure) {
         let mut failure = self.failure.lock();
         if failure.is_none() {
             log::error!("write log device {} failed: {reason}", self.path);
-            *failure = Some(reason);
+            *failure = Some(Arc::new(reason));
         }
+    }
+
+    /// The device and why it failed, if it did.
+    fn problem(&self) -> Option<LogDeviceProblem> {
+        let failure = self.failure.lock().clone()?;
+        Some(LogDeviceProblem { path: self.path.clone(), failure })
     }
 }
 
@@ -188,20 +196,16 @@ impl WriteLog {
     /// Write a new, empty log on `devices` (one, or two for a mirror): returns its UUID.
     pub(crate) fn format(devices: &[(String, Arc<dyn BlockDevice>)], volume_uuid: [u8; 16]) -> Result<[u8; 16]> {
         if devices.is_empty() || devices.len() > LOG_MIRRORS_MAXIMUM {
-            return Err(Error::InvalidRequest(format!(
-                "a write log has one device, or two for a mirror ({} given)",
-                devices.len()
-            )));
+            return Err(Error::InvalidRequest(RequestProblem::WriteLogDeviceCount { given: devices.len() }));
         }
         let plain: Vec<Arc<dyn BlockDevice>> = devices.iter().map(|(_, device)| device.clone()).collect();
         let area_end = area_end_bytes(&plain);
         if area_end < LOG_DEVICE_MINIMUM_BYTES {
-            return Err(Error::InvalidRequest(format!(
-                "a write log device must hold at least {} bytes ({} has {})",
-                LOG_DEVICE_MINIMUM_BYTES,
-                devices[0].0,
-                plain.iter().map(|device| device.size_bytes()).min().unwrap_or(0)
-            )));
+            return Err(Error::InvalidRequest(RequestProblem::WriteLogDeviceTooSmall {
+                minimum_bytes: LOG_DEVICE_MINIMUM_BYTES,
+                path: devices[0].0.clone(),
+                size_bytes: plain.iter().map(|device| device.size_bytes()).min().unwrap_or(0),
+            }));
         }
         let log_uuid = *uuid::Uuid::new_v4().as_bytes();
         let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
@@ -236,13 +240,13 @@ impl WriteLog {
         devices: Vec<(String, Option<Arc<dyn BlockDevice>>)>,
         volume_uuid: [u8; 16],
         log_uuid: [u8; 16],
-    ) -> Result<(WriteLog, LogContents)> {
+    ) -> std::result::Result<(WriteLog, LogContents), WriteLogProblem> {
         let mut opened = Vec::new();
         let mut best: Option<(usize, LogSuperblock)> = None;
         let mut problems = Vec::new();
         for (index, (path, device)) in devices.into_iter().enumerate() {
             let failure = match &device {
-                None => Some("missing".to_string()),
+                None => Some(LogDeviceFailure::Missing),
                 Some(device) => match read_superblock(device.as_ref(), &volume_uuid, &log_uuid) {
                     Ok(superblock) => {
                         if best.as_ref().is_none_or(|(_, current)| superblock.update_sequence > current.update_sequence)
@@ -251,16 +255,17 @@ impl WriteLog {
                         }
                         None
                     }
-                    Err(reason) => Some(reason),
+                    Err(copies) => Some(LogDeviceFailure::NoSuperblock(copies)),
                 },
             };
-            if let Some(reason) = &failure {
-                problems.push(format!("{path}: {reason}"));
+            let failure = failure.map(Arc::new);
+            if let Some(failure) = &failure {
+                problems.push(LogDeviceProblem { path: path.clone(), failure: failure.clone() });
             }
             opened.push(LogDevice { path, device, failure: Mutex::new(failure) });
         }
         let Some((_, superblock)) = best else {
-            return Err(Error::WriteLogUnavailable(problems.join("; ")));
+            return Err(WriteLogProblem::Devices(problems));
         };
         // The longest valid chain of records on any device (a mirror's devices are written
         // alike; one may hold a record the other lost in a crash, never acknowledged).
@@ -273,14 +278,11 @@ impl WriteLog {
                         chosen = Some(found);
                     }
                 }
-                Err(reason) => device.fail(reason),
+                Err(error) => device.fail(LogDeviceFailure::Device(error)),
             }
         }
         let Some((entries, head_bytes, next_record_sequence)) = chosen else {
-            return Err(Error::WriteLogUnavailable(format!(
-                "no device of the log can be read ({})",
-                problems.join("; ")
-            )));
+            return Err(WriteLogProblem::NoDeviceReadable(problems));
         };
         let contents = LogContents { entries, replay_after_sequence: superblock.replay_after_sequence };
         let size_bytes = superblock.area_end_bytes - LOG_AREA_START_BYTES;
@@ -313,10 +315,9 @@ impl WriteLog {
     }
 
     /// Why the log is not written, if it is not (every device failed).
-    pub(crate) fn failure(&self) -> Option<String> {
+    pub(crate) fn failure(&self) -> Option<WriteLogProblem> {
         let failed = self.failed_devices();
-        (failed.len() == self.devices.len())
-            .then(|| failed.iter().map(|(path, reason)| format!("{path}: {reason}")).collect::<Vec<_>>().join("; "))
+        (failed.len() == self.devices.len()).then_some(WriteLogProblem::Devices(failed))
     }
 
     /// The positions (in the member superblocks' list) of the devices that failed.
@@ -330,11 +331,8 @@ impl WriteLog {
     }
 
     /// Devices of the log that failed, with why.
-    pub(crate) fn failed_devices(&self) -> Vec<(String, String)> {
-        self.devices
-            .iter()
-            .filter_map(|device| device.failure.lock().as_ref().map(|reason| (device.path.clone(), reason.clone())))
-            .collect()
+    pub(crate) fn failed_devices(&self) -> Vec<LogDeviceProblem> {
+        self.devices.iter().filter_map(LogDevice::problem).collect()
     }
 
     /// Record that mount replays the log's entries after member batch `after_sequence`:
@@ -383,12 +381,12 @@ impl WriteLog {
             })();
             match result {
                 Ok(()) => written += 1,
-                Err(error) => device.fail(error.to_string()),
+                Err(error) => device.fail(LogDeviceFailure::Device(error)),
             }
         }
         if written == 0 {
             self.active.store(false, Ordering::Release);
-            return Err(Error::WriteLogUnavailable(self.failure().unwrap_or_default()));
+            return Err(Error::WriteLogUnavailable(self.failure().unwrap_or(WriteLogProblem::Devices(Vec::new()))));
         }
         Ok(())
     }
@@ -503,14 +501,14 @@ impl WriteLog {
         for (device, handle) in local {
             match operation.run(handle.as_ref()) {
                 Ok(()) => succeeded += 1,
-                Err(error) => device.fail(error.to_string()),
+                Err(error) => device.fail(LogDeviceFailure::Device(error)),
             }
         }
         if let Some((device, answer)) = pending {
             match answer.recv() {
                 Ok(Ok(())) => succeeded += 1,
-                Ok(Err(error)) => device.fail(error.to_string()),
-                Err(_) => device.fail("the log's mirror thread stopped".into()),
+                Ok(Err(error)) => device.fail(LogDeviceFailure::Device(error)),
+                Err(_) => device.fail(LogDeviceFailure::MirrorThreadStopped),
             }
         }
         succeeded
@@ -648,41 +646,46 @@ pub(crate) fn forget(members: &crate::array::members::Members) -> Result<()> {
 }
 
 fn log_device_error(path: &str, error: stripelog_blockdev::DeviceError) -> Error {
-    Error::WriteLogUnavailable(format!("{path}: {error}"))
+    Error::WriteLogUnavailable(WriteLogProblem::Device(LogDeviceProblem {
+        path: path.to_string(),
+        failure: Arc::new(LogDeviceFailure::Device(error)),
+    }))
 }
 
+/// The newer of the valid superblock copies of `device` that name this volume's log, or
+/// what is wrong with each copy.
 fn read_superblock(
     device: &dyn BlockDevice,
     volume_uuid: &[u8; 16],
     log_uuid: &[u8; 16],
-) -> std::result::Result<LogSuperblock, String> {
+) -> std::result::Result<LogSuperblock, Vec<LogSuperblockCopyProblem>> {
     let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
     let mut best: Option<LogSuperblock> = None;
     let mut problems = Vec::new();
     for (copy, &offset) in LOG_SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
         if let Err(error) = device.read_at(&mut block, offset) {
-            problems.push(format!("copy {copy}: {error}"));
+            problems.push(LogSuperblockCopyProblem::Unreadable { copy, error });
             continue;
         }
         match LogSuperblock::decode(&block, copy as u32) {
             Ok(superblock) if superblock.volume_uuid != *volume_uuid || superblock.log_uuid != *log_uuid => {
-                problems.push(format!("copy {copy}: the log of another volume, or an earlier log of this one"));
+                problems.push(LogSuperblockCopyProblem::AnotherLog { copy });
             }
             Ok(superblock) => {
                 if best.as_ref().is_none_or(|current| superblock.update_sequence > current.update_sequence) {
                     best = Some(superblock);
                 }
             }
-            Err(problem) => problems.push(format!("copy {copy}: {problem}")),
+            Err(problem) => problems.push(LogSuperblockCopyProblem::Invalid { copy, problem }),
         }
     }
-    best.ok_or_else(|| problems.join(", "))
+    best.ok_or(problems)
 }
 
 /// Follow the chain of records from the persisted tail: its entries with their data, the
 /// head (where the next record goes) and the next record sequence. Stops at the first
 /// block that is not the next record of this generation, or whose data fails its CRC.
-fn scan(device: &dyn BlockDevice, superblock: &LogSuperblock) -> std::result::Result<Chain, String> {
+fn scan(device: &dyn BlockDevice, superblock: &LogSuperblock) -> std::result::Result<Chain, DeviceError> {
     let mut entries = Vec::new();
     let (mut position, mut sequence) = (superblock.tail_position_bytes, superblock.tail_record_sequence);
     let mut walked = 0u64;
@@ -692,7 +695,7 @@ fn scan(device: &dyn BlockDevice, superblock: &LogSuperblock) -> std::result::Re
         if position == superblock.area_end_bytes {
             position = LOG_AREA_START_BYTES;
         }
-        device.read_at(&mut block, position).map_err(|error| error.to_string())?;
+        device.read_at(&mut block, position)?;
         let Some(header) =
             RecordHeader::decode(&block, &superblock.volume_uuid, &superblock.log_uuid, superblock.generation)
         else {
@@ -713,7 +716,7 @@ fn scan(device: &dyn BlockDevice, superblock: &LogSuperblock) -> std::result::Re
         for entry in &header.entries {
             let data = if entry.kind == LogEntryKind::Data {
                 let mut data = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-                device.read_at(&mut data, data_position).map_err(|error| error.to_string())?;
+                device.read_at(&mut data, data_position)?;
                 data_position += BLOCK;
                 if format::block_checksum(&data) != entry.checksum {
                     whole = false;

@@ -11,6 +11,7 @@ use common::{members, memory_members};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use stripelog_blockdev::{AlignedBuffer, BlockDevice, MemoryDevice, Prng, SimulatedArray, SimulatedDevice};
+use stripelog_engine::error::FailureCause;
 use stripelog_engine::format::Superblock;
 use stripelog_engine::{
     CreateOptions, Error, IoMode, Mapping, MemberDevice, OpenOptions, RaidLevel, Volume, BLOCK_SIZE_BYTES,
@@ -403,7 +404,11 @@ fn too_many_missing_members_are_refused() {
         let error = expect_error(Volume::open(members_without(&devices, missing), &open_options()), "too many missing");
         let message = error.to_string();
         match &error {
-            Error::TooManyFailures { level, .. } => assert_eq!(level, raid_level.name()),
+            Error::TooManyFailures { level, cause: FailureCause::Missing { names, .. } } => {
+                assert_eq!(*level, raid_level.name());
+                let expected: Vec<String> = missing.iter().map(|&member| member_name(member)).collect();
+                assert_eq!(names, &expected, "{message}");
+            }
             other => panic!("{raid_level} missing {missing:?}: expected TooManyFailures, got {other:?}"),
         }
         for &member in missing {

@@ -11,6 +11,7 @@ use common::members;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use stripelog_blockdev::{BlockDevice, DeviceError, MemoryDevice, Result as DeviceResult};
+use stripelog_engine::error::{LogDeviceFailure, WriteLogProblem};
 use stripelog_engine::{CreateOptions, Error, MemberDevice, OpenOptions, RaidLevel, Volume, WriteLogDevices};
 
 const MEMBER_SIZE_BYTES: u64 = 32 << 20;
@@ -165,7 +166,16 @@ fn a_log_lost_with_a_crash_is_refused_unless_forced_and_a_clean_volume_opens_wit
     volume.write(4096, &block(2), true).unwrap();
     volume.abandon();
     match setup.open(&[false], false) {
-        Err(Error::WriteLogMissing(reason)) => assert!(reason.contains("missing"), "{reason}"),
+        Err(Error::WriteLogMissing(problem)) => {
+            let all_missing = match &problem {
+                WriteLogProblem::Devices(devices) => {
+                    devices.iter().all(|device| matches!(*device.failure, LogDeviceFailure::Missing))
+                }
+                _ => false,
+            };
+            assert!(all_missing, "{problem:?}");
+            assert!(problem.to_string().contains("missing"), "{problem}");
+        }
         Err(other) => panic!("expected WriteLogMissing, got {other}"),
         Ok(_) => panic!("opened after a crash without its log"),
     }

@@ -765,12 +765,8 @@ fn refuse_files_holding_data(paths: &[PathBuf], member_size_bytes: u64) -> Resul
         let options = FileDeviceOptions { read_only: true, ..FileDeviceOptions::default() };
         let device = FileDevice::open(path, &options).map_err(|error| device_error(&name, error))?;
         let content = stripelog_engine::identity::inspect(&device).map_err(|error| device_error(&name, error))?;
-        if content != stripelog_engine::identity::DeviceContent::Empty {
-            return Err(engine_error(stripelog_engine::Error::WouldDestroy {
-                member: index,
-                path: name,
-                found: content.describe(),
-            }));
+        if let Some(found) = content.found() {
+            return Err(engine_error(stripelog_engine::Error::WouldDestroy { member: index, path: name, found }));
         }
     }
     Ok(())

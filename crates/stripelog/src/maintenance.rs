@@ -73,7 +73,10 @@ pub(crate) fn set(arguments: SetArguments) -> Result<ExitCode, String> {
 /// is not one.
 pub(crate) fn setting_value(setting: &str, value: &str) -> Result<String, String> {
     match setting {
-        "compression" => Ok(value.parse::<stripelog_engine::format::CompressionSetting>()?.to_string()),
+        "compression" => Ok(value
+            .parse::<stripelog_engine::format::CompressionSetting>()
+            .map_err(|error| error.to_string())?
+            .to_string()),
         "dedup" => Ok(if crate::units::parse_on_off(value)? { "on" } else { "off" }.to_string()),
         _ => Err(format!("{setting}: the setting must be compression=lz4|off or dedup=on|off")),
     }
@@ -84,7 +87,9 @@ pub(crate) fn apply_setting(volume: &Volume, setting: &str, value: &str) -> Resu
     let value = setting_value(setting, value)?;
     let result = match setting {
         "dedup" => volume.set_deduplication(value == "on"),
-        _ => volume.set_compression(value.parse::<stripelog_engine::format::CompressionSetting>()?),
+        _ => volume.set_compression(
+            value.parse::<stripelog_engine::format::CompressionSetting>().map_err(|error| error.to_string())?,
+        ),
     };
     result.map_err(engine_error)
 }

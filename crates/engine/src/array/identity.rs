@@ -2,7 +2,8 @@
 //! (docs/data-safety.md): the look `create` and `replace` take at a device, the holder
 //! record of a read-write open, and the dates they are reported with.
 
-use crate::layout::format::{Holder, Superblock, SuperblockProblem, SUPERBLOCK_OFFSETS_BYTES};
+use crate::error::{FoundContent, SuperblockCopyProblem};
+use crate::layout::format::{Holder, Superblock, SUPERBLOCK_OFFSETS_BYTES};
 use crate::layout::geometry::BLOCK_SIZE_BYTES;
 use stripelog_blockdev::{AlignedBuffer, BlockDevice, DeviceError};
 
@@ -22,39 +23,44 @@ pub enum DeviceContent {
 }
 
 impl DeviceContent {
+    /// What `create` or `replace` reports it found, when the device is not empty.
+    pub fn found(&self) -> Option<FoundContent> {
+        match self {
+            DeviceContent::Empty => None,
+            DeviceContent::Member(superblock) => Some(FoundContent::Member {
+                member_index: superblock.member_index,
+                volume: uuid::Uuid::from_bytes(superblock.volume_uuid),
+                raid_level: superblock.raid_level.name(),
+                member_count: superblock.member_count,
+                created_unix_seconds: superblock.created_unix_seconds,
+            }),
+            DeviceContent::Data { offset_bytes } => Some(FoundContent::Data { offset_bytes: *offset_bytes }),
+        }
+    }
+
     /// "holds member 2 of stripelog volume … (RAID-5 on 5 members, created …)" or "holds
     /// data (a non-zero byte at offset 512)".
     pub fn describe(&self) -> String {
-        match self {
-            DeviceContent::Empty => "is empty".to_string(),
-            DeviceContent::Member(superblock) => format!(
-                "holds member {} of stripelog volume {} ({} on {} members, created {})",
-                superblock.member_index,
-                uuid::Uuid::from_bytes(superblock.volume_uuid),
-                superblock.raid_level,
-                superblock.member_count,
-                format_unix_seconds(superblock.created_unix_seconds)
-            ),
-            DeviceContent::Data { offset_bytes } => {
-                format!("holds data (a non-zero byte at offset {offset_bytes})")
-            }
+        match self.found() {
+            None => "is empty".to_string(),
+            Some(found) => found.to_string(),
         }
     }
 }
 
 /// Both superblock copies of `device`: the newer of the valid ones (by epoch and update
 /// sequence), and what is wrong with each copy that is not valid. The only reader of them.
-pub(crate) fn read_newest_superblock(device: &dyn BlockDevice) -> (Option<Superblock>, Vec<String>) {
+pub(crate) fn read_newest_superblock(device: &dyn BlockDevice) -> (Option<Superblock>, Vec<SuperblockCopyProblem>) {
     let mut problems = Vec::new();
     let mut newest: Option<Superblock> = None;
     let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
     for (copy, &offset) in SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
         if device.size_bytes() < offset + BLOCK_SIZE_BYTES as u64 {
-            problems.push(format!("copy {copy}: the member is too small to hold it"));
+            problems.push(SuperblockCopyProblem::TooSmall { copy });
             continue;
         }
         if let Err(error) = device.read_at(&mut block, offset) {
-            problems.push(format!("copy {copy}: {error}"));
+            problems.push(SuperblockCopyProblem::Unreadable { copy, error });
             continue;
         }
         match Superblock::decode(&block, copy as u32) {
@@ -63,20 +69,7 @@ pub(crate) fn read_newest_superblock(device: &dyn BlockDevice) -> (Option<Superb
                     newest = Some(superblock);
                 }
             }
-            Err(problem) => problems.push(format!(
-                "copy {copy}: {}",
-                match problem {
-                    SuperblockProblem::NotStripelog => "not a stripelog superblock".to_string(),
-                    SuperblockProblem::UnsupportedVersion(version) =>
-                        format!("format version {version} is not supported"),
-                    SuperblockProblem::UnknownFeatures(bits) => format!(
-                        "uses incompatible features {bits:#x} this stripelog does not know (a newer stripelog \
-                         created or changed it)"
-                    ),
-                    SuperblockProblem::BadChecksum => "checksum mismatch (damaged)".to_string(),
-                    SuperblockProblem::Inconsistent(reason) => format!("inconsistent ({reason})"),
-                }
-            )),
+            Err(problem) => problems.push(SuperblockCopyProblem::Invalid { copy, problem }),
         }
     }
     (newest, problems)
@@ -143,55 +136,12 @@ pub(crate) fn now_unix_seconds() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_secs())
 }
 
-/// A Unix time as `2026-11-23 19:40:02 UTC` (0: "never").
-pub fn format_unix_seconds(seconds: u64) -> String {
-    if seconds == 0 {
-        return "never".to_string();
-    }
-    let days = (seconds / 86_400) as i64;
-    let second_of_day = seconds % 86_400;
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-    let shifted = days + 719_468;
-    let era = shifted.div_euclid(146_097);
-    let day_of_era = shifted.rem_euclid(146_097);
-    let year_of_era = (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        second_of_day / 3600,
-        second_of_day / 60 % 60,
-        second_of_day % 60
-    )
-}
+pub use crate::error::format_unix_seconds;
 
 /// One line on a holder record: "OPEN: stripelog serve, pid 4242 on host db1 since …"
 /// or "closed cleanly at … (last opened by …)".
 pub fn describe_holder(holder: &Holder) -> String {
-    if holder.process_id == 0 && holder.opened_unix_seconds == 0 {
-        return "never opened read-write by a version that records its holder".to_string();
-    }
-    let who = format!(
-        "{}, pid {} on host {}",
-        if holder.program.is_empty() { "unknown program" } else { &holder.program },
-        holder.process_id,
-        if holder.host.is_empty() { "(unknown)" } else { &holder.host }
-    );
-    if holder.open {
-        format!(
-            "OPEN: {who} since {} (still in use, or it stopped without closing the volume)",
-            format_unix_seconds(holder.opened_unix_seconds)
-        )
-    } else {
-        format!(
-            "closed cleanly at {} (last opened by {who} at {})",
-            format_unix_seconds(holder.closed_unix_seconds),
-            format_unix_seconds(holder.opened_unix_seconds)
-        )
-    }
+    holder.to_string()
 }
 
 #[cfg(test)]

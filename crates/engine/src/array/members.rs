@@ -3,7 +3,9 @@
 
 use crate::array::hedge::{PendingRead, ReadHelpers, ReadLatency};
 use crate::array::parity;
-use crate::error::{Error, ReadFailure, Result};
+use crate::error::{
+    Error, FailureCause, GeometryProblem, MemberFailure, MemberProblem, ReadFailure, RequestProblem, Result,
+};
 use crate::layout::format::{Superblock, SUPERBLOCK_OFFSETS_BYTES};
 use crate::layout::geometry::{BlockLocation, Geometry, RaidLevel, Role, BLOCK_SIZE_BYTES};
 use crate::stats::{Counters, MemberStatus};
@@ -33,7 +35,7 @@ struct Slot {
     device: Option<Arc<dyn BlockDevice>>,
     state: MemberState,
     /// Why the member failed (for `info` and the server's log).
-    failure: Option<String>,
+    failure: Option<MemberFailure>,
 }
 
 pub(crate) struct Members {
@@ -67,25 +69,29 @@ pub(crate) struct Members {
 impl Members {
     fn new(
         members: Vec<MemberDevice>,
-        failed: &[(usize, String)],
+        failed: Vec<(usize, MemberFailure)>,
         reference: Superblock,
         bytes_written_before: Vec<u64>,
     ) -> Members {
         let count = members.len();
         let segment_count = reference.segment_count as usize;
+        let mut failed = failed;
         let slots = members
             .into_iter()
             .enumerate()
             .map(|(index, member)| {
                 let rebuilding = reference.rebuilding_members & (1 << index) != 0 && member.device.is_some();
-                let failure = failed.iter().find(|(failed, _)| *failed == index).map(|(_, reason)| reason.clone());
+                let failure = failed
+                    .iter()
+                    .position(|(failed, _)| *failed == index)
+                    .map(|position| failed.swap_remove(position).1);
                 let state = match (&member.device, rebuilding, &failure) {
                     (Some(_), true, _) => MemberState::Rebuilding,
                     (Some(_), false, None) => MemberState::Active,
                     _ => MemberState::Failed,
                 };
                 let device = if state == MemberState::Failed { None } else { member.device };
-                let failure = (state == MemberState::Failed).then(|| failure.unwrap_or_else(|| "missing".into()));
+                let failure = (state == MemberState::Failed).then(|| failure.unwrap_or(MemberFailure::Missing));
                 RwLock::new(Slot { name: member.name, device, state, failure })
             })
             .collect();
@@ -227,37 +233,37 @@ impl Members {
         Ok(())
     }
 
-    /// Fail member `member` for `reason`: durably recorded in the other members'
+    /// Fail member `member` for `failure`: durably recorded in the other members'
     /// superblocks before its device is dropped (docs/resilience.md). An error when the
     /// volume cannot survive the loss; the member is then left as it was.
-    pub(crate) fn fail(&self, member: usize, reason: &str) -> Result<()> {
-        self.fail_locked(&mut self.superblock.lock(), member, reason)
+    pub(crate) fn fail(&self, member: usize, failure: MemberFailure) -> Result<()> {
+        self.fail_locked(&mut self.superblock.lock(), member, failure)
     }
 
     /// [`Members::fail`] for a caller holding the superblock lock (`current`).
-    fn fail_locked(&self, current: &mut Superblock, member: usize, reason: &str) -> Result<()> {
+    fn fail_locked(&self, current: &mut Superblock, member: usize, failure: MemberFailure) -> Result<()> {
         if self.state(member) == MemberState::Failed {
             return Ok(());
         }
         if !self.survives(self.lost_bits() | 1 << member) {
             return Err(Error::TooManyFailures {
-                level: self.raid_level.to_string(),
-                reason: format!("member {member} ({}) failed: {reason}", self.name(member)),
+                level: self.raid_level.name(),
+                cause: FailureCause::MemberFailed { member, path: self.name(member), failure },
             });
         }
-        self.mark_failed(member, reason);
+        self.mark_failed(member, failure);
         let mut updated = current.clone();
         self.write_superblock_everywhere(&mut updated)?;
         *current = updated;
         Ok(())
     }
 
-    fn mark_failed(&self, member: usize, reason: &str) {
+    fn mark_failed(&self, member: usize, failure: MemberFailure) {
         self.failures_while_open.fetch_add(1, Ordering::Relaxed);
         let mut slot = self.slots[member].write();
         slot.state = MemberState::Failed;
         slot.device = None;
-        slot.failure = Some(reason.to_string());
+        slot.failure = Some(failure);
     }
 
     /// Write `superblock` (with the failed and rebuilding bits of the members' current
@@ -293,11 +299,10 @@ impl Members {
                     .encode(&mut block);
                     let written = device.write_at(&block, *offset).and_then(|()| device.flush());
                     if let Err(error) = written {
-                        let reason = format!("writing its superblock: {error}");
                         if !self.survives(self.lost_bits() | 1 << member) {
-                            return Err(self.device_error(member, error));
+                            return Err(self.device_error(member, Arc::new(error)));
                         }
-                        self.mark_failed(member, &reason);
+                        self.mark_failed(member, MemberFailure::SuperblockWrite(error));
                         continue 'again;
                     }
                 }
@@ -344,7 +349,8 @@ impl Members {
                             self.readable_segments[member].len()
                         )
                     }
-                    _ => format!("failed: {}", slot.failure.as_deref().unwrap_or("missing")),
+                    // The status keeps the failure as text (`info`, `--json`).
+                    _ => format!("failed: {}", slot.failure.as_ref().unwrap_or(&MemberFailure::Missing)),
                 };
                 MemberStatus {
                     index: member,
@@ -372,14 +378,15 @@ impl Members {
             .collect()
     }
 
-    fn device_error(&self, member: usize, source: stripelog_blockdev::DeviceError) -> Error {
-        Error::Member { member, path: self.name(member), reason: source.to_string() }
+    fn device_error(&self, member: usize, source: Arc<stripelog_blockdev::DeviceError>) -> Error {
+        Error::Member { member, path: self.name(member), problem: MemberProblem::Device(source) }
     }
 
     /// A member's write or flush failed: fail the member (an error when the volume cannot
     /// survive that).
     pub(crate) fn write_failed(&self, member: usize, error: stripelog_blockdev::DeviceError) -> Result<()> {
-        self.fail(member, &error.to_string()).map_err(|_| self.device_error(member, error))
+        let error = Arc::new(error);
+        self.fail(member, MemberFailure::Write(error.clone())).map_err(|_| self.device_error(member, error))
     }
 
     /// Flush every written member, in parallel when `parallel`. A member whose flush
@@ -392,9 +399,9 @@ impl Members {
         }
         std::thread::scope(|scope| {
             let handles: Vec<_> = groups.iter().map(|group| scope.spawn(move || self.flush_group(group))).collect();
-            handles
-                .into_iter()
-                .try_for_each(|handle| handle.join().unwrap_or(Err(Error::Internal("a flush thread panicked"))))
+            handles.into_iter().try_for_each(|handle| {
+                handle.join().unwrap_or(Err(Error::Internal(crate::error::InternalFailure::FlushThreadPanicked)))
+            })
         })
     }
 
@@ -450,7 +457,9 @@ impl Members {
                 None => Ok(()),
             }
         });
-        results.into_iter().try_for_each(|result| result.unwrap_or(Err(Error::Internal("a member writer panicked"))))
+        results.into_iter().try_for_each(|result| {
+            result.unwrap_or(Err(Error::Internal(crate::error::InternalFailure::MemberWriterPanicked)))
+        })
     }
 
     /// Read one member block raw; `None` when the member is not readable there or the
@@ -473,8 +482,7 @@ impl Members {
         let started = Instant::now();
         let result = device.read_at(&mut block, offset_bytes);
         self.read_latency[member].record(started.elapsed(), || self.hedge_deadline());
-        self.read_done(member, result.as_ref().err(), counters);
-        result.ok().map(|()| block)
+        self.read_done(member, result, counters).then_some(block)
     }
 
     /// Hedge client reads of lagging members (threaded volumes only: a helper thread's
@@ -521,28 +529,38 @@ impl Members {
         result: crate::array::hedge::HelperResult,
         counters: &Counters,
     ) -> Option<AlignedBuffer> {
-        self.read_done(member, result.as_ref().err(), counters);
-        result.ok()
+        match result {
+            Ok(block) => {
+                self.read_done(member, Ok(()), counters);
+                Some(block)
+            }
+            Err(error) => {
+                self.read_done(member, Err(error), counters);
+                None
+            }
+        }
     }
 
-    /// Account one read of a member: errors in a row fail it.
+    /// Account one read of a member (`result`): errors in a row fail it. Whether the read
+    /// succeeded.
     pub(crate) fn read_done(
         &self,
         member: usize,
-        error: Option<&stripelog_blockdev::DeviceError>,
+        result: std::result::Result<(), stripelog_blockdev::DeviceError>,
         counters: &Counters,
-    ) {
-        let Some(error) = error else {
+    ) -> bool {
+        let Err(error) = result else {
             self.consecutive_read_errors[member].store(0, Ordering::Relaxed);
-            return;
+            return true;
         };
         Counters::add(&counters.read_errors, 1);
         let in_a_row = self.consecutive_read_errors[member].fetch_add(1, Ordering::Relaxed) + 1;
         if in_a_row >= FAILURE_READ_ERRORS {
             // When the volume cannot survive losing it, the member stays: its blocks are
             // still tried, and rebuilt where they can be.
-            let _ = self.fail(member, &format!("{in_a_row} read errors in a row, the last: {error}"));
+            let _ = self.fail(member, MemberFailure::ReadErrors { in_a_row, last: error });
         }
+        false
     }
 
     /// Check every written member: its device's own health (deleted, truncated) and its
@@ -559,8 +577,8 @@ impl Members {
             // attached but not yet given its superblock. Under the lock no change is under
             // way: look again, against the current superblock.
             let mut current = self.superblock.lock();
-            if let Some(reason) = self.health_problem(member, &current) {
-                self.fail_locked(&mut current, member, &reason)?;
+            if let Some(failure) = self.health_problem(member, &current) {
+                self.fail_locked(&mut current, member, failure)?;
             }
         }
         Ok(())
@@ -569,19 +587,19 @@ impl Members {
     /// What is wrong with member `member`'s device now, if anything: it reports itself
     /// unhealthy (removed, shrunk), or its superblock no longer names this volume, this
     /// position and the member `expected` records there.
-    fn health_problem(&self, member: usize, expected: &Superblock) -> Option<String> {
+    fn health_problem(&self, member: usize, expected: &Superblock) -> Option<MemberFailure> {
         let device = self.writable(member)?;
         if let Err(reason) = device.health() {
-            return Some(reason);
+            return Some(MemberFailure::Unhealthy(reason));
         }
         match read_superblock(member, &self.name(member), device.as_ref()) {
-            Err(error) => Some(error.to_string()),
+            Err(error) => Some(MemberFailure::SuperblockUnreadable(Box::new(error))),
             Ok(found)
                 if found.volume_uuid != expected.volume_uuid
                     || found.member_index as usize != member
                     || found.member_uuid != expected.member_uuids[member] =>
             {
-                Some("its superblock no longer names this volume, position and member".into())
+                Some(MemberFailure::NoLongerThisMember)
             }
             Ok(_) => None,
         }
@@ -592,7 +610,7 @@ impl Members {
     pub(crate) fn attach(&self, member: usize, replacement: MemberDevice) -> Result<()> {
         let mut current = self.superblock.lock();
         if self.state(member) != MemberState::Failed {
-            return Err(Error::InvalidRequest(format!("member {member} is not failed: it cannot be replaced")));
+            return Err(Error::InvalidRequest(RequestProblem::NotFailed { member }));
         }
         for readable in &self.readable_segments[member] {
             readable.store(false, Ordering::Release);
@@ -904,7 +922,7 @@ pub(crate) fn create(
         let device = member.device.as_ref().ok_or_else(|| Error::Member {
             member: index,
             path: member.name.clone(),
-            reason: "is missing: every member must be present to create a volume".into(),
+            problem: MemberProblem::MissingAtCreate,
         })?;
         if let Some(first) = members[..index].iter().position(|other| {
             other.device.as_ref().is_some_and(|other| std::ptr::addr_eq(Arc::as_ptr(other), Arc::as_ptr(device)))
@@ -912,25 +930,21 @@ pub(crate) fn create(
             return Err(Error::Member {
                 member: index,
                 path: member.name.clone(),
-                reason: format!(
-                    "is the same device as member {first} ({}): every member must be another device",
-                    members[first].name
-                ),
+                problem: MemberProblem::SameDevice { first, first_path: members[first].name.clone() },
             });
         }
         smallest = smallest.min(device.size_bytes());
     }
     if members.is_empty() {
-        return Err(Error::InvalidGeometry("no members given".into()));
+        return Err(Error::InvalidGeometry(GeometryProblem::NoMembers));
     }
     let compressed = options.compression != crate::layout::format::CompressionSetting::Off;
     let thin_logical_blocks = match options.logical_size_bytes {
         None => None,
-        Some(bytes) => Some(crate::layout::format::thin_logical_blocks(bytes).ok_or_else(|| {
-            Error::InvalidGeometry(format!(
-                "the logical size must be a multiple of 4096 bytes from 4 KiB to 256 TiB, got {bytes} bytes"
-            ))
-        })?),
+        Some(bytes) => Some(
+            crate::layout::format::thin_logical_blocks(bytes)
+                .ok_or(Error::InvalidGeometry(GeometryProblem::LogicalSize { bytes }))?,
+        ),
     };
     let geometry =
         Geometry::new(options.raid_level, members.len(), options.chunk_size_bytes, options.spare_ppm, smallest)?
@@ -944,14 +958,10 @@ pub(crate) fn create(
             let content = crate::array::identity::inspect(device.as_ref()).map_err(|error| Error::Member {
                 member: index,
                 path: member.name.clone(),
-                reason: error.to_string(),
+                problem: MemberProblem::Device(Arc::new(error)),
             })?;
-            if content != crate::array::identity::DeviceContent::Empty {
-                return Err(Error::WouldDestroy {
-                    member: index,
-                    path: member.name.clone(),
-                    found: content.describe(),
-                });
+            if let Some(found) = content.found() {
+                return Err(Error::WouldDestroy { member: index, path: member.name.clone(), found });
             }
         }
     }
@@ -964,7 +974,7 @@ pub(crate) fn create(
         let member_error = |error: stripelog_blockdev::DeviceError| Error::Member {
             member: index,
             path: member.name.clone(),
-            reason: error.to_string(),
+            problem: MemberProblem::Device(Arc::new(error)),
         };
         // Tell the device the old content is garbage (advisory; makes files sparse).
         let data_start = geometry.chunk_size_bytes as u64;
@@ -1046,7 +1056,7 @@ pub(crate) fn open(members: Vec<MemberDevice>) -> Result<(Members, Superblock)> 
         .iter()
         .max_by_key(|(_, count)| **count)
         .map(|(uuid, _)| *uuid)
-        .ok_or_else(|| Error::TooManyFailures { level: "any level".into(), reason: "no member is present".into() })?;
+        .ok_or(Error::TooManyFailures { level: "any level", cause: FailureCause::NoMemberPresent })?;
     // The geometry is the one most of those members describe (so that an odd member is
     // the one blamed), and its newest superblock is the reference.
     let mut geometry_votes: Vec<(crate::layout::geometry::Geometry, usize)> = Vec::new();
@@ -1089,45 +1099,42 @@ pub(crate) fn open(members: Vec<MemberDevice>) -> Result<(Members, Superblock)> 
             return Err(error);
         }
         if reference.rebuilding_members & bit == 0 {
-            failed.push((index, format!("excluded: recorded as failed, and {error}")));
+            failed.push((index, MemberFailure::ExcludedUnreadable(Box::new(error))));
             members[index].device = None;
         }
     }
-    let uuid_text = uuid::Uuid::from_bytes(volume_uuid);
+    let volume = uuid::Uuid::from_bytes(volume_uuid);
     if reference.member_count as usize != members.len() {
-        return Err(Error::InvalidRequest(format!(
-            "volume {uuid_text} has {} members but {} were given",
-            reference.member_count,
-            members.len()
-        )));
+        return Err(Error::InvalidRequest(RequestProblem::MemberCount {
+            volume,
+            recorded: reference.member_count,
+            given: members.len(),
+        }));
     }
     for (index, superblock) in found.iter().enumerate() {
         let Some(superblock) = superblock else {
             continue;
         };
         let name = members[index].name.clone();
-        let problem = |reason: String| Error::Member { member: index, path: name.clone(), reason };
+        let problem = |problem: MemberProblem| Error::Member { member: index, path: name.clone(), problem };
         if superblock.volume_uuid != volume_uuid {
-            return Err(problem(format!(
-                "belongs to another volume ({}), not to {uuid_text}",
-                uuid::Uuid::from_bytes(superblock.volume_uuid)
-            )));
+            return Err(problem(MemberProblem::AnotherVolume {
+                found: uuid::Uuid::from_bytes(superblock.volume_uuid),
+                expected: volume,
+            }));
         }
         if superblock.member_index as usize != index {
-            return Err(problem(format!(
-                "is member {} of this volume, given in position {index}: give the members in their original order",
-                superblock.member_index
-            )));
+            return Err(problem(MemberProblem::WrongPosition { recorded: superblock.member_index, given: index }));
         }
         if superblock.geometry() != reference.geometry() {
-            return Err(problem("its superblock describes a different geometry from the other members".into()));
+            return Err(problem(MemberProblem::DifferentGeometry));
         }
         let size = members[index].device.as_ref().expect("present").size_bytes();
         if size < reference.member_size_bytes {
-            return Err(problem(format!(
-                "is truncated: {size} bytes, the volume needs {} bytes on every member",
-                reference.member_size_bytes
-            )));
+            return Err(problem(MemberProblem::Truncated {
+                size_bytes: size,
+                needed_bytes: reference.member_size_bytes,
+            }));
         }
         check_identity(&reference, index, superblock).map_err(problem)?;
     }
@@ -1141,27 +1148,23 @@ pub(crate) fn open(members: Vec<MemberDevice>) -> Result<(Members, Superblock)> 
             // Not counted as redundancy below; a replacement being rebuilt stays written.
             *superblock = None;
             if reference.rebuilding_members & bit == 0 {
-                failed.push((
-                    index,
-                    "excluded: recorded as failed by an earlier epoch, it missed writes (replace it)".to_string(),
-                ));
+                failed.push((index, MemberFailure::ExcludedStale));
             }
         }
     }
     let lost = (0..members.len()).filter(|&index| found[index].is_none()).fold(0u64, |bits, index| bits | 1 << index);
-    let missing = lost.count_ones() as usize;
     let tolerated = reference.raid_level.failures_tolerated();
     let bytes_written_before = found
         .iter()
         .map(|superblock| superblock.as_ref().map_or(0, |superblock| superblock.member_bytes_written))
         .collect();
-    let opened = Members::new(members, &failed, reference.clone(), bytes_written_before);
+    let opened = Members::new(members, failed, reference.clone(), bytes_written_before);
     if !opened.survives(lost) {
         let names: Vec<String> =
             (0..opened.count()).filter(|&index| lost & (1 << index) != 0).map(|index| opened.name(index)).collect();
         return Err(Error::TooManyFailures {
-            level: reference.raid_level.to_string(),
-            reason: format!("missing {}: {}; it survives {tolerated}", missing, names.join(", ")),
+            level: reference.raid_level.name(),
+            cause: FailureCause::Missing { names, tolerated },
         });
     }
     Ok((opened, reference))
@@ -1170,7 +1173,7 @@ pub(crate) fn open(members: Vec<MemberDevice>) -> Result<(Members, Superblock)> 
 /// A member found in position `index` must carry the member UUID the newest superblock
 /// expects there (docs/data-safety.md, "Member identity"); positions whose UUID is not
 /// known yet (a volume written by version 1) are not checked.
-fn check_identity(reference: &Superblock, index: usize, found: &Superblock) -> std::result::Result<(), String> {
+fn check_identity(reference: &Superblock, index: usize, found: &Superblock) -> std::result::Result<(), MemberProblem> {
     let expected = reference.member_uuids.get(index).copied().unwrap_or_default();
     if expected == [0; 16] || found.member_uuid == expected {
         return Ok(());
@@ -1179,28 +1182,26 @@ fn check_identity(reference: &Superblock, index: usize, found: &Superblock) -> s
         // Written by version 1: the old device of a position replaced since is refused; any
         // other is a member an interrupted upgrade did not reach yet (this open finishes it).
         return match reference.retired_without_identity(index) {
-            Some(retired) => Err(format!(
-                "member {index} was replaced on {}: this is the old device (written before members had an identity); \
-                 give its replacement in its place, or `missing`",
-                crate::array::identity::format_unix_seconds(retired.retired_unix_seconds)
-            )),
+            Some(retired) => Err(MemberProblem::ReplacedBeforeIdentity {
+                position: index,
+                retired_unix_seconds: retired.retired_unix_seconds,
+            }),
             None => Ok(()),
         };
     }
     let found_uuid = uuid::Uuid::from_bytes(found.member_uuid);
     if let Some(retired) = reference.retired_member(&found.member_uuid) {
-        return Err(format!(
-            "member {} was replaced on {}: this is the old device (member UUID {found_uuid}); give its replacement \
-             in its place, or `missing`",
-            retired.position,
-            crate::array::identity::format_unix_seconds(retired.retired_unix_seconds)
-        ));
+        return Err(MemberProblem::Replaced {
+            position: retired.position,
+            retired_unix_seconds: retired.retired_unix_seconds,
+            member_uuid: found_uuid,
+        });
     }
-    Err(format!(
-        "is not the member this volume expects in position {index}: it carries member UUID {found_uuid}, the \
-         volume expects {} (an old copy of the member, or a device restored from a backup)",
-        uuid::Uuid::from_bytes(expected)
-    ))
+    Err(MemberProblem::NotTheExpectedMember {
+        position: index,
+        found: found_uuid,
+        expected: uuid::Uuid::from_bytes(expected),
+    })
 }
 
 /// No present member may be one that another present member records as retired, whatever
@@ -1217,13 +1218,12 @@ fn check_not_retired_by_another(found: &[Option<Superblock>], names: &[String]) 
             return Err(Error::Member {
                 member: index,
                 path: names[index].clone(),
-                reason: format!(
-                    "was replaced as member {} on {}, says member {other_index} ({}): this is the old device, and the \
-                     two come from copies of the volume that went separate ways; give the replacement in its place",
-                    retired.position,
-                    crate::array::identity::format_unix_seconds(retired.retired_unix_seconds),
-                    names[other_index]
-                ),
+                problem: MemberProblem::RetiredByAnother {
+                    position: retired.position,
+                    retired_unix_seconds: retired.retired_unix_seconds,
+                    by_member: other_index,
+                    by_path: names[other_index].clone(),
+                },
             });
         }
     }
@@ -1231,11 +1231,11 @@ fn check_not_retired_by_another(found: &[Option<Superblock>], names: &[String]) 
 }
 
 fn read_superblock(index: usize, name: &str, device: &dyn BlockDevice) -> Result<Superblock> {
-    let (newest, problems) = crate::array::identity::read_newest_superblock(device);
+    let (newest, copies) = crate::array::identity::read_newest_superblock(device);
     newest.ok_or_else(|| Error::Member {
         member: index,
         path: name.to_string(),
-        reason: format!("has no valid stripelog superblock: {}", problems.join("; ")),
+        problem: MemberProblem::NoValidSuperblock { copies },
     })
 }
 

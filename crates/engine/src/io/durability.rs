@@ -300,7 +300,7 @@ impl Core {
             Err(crate::write_log::AppendProblem::Failed) => {
                 log::error!(
                     "the write log failed ({}): flushes sync the members from now on",
-                    log.failure().unwrap_or_default()
+                    log.failure().map(|problem| problem.to_string()).unwrap_or_default()
                 );
                 // Retiring it syncs the members: what was staged is durable there.
                 self.retire_failed_write_log()?;

@@ -50,7 +50,7 @@ pub(crate) use summaries::{SegmentEntry, SummaryWalk};
 pub(crate) use write::{block_pieces, BlockWrite, CompressedUnit, MergedBlock, OpenProblem, RunStop};
 
 use crate::array::members::Members;
-use crate::error::{Error, Result, Shutdown};
+use crate::error::{Error, RequestProblem, Result, Shutdown};
 use crate::index::checksums::ChecksumCache;
 use crate::index::directory::CheckpointState;
 use crate::index::map::BlockMap;
@@ -386,16 +386,16 @@ impl Core {
 
     pub(crate) fn check_range(&self, offset_bytes: u64, length_bytes: u64) -> Result<()> {
         if !offset_bytes.is_multiple_of(SECTOR_SIZE_BYTES) || !length_bytes.is_multiple_of(SECTOR_SIZE_BYTES) {
-            return Err(Error::InvalidRequest(format!(
-                "offset {offset_bytes} and length {length_bytes} must be multiples of {SECTOR_SIZE_BYTES}"
-            )));
+            return Err(Error::InvalidRequest(RequestProblem::Unaligned {
+                offset_bytes,
+                length_bytes,
+                sector_bytes: SECTOR_SIZE_BYTES,
+            }));
         }
         let size_bytes = self.map.block_count() * BLOCK_SIZE_BYTES as u64;
         match offset_bytes.checked_add(length_bytes) {
             Some(end) if end <= size_bytes => Ok(()),
-            _ => Err(Error::InvalidRequest(format!(
-                "range {offset_bytes}+{length_bytes} is beyond the end of the volume ({size_bytes} bytes)"
-            ))),
+            _ => Err(Error::InvalidRequest(RequestProblem::BeyondEnd { offset_bytes, length_bytes, size_bytes })),
         }
     }
 

@@ -22,7 +22,7 @@
 //! wrong.
 
 use super::{block_pieces, Core, Lookup, SummaryWalk};
-use crate::error::{Error, Result};
+use crate::error::{Error, RequestProblem, Result};
 use crate::index::checksums::ChecksumTable;
 use crate::index::map::{Mapping, ReadCopy};
 use crate::layout::format;
@@ -184,7 +184,7 @@ impl ReadQueue {
     pub fn submit(&mut self, tag: u64, offset_bytes: u64, length_bytes: usize, buffer: Vec<u8>) {
         let core = self.core.clone();
         let checked = if length_bytes > buffer.len() {
-            Err(Error::InvalidRequest(format!("a read of {length_bytes} bytes into a buffer of {}", buffer.len())))
+            Err(Error::InvalidRequest(RequestProblem::BufferTooSmall { length_bytes, buffer_bytes: buffer.len() }))
         } else {
             core.check_open().and_then(|()| core.check_range(offset_bytes, length_bytes as u64))
         };
@@ -357,7 +357,7 @@ impl ReadQueue {
         };
         self.spare.push(read.buffer);
         if outcome == ReadCopy::Installed {
-            core.members.read_done(load.member, None, &core.counters);
+            core.members.read_done(load.member, Ok(()), &core.counters);
             Counters::add(&core.counters.queued_map_page_loads, 1);
         }
         let installed = outcome != ReadCopy::Refused;
@@ -460,7 +460,7 @@ impl ReadQueue {
             && core.generation(segment) == load.generation
             && load.walk.expects(&read.buffer, &core.volume_uuid, &core.geometry);
         let progress = if intact && load.record(core, &read.buffer) {
-            core.members.read_done(load.member, None, &core.counters);
+            core.members.read_done(load.member, Ok(()), &core.counters);
             self.spare.push(read.buffer);
             self.advance_load(core, segment)
         } else {
@@ -542,7 +542,7 @@ impl ReadQueue {
                 && core.generation(block.segment) == block.generation
                 && format::checksum_proves(&read.buffer, block.expected_checksum);
             if intact {
-                core.members.read_done(block.member, None, &core.counters);
+                core.members.read_done(block.member, Ok(()), &core.counters);
                 Counters::add(&core.counters.queued_member_reads, 1);
                 if let Some(cache) = &core.cache {
                     cache.insert(block.position, block.generation, &read.buffer);

@@ -1,6 +1,9 @@
 //! Encoding and decoding of everything stored on members: superblocks and batch summary
 //! blocks. Byte layouts are in docs/on-disk-format.md; this file is their only encoder.
 
+/// Who holds a volume, and why a superblock is refused: defined with the errors that
+/// report them.
+pub use crate::error::{Holder, SuperblockInconsistency, SuperblockProblem};
 use crate::layout::geometry::{Geometry, RaidLevel, BLOCK_SIZE_BYTES};
 use crate::layout::mapping::Mapping;
 pub use crate::stats::LifetimeCounters;
@@ -167,21 +170,6 @@ fn read_text(block: &[u8], offset: usize, size: usize) -> String {
     String::from_utf8_lossy(&field[..length]).into_owned()
 }
 
-/// Who opened the volume read-write last, and whether it closed it cleanly
-/// (docs/data-safety.md, "The holder record").
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Holder {
-    /// A read-write open is in progress (or ended in a crash): set by every read-write
-    /// open, cleared by a clean close.
-    pub open: bool,
-    pub process_id: u32,
-    pub opened_unix_seconds: u64,
-    /// The last clean close (0: never).
-    pub closed_unix_seconds: u64,
-    pub host: String,
-    pub program: String,
-}
-
 /// A member that a replacement displaced: its UUID is refused in any position from then on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetiredMember {
@@ -280,13 +268,21 @@ impl CompressionSetting {
     }
 }
 
+/// A compression setting that is not one (`CompressionSetting::from_str`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("compression '{text}': expected lz4 or off")]
+pub struct UnknownCompressionSetting {
+    /// What was given.
+    pub text: String,
+}
+
 impl std::str::FromStr for CompressionSetting {
-    type Err = String;
+    type Err = UnknownCompressionSetting;
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         match text {
             "off" => Ok(CompressionSetting::Off),
             "lz4" | "on" => Ok(CompressionSetting::Lz4),
-            other => Err(format!("compression '{other}': expected lz4 or off")),
+            other => Err(UnknownCompressionSetting { text: other.to_string() }),
         }
     }
 }
@@ -320,16 +316,6 @@ pub struct CheckpointReference {
     pub generation: u64,
     /// Every batch up to this sequence is reflected in the checkpoint.
     pub sequence: u64,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub enum SuperblockProblem {
-    NotStripelog,
-    UnsupportedVersion(u32),
-    /// Incompatible feature bits this code does not know (a newer stripelog wrote them).
-    UnknownFeatures(u64),
-    BadChecksum,
-    Inconsistent(String),
 }
 
 impl Superblock {
@@ -414,42 +400,41 @@ impl Superblock {
             return Err(SuperblockProblem::UnknownFeatures(incompatible_features & !KNOWN_FEATURES));
         }
         if version >= SUPERBLOCK_VERSION_WITH_FEATURES && incompatible_features == 0 {
-            return Err(SuperblockProblem::Inconsistent(format!("version {version} names no incompatible feature")));
+            return Err(SuperblockProblem::Inconsistent(SuperblockInconsistency::VersionWithoutFeatures { version }));
         }
         let compression = if version >= SUPERBLOCK_VERSION {
             CompressionSetting::from_code(block[2337]).ok_or_else(|| {
-                SuperblockProblem::Inconsistent(format!("unknown compression setting {}", block[2337]))
+                SuperblockProblem::Inconsistent(SuperblockInconsistency::UnknownCompression(block[2337]))
             })?
         } else {
             CompressionSetting::Off
         };
         if compression != CompressionSetting::Off && incompatible_features & FEATURE_PACKED_FRAGMENTS == 0 {
-            return Err(SuperblockProblem::Inconsistent(
-                "compression is set on a volume created without packed fragments".into(),
-            ));
+            return Err(SuperblockProblem::Inconsistent(SuperblockInconsistency::CompressionWithoutPackedFragments));
         }
         let deduplication = match if version >= SUPERBLOCK_VERSION { block[2338] } else { 0 } {
             0 => false,
             1 if incompatible_features & FEATURE_DEDUPLICATION != 0 => true,
             other => {
-                return Err(SuperblockProblem::Inconsistent(format!(
-                    "deduplication setting {other} on a volume {} deduplication",
-                    if incompatible_features & FEATURE_DEDUPLICATION != 0 { "with" } else { "created without" }
-                )))
+                return Err(SuperblockProblem::Inconsistent(SuperblockInconsistency::DeduplicationSetting {
+                    setting: other,
+                    with_feature: incompatible_features & FEATURE_DEDUPLICATION != 0,
+                }))
             }
         };
         let copy = read_u32(block, 12);
         if copy != expected_copy {
-            return Err(SuperblockProblem::Inconsistent(format!(
-                "copy {copy} found where copy {expected_copy} belongs"
-            )));
+            return Err(SuperblockProblem::Inconsistent(SuperblockInconsistency::WrongCopy {
+                found: copy,
+                expected: expected_copy,
+            }));
         }
         let raid_code = read_u32(block, 40);
         let raid_level = RaidLevel::from_code(raid_code)
-            .ok_or_else(|| SuperblockProblem::Inconsistent(format!("unknown RAID level {raid_code}")))?;
+            .ok_or(SuperblockProblem::Inconsistent(SuperblockInconsistency::UnknownRaidLevel(raid_code)))?;
         let block_size = read_u32(block, 48);
         if block_size as usize != BLOCK_SIZE_BYTES {
-            return Err(SuperblockProblem::Inconsistent(format!("block size {block_size}")));
+            return Err(SuperblockProblem::Inconsistent(SuperblockInconsistency::BlockSize(block_size)));
         }
         let member_count = read_u32(block, 36);
         let mut superblock = Superblock {
@@ -484,21 +469,20 @@ impl Superblock {
             deduplication,
         };
         // The geometry must be one we would have created, and agree with its own sizes.
-        let geometry = Geometry::new(
+        let geometry = Geometry::validate(
             superblock.raid_level,
             superblock.member_count as usize,
             superblock.chunk_size_bytes,
             superblock.spare_ppm,
             superblock.member_size_bytes,
         )
-        .map_err(|error| SuperblockProblem::Inconsistent(error.to_string()))?
+        .map_err(|problem| SuperblockProblem::Inconsistent(SuperblockInconsistency::Geometry(problem)))?
         .with_thin_logical_blocks(superblock.geometry().thin_logical_block_count);
         if superblock.incompatible_features & FEATURE_THIN_PROVISIONED != 0
             && thin_logical_blocks(superblock.logical_size_bytes).is_none()
         {
-            return Err(SuperblockProblem::Inconsistent(format!(
-                "thin logical size {} is not a whole number of blocks from 1 to 2^36",
-                superblock.logical_size_bytes
+            return Err(SuperblockProblem::Inconsistent(SuperblockInconsistency::ThinLogicalSize(
+                superblock.logical_size_bytes,
             )));
         }
         if geometry.segment_count() != superblock.segment_count
@@ -506,7 +490,7 @@ impl Superblock {
             || superblock.member_index >= superblock.member_count
             || superblock.rebuilding_members & !superblock.failed_members != 0
         {
-            return Err(SuperblockProblem::Inconsistent("sizes do not match the geometry".into()));
+            return Err(SuperblockProblem::Inconsistent(SuperblockInconsistency::SizesDoNotMatch));
         }
         if version >= SUPERBLOCK_VERSION_WITHOUT_INDEX {
             superblock.decode_identity(block)?;
@@ -522,7 +506,7 @@ impl Superblock {
             let log_devices = read_u32(block, WRITE_LOG_OFFSET) as usize;
             if log_devices > 0 {
                 if log_devices > 2 {
-                    return Err(SuperblockProblem::Inconsistent(format!("{log_devices} write log devices")));
+                    return Err(SuperblockProblem::Inconsistent(SuperblockInconsistency::WriteLogDevices(log_devices)));
                 }
                 superblock.write_log = Some(WriteLogReference {
                     log_uuid: read_uuid(block, WRITE_LOG_OFFSET + 8),
@@ -552,7 +536,7 @@ impl Superblock {
         self.member_uuid = read_uuid(block, 128);
         let flags = read_u32(block, 144);
         if flags & !HOLDER_FLAG_OPEN != 0 {
-            return Err(SuperblockProblem::Inconsistent(format!("unknown holder flags {flags:#x}")));
+            return Err(SuperblockProblem::Inconsistent(SuperblockInconsistency::UnknownHolderFlags(flags)));
         }
         self.holder = Holder {
             open: flags & HOLDER_FLAG_OPEN != 0,
@@ -568,12 +552,10 @@ impl Superblock {
         let beyond_count = (self.member_count as usize..MEMBER_UUID_SLOTS)
             .any(|position| read_uuid(block, MEMBER_UUIDS_OFFSET + position * 16) != [0; 16]);
         if beyond_count {
-            return Err(SuperblockProblem::Inconsistent("member UUIDs beyond the member count".into()));
+            return Err(SuperblockProblem::Inconsistent(SuperblockInconsistency::MemberUuidsBeyondCount));
         }
         if self.member_uuid != [0; 16] && self.member_uuids[self.member_index as usize] != self.member_uuid {
-            return Err(SuperblockProblem::Inconsistent(
-                "its member UUID is not the one it lists for its own position".into(),
-            ));
+            return Err(SuperblockProblem::Inconsistent(SuperblockInconsistency::OwnUuidMismatch));
         }
         for index in 0..RETIRED_MEMBERS_MAXIMUM {
             let offset = RETIRED_OFFSET + index * RETIRED_RECORD_BYTES;

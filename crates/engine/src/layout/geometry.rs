@@ -1,7 +1,7 @@
 //! Volume geometry: RAID level, columns, roles and where every block lives.
 //! See docs/on-disk-format.md, "Volume geometry".
 
-use crate::error::{Error, Result};
+use crate::error::{Error, GeometryProblem, Result};
 use serde::Serialize;
 
 /// The logical and physical block size. Fixed by the format.
@@ -115,6 +115,18 @@ impl Geometry {
         spare_ppm: u32,
         smallest_member_bytes: u64,
     ) -> Result<Geometry> {
+        Geometry::validate(raid_level, member_count, chunk_size_bytes, spare_ppm, smallest_member_bytes)
+            .map_err(Error::InvalidGeometry)
+    }
+
+    /// [`Geometry::new`], with what is wrong when the parameters are refused.
+    pub fn validate(
+        raid_level: RaidLevel,
+        member_count: usize,
+        chunk_size_bytes: u32,
+        spare_ppm: u32,
+        smallest_member_bytes: u64,
+    ) -> std::result::Result<Geometry, GeometryProblem> {
         let minimum_members = match raid_level {
             RaidLevel::Raid0 => 1,
             RaidLevel::Raid10 => 2,
@@ -122,25 +134,23 @@ impl Geometry {
             RaidLevel::Raid6 => 4,
         };
         if member_count < minimum_members || member_count > MAXIMUM_MEMBER_COUNT as usize {
-            return Err(Error::InvalidGeometry(format!(
-                "{raid_level} needs {minimum_members} to {MAXIMUM_MEMBER_COUNT} members, got {member_count}"
-            )));
+            return Err(GeometryProblem::MemberCount {
+                raid_level: raid_level.name(),
+                minimum_members,
+                maximum_members: MAXIMUM_MEMBER_COUNT,
+                member_count,
+            });
         }
         if raid_level == RaidLevel::Raid10 && !member_count.is_multiple_of(2) {
-            return Err(Error::InvalidGeometry(format!("raid10 needs an even number of members, got {member_count}")));
+            return Err(GeometryProblem::OddRaid10MemberCount { member_count });
         }
         if !chunk_size_bytes.is_power_of_two()
             || !(MINIMUM_CHUNK_SIZE_BYTES..=MAXIMUM_CHUNK_SIZE_BYTES).contains(&chunk_size_bytes)
         {
-            return Err(Error::InvalidGeometry(format!(
-                "chunk size must be a power of two from 64 KiB to 16 MiB, got {chunk_size_bytes} bytes"
-            )));
+            return Err(GeometryProblem::ChunkSize { chunk_size_bytes });
         }
         if spare_ppm >= 1_000_000 {
-            return Err(Error::InvalidGeometry(format!(
-                "spare fraction must be below 100 %, got {} %",
-                spare_ppm as f64 / 10_000.0
-            )));
+            return Err(GeometryProblem::SpareFraction { spare_ppm });
         }
         let member_size_bytes = smallest_member_bytes / chunk_size_bytes as u64 * chunk_size_bytes as u64;
         let geometry = Geometry {
@@ -154,12 +164,10 @@ impl Geometry {
             shared_blocks: false,
         };
         if geometry.segment_count() < 2 {
-            return Err(Error::InvalidGeometry(format!(
-                "members of {smallest_member_bytes} bytes hold fewer than 2 segments of {chunk_size_bytes}-byte chunks"
-            )));
+            return Err(GeometryProblem::MembersTooSmall { smallest_member_bytes, chunk_size_bytes });
         }
         if geometry.logical_block_count() == 0 {
-            return Err(Error::InvalidGeometry("the logical size would be zero".into()));
+            return Err(GeometryProblem::ZeroLogicalSize);
         }
         Ok(geometry)
     }

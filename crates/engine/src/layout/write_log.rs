@@ -2,6 +2,8 @@
 //! copies at the start of the device) and the records of the circular area after them.
 //! Every structure has a magic, a version and a CRC32C in its last 4 bytes.
 
+/// Why a log superblock copy is not usable: defined with the errors that report it.
+pub use crate::error::{LogSuperblockInconsistency, LogSuperblockProblem};
 use crate::layout::format::{checksum_matches, put, read_u32, read_u64, read_uuid, seal};
 use crate::layout::geometry::BLOCK_SIZE_BYTES;
 
@@ -47,19 +49,6 @@ pub struct LogSuperblock {
     /// carry it, so that a record of an earlier life of the log — one left behind a torn
     /// one by a crash — never joins the chain of a later one.
     pub generation: u64,
-}
-
-/// Why a log superblock copy is not usable.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum LogSuperblockProblem {
-    #[error("not a stripelog write log")]
-    NotWriteLog,
-    #[error("write log format version {0} is not supported")]
-    UnsupportedVersion(u32),
-    #[error("checksum mismatch")]
-    BadChecksum,
-    #[error("inconsistent: {0}")]
-    Inconsistent(String),
 }
 
 impl LogSuperblock {
@@ -111,10 +100,10 @@ impl LogSuperblock {
         };
         let aligned = |value: u64| value.is_multiple_of(BLOCK_SIZE_BYTES as u64);
         if superblock.copy != expected_copy {
-            return Err(LogSuperblockProblem::Inconsistent(format!(
-                "copy {} found where copy {expected_copy} belongs",
-                superblock.copy
-            )));
+            return Err(LogSuperblockProblem::Inconsistent(LogSuperblockInconsistency::WrongCopy {
+                found: superblock.copy,
+                expected: expected_copy,
+            }));
         }
         if read_u64(block, 64) != LOG_AREA_START_BYTES
             || superblock.area_end_bytes > superblock.device_size_bytes
@@ -125,7 +114,7 @@ impl LogSuperblock {
             || superblock.mirror_count == 0
             || superblock.mirror_index >= superblock.mirror_count
         {
-            return Err(LogSuperblockProblem::Inconsistent("positions do not fit the device".into()));
+            return Err(LogSuperblockProblem::Inconsistent(LogSuperblockInconsistency::PositionsDoNotFit));
         }
         Ok(superblock)
     }

@@ -99,7 +99,10 @@ impl SyncRound {
     /// something to sync, and it counts as arrived.
     fn member_lost(&self, member: usize) {
         if self.group_of.get(member).copied().flatten().is_some() {
-            self.progress.lock().first_error.get_or_insert(crate::error::Error::Internal("a member worker stopped"));
+            self.progress
+                .lock()
+                .first_error
+                .get_or_insert(crate::error::Error::Internal(crate::error::InternalFailure::MemberWorkerStopped));
         }
         if let Some(group) = self.arrive(member) {
             // The last of its group: the others wait for nobody to sync them.
@@ -255,7 +258,11 @@ pub(crate) fn stripe_writer<S: BatchSink>(
         });
         for queue in &members {
             if queue.send(MemberJob::Stripe(job.clone())).is_err() {
-                finish_one(&*shared, &job, Some(crate::error::Error::Internal("a member worker stopped")));
+                finish_one(
+                    &*shared,
+                    &job,
+                    Some(crate::error::Error::Internal(crate::error::InternalFailure::MemberWorkerStopped)),
+                );
             }
         }
     }
