@@ -18,6 +18,7 @@ use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
 use crate::log::{METADATA_STREAM, STREAM_COUNT};
 use crate::space::SegmentUse;
 use crate::stats::Counters;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use stripelog_blockdev::AlignedBuffer;
@@ -141,13 +142,39 @@ impl Checkpointer {
         Ok(Some(generation))
     }
 
-    /// Steps 2–5 of a checkpoint whose snapshot is taken.
+    /// Steps 2–5 of a checkpoint whose snapshot is taken. When it fails before its commit,
+    /// nothing in RAM names the blocks it wrote (the committed checkpoint's copies stay
+    /// named) and they are dead: their live units go.
     fn write_snapshot(&self, directory: &mut CheckpointState, snapshot: Snapshot, batch_bytes: u64) -> Result<u64> {
+        let mut copies = Vec::new();
+        let result = self.write_and_commit(directory, snapshot, batch_bytes, &mut copies);
+        if result.is_err() {
+            let core = &*self.core;
+            let mut state = core.lock_state();
+            let killer = state.log().last_sealed_sequence();
+            let per_segment = core.geometry().blocks_per_segment();
+            for position in copies {
+                state.space_mut().remove_live(position / per_segment, core.geometry().live_units_per_block(), killer);
+            }
+        }
+        result
+    }
+
+    /// Write the pages, the directories above them and the root (their positions go to
+    /// `copies` as they are written), make them durable, commit, and only then name the new
+    /// copies in RAM: until the superblocks name the new root, the map and the directory
+    /// name the committed checkpoint's copies.
+    fn write_and_commit(
+        &self,
+        directory: &mut CheckpointState,
+        snapshot: Snapshot,
+        batch_bytes: u64,
+        copies: &mut Vec<u64>,
+    ) -> Result<u64> {
         let core = &*self.core;
         let generation = snapshot.generation;
         let uuid = *core.volume_uuid();
         // 2. The pages, then the directories above them, then the root.
-        let mut dying: Vec<u64> = Vec::new();
         let width_bits = core.map().codec().width_bits as u8;
         let index_blocks: Vec<(PageKind, u64, AlignedBuffer)> = snapshot
             .index_pages
@@ -159,47 +186,45 @@ impl Checkpointer {
             })
             .collect();
         drop(snapshot.index_pages);
-        let (written, _) = self.write_blocks(index_blocks)?;
-        for (page, pointer) in written {
-            dying.extend(core.map().set_copy(page, pointer).map(|old| old.position));
-        }
+        let (written, _) = self.write_blocks(index_blocks, copies)?;
+        let new_index: BTreeMap<u64, PagePointer> = written.into_iter().collect();
         let (table_blocks, digests): (Vec<_>, Vec<_>) = snapshot
             .table_pages
             .into_iter()
             .map(|(page, block, digest)| ((PageKind::SegmentTable, page, block), digest))
             .unzip();
-        let (written, _) = self.write_blocks(table_blocks)?;
-        for ((page, pointer), digest) in written.into_iter().zip(digests) {
-            dying.extend(directory.set_table_page(page, pointer, digest).map(|old| old.position));
-        }
+        let (written, _) = self.write_blocks(table_blocks, copies)?;
+        let new_tables: BTreeMap<u64, (PagePointer, u32)> =
+            written.into_iter().zip(digests).map(|((page, pointer), digest)| (page, (pointer, digest))).collect();
         let shared_blocks: Vec<(PageKind, u64, AlignedBuffer)> =
             snapshot.shared_pages.into_iter().map(|(page, block)| (PageKind::SharedTable, page, block)).collect();
-        let (written, _) = self.write_blocks(shared_blocks)?;
-        for (page, pointer) in written {
-            dying.extend(directory.set_shared_page(page, pointer).map(|old| old.position));
-        }
+        let (written, _) = self.write_blocks(shared_blocks, copies)?;
+        let new_shared: BTreeMap<u64, PagePointer> = written.into_iter().collect();
         let mut directory_positions = Vec::new();
         let map = core.map();
         let (index_depth, index_top) = self.write_tree(
             Tree::Index,
             map.page_count(),
-            &|page| map.copy(page),
+            &|page| new_index.get(&page).copied().or_else(|| map.copy(page)),
             generation,
             &mut directory_positions,
+            copies,
         )?;
         let (segment_depth, segment_top) = self.write_tree(
             Tree::SegmentTable,
             directory.table_page_count(),
-            &|page| directory.table_page(page),
+            &|page| new_tables.get(&page).map(|(pointer, _)| *pointer).or_else(|| directory.table_page(page)),
             generation,
             &mut directory_positions,
+            copies,
         )?;
         let (shared_depth, shared_top) = self.write_tree(
             Tree::SharedTable,
             directory.shared_page_count(),
-            &|page| directory.shared_page(page),
+            &|page| new_shared.get(&page).copied().or_else(|| directory.shared_page(page)),
             generation,
             &mut directory_positions,
+            copies,
         )?;
         let root = CheckpointRoot {
             generation,
@@ -223,7 +248,7 @@ impl Checkpointer {
         };
         let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
         root.encode(&mut block, &uuid);
-        let (written, root_batch) = self.write_blocks(vec![(PageKind::Root, generation, block)])?;
+        let (written, root_batch) = self.write_blocks(vec![(PageKind::Root, generation, block)], copies)?;
         let root_pointer = written[0].1;
         // 3. Every batch up to the root's durable.
         core.make_durable(root_batch)?;
@@ -237,7 +262,18 @@ impl Checkpointer {
             });
             superblock.durable_through_sequence = superblock.durable_through_sequence.max(root_batch);
         })?;
-        // 5. The copies the previous checkpoint named and this one replaced are dead.
+        // 5. Named in RAM now; the copies the previous checkpoint named and this one
+        // replaced are dead.
+        let mut dying: Vec<u64> = Vec::new();
+        for (page, pointer) in new_index {
+            dying.extend(map.set_copy(page, pointer).map(|old| old.position));
+        }
+        for (page, (pointer, digest)) in new_tables {
+            dying.extend(directory.set_table_page(page, pointer, digest).map(|old| old.position));
+        }
+        for (page, pointer) in new_shared {
+            dying.extend(directory.set_shared_page(page, pointer).map(|old| old.position));
+        }
         dying.extend(directory.committed(generation, root_pointer, directory_positions, batch_bytes));
         let mut state = core.lock_state();
         let durable = state.log().durable_through();
@@ -370,6 +406,7 @@ impl Checkpointer {
         leaf: &dyn Fn(u64) -> Option<PagePointer>,
         generation: u64,
         positions: &mut Vec<u64>,
+        copies: &mut Vec<u64>,
     ) -> Result<(u8, Vec<Option<PagePointer>>)> {
         let depth = codec::tree_depth(leaf_count);
         // The leaves are read a directory page's worth at a time (a large volume has
@@ -406,7 +443,7 @@ impl Checkpointer {
                 numbers.push(index);
             }
             let mut parents = vec![None; parent_count as usize];
-            let (written, _) = self.write_blocks(blocks)?;
+            let (written, _) = self.write_blocks(blocks, copies)?;
             for ((_, pointer), index) in written.into_iter().zip(numbers) {
                 positions.push(pointer.position);
                 parents[index] = Some(pointer);
@@ -423,8 +460,13 @@ impl Checkpointer {
 
     /// Write checkpoint blocks into the metadata stream, in batches of their own that take
     /// their place in the log order like the cleaner's. Returns each block's pointer (by
-    /// its number) and the sequence of the last batch.
-    fn write_blocks(&self, blocks: Vec<(PageKind, u64, AlignedBuffer)>) -> Result<(Vec<(u64, PagePointer)>, u64)> {
+    /// its number) and the sequence of the last batch; each block's position also goes to
+    /// `copies` as soon as it is accepted (a failure after it leaves it counted live).
+    fn write_blocks(
+        &self,
+        blocks: Vec<(PageKind, u64, AlignedBuffer)>,
+        copies: &mut Vec<u64>,
+    ) -> Result<(Vec<(u64, PagePointer)>, u64)> {
         let mut written = Vec::with_capacity(blocks.len());
         let mut last_batch = 0;
         let mut next = 0;
@@ -435,6 +477,7 @@ impl Checkpointer {
                 let Some(position) = side.accept_page(*kind, *number, block) else {
                     break;
                 };
+                copies.push(position);
                 written.push((*number, PagePointer { position, checksum: format::block_checksum(block) }));
                 next += 1;
             }

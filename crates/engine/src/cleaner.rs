@@ -88,7 +88,9 @@ fn relocation_stream(state: &WriteState, record: &Live, yardstick: Option<u64>) 
 pub enum CleaningPolicy {
     /// The segments with the fewest live blocks.
     Greedy,
-    /// Rosenblum and Ousterhout's LFS: the largest `(1 − u) × age / (1 + u)`.
+    /// After Rosenblum and Ousterhout's LFS: the largest `(1 − u) × age / 2u` (LFS divides
+    /// by `1 + u`, the cost of reading a whole segment; this cleaner reads and writes only
+    /// the live blocks).
     #[default]
     CostBenefit,
 }

@@ -101,7 +101,7 @@ pub struct OpenOptions {
     /// (`None`: the CPU-adaptive share, docs/compression.md; the simulation fixes it).
     pub compression_share: Option<u32>,
     /// On a volume with deduplication: one block name in `2^bits` enters the sparse index
-    /// (`--dedup-sampling`; docs/deduplication.md, decision 5). More bits, less RAM and
+    /// (`serve --dedup-sampling-bits`; docs/deduplication.md, decision 5). More bits, less RAM and
     /// fewer duplicates found away from the runs.
     pub dedup_sampling_bits: u32,
     /// A fault hook for tests: panic inside the write path, with the write lock held, once

@@ -1,4 +1,4 @@
-//! The paged index (docs/index-and-checkpoints.md, "Paging, as built"): a volume whose map
+//! The paged index (docs/index-and-checkpoints.md, "Paging"): a volume whose map
 //! cache holds two index pages serves every block right — written, overwritten, trimmed,
 //! after a checkpoint, a crash and a reopen — reading pages back from the log and evicting
 //! them as it goes; a map cache larger than the machine is refused.

@@ -271,7 +271,14 @@ impl Server {
                     }
                     stream.set_blocking()?;
                     let server = self.clone();
-                    threads.push(std::thread::spawn(move || server.serve_or_stop(Box::new(stream), peer)));
+                    let spawned = std::thread::Builder::new()
+                        .name("nbd-connection".into())
+                        .spawn(move || server.serve_or_stop(Box::new(stream), peer));
+                    match spawned {
+                        Ok(thread) => threads.push(thread),
+                        // Out of threads: the stream is dropped (closed) with the closure.
+                        Err(error) => log::warn!("a connection refused: cannot start its thread: {error}"),
+                    }
                 }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
                     std::thread::sleep(Duration::from_millis(20));
@@ -665,14 +672,18 @@ fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Ne
     let result = std::thread::scope(|scope| {
         for _ in 0..WORKERS_PER_CONNECTION {
             let (state, jobs, token_return) = (&state, jobs.clone(), token_return.clone());
-            scope.spawn(move || {
+            let worker = move || {
                 for job in jobs {
                     if let Err(error) = state.run(job, &mut Replies(None)) {
                         log::warn!("writing a reply failed: {error}");
                     }
                     let _ = token_return.send(());
                 }
-            });
+            };
+            // (Without a thread the connection has fewer workers: its requests wait longer.)
+            if let Err(error) = std::thread::Builder::new().name("nbd-worker".into()).spawn_scoped(scope, worker) {
+                log::warn!("a connection's worker thread did not start: {error}");
+            }
         }
         let result = read_requests(&state, stream, &tokens, &job_sender);
         drop(job_sender);
@@ -691,7 +702,14 @@ fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Ne
 /// is read, so a later flush covers them. Requests that wait on the members go to workers.
 fn runs_inline(request: &Request, flushes_are_quick: bool) -> bool {
     let fua = request.flags & COMMAND_FLAG_FUA != 0;
+    let block = stripelog_engine::BLOCK_SIZE_BYTES as u64;
+    let whole_blocks =
+        request.offset_bytes.is_multiple_of(block) && u64::from(request.length_bytes).is_multiple_of(block);
     match request.command {
+        // A partial block is merged with its old content, read from the members first: a
+        // worker waits for that read, so that the reader goes on with the requests behind
+        // it (several partial writes then read their blocks at once).
+        COMMAND_WRITE | COMMAND_TRIM | COMMAND_WRITE_ZEROES if !whole_blocks => false,
         COMMAND_WRITE | COMMAND_TRIM | COMMAND_WRITE_ZEROES => !fua || flushes_are_quick,
         COMMAND_FLUSH => flushes_are_quick,
         COMMAND_CACHE | COMMAND_BLOCK_STATUS => true,

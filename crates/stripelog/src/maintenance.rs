@@ -478,6 +478,15 @@ fn status_text(status: &serde_json::Value) -> String {
             counters["write_amplification_cleaning"].as_f64().unwrap_or(0.0),
             counters["write_amplification_total"].as_f64().unwrap_or(0.0),
         );
+        let lock = &export["write_lock"];
+        let _ = writeln!(
+            text,
+            "lock     the write lock held {} times; p99 {}, p99.9 {}, longest {}",
+            number(&lock["holds"]),
+            units::format_seconds(lock["hold_p99_seconds"].as_f64().unwrap_or(0.0)),
+            units::format_seconds(lock["hold_p999_seconds"].as_f64().unwrap_or(0.0)),
+            units::format_seconds(lock["hold_maximum_seconds"].as_f64().unwrap_or(0.0)),
+        );
         let cold_blocks = number(&counters["blocks_written_cold"]);
         if cold_blocks > 0 {
             let _ = writeln!(

@@ -242,7 +242,7 @@ fn encode_volumes(
 ) -> Result<(), std::fmt::Error> {
     use MetricType::{Counter, Gauge};
     // (name, help, unit, type, label, values)
-    let families: [VolumeFamily; 29] = [
+    let families: [VolumeFamily; 31] = [
         ("stripelog_volume_logical_size", "Size the volume offers", Some(Unit::Bytes), Gauge, None, |stats| {
             vec![("", stats.logical_size_bytes as f64)]
         }),
@@ -353,6 +353,29 @@ fn encode_volumes(
                     ("total", stats.write_amplification_total),
                 ]
             },
+        ),
+        (
+            "stripelog_volume_write_lock_hold",
+            "How long the write lock was held, since the volume was opened: the 99th and 99.9th percentiles \
+             and the longest hold (every write takes it; nothing under it waits for a member)",
+            Some(Unit::Seconds),
+            Gauge,
+            Some("quantile"),
+            |stats| {
+                vec![
+                    ("0.99", stats.write_lock_hold_p99_microseconds / 1e6),
+                    ("0.999", stats.write_lock_hold_p999_microseconds / 1e6),
+                    ("1", stats.write_lock_hold_maximum_microseconds / 1e6),
+                ]
+            },
+        ),
+        (
+            "stripelog_volume_write_lock_holds",
+            "Holds of the write lock since the volume was opened",
+            None,
+            Counter,
+            None,
+            |stats| vec![("", stats.write_lock_holds as f64)],
         ),
         ("stripelog_volume_segments", "Segments by state", None, Gauge, Some("state"), |stats| {
             vec![

@@ -404,6 +404,12 @@ fn overview(served: &Served) -> serde_json::Value {
                     "client_batch_pairs": stats.client_batch_pairs,
                 },
                 "members": members,
+                "write_lock": {
+                    "holds": stats.write_lock_holds,
+                    "hold_p99_seconds": stats.write_lock_hold_p99_microseconds / 1e6,
+                    "hold_p999_seconds": stats.write_lock_hold_p999_microseconds / 1e6,
+                    "hold_maximum_seconds": stats.write_lock_hold_maximum_microseconds / 1e6,
+                },
                 "write_log": stats.write_log,
                 "in_progress": in_progress,
             }))

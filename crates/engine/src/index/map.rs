@@ -1,6 +1,6 @@
 //! The logical-to-physical map: one entry per logical 4 KiB block, bit-packed as narrow
 //! as the volume allows, in pages (docs/index-and-checkpoints.md, "Decisions" 1 and
-//! "Paging, as built"). A page is in RAM or only in the log: the map knows where each
+//! "Paging"). A page is in RAM or only in the log: the map knows where each
 //! page's latest copy is, loads a missing page on demand from a [`PageSource`], and
 //! evicts clean pages to stay within its cache. Readers take no lock: each page has a
 //! sequence counter (a seqlock) that its writer makes odd while it changes the page; a
@@ -708,8 +708,9 @@ impl BlockMap {
         self.load(index)
     }
 
-    /// Make sure the page of `logical_block` is in RAM if it has a copy (writers, under the
-    /// state lock, before they change the open batch): one atomic load when it is there.
+    /// Make sure the page of `logical_block` is in RAM if it has a copy (writers, before
+    /// they take the write lock, under which they only check it is still there): one
+    /// atomic load when it is there.
     pub fn ensure_resident_for(&self, logical_block: u64) -> Result<()> {
         let (index, _) = self.place(logical_block);
         if self.pages[index as usize].load(Ordering::Acquire).is_null() && self.copy(index).is_some() {

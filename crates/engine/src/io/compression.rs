@@ -15,10 +15,10 @@ pub const SHARE_WHOLE: u32 = 1000;
 pub const CONTROL_INTERVAL: Duration = Duration::from_millis(100);
 /// The CPU counts as the limit at this share of the cores the process may use.
 const CPU_BUSY_PER_MILLE: u64 = 900;
-/// After this many offered blocks in a row did not compress, only one in
+/// After this many offered units in a row did not compress, only one in
 /// [`TRIED_WHILE_REFUSING`] is tried until one compresses again: incompressible data comes
 /// in runs (media, encrypted or already compressed files), and even the probe costs CPU
-/// that a 2-core server lacks (docs/compression.md, "As built").
+/// that a 2-core server lacks (docs/compression.md, "Where the CPU goes").
 pub const REFUSALS_BEFORE_SKIPPING: u64 = 64;
 pub const TRIED_WHILE_REFUSING: u64 = 8;
 /// The share never drops below this: the controller keeps measuring what compression

@@ -1,5 +1,5 @@
 //! The codec of the checkpoint's blocks: index pages, directory pages, segment table pages
-//! and the checkpoint root (docs/index-and-checkpoints.md, "On-disk structures"). Each is
+//! and the checkpoint root (docs/on-disk-format.md, "Checkpoint blocks"). Each is
 //! one 4096-byte block written in the log like a data block; each names its magic, its
 //! version, the volume, its place and the checkpoint generation that wrote it, and ends
 //! with a CRC32C of the rest, so that a block from another volume, another place or an

@@ -94,7 +94,7 @@ pub struct Geometry {
     pub spare_ppm: u32,
     pub member_size_bytes: u64,
     /// Index entries and summaries may name packed fragments (a volume created with
-    /// compression, superblock feature bit 1; docs/compression.md): wider index entries,
+    /// compression, superblock feature bit 2; docs/compression.md): wider index entries,
     /// and live counts in sixteenths of a block.
     pub packed_fragments: bool,
     /// A thinly provisioned volume's logical size in blocks (superblock feature bit 3,

@@ -1,4 +1,4 @@
-//! The write log device's on-disk structures (docs/write-log.md): its superblock (two
+//! The write log device's on-disk structures (docs/on-disk-format.md, "Write log device"): its superblock (two
 //! copies at the start of the device) and the records of the circular area after them.
 //! Every structure has a magic, a version and a CRC32C in its last 4 bytes.
 

@@ -40,7 +40,8 @@ pub(crate) enum SegmentStatus {
 }
 
 impl SegmentStatus {
-    /// The status a checkpoint's segment table records (docs/index-and-checkpoints.md):
+    /// The status a checkpoint's segment table records (docs/on-disk-format.md, "Segment
+    /// table page (entry kind 6)"):
     /// 0 free, 1 used, 2 current, 3 waiting for its death to be durable, 4 reserved.
     fn code(self) -> u8 {
         match self {
