@@ -7,6 +7,7 @@
 //! volumes only through `stripelog_engine::Volume`; the engine knows nothing of NBD.
 
 pub mod codec;
+pub mod fair_share;
 pub mod metrics;
 pub mod protocol;
 pub mod server;

@@ -4,6 +4,7 @@
 //! replies under the connection's writer lock.
 
 use crate::codec::{self, OptionRequest, ProtocolError, Request};
+use crate::fair_share::Share;
 use crate::protocol::*;
 use crate::tls::{TlsMode, TlsSettings};
 use parking_lot::Mutex;
@@ -170,6 +171,8 @@ pub struct Server {
     next_connection: AtomicU64,
     /// STARTTLS: `None` refuses it (as `TlsMode::Off`).
     tls: Option<TlsSettings>,
+    /// Each busy connection's share of the server.
+    fair_share: crate::fair_share::FairShare,
 }
 
 /// What the handshake settled.
@@ -201,6 +204,7 @@ impl Server {
             panicked: AtomicBool::new(false),
             open_connections: Mutex::new(Vec::new()),
             next_connection: AtomicU64::new(1),
+            fair_share: crate::fair_share::FairShare::new(MAXIMUM_CONNECTIONS),
         })
     }
 
@@ -669,14 +673,17 @@ fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Ne
         token_return.send(()).expect("capacity for every token");
     }
     let (job_sender, jobs) = stripelog_engine::queue::bounded::<Job>(REQUESTS_IN_FLIGHT_PER_CONNECTION);
+    // This connection's share of the server among the busy ones.
+    let share = state.server.fair_share.join();
     let result = std::thread::scope(|scope| {
         for _ in 0..WORKERS_PER_CONNECTION {
-            let (state, jobs, token_return) = (&state, jobs.clone(), token_return.clone());
+            let (state, jobs, token_return, share) = (&state, jobs.clone(), token_return.clone(), share.as_ref());
             let worker = move || {
                 for job in jobs {
                     if let Err(error) = state.run(job, &mut Replies(None)) {
                         log::warn!("writing a reply failed: {error}");
                     }
+                    share.inspect(|share| share.answered());
                     let _ = token_return.send(());
                 }
             };
@@ -685,7 +692,7 @@ fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Ne
                 log::warn!("a connection's worker thread did not start: {error}");
             }
         }
-        let result = read_requests(&state, stream, &tokens, &job_sender);
+        let result = read_requests(&state, stream, share.as_ref(), &tokens, &job_sender);
         drop(job_sender);
         result
     });
@@ -702,19 +709,25 @@ fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Ne
 /// is read, so a later flush covers them. Requests that wait on the members go to workers.
 fn runs_inline(request: &Request, flushes_are_quick: bool) -> bool {
     let fua = request.flags & COMMAND_FLAG_FUA != 0;
-    let block = stripelog_engine::BLOCK_SIZE_BYTES as u64;
-    let whole_blocks =
-        request.offset_bytes.is_multiple_of(block) && u64::from(request.length_bytes).is_multiple_of(block);
     match request.command {
         // A partial block is merged with its old content, read from the members first: a
         // worker waits for that read, so that the reader goes on with the requests behind
         // it (several partial writes then read their blocks at once).
-        COMMAND_WRITE | COMMAND_TRIM | COMMAND_WRITE_ZEROES if !whole_blocks => false,
+        _ if changes_part_of_a_block(request) => false,
         COMMAND_WRITE | COMMAND_TRIM | COMMAND_WRITE_ZEROES => !fua || flushes_are_quick,
         COMMAND_FLUSH => flushes_are_quick,
         COMMAND_CACHE | COMMAND_BLOCK_STATUS => true,
         _ => false,
     }
+}
+
+/// Whether `request` writes, trims or zeroes part of a block (which the engine merges
+/// with the block's old content).
+fn changes_part_of_a_block(request: &Request) -> bool {
+    let block = stripelog_engine::BLOCK_SIZE_BYTES as u64;
+    let whole_blocks =
+        request.offset_bytes.is_multiple_of(block) && u64::from(request.length_bytes).is_multiple_of(block);
+    matches!(request.command, COMMAND_WRITE | COMMAND_TRIM | COMMAND_WRITE_ZEROES) && !whole_blocks
 }
 
 /// The connection's reads in its read queue, which the reader submits and answers.
@@ -761,7 +774,13 @@ impl QueuedReads {
     }
 
     /// Put the replies of the reads finished (waiting as `wait` says) into `pending`.
-    fn answer(&mut self, state: &ConnectionState, wait: WaitFor, pending: &mut PendingReplies) -> io::Result<()> {
+    fn answer(
+        &mut self,
+        state: &ConnectionState,
+        share: Option<&Share>,
+        wait: WaitFor,
+        pending: &mut PendingReplies,
+    ) -> io::Result<()> {
         let completed = match wait {
             WaitFor::Nothing => self.queue.complete(false),
             WaitFor::Read => self.queue.complete(true),
@@ -775,6 +794,7 @@ impl QueuedReads {
             let length = request.length_bytes as usize;
             let replied = state.reply_read(&request, read.result, &read.buffer[..length], &mut Replies(Some(pending)));
             state.metrics().record(COMMAND_READ, length as u64, received.elapsed());
+            share.inspect(|share| share.answered());
             self.spare_buffers.push(read.buffer);
             result = result.and(replied).and_then(|()| state.flush_pending_if_due(pending));
         }
@@ -786,18 +806,19 @@ impl QueuedReads {
 fn read_requests(
     state: &ConnectionState,
     stream: Box<dyn Connection>,
+    share: Option<&Share>,
     tokens: &stripelog_engine::queue::Receiver<()>,
     jobs: &stripelog_engine::queue::Sender<Job>,
 ) -> io::Result<()> {
     let mut reads = QueuedReads::new(state, stream.as_ref());
     let mut stream = io::BufReader::with_capacity(READ_BUFFER_BYTES, stream);
     let mut pending = PendingReplies::with_capacity(PENDING_REPLIES_FLUSH_BYTES);
-    let mut result = read_requests_into(state, &mut stream, tokens, jobs, &mut reads, &mut pending);
+    let mut result = read_requests_into(state, &mut stream, share, tokens, jobs, &mut reads, &mut pending);
     // The reads still in flight are answered (a client that disconnects gets every reply
     // owed first), and whatever the reader answered goes out, even when the connection is
     // ending.
     while reads.in_flight() > 0 {
-        let answered = reads.answer(state, WaitFor::Read, &mut pending);
+        let answered = reads.answer(state, share, WaitFor::Read, &mut pending);
         result = result.and(answered);
     }
     let flushed = state.flush_pending(&mut pending);
@@ -807,6 +828,7 @@ fn read_requests(
 fn read_requests_into(
     state: &ConnectionState,
     stream: &mut io::BufReader<Box<dyn Connection>>,
+    share: Option<&Share>,
     tokens: &stripelog_engine::queue::Receiver<()>,
     jobs: &stripelog_engine::queue::Sender<Job>,
     reads: &mut QueuedReads,
@@ -821,7 +843,7 @@ fn read_requests_into(
         // client sending more. While requests keep coming, replies gather into fewer,
         // larger sends.
         loop {
-            reads.answer(state, WaitFor::Nothing, pending)?;
+            reads.answer(state, share, WaitFor::Nothing, pending)?;
             if stream.buffer().len() >= codec::REQUEST_HEADER_BYTES || stream.get_ref().input_waiting() {
                 break;
             }
@@ -829,7 +851,14 @@ fn read_requests_into(
             if reads.in_flight() == 0 {
                 break;
             }
-            reads.answer(state, WaitFor::ReadOrRequest, pending)?;
+            reads.answer(state, share, WaitFor::ReadOrRequest, pending)?;
+        }
+        // A connection ahead of its share lets the others catch up first (what it is owed
+        // goes out before it pauses).
+        while share.is_some_and(Share::ahead) && !state.server.is_shutting_down() {
+            reads.answer(state, share, WaitFor::Nothing, pending)?;
+            state.flush_pending(pending)?;
+            std::thread::sleep(crate::fair_share::PAUSE);
         }
         let mut header = [0u8; codec::REQUEST_HEADER_BYTES];
         match stream.read_exact(&mut header) {
@@ -844,6 +873,9 @@ fn read_requests_into(
         if request.command == COMMAND_DISCONNECT {
             return Ok(());
         }
+        share.inspect(|share| {
+            share.charge(crate::fair_share::request_cost(request.length_bytes, changes_part_of_a_block(&request)))
+        });
         let carries_payload = request.command == COMMAND_WRITE;
         let refusal = validate(state, export, size, &request);
         if carries_payload && stream.buffer().len() < request.length_bytes as usize {
@@ -863,7 +895,7 @@ fn read_requests_into(
             // through io_uring, and answered when they finish.
             state.requests.fetch_add(1, Ordering::Relaxed);
             while reads.in_flight() >= QUEUED_READS_IN_FLIGHT_MAXIMUM {
-                reads.answer(state, WaitFor::Read, pending)?;
+                reads.answer(state, share, WaitFor::Read, pending)?;
             }
             reads.submit(request, received);
             continue;
@@ -878,6 +910,7 @@ fn read_requests_into(
             // there into the open batch (no allocation, no extra copy).
             state.write(&request, &stream.buffer()[..length], &mut Replies(Some(pending)))?;
             state.metrics().record(COMMAND_WRITE, length as u64, received.elapsed());
+            share.inspect(|share| share.answered());
             io::BufRead::consume(stream, length);
             state.flush_pending_if_due(pending)?;
             continue;
@@ -890,6 +923,7 @@ fn read_requests_into(
         let job = Job { request, received, payload, refusal };
         if inline {
             state.run(job, &mut Replies(Some(pending)))?;
+            share.inspect(|share| share.answered());
             state.flush_pending_if_due(pending)?;
         } else {
             jobs.send(job).map_err(|_| io::Error::other("workers stopped"))?;
