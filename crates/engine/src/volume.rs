@@ -1345,7 +1345,7 @@ fn apply(cleaner: &Cleaner, blocks: &[BlockWrite], admission: Admission) -> Resu
         let stop = core.accept_run(&mut state, blocks, &merged, &mut next, purpose)?;
         drop(state);
         match stop {
-            RunStop::Done | RunStop::SegmentRetired => {}
+            RunStop::Done | RunStop::SegmentRetired | RunStop::Yield => {}
             RunStop::Sealed(sealed) => sealed.into_iter().try_for_each(|batch| core.dispatch(batch))?,
             RunStop::WaitForRoom => timed(&mut stalls.space, || cleaner.make_space(Purpose::Data))?,
             RunStop::Retry(retry) => core.prepare_retry(retry, blocks, next, &mut merged)?,

@@ -145,7 +145,13 @@ pub(crate) enum RunStop {
     WaitForRoom,
     /// The block at `next` needs preparing again outside the lock.
     Retry(Retry),
+    /// `BLOCKS_PER_HOLD_MAXIMUM` blocks are accepted: the lock is let go before the rest
+    /// (a large write does not hold the other writers and the cleaner off for long).
+    Yield,
 }
+
+/// The most blocks one hold of the write lock accepts (a 1 MiB write takes four holds).
+pub(crate) const BLOCKS_PER_HOLD_MAXIMUM: usize = 64;
 
 /// Split the byte range `offset_bytes .. + length_bytes` into per-block pieces:
 /// (logical block, offset inside it, range of the caller's buffer).
@@ -230,7 +236,12 @@ impl Core {
         purpose: Purpose,
     ) -> Result<RunStop> {
         assert!(state.log.open().is_some(), "a run is accepted into an open batch");
+        assert!(*next < blocks.len(), "a run has a block to accept");
+        let first = *next;
         while *next < blocks.len() {
+            if *next - first == BLOCKS_PER_HOLD_MAXIMUM {
+                return Ok(RunStop::Yield);
+            }
             let block = &blocks[*next];
             if purpose == Purpose::Data && block.carries_data() && !state.data_may_enter_clients_segment() {
                 // The clients' segment was opened from the records' room: data waits for
