@@ -146,8 +146,15 @@ impl Checkpointer {
     /// nothing in RAM names the blocks it wrote (the committed checkpoint's copies stay
     /// named) and they are dead: their live units go.
     fn write_snapshot(&self, directory: &mut CheckpointState, snapshot: Snapshot, batch_bytes: u64) -> Result<u64> {
+        let generation = snapshot.generation;
+        assert!(generation > directory.generation(), "checkpoint {generation} follows the committed one");
         let mut copies = Vec::new();
         let result = self.write_and_commit(directory, snapshot, batch_bytes, &mut copies);
+        assert_eq!(
+            result.is_ok(),
+            directory.generation() == generation,
+            "checkpoint {generation} is named in RAM exactly when it is committed"
+        );
         if result.is_err() {
             let core = &*self.core;
             let mut state = core.lock_state();
@@ -185,6 +192,7 @@ impl Checkpointer {
                 (PageKind::Index, *page, block)
             })
             .collect();
+        let index_page_count = snapshot.index_pages.len();
         drop(snapshot.index_pages);
         let (written, _) = self.write_blocks(index_blocks, copies)?;
         let new_index: BTreeMap<u64, PagePointer> = written.into_iter().collect();
@@ -250,6 +258,9 @@ impl Checkpointer {
         root.encode(&mut block, &uuid);
         let (written, root_batch) = self.write_blocks(vec![(PageKind::Root, generation, block)], copies)?;
         let root_pointer = written[0].1;
+        // (Mount replays the log from the snapshot on: the checkpoint's blocks come after.)
+        assert!(root_batch > snapshot.sequence, "checkpoint {generation}'s blocks follow its snapshot in the log");
+        assert_eq!(new_index.len(), index_page_count, "checkpoint {generation} wrote every index page it took");
         // 3. Every batch up to the root's durable.
         core.make_durable(root_batch)?;
         // 4. The commit point: the superblocks name the new root.
@@ -313,6 +324,11 @@ impl Checkpointer {
     /// segment table pages, the streams' positions.
     fn snapshot(&self, state: &mut WriteState, directory: &CheckpointState, sparse_pages: &[u64]) -> Snapshot {
         let core = &*self.core;
+        // (The map and the table then reflect exactly the batches up to its sequence.)
+        assert!(
+            state.log().open().is_none_or(|open| open.is_empty()) && state.log().cold().is_none(),
+            "a snapshot follows the clients' batches sealed"
+        );
         let generation = state.space().checkpoints().snapshot.max(directory.generation()) + 1;
         state.space_mut().snapshot_taken(generation);
         let geometry = core.geometry();
@@ -329,6 +345,16 @@ impl Checkpointer {
         let index_pages: Vec<(u64, Vec<u8>)> =
             pages.into_iter().filter_map(|page| Some((page, map.take_page(page)?))).collect();
         let counts = map.counts();
+        // (Mount refuses a root whose counts exceed the volume.)
+        assert!(
+            counts.data_blocks + counts.zero_blocks + counts.fragment_blocks + counts.shared_blocks
+                <= geometry.logical_block_count(),
+            "the map's counts fit the volume: {counts:?}"
+        );
+        assert!(
+            counts.fragment_sixteenths <= counts.fragment_blocks * format::SIXTEENTHS_PER_BLOCK as u64,
+            "a fragment takes at most a block: {counts:?}"
+        );
         let mut table_pages = Vec::new();
         let segment_count = space.segment_count();
         for page in 0..directory.table_page_count() {

@@ -758,8 +758,11 @@ impl Cleaner {
         let per_segment = self.core.geometry().blocks_per_segment();
         let mut state = self.core.lock_state();
         for record in records.filter(|record| record.unreadable) {
+            // (A segment reused since the read holds other blocks: it is not pinned.)
             if let Some(segment) = record.mapping.segment(per_segment) {
-                state.space_mut().pin(segment);
+                if self.core.generation(segment) == record.generation {
+                    state.space_mut().pin(segment);
+                }
             }
         }
     }
@@ -772,12 +775,15 @@ impl Cleaner {
     /// yields nothing.
     fn live_records(&self, segment: u64, data_only: bool) -> Result<Vec<Live>> {
         let core = &self.core;
-        let entries = {
+        let (entries, generation) = {
             let _fence = core.read_fence();
-            core.segment_entries(segment)
+            (core.segment_entries(segment), core.generation(segment))
         };
         let Ok(entries) = entries else {
-            core.lock_state().space_mut().pin(segment);
+            let mut state = core.lock_state();
+            if core.generation(segment) == generation {
+                state.space_mut().pin(segment);
+            }
             return Ok(Vec::new());
         };
         let record = |logical_block: u64, mapping: Mapping, write_clock: u64, lifetime_class: u8| Live {
@@ -918,6 +924,7 @@ impl Cleaner {
                 live += usage.live_units();
                 // Client segments opened since the volume was opened measure the yardstick.
                 if usage.stream() == HOST_STREAM && usage.opened_clock() >= WRITE_CLOCK_ORIGIN {
+                    assert!(usage.opened_clock() <= now, "segment {segment} was opened before the clock's now");
                     let lifespan = now - usage.opened_clock();
                     lifespans.record(lifespan);
                 }

@@ -84,6 +84,11 @@ impl ChecksumCache {
     /// Put `table` in the cache for `segment` (replacing any), evicting unpinned tables
     /// beyond the capacity.
     pub(crate) fn insert(&self, segment: u64, table: Arc<ChecksumTable>, pinned: bool) {
+        assert_eq!(
+            table.values.len() as u64,
+            self.positions_per_segment,
+            "segment {segment}: a table covers its positions"
+        );
         let mut shard = self.shard(segment).write();
         let cached = Cached { table, pinned, referenced: std::sync::atomic::AtomicBool::new(true) };
         if shard.tables.insert(segment, cached).is_none() {
@@ -124,6 +129,7 @@ impl ChecksumCache {
                 unpinned -= 1;
             }
         }
+        assert_eq!(shard.clock.len(), shard.tables.len(), "the clock lists every cached table once");
     }
 
     /// RAM the cached tables hold.

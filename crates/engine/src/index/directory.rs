@@ -117,6 +117,11 @@ impl CheckpointState {
         batch_bytes: u64,
     ) -> Vec<u64> {
         assert!(generation > self.generation, "committed generations increase");
+        // (Otherwise the new root would die with the old one's position.)
+        assert!(
+            self.root.is_none_or(|old| old.position != root.position),
+            "checkpoint {generation}'s root is a new block"
+        );
         let mut dying = std::mem::replace(&mut self.directory_positions, directory_positions);
         dying.extend(self.root.replace(root).map(|root| root.position));
         self.generation = generation;

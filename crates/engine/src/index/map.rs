@@ -224,6 +224,11 @@ impl Page {
     }
 
     fn unlock(&self, locked_at: u32) {
+        assert_eq!(
+            self.sequence.load(Ordering::Relaxed),
+            locked_at + 1,
+            "a page is unlocked by the writer that locked it"
+        );
         self.sequence.store(locked_at + 2, Ordering::Release);
     }
 
@@ -556,7 +561,7 @@ impl BlockMap {
     /// Install page `index`, read from its copy by a loader holding its load lock.
     fn install_loaded(&self, index: u64, page: Page) {
         let installed = self.install(index, page);
-        debug_assert!(installed, "a page is only installed under its load lock or with no copy");
+        assert!(installed, "page {index}: a page is only installed under its load lock or with no copy");
         self.loads.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -653,6 +658,11 @@ impl BlockMap {
             self.dirty_list.lock().push(index);
         }
         let old = self.codec.decode(old);
+        // (Callers hold the state lock: the counts change one writer at a time.)
+        let take = |counter: &AtomicU64, amount: u64| {
+            let before = counter.fetch_sub(amount, Ordering::Relaxed);
+            assert!(before >= amount, "block {logical_block}: the map's counts never wrap ({old:?} → {mapping:?})");
+        };
         let counter = |mapping: Mapping| match mapping {
             Mapping::Data { .. } => Some(&self.data_blocks),
             Mapping::Zero { .. } => Some(&self.zero_blocks),
@@ -661,15 +671,15 @@ impl BlockMap {
         };
         if std::mem::discriminant(&old) != std::mem::discriminant(&mapping) {
             if let Some(counter) = counter(old) {
-                counter.fetch_sub(1, Ordering::Relaxed);
+                take(counter, 1);
             }
             if let Some(counter) = counter(mapping) {
                 counter.fetch_add(1, Ordering::Relaxed);
             }
         }
         if let Mapping::Fragment { sixteenths, .. } = old {
-            self.fragment_blocks.fetch_sub(1, Ordering::Relaxed);
-            self.fragment_sixteenths.fetch_sub(sixteenths as u64, Ordering::Relaxed);
+            take(&self.fragment_blocks, 1);
+            take(&self.fragment_sixteenths, sixteenths as u64);
         }
         if let Mapping::Fragment { sixteenths, .. } = mapping {
             self.fragment_blocks.fetch_add(1, Ordering::Relaxed);
@@ -726,7 +736,8 @@ impl BlockMap {
         let guard = epoch::pin();
         let page = self.resident(index, &guard)?;
         if page.dirty.swap(false, Ordering::Relaxed) {
-            self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
+            let before = self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
+            assert!(before > 0, "page {index}: a dirty page is counted dirty");
         }
         Some(page.packed())
     }
@@ -814,7 +825,8 @@ impl BlockMap {
             return Some(false);
         }
         self.pages[index as usize].store(std::ptr::null_mut(), Ordering::Release);
-        self.resident_pages.fetch_sub(1, Ordering::Relaxed);
+        let before = self.resident_pages.fetch_sub(1, Ordering::Relaxed);
+        assert!(before > 0, "page {index}: an evicted page was counted resident");
         // SAFETY: `pointer` came from `Box::into_raw` in `install`; it is no longer in
         // the map, and the epoch frees it once every guard that could have loaded it is
         // gone. Evicting needs the load lock, so nothing installs it again.
@@ -940,13 +952,19 @@ const SLOT_BYTES: u64 = 20;
 
 impl Drop for BlockMap {
     fn drop(&mut self) {
+        let mut resident = 0;
         for pointer in self.pages.iter() {
             let pointer = pointer.load(Ordering::Acquire);
             if !pointer.is_null() {
+                resident += 1;
                 // SAFETY: made by `Box::into_raw` in `install`, still in the map (evicted
                 // pages were replaced by null), freed once, here.
                 drop(unsafe { Box::from_raw(pointer) });
             }
+        }
+        if !std::thread::panicking() {
+            assert_eq!(resident, *self.resident_pages.get_mut(), "the map counts every page in RAM");
+            assert!(self.clock.get_mut().len() as u64 >= resident, "the eviction clock lists every page in RAM");
         }
     }
 }

@@ -76,6 +76,7 @@ impl Core {
     pub(super) fn seal(&self, state: &mut WriteState) -> Arc<SealedBatch> {
         let open: OpenBatch = state.log.replace_open(None).expect("an open batch");
         assert!(!open.is_empty(), "batch {}: an empty batch is never sealed", open.sequence);
+        assert!(!state.paused, "batch {}: nothing is sealed while writers are paused", open.sequence);
         let stream = open.stream;
         let write_clock = if open.relocation {
             open.oldest_clock.min(state.lifetimes.write_clock)
@@ -107,6 +108,13 @@ impl Core {
         let current = state.log.current_mut(stream).expect("a current segment");
         assert_eq!(current.segment, header.segment, "a batch seals into its stream's current segment");
         assert_eq!(current.next_row, header.first_row, "batches follow each other in a segment");
+        // (Never an overwrite of live data: rows written stay below the new batch's.)
+        assert!(
+            self.rows_on_media(header.segment) <= header.first_row,
+            "batch {}: its rows in segment {} are written already",
+            header.sequence,
+            header.segment
+        );
         current.next_row = header.first_row + header.row_count;
         let segment_full = current.next_row == self.geometry.rows_per_chunk();
         // A relocation segment is as old as the oldest block it holds.
@@ -176,7 +184,9 @@ impl Core {
         let mut state = self.lock_state();
         state.log.written(batch.header.sequence, |written| {
             let header = &written.header;
-            self.rows_on_media[header.segment as usize].store(header.first_row + header.row_count, Ordering::Release);
+            let before =
+                self.rows_on_media[header.segment as usize].swap(header.first_row + header.row_count, Ordering::AcqRel);
+            assert!(before <= header.first_row, "segment {}: rows on the members only grow", header.segment);
         });
         self.progress.notify_all();
     }
@@ -470,7 +480,15 @@ impl Core {
         let (releasing, durable) = {
             let mut state = self.lock_state_to_write();
             let durable = state.log.durable_through();
-            (state.space.begin_release(durable), durable)
+            let releasing = state.space.begin_release(durable);
+            for &segment in &releasing {
+                assert_eq!(state.log.streams_in(segment).next(), None, "segment {segment} is released while current");
+                assert!(
+                    (0..crate::log::STREAM_COUNT).all(|stream| state.log.reserved(stream) != Some(segment)),
+                    "segment {segment} is released while a stream's successor"
+                );
+            }
+            (releasing, durable)
         };
         // Shared-block records freed so far are reused once the fence below is passed.
         let records_freed = self.shared.read().quarantined_through();

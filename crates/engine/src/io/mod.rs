@@ -83,12 +83,20 @@ pub(crate) enum InvariantDepth {
 /// Writers paused (`Core::pause_writers`) for as long as it lives.
 pub(crate) struct WritersPaused<'a> {
     core: &'a Core,
+    /// The last batch sealed when writers paused.
+    sealed_at_pause: u64,
 }
 
 impl Drop for WritersPaused<'_> {
     fn drop(&mut self) {
         let mut state = self.core.lock_state();
         assert!(state.paused, "writers were paused");
+        // (`check` reads a log that does not change.)
+        assert_eq!(
+            state.log.last_sealed_sequence(),
+            self.sealed_at_pause,
+            "nothing is sealed while writers are paused"
+        );
         state.paused = false;
         self.core.progress.notify_all();
     }
@@ -346,7 +354,7 @@ impl Core {
         while state.log.in_flight_count() > 0 && self.members.check_running().is_ok() {
             state.wait(&self.progress);
         }
-        WritersPaused { core: self }
+        WritersPaused { core: self, sealed_at_pause: state.log.last_sealed_sequence() }
     }
 
     /// The reuse fence, for reading: no segment is reused while it is held.

@@ -146,6 +146,8 @@ impl Core {
     /// from memory when it is there, else from the members, verified. Callers hold the
     /// reuse fence.
     pub(crate) fn read_position(&self, position: u64, logical_block: u64, out: &mut [u8]) -> Result<()> {
+        // (A weak check: some reader holds it. The segment cannot be reused meanwhile.)
+        assert!(self.reuse_fence.is_locked(), "position {position}: a block is read under the reuse fence");
         if let Lookup::Served = self.position_from_memory(position, out, None) {
             return Ok(());
         }

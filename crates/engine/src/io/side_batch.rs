@@ -164,6 +164,13 @@ impl SideBatch<'_> {
         checksum: u32,
         relocated: (u8, u64),
     ) -> bool {
+        assert!(self.state.log.open().is_some_and(|open| open.relocation), "a fragment moves in a relocation batch");
+        assert!(
+            (0..blocks as u64)
+                .filter(|place| mask & (1 << place) != 0)
+                .all(|place| self.page_resident(first_logical_block + place)),
+            "blocks of {first_logical_block}: their index pages are in RAM"
+        );
         self.core.accept_fragment(
             &mut self.state,
             first_logical_block,
@@ -185,11 +192,22 @@ impl SideBatch<'_> {
     /// as live in its segment from now on: it dies when a later checkpoint that replaces
     /// it is committed.
     pub(crate) fn accept_page(&mut self, kind: format::PageKind, number: u64, block: &[u8]) -> Option<u64> {
+        assert!(
+            self.state.log.open().is_some_and(|open| open.metadata),
+            "a checkpoint block goes into a metadata batch"
+        );
         let checksum = format::block_checksum(block);
         let entry = Entry::Page { kind, number, checksum };
         let position = self.core.append_block(&mut self.state, block, checksum, entry)?;
         let per_segment = self.core.geometry.blocks_per_segment();
-        self.state.space.add_live(position / per_segment, self.core.geometry.live_units_per_block());
+        let segment = position / per_segment;
+        // (Mount counts the committed checkpoint's blocks in metadata segments.)
+        assert_eq!(
+            self.state.space.usage(segment).stream(),
+            crate::log::METADATA_STREAM,
+            "segment {segment}: checkpoint blocks lie in metadata segments"
+        );
+        self.state.space.add_live(segment, self.core.geometry.live_units_per_block());
         Some(position)
     }
 
@@ -198,10 +216,18 @@ impl SideBatch<'_> {
     /// side batch's sequence.
     pub(crate) fn finish(mut self) -> Result<u64> {
         self.finished = true;
+        assert!(
+            self.state.log.open().is_some_and(|open| open.relocation || open.metadata),
+            "the side batch is still in the clients' place when it is finished"
+        );
         let sealed = self.core.seal(&mut self.state);
         let client = self.client.take();
-        self.state.log.replace_open(client);
         let sequence = sealed.header.sequence;
+        assert!(
+            client.as_ref().is_none_or(|client| client.sequence > sequence),
+            "the clients' batch follows the side batch in the log"
+        );
+        self.state.log.replace_open(client);
         let core = self.core;
         let sealed_clients = std::mem::take(&mut self.sealed_clients);
         drop(self);

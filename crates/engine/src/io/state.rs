@@ -79,6 +79,18 @@ impl WriteState {
     /// opened from the room kept for records, or that room is back, which ends the
     /// segment's mark.
     pub(super) fn data_may_enter_clients_segment(&mut self) -> bool {
+        if let Some(current) = self.log.current(HOST_STREAM) {
+            assert_eq!(
+                self.space.usage(current.segment).status(),
+                crate::space::SegmentStatus::Current,
+                "the clients' segment {} is current in the segment table",
+                current.segment
+            );
+            assert!(
+                self.log.open().is_none_or(|open| open.segment == current.segment),
+                "the clients' batch is in the clients' current segment"
+            );
+        }
         let room_back = self.records_room_is_free();
         match self.log.current_mut(HOST_STREAM) {
             Some(current) if current.records_room => {
@@ -108,9 +120,11 @@ impl WriteState {
                 );
                 assert_eq!(self.space.usage(current.segment).stream(), stream, "segment {}", current.segment);
                 claimed[current.segment as usize] = true;
-                if let Some((segment, _)) = &self.current_checksums[stream] {
-                    assert_eq!(*segment, current.segment, "stream {stream}'s checksum table");
-                }
+                let table = self.current_checksums[stream].as_ref().map(|(segment, _)| *segment);
+                assert_eq!(table, Some(current.segment), "stream {stream}'s checksum table");
+            }
+            if self.log.current(stream).is_none() {
+                assert!(self.current_checksums[stream].is_none(), "stream {stream} keeps a table without a segment");
             }
             if let Some(reserved) = self.log.reserved(stream) {
                 assert_eq!(

@@ -234,6 +234,8 @@ impl SummaryWalk {
 
     /// Move past `summary`, the one expected (checked with `expects`).
     pub(crate) fn advance(&mut self, summary: &format::Summary) {
+        assert_eq!(summary.summary_index as u32, self.number, "the walk moves past the summary it expects");
+        let (row, index) = (self.row, self.index);
         let header = *self.first.get_or_insert(summary.header);
         self.number += 1;
         let next = format::next_summary_index(self.index, summary);
@@ -245,6 +247,7 @@ impl SummaryWalk {
         } else {
             self.index = next;
         }
+        assert!(self.row > row || (self.row == row && self.index > index), "a summary walk always moves forward");
     }
 
     /// The batch index of the summary expected next.

@@ -335,6 +335,7 @@ impl Core {
         }
         let reserved = state.log.take_reserved(stream);
         let segment = state.space.start_current(reserved, stream, state.lifetimes.write_clock).expect("counted above");
+        assert_eq!(self.rows_on_media(segment), 0, "segment {segment} starts a new use with no rows of its last one");
         let reserved_next = Self::reserve_successor(state, stream);
         assert!(reserved_next, "counted above: a successor is free");
         // Its checksums exist only here until its batches are sealed: pinned.
@@ -354,6 +355,15 @@ impl Core {
         let Some(segment) = state.space.take_free_as_reserved() else {
             return false;
         };
+        assert!(
+            (0..STREAM_COUNT).all(|other| state.log.reserved(other) != Some(segment)),
+            "segment {segment} is reserved by two streams"
+        );
+        assert_eq!(
+            state.log.streams_in(segment).next(),
+            None,
+            "segment {segment} is reserved while a stream's current"
+        );
         state.log.set_reserved(stream, segment);
         true
     }
@@ -519,9 +529,16 @@ impl Core {
         if !goes_cold {
             return Ok(None);
         }
+        let clients_sequence = state.log.open().map(|open| open.sequence);
+        let cold_sequence = state.log.cold().map(|cold| cold.sequence);
+        assert_eq!(cold_sequence, clients_sequence, "a cold batch carries its pair's first sequence");
         state.log.swap_open_and_cold();
         let accepted = self.accept_data(state, logical_block, data, checksum, None);
         state.log.swap_open_and_cold();
+        assert!(
+            state.log.open().is_some_and(|open| open.stream == HOST_STREAM && !open.relocation),
+            "the clients' batch is back in its place"
+        );
         if !accepted && state.log.cold().is_some_and(OpenBatch::is_empty) {
             state.log.replace_cold(None);
         }
@@ -563,12 +580,17 @@ impl Core {
         {
             self.retire_stream_segment(state, stream);
         }
-        if state.log.current(stream).is_none()
+        let opens_a_segment = state.log.current(stream).is_none();
+        if opens_a_segment
             && (state.space.free_count() <= state.space.clients_floor(Purpose::Data) + 1
                 || !self.open_stream_segment(state, stream, u64::MAX))
         {
             return false;
         }
+        assert!(
+            !opens_a_segment || state.space.free_count() >= state.space.clients_floor(Purpose::Data),
+            "a cold batch never opens a segment below the clients' floor"
+        );
         let Some(buffers) = self.data_pool.try_take() else {
             return false;
         };
@@ -583,6 +605,12 @@ impl Core {
     fn stage(&self, state: &mut WriteState, block: &BlockWrite) {
         use crate::layout::write_log::{LogEntry, LogEntryKind};
         let batch_sequence = state.log.accepting_sequence();
+        // (Mount skips the records of durable batches: the write would be lost.)
+        assert!(batch_sequence > state.log.durable_through(), "a write is staged with a batch not yet durable");
+        assert!(
+            state.log.open().is_some_and(|open| !open.relocation && !open.metadata),
+            "only a client's write is staged, with the clients' batch"
+        );
         let (logical_block, kind, checksum, data) = match *block {
             BlockWrite::Compressed(unit) => {
                 // The log holds whole blocks: each block of the unit is staged as one.
@@ -616,6 +644,11 @@ impl Core {
         relocated: Option<(u8, u64)>,
     ) -> bool {
         debug_assert_eq!(checksum, format::block_checksum(data));
+        assert_eq!(
+            relocated.is_some(),
+            state.log.open().is_some_and(|open| open.relocation),
+            "block {logical_block}: relocated blocks go into relocation batches, clients' into theirs"
+        );
         let lifetime_class = relocated.map_or(format::LIFETIME_CLASS_UNKNOWN, |(class, _)| class);
         let entry = Entry::Data { logical_block, checksum, lifetime_class };
         let Some(position) = self.append_block(state, data, checksum, entry) else {
@@ -644,6 +677,10 @@ impl Core {
         candidate: super::deduplication::Candidate,
     ) -> Result<bool> {
         let counters = &self.deduplication.as_ref().expect("a finder found the candidate").counters;
+        assert!(
+            state.log.open().is_some_and(|open| !open.relocation && !open.metadata),
+            "block {logical_block}: a duplicate is a client's write"
+        );
         let unchanged = self.map.get(candidate.logical_block)? == candidate.mapping
             && self.generation(self.geometry.locate(candidate.position).segment) == candidate.generation;
         let shared_record = match candidate.mapping {
@@ -680,6 +717,12 @@ impl Core {
         if let Some(record) = shared_record {
             return Ok(self.add_reference(state, logical_block, record, counters));
         }
+        assert_eq!(
+            candidate.mapping.position(),
+            Some(candidate.position),
+            "block {}: a candidate not yet shared was compared where it is mapped",
+            candidate.logical_block
+        );
         let open = state.log.open_batch();
         // The first duplicate: the block becomes the copy of a new record, which the
         // candidate and the block refer to (the candidate's old copy dies).
@@ -716,6 +759,10 @@ impl Core {
         counters: &super::deduplication::DeduplicationCounters,
     ) -> bool {
         let open = state.log.open_batch();
+        assert!(
+            !open.relocation && !open.metadata && open.stream == HOST_STREAM,
+            "block {logical_block}: a reference is a client's write into the clients' batch"
+        );
         if open.reserve(false).is_none() {
             return false;
         }
@@ -756,6 +803,7 @@ impl Core {
         checksum: u32,
         relocated: (u8, u64),
     ) -> bool {
+        assert!(state.log.open().is_some_and(|open| open.relocation), "record {record}: only the cleaner moves a copy");
         let old = match self.shared.read().get(record) {
             Some(current) => current.position,
             None => return true, // freed meanwhile: nothing to move
@@ -764,13 +812,18 @@ impl Core {
         let Some(position) = self.append_block(state, data, checksum, entry) else {
             return false;
         };
+        let per_segment = self.geometry.blocks_per_segment();
+        assert_ne!(
+            old / per_segment,
+            position / per_segment,
+            "record {record}: a copy moves out of its (victim) segment"
+        );
         let open = state.log.open_batch();
         open.oldest_clock = open.oldest_clock.min(relocated.1);
         self.shared.write().moved(record, position);
         if let Some(finder) = &self.deduplication {
             finder.counters.copies_moved.fetch_add(1, Ordering::Relaxed);
         }
-        let per_segment = self.geometry.blocks_per_segment();
         state.space.add_live(position / per_segment, self.geometry.live_units_per_block());
         self.release_units(state, old, self.geometry.live_units_per_block());
         true
@@ -779,6 +832,10 @@ impl Core {
     /// `units` live units at `position` died: its segment's count goes down (waiting for
     /// the killing batch to be durable when it reaches zero), its cache entry goes.
     fn release_units(&self, state: &mut WriteState, position: u64, units: u64) {
+        assert!(
+            state.log.open().is_some(),
+            "position {position}: a block dies only by a record the open batch accepts"
+        );
         if let Some(cache) = &self.cache {
             // Its cache entry goes when the batch is written (member workers), or now when
             // the batch already names too many.
@@ -795,6 +852,10 @@ impl Core {
     /// `units` live units of `segment` died, killed by the batch accepting now.
     fn release_segment_units(state: &mut WriteState, segment: u64, units: u64) {
         let killer = state.log.accepting_sequence();
+        assert!(
+            killer > state.log.last_sealed_sequence(),
+            "segment {segment}: its units die by batch {killer}, which is sealed already"
+        );
         state.space.remove_live(segment, units, killer);
     }
 
@@ -850,6 +911,8 @@ impl Core {
         checksum: u32,
         entry: Entry,
     ) -> Option<u64> {
+        assert!(entry.has_block(), "an entry appended with a block describes one: {entry:?}");
+        assert_eq!(entry.block_checksum(), Some(checksum), "the entry records the checksum its position proves");
         let open = state.log.open_batch();
         let Some(Slot::Block(index)) = open.reserve(true) else {
             return None;
@@ -864,9 +927,14 @@ impl Core {
     fn record_checksum(&self, state: &mut WriteState, index: u32, checksum: u32) -> u64 {
         let open = state.log.open().expect("an open batch");
         let (row, column) = open.place(index);
+        assert_eq!(open.index_of(open.first_row + row, column), Some(index), "only a reserved index gets a checksum");
         let position = self.geometry.position(open.segment, open.first_row + row, column);
         let segment = open.segment;
         let offset = position % self.geometry.blocks_per_segment();
+        assert!(
+            matches!(&state.current_checksums[open.stream], Some((current, _)) if *current == segment),
+            "segment {segment}: the open batch's checksums go into its stream's table"
+        );
         match &state.current_checksums[open.stream] {
             Some((current, table)) if *current == segment => table.set(offset, checksum),
             _ => self.current_table(segment).set(offset, checksum),
@@ -875,6 +943,15 @@ impl Core {
     }
 
     fn accept_range(&self, state: &mut WriteState, logical_block: u64, trim: bool) -> Result<bool> {
+        assert!(
+            state.log.open().is_some_and(|open| !open.relocation && !open.metadata),
+            "block {logical_block}: a client's zero or trim goes into the clients' batch"
+        );
+        // (`get` would load it: member I/O under the write lock.)
+        assert!(
+            self.map.get_if_resident(logical_block).is_some(),
+            "block {logical_block}: its index page is in RAM under the write lock"
+        );
         let current = self.map.get(logical_block)?;
         let redundant = match current {
             Mapping::Unmapped => true,
@@ -891,6 +968,11 @@ impl Core {
     /// Add a zero or trim record for `logical_block` to the open batch (`false`: full).
     pub(super) fn record_range(&self, state: &mut WriteState, logical_block: u64, trim: bool) -> bool {
         let open = state.log.open_batch();
+        assert!(!open.metadata, "block {logical_block}: a checkpoint's batch carries no zero or trim record");
+        assert!(
+            open.relocation || open.stream == HOST_STREAM,
+            "block {logical_block}: a client's zero or trim record goes into the clients' batch, never the cold one"
+        );
         let segment = open.segment;
         if !open.extend_last_range(!trim, logical_block) {
             if open.reserve(false).is_none() {
@@ -926,6 +1008,10 @@ impl Core {
             state.lifetimes.write_clock += 1;
         }
         if let Some(segment) = mapping.segment(per_segment) {
+            assert!(
+                state.log.open().is_some_and(|open| open.segment == segment),
+                "block {logical_block}: mapped into segment {segment}, not the batch accepting it"
+            );
             state.space.add_live(segment, mapping.live_units(&self.geometry));
         }
         if let Mapping::Shared { record } = mapping {
@@ -934,7 +1020,14 @@ impl Core {
             assert!(added.is_ok(), "record {record}: {added:?}");
         }
         if let Mapping::Shared { record } = old {
-            let freed = self.shared.write().remove_reference(record);
+            let freed = {
+                let mut shared = self.shared.write();
+                assert!(
+                    shared.get(record).is_some_and(|copy| copy.references > 0),
+                    "block {logical_block} referred to record {record}, which counts it"
+                );
+                shared.remove_reference(record)
+            };
             if let Some(position) = freed {
                 self.release_units(state, position, self.geometry.live_units_per_block());
             }
@@ -954,6 +1047,7 @@ impl Core {
     fn retire_current_segment(&self, state: &mut WriteState) {
         let open = state.log.replace_open(None).expect("an open batch");
         assert!(open.is_empty(), "only an empty batch is dropped");
+        assert_eq!(open.sequence, state.log.next_sequence() - 1, "the dropped batch holds the sequence given back");
         state.log.give_back_sequence();
         self.retire_stream_segment(state, HOST_STREAM);
     }
@@ -980,13 +1074,31 @@ impl Core {
             }
             self.retire_stream_segment(state, stream);
         }
+        // (The log and the table agree: it can be cleaned now.)
+        assert_ne!(
+            state.space.usage(segment).status(),
+            crate::space::SegmentStatus::Current,
+            "segment {segment} is left once retired"
+        );
         sealed
     }
 
     /// Give up the rest of a stream's current segment.
     pub(super) fn retire_stream_segment(&self, state: &mut WriteState, stream: usize) {
         if let Some(current) = state.log.take_current(stream) {
-            state.current_checksums[stream] = None;
+            assert!(
+                [state.log.open(), state.log.cold()]
+                    .into_iter()
+                    .flatten()
+                    .all(|batch| batch.segment != current.segment),
+                "segment {}: a stream gives up its segment with no open batch left in it",
+                current.segment
+            );
+            let table = state.current_checksums[stream].take();
+            assert!(
+                table.is_some_and(|(segment, _)| segment == current.segment),
+                "stream {stream}'s checksum table is its segment's"
+            );
             self.checksums.unpin(current.segment);
             // An empty segment waits for every batch that may have killed its blocks: the
             // open one too, which holds the latest sequence given out.

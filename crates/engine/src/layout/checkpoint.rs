@@ -340,6 +340,10 @@ impl CheckpointRoot {
 
     pub fn decode(block: &[u8], uuid: &[u8; 16]) -> Option<CheckpointRoot> {
         let (_, generation, sequence) = decode_header(block, CHECKPOINT_ROOT_MAGIC, uuid)?;
+        if generation == 0 {
+            // The first checkpoint committed is generation 1: this block is no root.
+            return None;
+        }
         let segment = |value: u64| (value != NONE_SEGMENT).then_some(value);
         let streams = std::array::from_fn(|index| {
             let offset = ROOT_STREAMS_OFFSET + index * ROOT_STREAM_BYTES;
@@ -468,7 +472,7 @@ mod tests {
         }
 
         #[test]
-        fn roots_round_trip(generation in any::<u64>(), sequence in any::<u64>(), clock in any::<u64>(),
+        fn roots_round_trip(generation in 1u64.., sequence in any::<u64>(), clock in any::<u64>(),
                             segments in proptest::collection::vec((proptest::option::of(0u64..u64::MAX), any::<u32>(),
                                                                    proptest::option::of(0u64..u64::MAX)), ROOT_STREAMS),
                             index_top in proptest::collection::vec(pointer(), ROOT_TOP_POINTERS),
@@ -488,8 +492,11 @@ mod tests {
             };
             let mut block = vec![0u8; BLOCK_SIZE_BYTES];
             root.encode(&mut block, &UUID);
-            prop_assert_eq!(CheckpointRoot::decode(&block, &UUID), Some(root));
+            prop_assert_eq!(CheckpointRoot::decode(&block, &UUID), Some(root.clone()));
             assert_damage_detected(&block, CheckpointRoot::decode, flip);
+            // Generation 0 is before the first commit: no root names it.
+            CheckpointRoot { generation: 0, ..root }.encode(&mut block, &UUID);
+            prop_assert_eq!(CheckpointRoot::decode(&block, &UUID), None);
         }
     }
 

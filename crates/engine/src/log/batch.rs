@@ -185,6 +185,8 @@ impl Drop for PooledBuffers {
         if let Some(set) = self.buffers.take() {
             let mut state = self.pool.state.lock();
             let retains = self.pool.retained_capacity_bytes > 0;
+            assert!(state.sets[self.set].is_none(), "set {}: a set on loan is out of the pool", self.set);
+            assert!(state.loans > 0, "set {}: a set comes back only from a loan", self.set);
             state.sets[self.set] = Some(set);
             state.loans -= 1;
             match self.retain.get_mut().take().filter(|_| retains) {
@@ -328,7 +330,8 @@ impl OpenBatch {
     /// summary (a new group is started when the last one has no room for them all): the
     /// first index, or `None` when the batch is full.
     fn reserve_run(&mut self, blocks: u32, entries: usize) -> Option<u32> {
-        debug_assert!(entries <= ENTRIES_PER_SUMMARY);
+        assert!(entries <= ENTRIES_PER_SUMMARY, "a run's {entries} entries fit one summary");
+        assert!(blocks as usize <= packed::BLOCKS_PER_FRAGMENT_MAXIMUM, "a run is one record's blocks, not {blocks}");
         let group_full = self.groups.last().is_none_or(|group| group.entries.len() + entries > ENTRIES_PER_SUMMARY);
         let needed = group_full as u32 + blocks;
         if self.next_index + needed > self.capacity_blocks {
@@ -348,27 +351,30 @@ impl OpenBatch {
 
     /// Record an entry in the slot just reserved (in order).
     pub fn push_entry(&mut self, entry: Entry) {
-        self.groups.last_mut().expect("reserve() opened a group").entries.push(entry);
+        let group = self.groups.last_mut().expect("reserve() opened a group");
+        group.entries.push(entry);
+        assert!(group.entries.len() <= ENTRIES_PER_SUMMARY, "a summary holds the entries reserved in it");
     }
 
     /// Set the lifetime class of `logical_block`'s entry, when it is among the last few of
     /// the batch (a fragment's entry may be followed by its continuation blocks').
     pub fn set_last_lifetime_class(&mut self, logical_block: u64, class: u8) {
-        let Some(group) = self.groups.last_mut() else {
-            return;
-        };
-        let recent =
-            group.entries.iter_mut().rev().take(packed::BLOCKS_PER_UNIT_MAXIMUM + packed::BLOCKS_PER_FRAGMENT_MAXIMUM);
+        let recent = self.groups.last_mut().into_iter().flat_map(|group| {
+            group.entries.iter_mut().rev().take(packed::BLOCKS_PER_UNIT_MAXIMUM + packed::BLOCKS_PER_FRAGMENT_MAXIMUM)
+        });
+        let mut found = false;
         for entry in recent {
             if let Entry::Data { logical_block: last, lifetime_class, .. }
             | Entry::Fragment { logical_block: last, lifetime_class, .. } = entry
             {
                 if *last == logical_block {
                     *lifetime_class = class;
-                    return;
+                    found = true;
+                    break;
                 }
             }
         }
+        assert!(found, "block {logical_block}: the entry just accepted for it is among the batch's last");
     }
 
     /// Put `fragment` — the unit of `blocks` logical blocks from `first_logical_block`, of
@@ -387,7 +393,11 @@ impl OpenBatch {
         lifetime_class: u8,
         sixteenths: u8,
     ) -> Option<PlacedFragment> {
-        debug_assert!(!fragment.is_empty() && fragment.len() <= packed::UNIT_BYTES_MAXIMUM);
+        assert!(
+            !fragment.is_empty() && fragment.len() <= packed::UNIT_BYTES_MAXIMUM,
+            "a fragment of {} bytes is a unit's at most",
+            fragment.len()
+        );
         let served = mask.count_ones() as usize;
         let continuing = self.packing.filter(|packing| packing.group + 1 == self.groups.len()).and_then(|packing| {
             let room = packed::room(self.block(packing.index));
@@ -438,7 +448,7 @@ impl OpenBatch {
         let mut packing = packing;
         while placed < fragment.len() {
             let index = packing.index + 1;
-            debug_assert!(index < self.next_index, "reserved above");
+            assert!(index < self.next_index, "a fragment continues into indices reserved for it");
             placed += packed::continue_fragment(self.block_mut(index), &fragment[placed..]);
             let entries = &mut self.groups[group].entries;
             entries.push(Entry::Packed { checksum: 0 });
@@ -451,8 +461,11 @@ impl OpenBatch {
 
     /// Recompute the block checksum of a packed block being filled into its entry.
     fn refresh_checksum(&mut self, packing: Packing) -> u32 {
+        assert!(packing.index < self.next_index, "a packed block being filled is a reserved index");
         let block_checksum = format::block_checksum(self.block(packing.index));
-        if let Entry::Packed { checksum } = &mut self.groups[packing.group].entries[packing.entry] {
+        let entry = &mut self.groups[packing.group].entries[packing.entry];
+        assert!(matches!(entry, Entry::Packed { .. }), "a packed block's entry is a `Packed` one, not {entry:?}");
+        if let Entry::Packed { checksum } = entry {
             *checksum = block_checksum;
         }
         block_checksum
@@ -488,6 +501,7 @@ impl OpenBatch {
     }
 
     pub fn block_mut(&mut self, index: u32) -> &mut [u8] {
+        assert!(index < self.capacity_blocks, "batch index {index} lies in the segment's rows left");
         let (row, column) = self.place(index);
         let start = row as usize * BLOCK_SIZE_BYTES;
         &mut self.buffers.buffers_mut()[column][start..start + BLOCK_SIZE_BYTES]

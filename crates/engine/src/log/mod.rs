@@ -258,7 +258,10 @@ impl LogState {
     /// `retired`.
     pub(crate) fn written(&mut self, sequence: u64, retired: impl FnMut(&batch::SealedBatch)) {
         let mut retired = retired;
-        if let Some(entry) = self.in_flight.iter_mut().find(|entry| entry.batch.header.sequence == sequence) {
+        let entry = self.in_flight.iter_mut().find(|entry| entry.batch.header.sequence == sequence);
+        assert!(entry.is_some(), "batch {sequence} is written while it is in flight");
+        if let Some(entry) = entry {
+            assert!(!entry.written, "batch {sequence} is written once");
             entry.written = true;
         }
         let through = retire_written_front(

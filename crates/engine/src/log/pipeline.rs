@@ -87,6 +87,7 @@ impl SyncRound {
             Self::count_done(&mut progress, 1, Ok(()), &self.finished);
             return None;
         };
+        assert!(progress.waiting[group] > 0, "member {member} arrives once per round");
         progress.waiting[group] -= 1;
         (progress.waiting[group] == 0).then(|| progress.groups[group].clone())
     }
@@ -114,6 +115,7 @@ impl SyncRound {
         if let Err(error) = result {
             progress.first_error.get_or_insert(error);
         }
+        assert!(members <= progress.members_remaining, "a round's members are done once each");
         progress.members_remaining -= members;
         if progress.members_remaining == 0 {
             finished.notify_all();
@@ -211,7 +213,8 @@ impl TakenBatches {
                 (self.through, self.through_starts_a_pair) = (self.through + 1, starts_a_pair);
             }
         } else if sequence > self.through {
-            self.ahead.insert(sequence, starts_a_pair);
+            let seen = self.ahead.insert(sequence, starts_a_pair);
+            assert!(seen.is_none(), "batch {sequence} is taken once");
         }
     }
 
@@ -332,7 +335,9 @@ fn finish_one<S: BatchSink + ?Sized>(shared: &S, job: &StripeJob, error: Option<
     if let Some(error) = error {
         job.first_error.lock().get_or_insert(error);
     }
-    if job.members_remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+    let remaining = job.members_remaining.fetch_sub(1, Ordering::AcqRel);
+    assert!(remaining > 0, "batch {}: each member finishes its part once", job.batch.header.sequence);
+    if remaining == 1 {
         let error = job.first_error.lock().take();
         shared.batch_written(&job.batch, error);
     }

@@ -184,6 +184,12 @@ impl SegmentUse {
     /// Recovery replays a batch of the segment: it is used, by the batch's stream, at
     /// least as old as the batch's clock, and sealed through the batch's rows.
     pub(crate) fn note_batch(&mut self, header: &BatchHeader) {
+        assert!(
+            matches!(self.status, SegmentStatus::Free | SegmentStatus::Used),
+            "recovery replays batches only into free and used segments ({:?})",
+            self.status
+        );
+        assert!(header.row_count > 0, "a replayed batch was checked to fit its segment");
         self.status = SegmentStatus::Used;
         self.stream = header.stream;
         self.opened_clock = self.opened_clock.min(header.write_clock);
@@ -205,6 +211,11 @@ impl SegmentUse {
     /// Recovery: the checkpoint blocks of a metadata segment are counted afresh from what
     /// the committed checkpoint names.
     pub(crate) fn forget_checkpoint_blocks(&mut self, metadata_stream: usize) {
+        assert!(
+            matches!(self.status, SegmentStatus::Free | SegmentStatus::Used),
+            "checkpoint blocks are counted before recovery settles the statuses ({:?})",
+            self.status
+        );
         if self.stream as usize == metadata_stream {
             self.live_units = 0;
         }
@@ -212,6 +223,11 @@ impl SegmentUse {
 
     /// Recovery: a block the committed checkpoint names lies here.
     pub(crate) fn add_checkpoint_block(&mut self, units: u64, metadata_stream: usize) {
+        assert!(
+            matches!(self.status, SegmentStatus::Free | SegmentStatus::Used),
+            "checkpoint blocks are counted before recovery settles the statuses ({:?})",
+            self.status
+        );
         self.live_units += units;
         self.stream = metadata_stream as u8;
         if self.status == SegmentStatus::Free {
@@ -228,6 +244,13 @@ impl SegmentUse {
     /// a checkpoint after `generation` is committed; empty, it waits for batch
     /// `last_sequence` (the end of the log) to be durable.
     pub(crate) fn walked(&mut self, generation: u64, last_sequence: u64) {
+        // (Generation 0 would let the segment go before any commit: the reuse rule.)
+        assert!(generation > 0, "a walk starts from a committed checkpoint");
+        assert!(
+            matches!(self.status, SegmentStatus::Free | SegmentStatus::Used),
+            "a walked segment is settled once ({:?})",
+            self.status
+        );
         self.left_at_generation = generation;
         self.status =
             if self.live_units == 0 { SegmentStatus::WaitingForFlush(last_sequence) } else { SegmentStatus::Used };
@@ -235,6 +258,12 @@ impl SegmentUse {
 
     /// Recovery (full scan): used when something is live in it, else free.
     pub(crate) fn settle_after_scan(&mut self) {
+        assert!(
+            matches!(self.status, SegmentStatus::Free | SegmentStatus::Used),
+            "a full scan replays only into free and used segments ({:?})",
+            self.status
+        );
+        assert_eq!(self.left_at_generation, 0, "a full scan knows no checkpoint a segment could wait for");
         if self.live_units > 0 {
             self.status = SegmentStatus::Used;
         } else {
@@ -270,6 +299,8 @@ pub(crate) struct SegmentTable {
     checkpoint_headroom: usize,
     /// Units in one segment when every block of it is live.
     units_per_segment: u64,
+    /// Units one reference adds at most (a whole block's).
+    units_per_block: u64,
 }
 
 impl SegmentTable {
@@ -290,6 +321,7 @@ impl SegmentTable {
             checkpoints,
             checkpoint_headroom,
             units_per_segment: geometry.blocks_per_segment() * geometry.live_units_per_block(),
+            units_per_block: geometry.live_units_per_block(),
         };
         table.check_invariants();
         table
@@ -316,6 +348,10 @@ impl SegmentTable {
             _ => false,
         };
         assert!(legal, "segment {segment}: illegal transition {from:?} → {to:?} with {live} live units");
+        assert!(
+            to != SegmentStatus::WaitingForFlush(u64::MAX),
+            "segment {segment} waits for a batch that cannot exist"
+        );
         usage.status = to;
     }
 
@@ -366,9 +402,18 @@ impl SegmentTable {
             }
     }
 
+    /// Take the next free segment off the free list (its status is still `Free`).
+    fn take_free(&mut self) -> Option<u64> {
+        let segment = self.free_segments.pop_front()?;
+        let usage = &self.segments[segment as usize];
+        assert_eq!(usage.sealed_rows, 0, "segment {segment}: a free segment keeps no rows of its last use");
+        assert_eq!(usage.left_at_generation, 0, "segment {segment}: a free segment waits for no checkpoint");
+        Some(segment)
+    }
+
     /// Take the next free segment as a stream's reserved successor.
     pub(crate) fn take_free_as_reserved(&mut self) -> Option<u64> {
-        let segment = self.free_segments.pop_front()?;
+        let segment = self.take_free()?;
         self.transition(segment, SegmentStatus::Reserved);
         Some(segment)
     }
@@ -381,9 +426,13 @@ impl SegmentTable {
                 assert_eq!(self.segments[segment as usize].status, SegmentStatus::Reserved, "segment {segment}");
                 segment
             }
-            None => self.free_segments.pop_front()?,
+            None => self.take_free()?,
         };
         self.transition(segment, SegmentStatus::Current);
+        assert!(
+            stream == crate::log::METADATA_STREAM || self.free_segments.len() >= self.checkpoint_headroom,
+            "stream {stream} took segment {segment} from the checkpoint's headroom"
+        );
         let usage = &mut self.segments[segment as usize];
         usage.opened_clock = clock;
         usage.age_clock = 0;
@@ -414,6 +463,11 @@ impl SegmentTable {
     pub(crate) fn leave_current(&mut self, segment: u64, killer: u64) {
         let generation = self.checkpoints.snapshot;
         let usage = &mut self.segments[segment as usize];
+        assert_eq!(usage.status, SegmentStatus::Current, "segment {segment}: only a current segment is left");
+        assert!(
+            usage.live_units == 0 || usage.sealed_rows > 0,
+            "segment {segment}: what is live in a segment it leaves was sealed into it"
+        );
         usage.left_at_generation = generation;
         let to = if usage.live_units == 0 { SegmentStatus::WaitingForFlush(killer) } else { SegmentStatus::Used };
         self.transition(segment, to);
@@ -424,6 +478,7 @@ impl SegmentTable {
         let usage = &mut self.segments[segment as usize];
         assert_eq!(usage.status, SegmentStatus::Current, "segment {segment}: records go only into a current segment");
         assert!(units > 0, "segment {segment}: a record adds at least one unit");
+        assert!(units <= self.units_per_block, "segment {segment}: a record adds at most a block's units, not {units}");
         usage.live_units = usage.live_units.checked_add(units).expect("live units never wrap");
     }
 
@@ -431,6 +486,10 @@ impl SegmentTable {
     /// blocks, dead once `killer` is durable): when nothing is left in a used segment it
     /// waits for `killer` to be durable.
     pub(crate) fn remove_live(&mut self, segment: u64, units: u64, killer: u64) {
+        assert!(
+            units > 0 && units <= self.units_per_block,
+            "segment {segment}: a death removes what one record added, not {units} units"
+        );
         let usage = &mut self.segments[segment as usize];
         assert!(
             usage.status.may_hold_live_units(),
@@ -451,7 +510,13 @@ impl SegmentTable {
     pub(crate) fn renumber_waiting(&mut self, from: u64, to: u64) {
         assert!(to > from, "a batch moves up, never down");
         for segment in 0..self.segments.len() as u64 {
-            if self.segments[segment as usize].status == SegmentStatus::WaitingForFlush(from) {
+            let status = self.segments[segment as usize].status;
+            assert_ne!(
+                status,
+                SegmentStatus::WaitingForFlush(to),
+                "segment {segment} waits for a batch not given out yet"
+            );
+            if status == SegmentStatus::WaitingForFlush(from) {
                 self.transition(segment, SegmentStatus::WaitingForFlush(to));
             }
         }
@@ -480,6 +545,10 @@ impl SegmentTable {
         let usage = &mut self.segments[segment as usize];
         usage.sealed_rows = 0;
         usage.left_at_generation = 0;
+        assert!(
+            self.free_segments.len() < self.segments.len(),
+            "segment {segment}: the free list holds a segment once"
+        );
         self.free_segments.push_back(segment);
     }
 
@@ -517,11 +586,16 @@ impl SegmentTable {
     }
 
     /// Segment `segment` holds a block nothing can read or rebuild, or summaries that
-    /// cannot be read: it is never chosen as a cleaning victim.
-    pub(crate) fn pin(&mut self, segment: u64) {
+    /// cannot be read: it is never chosen as a cleaning victim. Found outside the write
+    /// lock, so the segment may have emptied since: one that holds nothing any more
+    /// (waiting, being released, free) is not pinned, and `false` says so.
+    pub(crate) fn pin(&mut self, segment: u64) -> bool {
         let usage = &mut self.segments[segment as usize];
-        assert!(usage.status != SegmentStatus::Free, "segment {segment}: a free segment holds nothing to pin");
+        if !matches!(usage.status, SegmentStatus::Used | SegmentStatus::Current) {
+            return false;
+        }
         usage.pinned = true;
+        true
     }
 
     /// A checkpoint snapshot of generation `generation` is taken.
@@ -565,6 +639,16 @@ impl SegmentTable {
                 usage.status != SegmentStatus::WaitingForFlush(u64::MAX),
                 "segment {segment} waits for a batch that cannot exist"
             );
+            if usage.status == SegmentStatus::Free {
+                assert_eq!(
+                    (usage.sealed_rows, usage.left_at_generation),
+                    (0, 0),
+                    "free segment {segment} keeps rows or a checkpoint wait of its last use"
+                );
+            }
+            if matches!(usage.status, SegmentStatus::Current | SegmentStatus::Reserved) {
+                assert_eq!(usage.left_at_generation, 0, "segment {segment} ({:?}) has not left a stream", usage.status);
+            }
         }
         assert!(self.checkpoints.committed <= self.checkpoints.snapshot, "committed after snapshot");
     }
@@ -575,8 +659,10 @@ mod tests {
     use super::*;
     use crate::layout::geometry::{Geometry, RaidLevel};
 
+    /// A volume with packed fragments: a record adds 1 to 16 units.
     fn table() -> SegmentTable {
-        let geometry = Geometry::new(RaidLevel::Raid5, 3, 64 << 10, 0, 4 << 20).expect("geometry");
+        let mut geometry = Geometry::new(RaidLevel::Raid5, 3, 64 << 10, 0, 4 << 20).expect("geometry");
+        geometry.packed_fragments = true;
         let uses = vec![SegmentUse::FREE; geometry.segment_count() as usize];
         SegmentTable::new(uses, CheckpointGenerations::default(), 0, &geometry)
     }
@@ -625,6 +711,7 @@ mod tests {
         let mut table = table();
         let segment = table.start_current(None, 0, 0).expect("a free segment");
         table.add_live(segment, 1);
+        table.note_sealed(segment, 1, 0, None);
         table.leave_current(segment, 1);
         table.add_live(segment, 1);
     }

@@ -79,6 +79,9 @@ impl SharedTable {
     /// blocks that share it): a reusable number, else the next one.
     pub fn allocate(&mut self, position: u64) -> u64 {
         let record = self.reusable.pop().unwrap_or(self.records.len() as u64);
+        // (Only `release_through`, past the reuse fence, makes a freed number reusable.)
+        assert!(self.get(record).is_none(), "record {record} is reused while in use");
+        assert!(self.reusable.last().is_none_or(|&next| next > record), "records are reused lowest first");
         self.born(record, position);
         record
     }
@@ -86,6 +89,8 @@ impl SharedTable {
     /// Record `record` is (re)born with its copy at `position` and no reference: what a
     /// shared copy's summary entry (kind 10) says, in the write path and in replay.
     pub fn born(&mut self, record: u64, position: u64) {
+        // (Beyond, the copy's position would spill into the reference count.)
+        assert!(position < POSITION_MASK, "record {record}: position {position} fits a record");
         if record as usize >= self.records.len() {
             self.records.resize(record as usize + 1, 0);
         }
@@ -95,6 +100,7 @@ impl SharedTable {
         self.set(record, SharedRecord::pack(Some(SharedRecord { position, references: 0 })));
         self.reusable.retain(|&free| free != record);
         self.quarantined.retain(|&(_, free)| free != record);
+        assert!(self.in_use <= self.records.len() as u64, "records in use fit the table");
     }
 
     fn set(&mut self, record: u64, value: u64) {
@@ -105,6 +111,7 @@ impl SharedTable {
     /// One more logical block refers to `record`.
     pub fn add_reference(&mut self, record: u64) -> Result<(), ShareRefused> {
         let mut current = self.get(record).ok_or(ShareRefused::Free)?;
+        assert!(self.in_use > 0, "record {record}: a record holding a copy is counted in use");
         if current.references >= REFERENCES_MAXIMUM {
             return Err(ShareRefused::Full);
         }
@@ -124,6 +131,7 @@ impl SharedTable {
             return None;
         }
         self.set(record, 0);
+        assert!(self.in_use > 0, "record {record}: a freed record was counted in use");
         self.in_use -= 1;
         self.frees += 1;
         self.quarantined.push((self.frees, record));
@@ -132,6 +140,8 @@ impl SharedTable {
 
     /// The cleaner moved record `record`'s copy to `position`.
     pub fn moved(&mut self, record: u64, position: u64) {
+        assert!(self.get(record).is_some(), "record {record}: only a copy in use is moved");
+        assert!(position < POSITION_MASK, "record {record}: position {position} fits a record");
         if let Some(mut current) = self.get(record) {
             current.position = position;
             self.set(record, SharedRecord::pack(Some(current)));
@@ -141,8 +151,15 @@ impl SharedTable {
     /// Records freed up to serial `serial` ([`SharedTable::quarantined_through`] before
     /// the caller passed the reuse fence) may be reused: no reader holds them.
     pub fn release_through(&mut self, serial: u64) {
+        assert!(serial <= self.frees, "a release names free {serial} of {}", self.frees);
         // Quarantined in the order freed: the released ones come first.
         let released = self.quarantined.partition_point(|&(freed, _)| freed <= serial);
+        for &(_, record) in &self.quarantined[..released] {
+            assert_eq!(
+                self.records[record as usize], 0,
+                "record {record}: a released record holds no copy and no reference"
+            );
+        }
         self.reusable.extend(self.quarantined.drain(..released).map(|(_, record)| record));
         self.reusable.sort_unstable_by(|a, b| b.cmp(a));
     }
@@ -185,6 +202,10 @@ impl SharedTable {
     /// not a valid one (a copy with no reference). Free numbers below the table's end are
     /// reusable.
     pub fn install_page(&mut self, page: u64, values: &[u64]) -> bool {
+        assert!(
+            values.len() as u64 <= RECORDS_PER_PAGE,
+            "page {page}: a page holds {RECORDS_PER_PAGE} records at most"
+        );
         let first = page * RECORDS_PER_PAGE;
         for (offset, &value) in values.iter().enumerate() {
             if value == 0 {
@@ -203,6 +224,7 @@ impl SharedTable {
             }
             self.records[record as usize] = value;
         }
+        assert!(self.in_use <= self.records.len() as u64, "records in use fit the table");
         true
     }
 
@@ -212,6 +234,11 @@ impl SharedTable {
         self.reusable =
             (0..self.records.len() as u64).rev().filter(|&record| self.records[record as usize] == 0).collect();
         self.quarantined.clear();
+        assert_eq!(
+            self.reusable.len() as u64 + self.in_use,
+            self.records.len() as u64,
+            "every record number is in use or reusable"
+        );
     }
 
     /// Every record in use, with its number.
