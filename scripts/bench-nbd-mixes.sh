@@ -142,7 +142,10 @@ for name, jobs in found.items():
         print(f"{name:12s} {job:10s} {iops:9.0f} IOPS  p99 {p99:7.0f} µs  p99.9 {p999:7.0f} µs")
     status = os.path.join(results, 'status-' + name + '.json')
     if os.path.exists(status):
-        lock = json.load(open(status))['exports'][0]['write_lock']
+        lock = json.load(open(status))['exports'][0].get('write_lock')
+        if lock is None:
+            print(f"{'':12s} write lock: not reported by this binary")
+            continue
         print(f"{'':12s} write lock: {lock['holds']} holds, p99 {lock['hold_p99_seconds'] * 1e6:.1f} µs, "
               f"p99.9 {lock['hold_p999_seconds'] * 1e6:.1f} µs, longest {lock['hold_maximum_seconds'] * 1e6:.0f} µs")
 def figure(name, job, index):
