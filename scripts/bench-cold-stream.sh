@@ -53,8 +53,8 @@ after = json.loads(sys.argv[2])["exports"][0]["counters"]
 text = sys.argv[3]
 fio = json.loads(text[text.index("{"):])
 written = after["host_bytes_written"] - before["host_bytes_written"]
-cleaned = (after["write_amplification_cleaning"] * after["host_bytes_written"]
-           - before["write_amplification_cleaning"] * before["host_bytes_written"])
+cleaned = (after["write_amplification_since_open"]["cleaning_write_cost"] * after["host_bytes_written"]
+           - before["write_amplification_since_open"]["cleaning_write_cost"] * before["host_bytes_written"])
 cold = after.get("blocks_written_cold", 0) - before.get("blocks_written_cold", 0)
 print(f"{sys.argv[4]:<14} zoned 80/20, 60 s: {fio['jobs'][0]['write']['iops']:>8.0f} IOPS, "
       f"cleaning WA {cleaned / written:.3f}, cold stream {cold * 4096 / written * 100:.1f} % of the writes")

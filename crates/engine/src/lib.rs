@@ -52,9 +52,9 @@ pub use io::read_queue::{CompletedRead, ReadQueue};
 pub use log::IoMode;
 pub use maintenance::{MaintenanceOptions, MaintenanceProgress, RebuildReport, ReplaceOptions, ScrubReport};
 pub use map::Mapping;
-pub use mount::{CheckReport, SharedReferenceCheck};
+pub use mount::{check_status, CheckReport, SharedReferenceCheck};
 pub use space::{checkpoint_headroom_segments, watermarks, working_spare_segments, CLEANING_RESERVE_SEGMENTS};
-pub use stats::{MemberStatus, RecoveryReport, VolumeStats, WriteLogStatus};
+pub use stats::{MemberStatus, RecoveryReport, VolumeStats, WriteAmplification, WriteLogStatus};
 pub use volume::{
     OpenOptions, Volume, WriteLogDevices, DEFAULT_FLUSH_INTERVAL, DEFAULT_WRITE_QUEUE_BYTES, SECTOR_SIZE_BYTES,
     WRITE_QUEUE_BATCHES_MAXIMUM,

@@ -8,7 +8,7 @@ use crate::layout::format::{self, BatchHeader, DamagedHead, Entry, EntryEffect, 
 use crate::layout::geometry::{BlockLocation, Geometry, RaidLevel, Role, BLOCK_SIZE_BYTES};
 use crate::space::shared::SharedTable;
 use crate::space::{SegmentStatus, SegmentUse};
-use crate::stats::{Counters, RecoveryReport};
+use crate::stats::{Counters, FoundCounts, RecoveryReport};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU32;
@@ -88,6 +88,65 @@ pub(crate) struct Recovered {
     pub report: RecoveryReport,
     /// The shared-block table (empty without deduplication).
     pub shared: SharedTable,
+    /// What the persisted lifetime counters lack of the batches found.
+    pub found_counts: FoundCounts,
+}
+
+/// Count, as the pipeline counts a written batch (`count_batch`), every batch of `batches`
+/// after `counted_through`; those through `last_sequence` were kept, so their client
+/// blocks count as written by clients too.
+pub(crate) fn count_found(
+    geometry: &Geometry,
+    batches: &BTreeMap<u64, FoundBatch>,
+    counted_through: u64,
+    last_sequence: u64,
+) -> FoundCounts {
+    let mut found = FoundCounts::default();
+    let block = BLOCK_SIZE_BYTES as u64;
+    let data_columns = geometry.data_columns() as u64;
+    for (&sequence, batch) in batches.range(counted_through.saturating_add(1)..) {
+        let header = &batch.header;
+        let stream = header.stream as usize;
+        // A cold batch of client writes is the second of a pair (feature bit 5).
+        let paired_after = batches.get(&(sequence - 1)).is_some_and(|before| before.header.paired_with_next);
+        let from_clients =
+            stream == crate::log::HOST_STREAM || (stream == crate::log::COLD_CLIENT_STREAM && paired_after);
+        let counts = &mut found.lifetime;
+        let data_bytes = (header.block_count - header.summary_count) as u64 * block;
+        if stream == crate::log::METADATA_STREAM {
+            counts.member_bytes_metadata += data_bytes;
+        } else if from_clients {
+            counts.member_bytes_data += data_bytes;
+        } else {
+            counts.member_bytes_relocated += data_bytes;
+        }
+        counts.member_bytes_metadata += header.summary_count as u64 * block;
+        counts.member_bytes_padding += (header.row_count as u64 * data_columns - header.block_count as u64) * block;
+        counts.member_bytes_redundancy +=
+            (geometry.member_count as u64 - data_columns) * header.row_count as u64 * block;
+        counts.batches_written += 1;
+        found.bytes_per_member += header.row_count as u64 * block;
+        found.through_sequence = found.through_sequence.max(sequence);
+        if !from_clients || sequence > last_sequence {
+            continue;
+        }
+        for (_, entry) in batch.entries() {
+            match entry {
+                Entry::Data { .. } | Entry::Fragment { .. } | Entry::Reference { .. } => {
+                    counts.host_bytes_written += block
+                }
+                Entry::Zero { block_count, .. } => counts.host_bytes_zeroed += block_count as u64 * block,
+                Entry::Trim { block_count, .. } => counts.host_bytes_trimmed += block_count as u64 * block,
+                Entry::SharedCopy { .. } | Entry::Page { .. } | Entry::Packed { .. } => {}
+            }
+        }
+    }
+    assert!(
+        found.through_sequence == 0 || found.through_sequence > counted_through,
+        "only batches after those counted"
+    );
+    assert!(found.lifetime.batches_written == batches.range(counted_through.saturating_add(1)..).count() as u64);
+    found
 }
 
 struct Reader<'a> {
@@ -706,6 +765,7 @@ pub(crate) fn recover(
         seconds: started.elapsed().as_secs_f64(),
         ..RecoveryReport::default()
     };
+    let found_counts = count_found(geometry, &log.batches, members.counted_through_sequence(), log.last_sequence);
     Ok(Recovered {
         map,
         rows_on_media,
@@ -720,6 +780,7 @@ pub(crate) fn recover(
         checkpoints: Default::default(),
         report,
         shared,
+        found_counts,
     })
 }
 
@@ -896,6 +957,16 @@ pub struct CheckReport {
     pub rows_with_bad_redundancy: u64,
     /// Batches after the end of the log (unflushed writes lost in a crash; not damage).
     pub batches_after_log_end: u64,
+    /// The last read-write open did not close the volume cleanly (a crash, a kill, or it
+    /// is still running).
+    pub unclean_shutdown: bool,
+    /// After an unclean shutdown, damaged blocks and parity rows of the batches after the
+    /// last recorded durable point: stripes the crash tore, which the next read-write
+    /// open rebuilds and rewrites (counted here, not in `blocks_repairable`).
+    pub blocks_torn_by_crash: u64,
+    pub rows_torn_by_crash: u64,
+    /// Write log entries the members lack: the next read-write open replays them.
+    pub write_log_entries_pending: u64,
     /// Members failed, missing or still rebuilding: the volume is degraded while any are.
     pub members_not_redundant: Vec<usize>,
     /// Compressed fragments decompressed and proven by their own checksums, and those that
@@ -917,16 +988,43 @@ pub struct CheckReport {
     pub seconds: f64,
 }
 
+/// What `check` found, as the bits of its exit status (as fsck's): 0 clean.
+pub mod check_status {
+    /// An unclean shutdown's leftovers that the next read-write open repairs by itself
+    /// (torn stripes after the durable point, write log entries not replayed yet).
+    pub const CRASH_LEFTOVERS: u8 = 1;
+    /// Damage redundancy can repair (`stripelog scrub`), or members to replace
+    /// (`stripelog replace`): no data is lost yet.
+    pub const REPAIRABLE_DAMAGE: u8 = 2;
+    /// Damage nothing can repair: blocks lost, counts wrong.
+    pub const UNREPAIRABLE_DAMAGE: u8 = 4;
+    /// The check could not run (the volume did not open, a member could not be read).
+    pub const OPERATIONAL_ERROR: u8 = 8;
+}
+
 impl CheckReport {
-    /// No damage found and every member holds its part: fully redundant.
+    /// No damage, no leftovers of a crash, every member holding its part.
     pub fn is_clean(&self) -> bool {
-        self.blocks_repairable == 0
-            && self.blocks_unrecoverable == 0
-            && self.fragments_damaged == 0
-            && self.shared_records_miscounted.is_empty()
-            && self.shared_references_to_free_records == 0
-            && self.rows_with_bad_redundancy == 0
-            && self.members_not_redundant.is_empty()
+        self.status() == 0
+    }
+
+    /// The bits of [`check_status`] that apply.
+    pub fn status(&self) -> u8 {
+        let mut status = 0;
+        if self.blocks_torn_by_crash > 0 || self.rows_torn_by_crash > 0 || self.write_log_entries_pending > 0 {
+            status |= check_status::CRASH_LEFTOVERS;
+        }
+        if self.blocks_repairable > 0 || self.rows_with_bad_redundancy > 0 || !self.members_not_redundant.is_empty() {
+            status |= check_status::REPAIRABLE_DAMAGE;
+        }
+        if self.blocks_unrecoverable > 0
+            || self.fragments_damaged > 0
+            || !self.shared_records_miscounted.is_empty()
+            || self.shared_references_to_free_records > 0
+        {
+            status |= check_status::UNREPAIRABLE_DAMAGE;
+        }
+        status
     }
 }
 
@@ -999,17 +1097,26 @@ fn verify_batches(reader: &Reader, batches: &[&FoundBatch], workers: usize) -> R
     Ok(verified.into_iter().map(|(_, verification)| verification).collect())
 }
 
+/// Where the log was durable when `check` reads it: the superblocks' durable point, and
+/// whether the last read-write open ended without closing (then the batches after that
+/// point may be torn).
+pub(crate) struct Durability {
+    pub superblock_durable_through: u64,
+    pub unclean_shutdown: bool,
+}
+
 /// Verify every batch of the log that still holds live blocks: every block against its
 /// checksum, every parity row and mirror copy against the data.
 pub(crate) fn check(
     geometry: &Geometry,
     members: &Members,
     volume_uuid: &[u8; 16],
-    superblock_durable_through: u64,
+    durability: Durability,
     map: &BlockMap,
     shared: &SharedTable,
     parallel: bool,
 ) -> Result<CheckReport> {
+    let Durability { superblock_durable_through, unclean_shutdown } = durability;
     let started = std::time::Instant::now();
     let reader = Reader { geometry, members, volume_uuid, counters: Counters::default() };
     let log = read_log(&reader, false, superblock_durable_through)?;
@@ -1023,6 +1130,7 @@ pub(crate) fn check(
     let mut report = CheckReport {
         segments_scanned: log.segments_scanned,
         batches_after_log_end: log.batches.range(log.last_sequence + 1..).count() as u64,
+        unclean_shutdown,
         ..CheckReport::default()
     };
     let references = check_shared_references(map, shared)?;
@@ -1046,9 +1154,21 @@ pub(crate) fn check(
         report.batches_checked += 1;
         report.bytes_read += verification.bytes_read;
         report.blocks_checked += verification.blocks_checked;
-        report.blocks_repairable += verification.blocks_repairable.len() as u64;
-        report.blocks_unrecoverable += verification.blocks_unrecoverable.len() as u64;
-        report.rows_with_bad_redundancy += verification.rows_with_bad_redundancy;
+        // A crash tears the stripes being written: those after the last durable point
+        // the superblocks record, which mount rebuilds (its `repairs`) and a read-write
+        // open rewrites. Damage anywhere else, or on a volume closed cleanly, is damage.
+        // (Blocks of such a batch nothing can rebuild are leftovers too when nothing live
+        // is in them — mount kept the batch because every block it maps was readable.)
+        let torn_tail = unclean_shutdown && batch.header.sequence > superblock_durable_through;
+        let mut live_unrecoverable = 0u64;
+        if torn_tail {
+            report.blocks_torn_by_crash += verification.blocks_repairable.len() as u64;
+            report.rows_torn_by_crash += verification.rows_with_bad_redundancy;
+        } else {
+            report.blocks_repairable += verification.blocks_repairable.len() as u64;
+            report.rows_with_bad_redundancy += verification.rows_with_bad_redundancy;
+            report.blocks_unrecoverable += verification.blocks_unrecoverable.len() as u64;
+        }
         report.fragments_checked += verification.fragments_checked;
         report.fragments_damaged += verification.fragments_damaged.len() as u64;
         for (index, entry) in batch.data_blocks() {
@@ -1059,6 +1179,7 @@ pub(crate) fn check(
                         && verification.blocks_unrecoverable.contains(&index)
                     {
                         unrecoverable_records.insert(record);
+                        live_unrecoverable += 1;
                     }
                     continue;
                 }
@@ -1077,7 +1198,14 @@ pub(crate) fn check(
                 && (verification.blocks_unrecoverable.contains(&index) || fragment_damaged)
             {
                 report.logical_blocks_unrecoverable.push(logical_block);
+                live_unrecoverable += verification.blocks_unrecoverable.contains(&index) as u64;
             }
+        }
+        if torn_tail {
+            let unrecoverable = verification.blocks_unrecoverable.len() as u64;
+            assert!(live_unrecoverable <= unrecoverable, "a live block counted unrecoverable twice");
+            report.blocks_unrecoverable += live_unrecoverable;
+            report.blocks_torn_by_crash += unrecoverable - live_unrecoverable;
         }
     }
     if !unrecoverable_records.is_empty() {
@@ -1456,6 +1584,7 @@ pub(crate) fn recover_from_checkpoint(
         seconds: started.elapsed().as_secs_f64(),
         ..RecoveryReport::default()
     };
+    let found_counts = count_found(geometry, &batches, members.counted_through_sequence(), last_sequence);
     let recovered = Recovered {
         map,
         rows_on_media,
@@ -1470,6 +1599,7 @@ pub(crate) fn recover_from_checkpoint(
         checkpoints: crate::space::CheckpointGenerations { snapshot: generation, committed: generation },
         report,
         shared,
+        found_counts,
     };
     Ok((recovered, loaded.state))
 }

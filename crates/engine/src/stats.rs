@@ -127,19 +127,16 @@ pub struct LifetimeCounters {
 pub const LIFETIME_COUNTER_COUNT: usize = 13;
 
 impl LifetimeCounters {
-    /// (new data + relocated) / new data (0 before any data).
-    pub fn cleaning_write_amplification(&self) -> f64 {
-        ratio(self.member_bytes_data + self.member_bytes_relocated, self.member_bytes_data)
-    }
-
-    /// Everything written to the members / new data (0 before any data).
-    pub fn total_write_amplification(&self) -> f64 {
-        let written = self.member_bytes_data
-            + self.member_bytes_relocated
-            + self.member_bytes_redundancy
-            + self.member_bytes_metadata
-            + self.member_bytes_padding;
-        ratio(written, self.member_bytes_data)
+    /// Write amplification over these counters (member bytes ÷ client bytes, by part).
+    pub fn write_amplification(&self) -> WriteAmplification {
+        WriteAmplification::of(MemberBytes {
+            client: self.host_bytes_written,
+            data: self.member_bytes_data,
+            relocated: self.member_bytes_relocated,
+            redundancy: self.member_bytes_redundancy,
+            metadata: self.member_bytes_metadata,
+            padding: self.member_bytes_padding,
+        })
     }
 
     pub fn to_array(self) -> [u64; LIFETIME_COUNTER_COUNT] {
@@ -188,6 +185,85 @@ impl LifetimeCounters {
         }
         LifetimeCounters::from_array(sum)
     }
+}
+
+/// Bytes written by clients and to the members, by cause: what [`WriteAmplification`] is
+/// computed from.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MemberBytes {
+    /// Bytes clients wrote (write requests; zeroes and trims are not writes).
+    pub client: u64,
+    /// Client data as stored: below `client` when compression or deduplication saved.
+    pub data: u64,
+    /// Live blocks the cleaner moved.
+    pub relocated: u64,
+    /// Parity or mirror copies.
+    pub redundancy: u64,
+    /// Summaries, checkpoints, index pages.
+    pub metadata: u64,
+    /// The unused slots of short stripes.
+    pub padding: u64,
+}
+
+impl MemberBytes {
+    pub fn member_total(&self) -> u64 {
+        self.data + self.relocated + self.redundancy + self.metadata + self.padding
+    }
+}
+
+/// Write amplification as the seeds and SNIA define it: bytes written to the members per
+/// byte clients wrote (`total`), and its parts, which add up to it: `data` (below 1 when
+/// compression or deduplication saved), `cleaning` (the cleaner's relocations),
+/// `redundancy` (parity or mirror), `metadata` (summaries, checkpoints) and `padding`
+/// (short stripes). 0 before any client write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct WriteAmplification {
+    pub total: f64,
+    pub data: f64,
+    pub cleaning: f64,
+    pub redundancy: f64,
+    pub metadata: f64,
+    pub padding: f64,
+    /// Not a write amplification: the cleaner's write cost, as the LFS papers define it
+    /// — (new data + relocated) ÷ new data, both as stored on the members.
+    pub cleaning_write_cost: f64,
+}
+
+impl WriteAmplification {
+    pub fn of(bytes: MemberBytes) -> WriteAmplification {
+        let part = |member_bytes: u64| ratio(member_bytes, bytes.client);
+        let amplification = WriteAmplification {
+            total: part(bytes.member_total()),
+            data: part(bytes.data),
+            cleaning: part(bytes.relocated),
+            redundancy: part(bytes.redundancy),
+            metadata: part(bytes.metadata),
+            padding: part(bytes.padding),
+            cleaning_write_cost: ratio(bytes.data + bytes.relocated, bytes.data),
+        };
+        let parts = amplification.data
+            + amplification.cleaning
+            + amplification.redundancy
+            + amplification.metadata
+            + amplification.padding;
+        assert!(
+            (parts - amplification.total).abs() <= 1e-9 * amplification.total.max(1.0),
+            "the parts of write amplification add up to it: {amplification:?}"
+        );
+        amplification
+    }
+}
+
+/// What mount found written after the last batch the persisted lifetime counters count:
+/// the replayed batches (client bytes and member bytes) and the batches beyond the end of
+/// the log (member bytes only: the members were written, the writes are lost).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct FoundCounts {
+    pub lifetime: LifetimeCounters,
+    /// Bytes each member was written (its block of every row).
+    pub bytes_per_member: u64,
+    /// The last batch counted (0: none).
+    pub through_sequence: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -262,6 +338,50 @@ pub struct RecoveryReport {
     /// Write log entries the members lack, not replayed by this read-only open: reads
     /// show the volume without them until a read-write open replays them.
     pub write_log_entries_pending: u64,
+    /// The last read-write open closed the volume cleanly (false: it crashed, was killed
+    /// or is still running); and who it was.
+    pub closed_cleanly: bool,
+    pub previous_holder: String,
+}
+
+impl RecoveryReport {
+    /// One line on what recovery after an unclean shutdown did.
+    pub fn unclean_shutdown_summary(&self) -> String {
+        let start = match self.checkpoint_generation {
+            Some(generation) => format!("from checkpoint {generation}"),
+            None => "by a full scan".to_string(),
+        };
+        let mut summary = format!(
+            "the volume was not closed cleanly ({}); recovery {start} replayed {} batches through {}, \
+             discarded {} unflushed or torn ones after the end of the log, repaired {} shards",
+            self.previous_holder,
+            self.batches_replayed,
+            self.last_sequence,
+            self.batches_discarded,
+            self.shards_repaired
+        );
+        if self.write_log_entries_replayed > 0 {
+            summary += &format!(", replayed {} write log entries", self.write_log_entries_replayed);
+        }
+        if self.write_log_entries_pending > 0 {
+            summary +=
+                &format!(", left {} write log entries for a read-write open to replay", self.write_log_entries_pending);
+        }
+        summary + &format!(" in {:.3} s", self.seconds)
+    }
+
+    /// Log what recovery did after an unclean shutdown: a warning when this open repaired
+    /// it (read-write), a note when it only looked (read-only).
+    pub(crate) fn report_unclean_shutdown(&self, read_only: bool) {
+        if self.closed_cleanly {
+            return;
+        }
+        if read_only {
+            log::info!("{} (read-only: nothing was written)", self.unclean_shutdown_summary());
+        } else {
+            log::warn!("{}", self.unclean_shutdown_summary());
+        }
+    }
 }
 
 /// The write log's state (`info`, `--json`).
@@ -403,10 +523,9 @@ pub struct VolumeStats {
     /// plus what this open has done since. The fields below without `lifetime` count
     /// since this open.
     pub lifetime: LifetimeCounters,
-    /// Write amplification over the volume's life: (new data + relocated) / new data.
-    pub lifetime_write_amplification_cleaning: f64,
-    /// Everything written to the members over the volume's life / new data.
-    pub lifetime_write_amplification_total: f64,
+    /// Write amplification over the volume's life (member bytes ÷ client bytes, by part),
+    /// from `lifetime`.
+    pub lifetime_write_amplification: WriteAmplification,
     /// Logical blocks holding data, whole or compressed.
     pub blocks_mapped: u64,
     pub blocks_zero: u64,
@@ -434,13 +553,11 @@ pub struct VolumeStats {
     /// a cold batch.
     pub blocks_written_cold: u64,
     pub client_batch_pairs: u64,
-    /// (new data + relocated) / new data.
-    pub write_amplification_cleaning: f64,
-    /// Everything written to the members / (new data + relocated): parity or mirror
-    /// copies, summaries and the padding of short stripes.
-    pub write_amplification_raid: f64,
-    /// Everything written to the members / new data.
-    pub write_amplification_total: f64,
+    /// Write amplification since this open (member bytes ÷ client bytes, by part).
+    pub write_amplification: WriteAmplification,
+    /// Syncs of the members since the open (a flush request that finds a sync running
+    /// shares the next one; with a write log, flushes sync the log, and the members are
+    /// synced at checkpoints and when the log needs room).
     pub flushes: u64,
     /// Checkpoints committed since the open.
     pub checkpoints: u64,

@@ -29,7 +29,7 @@ use crate::space::signals::CleanerSignals;
 use crate::space::Purpose;
 use crate::space::SegmentStatus;
 use crate::space::SegmentTable;
-use crate::stats::{ratio, Counters, MemberStatus, VolumeStats};
+use crate::stats::{Counters, MemberStatus, VolumeStats};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -436,7 +436,11 @@ impl Volume {
                 (recovered, crate::checkpoint::CheckpointState::empty(&geometry))
             }
         };
+        // Counted before the epoch's superblock update, which persists it.
+        members.count_found(&recovered.found_counts);
         let closed_cleanly = !superblock.holder.open;
+        recovered.report.closed_cleanly = closed_cleanly;
+        recovered.report.previous_holder = superblock.holder.to_string();
         let (write_log, log_contents) = open_write_log(&superblock, options, closed_cleanly)?;
         let replay_after = log_contents
             .as_ref()
@@ -573,6 +577,7 @@ impl Volume {
                 volume.checkpointer.write_checkpoint()?;
             }
         }
+        volume.recovery_report.report_unclean_shutdown(options.read_only);
         Ok(volume)
     }
 
@@ -968,6 +973,17 @@ impl Volume {
         Ok(())
     }
 
+    /// Make the range read as zeros the cheapest way, a hole (NBD's write-zeroes without
+    /// NO_HOLE): done as a trim, counted as zeroes (`host_bytes_zeroed`).
+    pub fn write_zeroes_as_hole(&self, offset_bytes: u64, length_bytes: u64, fua: bool) -> Result<()> {
+        self.guarded(|| self.ranged(offset_bytes, length_bytes, true, false))?;
+        Counters::add(&self.core.counters().host_bytes_zeroed, length_bytes);
+        if fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
     /// Unmap the range: it reads as zeros and is a hole for block status.
     pub fn trim(&self, offset_bytes: u64, length_bytes: u64) -> Result<()> {
         self.guarded(|| self.ranged(offset_bytes, length_bytes, true, false))?;
@@ -1136,16 +1152,22 @@ impl Volume {
             let directory = core.directory().lock();
             let _paused = core.pause_writers();
             let durable = core.members().superblock().durable_through_sequence;
+            let durability = crate::mount::Durability {
+                superblock_durable_through: durable,
+                // A read-write open repaired what a crash left at its mount.
+                unclean_shutdown: core.read_only() && !self.recovery_report.closed_cleanly,
+            };
             let mut report = crate::mount::check(
                 core.geometry(),
                 core.members(),
                 core.volume_uuid(),
-                durable,
+                durability,
                 core.map(),
                 &core.shared_table().read(),
                 core.io_mode() == IoMode::Threaded,
             )?;
             report.members_not_redundant = core.members().lost();
+            report.write_log_entries_pending = self.recovery_report.write_log_entries_pending;
             core.check_invariants_with(&directory, InvariantDepth::WholeIndex)?;
             Ok(report)
         })
@@ -1534,8 +1556,7 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
         superblock_version: superblock.version,
         created_unix_seconds: superblock.created_unix_seconds,
         lifetime,
-        lifetime_write_amplification_cleaning: lifetime.cleaning_write_amplification(),
-        lifetime_write_amplification_total: lifetime.total_write_amplification(),
+        lifetime_write_amplification: lifetime.write_amplification(),
         blocks_mapped,
         blocks_zero,
         segments_total: geometry.segment_count(),
@@ -1554,9 +1575,7 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
         segments_cleaned: Counters::get(&counters.segments_cleaned),
         blocks_written_cold: Counters::get(&counters.blocks_written_cold),
         client_batch_pairs: Counters::get(&counters.client_batch_pairs),
-        write_amplification_cleaning: ratio(member_bytes_data + member_bytes_relocated, member_bytes_data),
-        write_amplification_raid: ratio(member_bytes_written, member_bytes_data + member_bytes_relocated),
-        write_amplification_total: ratio(member_bytes_written, member_bytes_data),
+        write_amplification: counters.lifetime().write_amplification(),
         member_bytes_redundancy: Counters::get(&counters.member_bytes_redundancy),
         member_bytes_metadata: Counters::get(&counters.member_bytes_metadata),
         member_bytes_padding: Counters::get(&counters.member_bytes_padding),

@@ -1034,7 +1034,7 @@ impl ConnectionState {
                 if request.flags & COMMAND_FLAG_NO_HOLE != 0 {
                     volume.write_zeroes(offset, length, fua)
                 } else {
-                    volume.trim(offset, length).and_then(|()| if fua { volume.flush() } else { Ok(()) })
+                    volume.write_zeroes_as_hole(offset, length, fua)
                 }
             }
             COMMAND_CACHE => Ok(()),

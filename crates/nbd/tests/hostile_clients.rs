@@ -654,6 +654,13 @@ fn well_behaved_client_runs_every_command() {
     expected_data.extend_from_slice(&data[68 * KIB as usize..]);
     conn.read(64 * KIB, 128 * KIB as u32).assert_data(64 * KIB, &expected_data);
 
+    // What the volume counts: write-zeroes as zeroes (with or without NO_HOLE), trims as
+    // trims.
+    let stats = fixture.server.exports()[0].volume.stats();
+    assert_eq!(stats.host_bytes_trimmed, 32 * KIB, "one 32 KiB trim");
+    assert_eq!(stats.host_bytes_zeroed, 32 * KIB + BLOCK, "32 KiB of zeroes with NO_HOLE, 4 KiB without");
+    assert_eq!(stats.host_bytes_written, 128 * KIB);
+
     conn.call(0, COMMAND_FLUSH, 0, 0, &[]).assert_done();
     conn.call(0, COMMAND_CACHE, 0, 64 * KIB as u32, &[]).assert_done();
     assert_eq!(conn.context_id, Some(context));

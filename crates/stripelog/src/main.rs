@@ -56,8 +56,11 @@ enum Command {
         after_help = "Examples:\n  stripelog info --json d/m0 d/m1 d/m2 d/m3 d/m4\n  # the drives' projected life: rated 600 TB written each, or 1 drive write a day for 5 years\n  stripelog info --drive-tbw 600TB d/m0 d/m1 d/m2 d/m3 d/m4\n  stripelog info --drive-writes-per-day 1 --warranty-years 5 --daily-writes 2TB d/m0 d/m1 d/m2 d/m3 d/m4"
     )]
     Info(InfoArguments),
-    /// Verify every live block's checksum and every parity row; exit 1 on damage.
-    #[command(after_help = "Example:\n  stripelog check d/m0 d/m1 d/m2 d/m3 d/m4 && echo clean")]
+    /// Verify every live block's checksum and every parity row (read-only); the exit
+    /// status says what was found, as fsck's does.
+    #[command(
+        after_help = "Exit status (bits added together, as fsck's):\n  0  clean\n  1  leftovers of an unclean shutdown that the next read-write open repairs by itself (stripes torn after the last durable point, write log entries not replayed yet): serve the volume\n  2  damage redundancy can repair, or members missing: run `stripelog scrub` or `stripelog replace`\n  4  damage nothing can repair (blocks lost, counts wrong): restore the blocks `check` names\n  8  the check could not run (the volume did not open, a member could not be read)\n\nExample:\n  stripelog check d/m0 d/m1 d/m2 d/m3 d/m4 && echo clean"
+    )]
     Check(InspectArguments),
     /// Convert a volume written by an older stripelog to the current on-disk format (one
     /// way: older releases cannot open it afterwards). Read-only opens need no upgrade.
@@ -920,27 +923,40 @@ fn print_info(stats: &VolumeStats) {
         stats.segments_used, stats.segments_free, stats.segments_waiting_for_flush, stats.segments_total
     );
     println!(
-        "  since open     host written {}; members written {} (data {}, redundancy {}, metadata {}, padding {})",
+        "  since open     clients wrote {}; members written {} (data {}, relocated {}, redundancy {}, metadata {}, \
+         padding {})",
         format_bytes(stats.host_bytes_written),
         format_bytes(stats.member_bytes_written),
         format_bytes(stats.member_bytes_data),
+        format_bytes(stats.member_bytes_relocated),
         format_bytes(stats.member_bytes_redundancy),
         format_bytes(stats.member_bytes_metadata),
         format_bytes(stats.member_bytes_padding)
     );
     let lifetime = &stats.lifetime;
-    let members_lifetime: u64 = stats.members.iter().map(|member| member.lifetime_bytes_written).sum();
+    let amplification = &stats.lifetime_write_amplification;
     println!(
-        "  lifetime       host written {}, read {}; members written {} (relocated {}); write amplification \
-         {:.2} by cleaning, {:.2} in all; {} cleaning rounds, {} flushes",
+        "  lifetime       clients wrote {}, read {}; members written {} (data {}, relocated {}, redundancy {}, \
+         metadata {}, padding {})",
         format_bytes(lifetime.host_bytes_written),
         format_bytes(lifetime.host_bytes_read),
-        format_bytes(members_lifetime),
+        format_bytes(
+            lifetime.member_bytes_data
+                + lifetime.member_bytes_relocated
+                + lifetime.member_bytes_redundancy
+                + lifetime.member_bytes_metadata
+                + lifetime.member_bytes_padding
+        ),
+        format_bytes(lifetime.member_bytes_data),
         format_bytes(lifetime.member_bytes_relocated),
-        stats.lifetime_write_amplification_cleaning,
-        stats.lifetime_write_amplification_total,
-        lifetime.cleaning_rounds,
-        lifetime.flushes
+        format_bytes(lifetime.member_bytes_redundancy),
+        format_bytes(lifetime.member_bytes_metadata),
+        format_bytes(lifetime.member_bytes_padding),
+    );
+    println!("                 write amplification {}", describe_write_amplification(amplification));
+    println!(
+        "                 {} cleaning rounds (write cost {:.2}), {} syncs of the members, {} batches written",
+        lifetime.cleaning_rounds, amplification.cleaning_write_cost, lifetime.flushes, lifetime.batches_written
     );
     println!(
         "  memory         map {} ({}-bit entries; {:.1} bytes per logical block with every page resident), \
@@ -1052,28 +1068,60 @@ fn print_check(report: &CheckReport) {
             report.shared_references_to_free_records
         );
     }
-    if report.batches_after_log_end > 0 {
+    if report.unclean_shutdown {
+        println!("  the volume was not closed cleanly; what the crash left, which the next read-write open repairs:");
+        println!("    blocks of stripes torn after the last durable point: {}", report.blocks_torn_by_crash);
+        println!("    parity rows of those stripes:                        {}", report.rows_torn_by_crash);
+        println!("    batches after the end of the log (unflushed, lost):  {}", report.batches_after_log_end);
+    } else if report.batches_after_log_end > 0 {
         println!("  batches after the end of the log (unflushed writes of a crash): {}", report.batches_after_log_end);
+    }
+    if report.write_log_entries_pending > 0 {
+        println!(
+            "  write log entries the members lack (the next read-write open replays them): {}",
+            report.write_log_entries_pending
+        );
+    }
+    if !report.members_not_redundant.is_empty() {
+        let members: Vec<String> = report.members_not_redundant.iter().map(usize::to_string).collect();
+        println!("  members missing, failed or rebuilding: {}", members.join(", "));
     }
     if !report.logical_blocks_unrecoverable.is_empty() {
         let shown: Vec<String> = report.logical_blocks_unrecoverable.iter().take(32).map(u64::to_string).collect();
         println!("  unreadable logical blocks (4 KiB): {}", shown.join(", "));
     }
-    println!("{}", if report.is_clean() { "clean" } else { "DAMAGED" });
+    let status = report.status();
+    let verdict = if status == 0 {
+        "clean".to_string()
+    } else if status & stripelog_engine::check_status::UNREPAIRABLE_DAMAGE != 0 {
+        "DAMAGED: data is lost (exit status bit 4)".to_string()
+    } else if status & stripelog_engine::check_status::REPAIRABLE_DAMAGE != 0 {
+        "DAMAGED, repairable from redundancy: run `stripelog scrub` or replace the missing members (exit status bit 2)"
+            .to_string()
+    } else {
+        "clean apart from an unclean shutdown's leftovers, which the next read-write open repairs (exit status 1)"
+            .to_string()
+    };
+    println!("{verdict}");
+}
+
+/// Write amplification for people: the total per client byte and its parts.
+pub(crate) fn describe_write_amplification(amplification: &stripelog_engine::WriteAmplification) -> String {
+    format!(
+        "{:.2} (member bytes per client byte) = data {:.2} + cleaning {:.2} + redundancy {:.2} + metadata {:.2} + \
+         padding {:.2}",
+        amplification.total,
+        amplification.data,
+        amplification.cleaning,
+        amplification.redundancy,
+        amplification.metadata,
+        amplification.padding
+    )
 }
 
 /// The wear part of `info`, in the terms of the seeds.
 fn print_wear(wear: &wear::WearReport) {
-    println!(
-        "  wear           write amplification {:.2} per client byte: data {:.2}, cleaning {:.2}, redundancy {:.2}, \
-         metadata {:.2}, padding {:.2}",
-        wear.write_amplification_total,
-        wear.write_amplification_data,
-        wear.write_amplification_cleaning,
-        wear.write_amplification_redundancy,
-        wear.write_amplification_metadata,
-        wear.write_amplification_padding
-    );
+    println!("  wear           write amplification {}", describe_write_amplification(&wear.write_amplification));
     println!(
         "                 {} written by clients in {}; {} a day ({})",
         format_bytes(wear.host_bytes_written),
@@ -1220,17 +1268,27 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Check(arguments) => {
-            let volume = open_read_only(&arguments.members, arguments.degraded)?;
+            let operational = |message: String| {
+                eprintln!("stripelog: {message}");
+                ExitCode::from(stripelog_engine::check_status::OPERATIONAL_ERROR)
+            };
+            let volume = match open_read_only(&arguments.members, arguments.degraded) {
+                Ok(volume) => volume,
+                Err(message) => return Ok(operational(message)),
+            };
             let bar = spinner("verifying every live block and parity row");
             let report = volume.check().map_err(|error| error.to_string());
             bar.finish_and_clear();
-            let report = report?;
+            let report = match report {
+                Ok(report) => report,
+                Err(message) => return Ok(operational(message)),
+            };
             if arguments.json {
                 print_json(&report)?;
             } else {
                 print_check(&report);
             }
-            Ok(if report.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            Ok(ExitCode::from(report.status()))
         }
         Command::Upgrade(arguments) => upgrade(arguments),
         Command::Serve(arguments) => serve::serve(arguments),

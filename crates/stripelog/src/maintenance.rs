@@ -462,21 +462,49 @@ fn status_text(status: &serde_json::Value) -> String {
         );
         let _ = writeln!(text, "health   {}", export["health_detail"].as_str().unwrap_or("?"));
         let _ = writeln!(text, "clients  {} connected", number(&export["clients"]));
+        let recovery = &export["recovery"];
+        if recovery["closed_cleanly"] == false {
+            let _ = writeln!(
+                text,
+                "recovery at this open: the volume had not been closed cleanly; {} batches replayed, {} unflushed or \
+                 torn ones discarded, {} shards repaired, {} write log entries replayed",
+                number(&recovery["batches_replayed"]),
+                number(&recovery["batches_discarded"]),
+                number(&recovery["shards_repaired"]),
+                number(&recovery["write_log_entries_replayed"]),
+            );
+        }
         let _ = writeln!(
             text,
             "space    {:.1} % of the logical blocks hold data; {free} of {total} segments free",
             100.0 * mapped as f64 / logical as f64
         );
         let counters = &export["counters"];
+        let flush_requests = number(&counters["requests"]["flush"]["requests"]);
         let _ = writeln!(
             text,
-            "written  {} by clients, read {}; {} flushes; {} cleaning rounds, write amplification {:.2} (cleaning) {:.2} (total)",
+            "since    open: clients wrote {}, read {}, zeroed {}, trimmed {}; {} flush requests served by {} syncs \
+             of the members; {} cleaning rounds",
             format_bytes(number(&counters["host_bytes_written"])),
             format_bytes(number(&counters["host_bytes_read"])),
-            number(&counters["flushes"]),
+            format_bytes(number(&counters["host_bytes_zeroed"])),
+            format_bytes(number(&counters["host_bytes_trimmed"])),
+            flush_requests,
+            number(&counters["member_syncs"]),
             number(&counters["cleaning_rounds"]),
-            counters["write_amplification_cleaning"].as_f64().unwrap_or(0.0),
-            counters["write_amplification_total"].as_f64().unwrap_or(0.0),
+        );
+        let amplification = &counters["write_amplification"];
+        let part = |name: &str| amplification[name].as_f64().unwrap_or(0.0);
+        let _ = writeln!(
+            text,
+            "wear     over the volume's life: write amplification {:.2} (member bytes per client byte) = data {:.2} \
+             + cleaning {:.2} + redundancy {:.2} + metadata {:.2} + padding {:.2}",
+            part("total"),
+            part("data"),
+            part("cleaning"),
+            part("redundancy"),
+            part("metadata"),
+            part("padding"),
         );
         let lock = &export["write_lock"];
         let _ = writeln!(
@@ -617,7 +645,7 @@ pub(crate) fn top(arguments: TopArguments) -> Result<ExitCode, String> {
                     format_bytes(rate(3) as u64),
                     rate(4),
                     export["space"]["segments_free"].as_u64().unwrap_or(0),
-                    export["counters"]["write_amplification_total"].as_f64().unwrap_or(0.0),
+                    export["counters"]["write_amplification"]["total"].as_f64().unwrap_or(0.0),
                     rate(5)
                 );
             }

@@ -242,7 +242,7 @@ fn encode_volumes(
 ) -> Result<(), std::fmt::Error> {
     use MetricType::{Counter, Gauge};
     // (name, help, unit, type, label, values)
-    let families: [VolumeFamily; 31] = [
+    let families: [VolumeFamily; 35] = [
         ("stripelog_volume_logical_size", "Size the volume offers", Some(Unit::Bytes), Gauge, None, |stats| {
             vec![("", stats.logical_size_bytes as f64)]
         }),
@@ -260,25 +260,53 @@ fn encode_volumes(
             None,
             |stats| vec![("", stats.failures_still_tolerated as f64)],
         ),
-        ("stripelog_volume_blocks_mapped", "Logical blocks holding data", None, Gauge, None, |stats| {
+        ("stripelog_volume_blocks_mapped", "Logical blocks holding data now", None, Gauge, None, |stats| {
             vec![("", stats.blocks_mapped as f64)]
         }),
-        ("stripelog_volume_flushes", "Flushes served", None, Counter, None, |stats| vec![("", stats.flushes as f64)]),
-        ("stripelog_volume_checkpoints", "Checkpoints committed", None, Counter, None, |stats| {
-            vec![("", stats.checkpoints as f64)]
-        }),
-        ("stripelog_cleaner_rounds", "Cleaning rounds run", None, Counter, None, |stats| {
+        (
+            "stripelog_volume_flushes",
+            "Syncs of the members since the volume was opened (flush requests that arrive during a sync share \
+             the next one; the requests are stripelog_nbd_requests{command=\"flush\"})",
+            None,
+            Counter,
+            None,
+            |stats| vec![("", stats.flushes as f64)],
+        ),
+        (
+            "stripelog_volume_checkpoints",
+            "Checkpoints committed since the volume was opened",
+            None,
+            Counter,
+            None,
+            |stats| vec![("", stats.checkpoints as f64)],
+        ),
+        ("stripelog_cleaner_rounds", "Cleaning rounds run since the volume was opened", None, Counter, None, |stats| {
             vec![("", stats.cleaning_rounds as f64)]
         }),
-        ("stripelog_cleaner_segments_cleaned", "Segments emptied by cleaning", None, Counter, None, |stats| {
-            vec![("", stats.segments_cleaned as f64)]
-        }),
-        ("stripelog_cleaner_relocated", "Live data relocated by cleaning", Some(Unit::Bytes), Counter, None, |stats| {
-            vec![("", stats.member_bytes_relocated as f64)]
-        }),
-        ("stripelog_cleaner_read", "Bytes the cleaner read from members", Some(Unit::Bytes), Counter, None, |stats| {
-            vec![("", stats.member_bytes_read_cleaning as f64)]
-        }),
+        (
+            "stripelog_cleaner_segments_cleaned",
+            "Segments emptied by cleaning since the volume was opened",
+            None,
+            Counter,
+            None,
+            |stats| vec![("", stats.segments_cleaned as f64)],
+        ),
+        (
+            "stripelog_cleaner_relocated",
+            "Live data the cleaner moved since the volume was opened (physical)",
+            Some(Unit::Bytes),
+            Counter,
+            None,
+            |stats| vec![("", stats.member_bytes_relocated as f64)],
+        ),
+        (
+            "stripelog_cleaner_read",
+            "Bytes the cleaner read from members since the volume was opened",
+            Some(Unit::Bytes),
+            Counter,
+            None,
+            |stats| vec![("", stats.member_bytes_read_cleaning as f64)],
+        ),
         ("stripelog_volume_paced_writes", "Client writes the pacer held back", None, Counter, None, |stats| {
             vec![("", stats.paced_writes as f64)]
         }),
@@ -311,7 +339,7 @@ fn encode_volumes(
         ),
         (
             "stripelog_volume_host",
-            "Client bytes by operation",
+            "Bytes clients wrote, read, zeroed and trimmed since the volume was opened (logical)",
             Some(Unit::Bytes),
             Counter,
             Some("operation"),
@@ -326,7 +354,7 @@ fn encode_volumes(
         ),
         (
             "stripelog_volume_member_written",
-            "Bytes written to the members, by what they hold",
+            "Bytes written to the members since the volume was opened (physical), by what they hold",
             Some(Unit::Bytes),
             Counter,
             Some("kind"),
@@ -341,18 +369,65 @@ fn encode_volumes(
             },
         ),
         (
-            "stripelog_volume_write_amplification",
-            "Member bytes per client byte since the volume was opened, by cause",
+            "stripelog_volume_unclean_shutdown",
+            "1 when this open followed an unclean shutdown (a crash, a kill): recovery replayed the log",
             None,
             Gauge,
-            Some("cause"),
+            None,
+            |stats| vec![("", (!stats.recovery.closed_cleanly) as u8 as f64)],
+        ),
+        (
+            "stripelog_volume_recovery",
+            "What recovery did at this open: batches replayed after the checkpoint, unflushed or torn batches \
+             discarded, shards repaired, write log entries replayed",
+            None,
+            Gauge,
+            Some("what"),
             |stats| {
+                let recovery = &stats.recovery;
                 vec![
-                    ("cleaning", stats.write_amplification_cleaning),
-                    ("raid", stats.write_amplification_raid),
-                    ("total", stats.write_amplification_total),
+                    ("batches_replayed", recovery.batches_replayed as f64),
+                    ("batches_discarded", recovery.batches_discarded as f64),
+                    ("shards_repaired", recovery.shards_repaired as f64),
+                    ("write_log_entries_replayed", recovery.write_log_entries_replayed as f64),
                 ]
             },
+        ),
+        (
+            "stripelog_volume_write_amplification",
+            "Write amplification over the volume's life: bytes written to the members per byte clients wrote \
+             (part=\"total\"), and its parts, which add up to it (data, cleaning, redundancy, metadata, padding)",
+            None,
+            Gauge,
+            Some("part"),
+            |stats| {
+                let amplification = &stats.lifetime_write_amplification;
+                vec![
+                    ("total", amplification.total),
+                    ("data", amplification.data),
+                    ("cleaning", amplification.cleaning),
+                    ("redundancy", amplification.redundancy),
+                    ("metadata", amplification.metadata),
+                    ("padding", amplification.padding),
+                ]
+            },
+        ),
+        (
+            "stripelog_cleaner_write_cost",
+            "The cleaner's write cost over the volume's life (the LFS papers' measure, not a write \
+             amplification): (new data + relocated) / new data, both as stored",
+            None,
+            Gauge,
+            None,
+            |stats| vec![("", stats.lifetime_write_amplification.cleaning_write_cost)],
+        ),
+        (
+            "stripelog_volume_lifetime_host_written",
+            "Bytes clients wrote over the volume's life (persisted; after a crash, recovery counts what it replayed)",
+            Some(Unit::Bytes),
+            Counter,
+            None,
+            |stats| vec![("", stats.lifetime.host_bytes_written as f64)],
         ),
         (
             "stripelog_volume_write_lock_hold",

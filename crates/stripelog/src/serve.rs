@@ -396,10 +396,12 @@ fn overview(served: &Served) -> serde_json::Value {
                     "errors": errors,
                     "host_bytes_written": stats.host_bytes_written,
                     "host_bytes_read": stats.host_bytes_read,
-                    "flushes": stats.flushes,
+                    "host_bytes_zeroed": stats.host_bytes_zeroed,
+                    "host_bytes_trimmed": stats.host_bytes_trimmed,
+                    "member_syncs": stats.flushes,
                     "cleaning_rounds": stats.cleaning_rounds,
-                    "write_amplification_cleaning": stats.write_amplification_cleaning,
-                    "write_amplification_total": stats.write_amplification_total,
+                    "write_amplification": stats.lifetime_write_amplification,
+                    "write_amplification_since_open": stats.write_amplification,
                     "blocks_written_cold": stats.blocks_written_cold,
                     "client_batch_pairs": stats.client_batch_pairs,
                 },
@@ -411,6 +413,7 @@ fn overview(served: &Served) -> serde_json::Value {
                     "hold_maximum_seconds": stats.write_lock_hold_maximum_microseconds / 1e6,
                 },
                 "write_log": stats.write_log,
+                "recovery": stats.recovery,
                 "in_progress": in_progress,
             }))
         })

@@ -33,16 +33,11 @@ pub(crate) struct MemberWear {
 
 #[derive(Serialize, Debug)]
 pub(crate) struct WearReport {
+    /// Bytes clients wrote over the volume's life.
     pub host_bytes_written: u64,
-    /// Member bytes per host byte, by cause: data (below 1 when compression or
-    /// deduplication saved), cleaning's relocations, redundancy (parity or mirror copies),
-    /// metadata (summaries, checkpoints), padding of short stripes; and all of them.
-    pub write_amplification_data: f64,
-    pub write_amplification_cleaning: f64,
-    pub write_amplification_redundancy: f64,
-    pub write_amplification_metadata: f64,
-    pub write_amplification_padding: f64,
-    pub write_amplification_total: f64,
+    /// Over the volume's life: member bytes per client byte, and its parts by cause
+    /// (the same figure as `info`'s lifetime line, `status` and the metrics).
+    pub write_amplification: stripelog_engine::WriteAmplification,
     pub volume_age_days: f64,
     /// Host bytes written a day: given, or the volume's own average since it was created.
     pub host_bytes_per_day: f64,
@@ -75,7 +70,6 @@ pub(crate) fn report(
 ) -> WearReport {
     let lifetime = &stats.lifetime;
     let host = lifetime.host_bytes_written;
-    let members_written: u64 = stats.members.iter().map(|member| member.lifetime_bytes_written).sum();
     let age_days = now_unix_seconds.saturating_sub(stats.created_unix_seconds) as f64 / SECONDS_PER_DAY;
     let (per_day, basis) = match host_bytes_per_day {
         Some(given) => (given, "given".to_string()),
@@ -95,7 +89,7 @@ pub(crate) fn report(
         }
         None => 5.0,
     };
-    let total = ratio(members_written, host);
+    let total = stats.lifetime_write_amplification.total;
     let members: Vec<MemberWear> = stats
         .members
         .iter()
@@ -124,12 +118,7 @@ pub(crate) fn report(
         members.iter().filter_map(|member| member.projected_life_years).min_by(|a, b| a.total_cmp(b));
     WearReport {
         host_bytes_written: host,
-        write_amplification_data: ratio(lifetime.member_bytes_data, host),
-        write_amplification_cleaning: ratio(lifetime.member_bytes_relocated, host),
-        write_amplification_redundancy: ratio(lifetime.member_bytes_redundancy, host),
-        write_amplification_metadata: ratio(lifetime.member_bytes_metadata, host),
-        write_amplification_padding: ratio(lifetime.member_bytes_padding, host),
-        write_amplification_total: total,
+        write_amplification: stats.lifetime_write_amplification,
         volume_age_days: age_days,
         host_bytes_per_day: per_day,
         host_bytes_per_day_basis: basis,

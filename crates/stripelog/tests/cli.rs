@@ -184,13 +184,18 @@ fn check_reports_damage_with_a_failing_exit() {
     drop(file);
 
     let check = stripelog(&with_members(&["check", "--json"], &members));
-    assert_eq!(check.status.code(), Some(1), "{}", text(&check));
+    // Exit status bit 2: damage redundancy repairs (the volume was closed cleanly: no
+    // crash left it).
+    assert_eq!(check.status.code(), Some(2), "{}", text(&check));
     let report: serde_json::Value = serde_json::from_slice(&check.stdout).expect("JSON");
     let damaged = report["blocks_repairable"].as_u64().unwrap() + report["rows_with_bad_redundancy"].as_u64().unwrap();
     assert!(damaged > 0, "{report}");
     assert_eq!(report["blocks_unrecoverable"], 0, "{report}");
     let human = stripelog(&with_members(&["check"], &members));
-    assert!(text(&human).contains("DAMAGED"), "{}", text(&human));
+    assert!(text(&human).contains("DAMAGED, repairable"), "{}", text(&human));
+    let missing =
+        stripelog(&with_members(&["check"], &[members[0].clone(), "/nonexistent/m1".into(), members[2].clone()]));
+    assert_eq!(missing.status.code(), Some(8), "a check that cannot run: {}", text(&missing));
 }
 
 #[test]
@@ -529,15 +534,24 @@ fn info_reports_each_member_s_wear_and_the_drives_projected_life() {
     let number = |value: &serde_json::Value| value.as_f64().unwrap_or_else(|| panic!("not a number: {wear}"));
     let host = number(&wear["host_bytes_written"]);
     assert_eq!(host, (12 << 20) as f64, "{wear}");
-    // The causes add up to the total, which is what the members were written.
+    // One write amplification: member bytes ÷ client bytes, whose parts add up to it, the
+    // same in the wear report, the lifetime figures and the human lines; what the members
+    // were written over their life.
+    let amplification = &wear["write_amplification"];
     let causes: f64 = ["data", "cleaning", "redundancy", "metadata", "padding"]
         .iter()
-        .map(|cause| number(&wear[format!("write_amplification_{cause}")]))
+        .map(|cause| number(&amplification[cause]))
         .sum();
+    let total = number(&amplification["total"]);
+    assert!((causes - total).abs() < 1e-9, "{wear}");
+    assert_eq!(info["lifetime_write_amplification"], *amplification, "one figure in info --json");
     let members_written: f64 =
         wear["members"].as_array().expect("members").iter().map(|m| number(&m["lifetime_bytes_written"])).sum();
-    assert!((causes - members_written / host).abs() < 0.01, "{wear}");
-    assert!((number(&wear["write_amplification_redundancy"]) - 0.5).abs() < 0.05, "RAID-5 on 3 members: {wear}");
+    assert!((total - members_written / host).abs() < 0.02, "{wear}");
+    assert!((number(&amplification["redundancy"]) - 0.5).abs() < 0.05, "RAID-5 on 3 members: {wear}");
+    let human = stripelog(&with_members(&["info"], &members));
+    let shown = format!("write amplification {total:.2} (member bytes per client byte)");
+    assert_eq!(text(&human).matches(&shown).count(), 2, "the lifetime and wear lines show {shown}: {}", text(&human));
     // Seed 002: years = (rated − written) ÷ (the member's share of 2 TB a day) ÷ 365.
     let rated = number(&wear["rated_bytes_per_drive"]);
     assert_eq!(rated, 600e12);
@@ -548,7 +562,7 @@ fn info_reports_each_member_s_wear_and_the_drives_projected_life() {
     }
     // Seed 001: overwrites of the logical size a day over 5 years.
     let logical = number(&info["logical_size_bytes"]);
-    let expected = rated * 3.0 / (365.0 * 5.0) / (members_written / host) / logical;
+    let expected = rated * 3.0 / (365.0 * 5.0) / total / logical;
     assert!((number(&wear["safe_overwrites_per_day"]) - expected).abs() < 1e-6 * expected, "{wear}");
     let human = stripelog(&with_members(&["info", "--drive-writes-per-day", "1", "--daily-writes", "2TB"], &members));
     assert!(text(&human).contains("safe overwrites of the volume a day; projected life"), "{}", text(&human));

@@ -443,8 +443,56 @@ fn a_compressed_volume_serves_fio_and_changes_its_setting_while_served() {
 /// acknowledged before the flush reads back after a restart, and the volume checks clean.
 #[test]
 fn sigkill_during_a_write_load_keeps_what_was_flushed() {
+    sigkill_during_a_write_load(&[]);
+}
+
+/// The same with a write log: `check` before the restart reports the log's entries the
+/// members lack as an unclean shutdown's leftovers (exit 1), never as damage.
+#[test]
+fn sigkill_during_a_write_load_with_a_write_log_keeps_what_was_flushed() {
+    sigkill_during_a_write_load(&["--write-log"]);
+}
+
+/// `check` right after a crash: what the crash left (torn stripes after the durable point,
+/// write log entries not replayed) is reported as such with exit status 0 or 1 (fsck's
+/// way: docs/operations.md), never as damage; the restart logs, at warning level, that the
+/// volume was not closed cleanly and what recovery did.
+fn check_after_a_crash(server: &Server, expect_pending_log_entries: bool) {
+    let check = run_with_timeout(stripelog().args(["check", "--json"]).args(&server.members), CLIENT_TIMEOUT);
+    let report = json(&check);
+    let code = check.status.code();
+    assert!(matches!(code, Some(0) | Some(1)), "check after SIGKILL exits 0 or 1, not {code:?}: {report}");
+    assert_eq!(report["unclean_shutdown"], true, "{report}");
+    assert_eq!(report["blocks_repairable"], 0, "torn stripes are not damage: {report}");
+    assert_eq!(report["blocks_unrecoverable"], 0, "{report}");
+    assert_eq!(report["rows_with_bad_redundancy"], 0, "{report}");
+    let leftovers = ["blocks_torn_by_crash", "rows_torn_by_crash", "write_log_entries_pending"]
+        .iter()
+        .map(|field| report[field].as_u64().expect("a count"))
+        .sum::<u64>();
+    assert_eq!(code == Some(1), leftovers > 0, "exit 1 exactly when the crash left something: {report}");
+    if expect_pending_log_entries {
+        assert!(report["write_log_entries_pending"].as_u64() > Some(0), "{report}");
+    }
+    let human = run_with_timeout(stripelog().arg("check").args(&server.members), CLIENT_TIMEOUT);
+    assert!(!text(&human).contains("DAMAGED"), "{}", text(&human));
+    assert!(text(&human).contains("not closed cleanly"), "{}", text(&human));
+}
+
+fn sigkill_during_a_write_load(serve_arguments: &[&str]) {
     let Some(qemu_io) = tool("qemu-io") else { return };
     let mut server = Server::start();
+    let with_log = !serve_arguments.is_empty();
+    if with_log {
+        let log = server.directory.join("write-log");
+        server.stop_cleanly(libc::SIGTERM);
+        let added = run_with_timeout(
+            stripelog().args(["log", "add", "--size", "64MiB", "--device"]).arg(&log).args(&server.members),
+            CLIENT_TIMEOUT,
+        );
+        assert!(added.status.success(), "stripelog log add: {}", text(&added));
+        server.spawn();
+    }
     // qemu-io flushes before it exits: these writes are acknowledged and flushed.
     server.qemu_io(&qemu_io, &["write -P 0x3c 0 2M", "write -P 0x4d 8M 1M"]);
     let load: Vec<String> =
@@ -459,8 +507,20 @@ fn sigkill_during_a_write_load_keeps_what_was_flushed() {
     let _ = server.stop(libc::SIGKILL);
     let _ = writer.kill();
     let _ = writer.wait();
+    check_after_a_crash(&server, with_log);
 
     server.spawn();
+    let log = server.log();
+    let restart = log.rsplit("--- stripelog serve, run").next().unwrap_or_default();
+    assert!(
+        restart.contains("level=warn") && restart.contains("not closed cleanly") && restart.contains("replayed"),
+        "the restart says, at warning level, that the volume was not closed cleanly:\n{restart}"
+    );
+    let status = run_with_timeout(
+        stripelog().args(["status", "--json", "--control"]).arg(format!("{}.control", server.socket.display())),
+        CLIENT_TIMEOUT,
+    );
+    assert_eq!(json(&status)["exports"][0]["recovery"]["closed_cleanly"], false, "{}", text(&status));
     server.qemu_io(&qemu_io, &["read -P 0x3c 0 2M", "read -P 0x4d 8M 1M"]);
     server.stop_cleanly(libc::SIGTERM);
     let check = run_with_timeout(stripelog().arg("check").args(&server.members), CLIENT_TIMEOUT);

@@ -45,11 +45,14 @@ pub(crate) struct Members {
     consecutive_read_errors: Vec<AtomicU32>,
     bytes_written: Vec<AtomicU64>,
     /// Each member's lifetime bytes written before this open (from its own superblock).
-    bytes_written_before: Vec<u64>,
-    /// The volume's counters since this open, and its lifetime counters before it: every
-    /// superblock update persists their sum.
+    bytes_written_before: Vec<AtomicU64>,
+    /// The volume's counters since this open, and its lifetime counters before it (with
+    /// what mount counted of the batches it found after them): every superblock update
+    /// persists their sum.
     pub(crate) counters: Arc<Counters>,
-    lifetime_before: crate::stats::LifetimeCounters,
+    lifetime_before: Mutex<crate::stats::LifetimeCounters>,
+    /// The last batch the lifetime counters count (persisted with them).
+    counted_through_sequence: AtomicU64,
     /// Each member's read time and late reads (docs/resilience.md, "Slow members").
     read_latency: Vec<Arc<ReadLatency>>,
     read_helpers: ReadHelpers,
@@ -102,9 +105,16 @@ impl Members {
                 .collect(),
             consecutive_read_errors: (0..count).map(|_| AtomicU32::new(0)).collect(),
             bytes_written: (0..count).map(|_| AtomicU64::new(0)).collect(),
-            bytes_written_before,
+            bytes_written_before: bytes_written_before.into_iter().map(AtomicU64::new).collect(),
             counters: Arc::new(Counters::default()),
-            lifetime_before: reference.lifetime,
+            lifetime_before: Mutex::new(reference.lifetime),
+            // Not recorded (a volume written before it was): the durable point is the best
+            // guess of what the last update counted.
+            counted_through_sequence: AtomicU64::new(if reference.lifetime_counted_through_sequence > 0 {
+                reference.lifetime_counted_through_sequence
+            } else {
+                reference.durable_through_sequence
+            }),
             read_latency: (0..count).map(|_| Arc::new(ReadLatency::default())).collect(),
             read_helpers: ReadHelpers::default(),
             hedged_reads: AtomicBool::new(false),
@@ -284,6 +294,7 @@ impl Members {
             };
             superblock.index_entry_width_bits = superblock.geometry().index_entry_width_bits() as u8;
             superblock.lifetime = self.lifetime_counters();
+            superblock.lifetime_counted_through_sequence = self.counted_through_sequence();
             for (copy, offset) in SUPERBLOCK_OFFSETS_BYTES.iter().enumerate() {
                 for member in 0..self.count() {
                     let Some(device) = self.writable(member) else {
@@ -314,12 +325,40 @@ impl Members {
     /// The volume's lifetime counters now: those persisted before this open plus those
     /// since.
     pub(crate) fn lifetime_counters(&self) -> crate::stats::LifetimeCounters {
-        self.lifetime_before.plus(self.counters.lifetime())
+        self.lifetime_before.lock().plus(self.counters.lifetime())
     }
 
     /// Bytes written to `member` over its life in the volume.
     pub(crate) fn member_lifetime_bytes_written(&self, member: usize) -> u64 {
-        self.bytes_written_before[member].saturating_add(Counters::get(&self.bytes_written[member]))
+        Counters::get(&self.bytes_written_before[member]).saturating_add(Counters::get(&self.bytes_written[member]))
+    }
+
+    /// The last batch the lifetime counters count.
+    pub(crate) fn counted_through_sequence(&self) -> u64 {
+        self.counted_through_sequence.load(Ordering::Relaxed)
+    }
+
+    /// Batch `sequence` is counted (the pipeline wrote it).
+    pub(crate) fn note_counted(&self, sequence: u64) {
+        self.counted_through_sequence.fetch_max(sequence, Ordering::Relaxed);
+    }
+
+    /// Add what mount found written after the last batch the persisted counters count
+    /// (`crate::stats::FoundCounts`): the next superblock update persists it.
+    pub(crate) fn count_found(&self, found: &crate::stats::FoundCounts) {
+        assert!(
+            found.through_sequence == 0 || found.through_sequence > self.counted_through_sequence(),
+            "mount counts only batches after those the counters count"
+        );
+        let mut before = self.lifetime_before.lock();
+        let old_total = before.host_bytes_written;
+        *before = before.plus(found.lifetime);
+        assert!(before.host_bytes_written >= old_total, "lifetime counters never go backwards");
+        drop(before);
+        for counter in &self.bytes_written_before {
+            Counters::add(counter, found.bytes_per_member);
+        }
+        self.note_counted(found.through_sequence);
     }
 
     /// Account `bytes` written to every written member (one batch).
@@ -1005,6 +1044,7 @@ pub(crate) fn create(
                 index_entry_width_bits: geometry.index_entry_width_bits() as u8,
                 checkpoint: None,
                 lifetime: crate::stats::LifetimeCounters::default(),
+                lifetime_counted_through_sequence: 0,
                 member_bytes_written: 0,
                 write_log: None,
                 // Compression needs index entries that can name fragments, fixed now.

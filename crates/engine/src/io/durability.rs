@@ -248,6 +248,7 @@ impl Core {
         Counters::add(&counters.member_bytes_padding, padding * block);
         Counters::add(&counters.member_bytes_redundancy, redundancy * block);
         self.members.count_written(header.row_count as u64 * block);
+        self.members.note_counted(header.sequence);
     }
 
     /// Return when every write accepted before the call is durable: on the write log when

@@ -222,6 +222,10 @@ pub struct Superblock {
     /// The volume's lifetime counters when this superblock was written (the same on every
     /// member).
     pub lifetime: LifetimeCounters,
+    /// The last batch whose member bytes `lifetime` counts (0: not recorded, a volume
+    /// written before it was): mount adds what it replays after it, so that a crash loses
+    /// no count of a write recovery kept.
+    pub lifetime_counted_through_sequence: u64,
     /// Bytes written to this member over its life in the volume (differs per member).
     pub member_bytes_written: u64,
     /// The volume's write log (docs/write-log.md), if it has one.
@@ -305,6 +309,8 @@ const WRITE_LOG_OFFSET: usize = 3072;
 pub const WRITE_LOG_PATH_BYTES: usize = 480;
 
 const LIFETIME_COUNTERS_OFFSET: usize = 2368;
+/// After the counters: the last batch they count (8 bytes).
+const LIFETIME_COUNTED_THROUGH_OFFSET: usize = LIFETIME_COUNTERS_OFFSET + 8 * LIFETIME_COUNTER_COUNT;
 
 /// Where a superblock says the latest complete checkpoint's root block is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -374,6 +380,7 @@ impl Superblock {
         for (index, value) in self.lifetime.to_array().iter().enumerate() {
             put(block, LIFETIME_COUNTERS_OFFSET + 8 * index, &value.to_le_bytes());
         }
+        put(block, LIFETIME_COUNTED_THROUGH_OFFSET, &self.lifetime_counted_through_sequence.to_le_bytes());
         if let Some(log) = &self.write_log {
             put(block, WRITE_LOG_OFFSET, &(log.paths.len() as u32).to_le_bytes());
             put(block, WRITE_LOG_OFFSET + 8, &log.log_uuid);
@@ -462,6 +469,7 @@ impl Superblock {
             index_entry_width_bits: 0,
             checkpoint: None,
             lifetime: LifetimeCounters::default(),
+            lifetime_counted_through_sequence: 0,
             member_bytes_written: 0,
             write_log: None,
             incompatible_features,
@@ -503,6 +511,7 @@ impl Superblock {
                 *value = read_u64(block, LIFETIME_COUNTERS_OFFSET + 8 * index);
             }
             superblock.lifetime = LifetimeCounters::from_array(values);
+            superblock.lifetime_counted_through_sequence = read_u64(block, LIFETIME_COUNTED_THROUGH_OFFSET);
             let log_devices = read_u32(block, WRITE_LOG_OFFSET) as usize;
             if log_devices > 0 {
                 if log_devices > 2 {
@@ -1270,6 +1279,7 @@ mod tests {
                 sequence: 70,
             }),
             lifetime: LifetimeCounters::from_array(std::array::from_fn(|index| 1000 + index as u64)),
+            lifetime_counted_through_sequence: 4321,
             member_bytes_written: 1 << 40,
             write_log: Some(WriteLogReference { log_uuid: [9; 16], paths: vec!["/dev/pmem0".into(), "/x".into()] }),
             incompatible_features: 0,
