@@ -71,7 +71,11 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
             .map(|(name, direction, color)| (name, direction.lat_ns.distribution.as_slice(), color))
             .collect();
     let resolved = |points: &[DistributionPoint]| {
-        points.iter().filter(|point| point.percentile < 100.0).map(|point| nines(point.percentile, 0.0)).fold(0.0, f64::max)
+        points
+            .iter()
+            .filter(|point| point.percentile < 100.0)
+            .map(|point| nines(point.percentile, 0.0))
+            .fold(0.0, f64::max)
     };
     let last_nines = directions.iter().map(|(_, points, _)| resolved(points)).fold(1.0, f64::max).ceil() + 1.0;
     let to_us = |nanoseconds: u64| (nanoseconds as f64 / 1e3).max(0.1);

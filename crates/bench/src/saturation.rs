@@ -291,8 +291,7 @@ mod tests {
 
     #[test]
     fn the_tables_spans_end_where_the_chart_draws_their_seconds() {
-        let seconds: Vec<Second> =
-            (1..=10).map(|index| Second { second: index, ..second(100) }).collect();
+        let seconds: Vec<Second> = (1..=10).map(|index| Second { second: index, ..second(100) }).collect();
         let points = per_second_points(&seconds, 10.0);
         // The first round, seconds 0-5, holds the points drawn at 1 to 5.
         assert_eq!(span_label(0.0, 5.0), "0-5");

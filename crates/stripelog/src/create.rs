@@ -59,7 +59,8 @@ pub(crate) fn create(arguments: CreateArguments) -> Result<ExitCode, String> {
         deduplication: arguments.dedup,
         client_write_pairs: !arguments.one_client_stream,
     };
-    options.spare_ppm = choose_spare(&options, members.len(), smallest_member_bytes, arguments.spare.is_some(), arguments.force)?;
+    options.spare_ppm =
+        choose_spare(&options, members.len(), smallest_member_bytes, arguments.spare.is_some(), arguments.force)?;
     let geometry = options.geometry(members.len(), smallest_member_bytes).map_err(engine_error)?;
     if let Some(warning) = not_thin_warning(&geometry, arguments.logical_size) {
         eprintln!("{warning}");
@@ -85,7 +86,12 @@ pub(crate) fn create(arguments: CreateArguments) -> Result<ExitCode, String> {
 /// Refuse a member count the RAID level cannot take, and a chunk size the format cannot,
 /// before any path is looked up.
 /// `--raid 1` is a two-member mirror (RAID-10 on two members).
-fn check_count_and_chunk(raid: &str, raid_level: RaidLevel, member_count: usize, chunk_size_bytes: u32) -> Result<(), String> {
+fn check_count_and_chunk(
+    raid: &str,
+    raid_level: RaidLevel,
+    member_count: usize,
+    chunk_size_bytes: u32,
+) -> Result<(), String> {
     let raid = raid.trim().to_ascii_lowercase();
     if matches!(raid.trim_start_matches("raid"), "1") && member_count != 2 {
         return Err(format!(
@@ -114,8 +120,9 @@ fn paths_to_create(paths: &[PathBuf], size_given: bool, size_flag: &str) -> Resu
     for path in paths {
         let name = path.display();
         if path.as_os_str() == "missing" {
-            return Err("`missing` stands for an absent member of an existing volume: a new volume needs every member"
-                .into());
+            return Err(
+                "`missing` stands for an absent member of an existing volume: a new volume needs every member".into()
+            );
         }
         match std::fs::symlink_metadata(path) {
             Ok(_) if path.exists() => continue,
@@ -149,7 +156,10 @@ fn refuse_log_devices_holding_data(paths: &[PathBuf]) -> Result<(), String> {
         let device = FileDevice::open(path, &options).map_err(|error| device_error(&name, error))?;
         let content = stripelog_engine::identity::inspect(&device).map_err(|error| device_error(&name, error))?;
         if content != stripelog_engine::identity::DeviceContent::Empty {
-            return Err(format!("{name} {}: refusing to make it a write log unless forced (--force)", content.describe()));
+            return Err(format!(
+                "{name} {}: refusing to make it a write log unless forced (--force)",
+                content.describe()
+            ));
         }
     }
     Ok(())

@@ -403,8 +403,9 @@ fn call(control: &Path, request: &ControlRequest, verb: &str) -> Result<serde_js
             Ok(_) => {}
             Err(error) => return Err(format!("{}: {error}", control.display())),
         }
-        let message: serde_json::Value = serde_json::from_slice(&line)
-            .map_err(|error| format!("{}: bad reply (is it a stripelog control socket?): {error}", control.display()))?;
+        let message: serde_json::Value = serde_json::from_slice(&line).map_err(|error| {
+            format!("{}: bad reply (is it a stripelog control socket?): {error}", control.display())
+        })?;
         if let Some(progress) = message.get("progress") {
             let field = |name: &str| progress[name].as_u64().unwrap_or(0);
             let progress = MaintenanceProgress {

@@ -51,7 +51,11 @@ pub fn parse_block_multiple_size(text: &str) -> Result<u64, String> {
     });
     let hint = match binary.filter(|binary| parse_size(binary).is_ok_and(|bytes| bytes.is_multiple_of(BLOCK_BYTES))) {
         Some(binary) => format!(": did you mean {binary}? ({SIZE_RULE})"),
-        None => format!(" (the nearest are {} and {})", bytes / BLOCK_BYTES * BLOCK_BYTES, bytes.div_ceil(BLOCK_BYTES) * BLOCK_BYTES),
+        None => format!(
+            " (the nearest are {} and {})",
+            bytes / BLOCK_BYTES * BLOCK_BYTES,
+            bytes.div_ceil(BLOCK_BYTES) * BLOCK_BYTES
+        ),
     };
     Err(format!("'{text}' is {bytes} bytes, not a multiple of 4096 (whole 4 KiB blocks){hint}"))
 }

@@ -1000,9 +1000,19 @@ pub(crate) fn create(
                     crate::layout::format::FEATURE_PACKED_FRAGMENTS
                 } else {
                     0
-                } | if geometry.thin_logical_block_count.is_some() { crate::layout::format::FEATURE_THIN_PROVISIONED } else { 0 }
-                    | if options.deduplication { crate::layout::format::FEATURE_DEDUPLICATION } else { 0 }
-                    | if options.client_write_pairs { crate::layout::format::FEATURE_CLIENT_WRITE_PAIRS } else { 0 },
+                } | if geometry.thin_logical_block_count.is_some() {
+                    crate::layout::format::FEATURE_THIN_PROVISIONED
+                } else {
+                    0
+                } | if options.deduplication {
+                    crate::layout::format::FEATURE_DEDUPLICATION
+                } else {
+                    0
+                } | if options.client_write_pairs {
+                    crate::layout::format::FEATURE_CLIENT_WRITE_PAIRS
+                } else {
+                    0
+                },
                 compression: options.compression,
                 deduplication: options.deduplication,
             };
