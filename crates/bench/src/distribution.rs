@@ -28,7 +28,8 @@ pub fn points(histogram: &Histogram<u64>) -> Vec<DistributionPoint> {
         .take_while(|&quantile| quantile <= 1.0 - 1.0 / count as f64 + 1e-12)
         .map(|quantile| DistributionPoint {
             percentile: quantile * 100.0,
-            latency_ns: histogram.value_at_quantile(quantile),
+            // (The histogram's quantile 0 is the bottom of its range, not the minimum.)
+            latency_ns: if quantile == 0.0 { histogram.min() } else { histogram.value_at_quantile(quantile) },
         })
         .collect();
     points.push(DistributionPoint { percentile: 100.0, latency_ns: histogram.max() });
@@ -44,12 +45,21 @@ pub fn nines(percentile: f64, last_nines: f64) -> f64 {
     -(1.0 - percentile / 100.0).log10()
 }
 
-/// The percentile at `x` on the nines axis, as a tick: "0", "90", "99", "99.9".
-fn nines_tick(x: &f64) -> String {
-    if x.fract().abs() > 1e-9 || *x < 0.0 {
+/// The percentile at `x` on the nines axis, as a tick: "0", "90", "99", "99.9", "99.99",
+/// and "max" at `last_nines`.
+fn nines_tick(x: f64, last_nines: f64) -> String {
+    if (x - x.round()).abs() > 1e-9 || x < 0.0 {
         return String::new();
     }
-    crate::chart::tick(&(100.0 * (1.0 - 10f64.powf(-x))))
+    if (x - last_nines).abs() < 1e-9 {
+        return "max".into();
+    }
+    let nines = x.round() as usize;
+    match nines {
+        0 => "0".into(),
+        1 => "90".into(),
+        _ => format!("99{}{}", if nines > 2 { "." } else { "" }, "9".repeat(nines.saturating_sub(2))),
+    }
 }
 
 /// The latency distribution of each operation that ran (SVG or PNG by extension).
@@ -95,7 +105,7 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
         .x_desc("percentile (each step one more nine; the last point is the maximum)")
         .y_desc("latency, µs (log)")
         .x_labels(last_nines as usize + 1)
-        .x_label_formatter(&nines_tick)
+        .x_label_formatter(&|x| nines_tick(*x, last_nines))
         .y_label_formatter(&crate::chart::tick)
         .draw()
         .map_err(failed)?;
@@ -124,7 +134,7 @@ mod tests {
             histogram.record(microseconds * 1000).unwrap();
         }
         let points = points(&histogram);
-        assert_eq!(points.first().map(|point| point.percentile), Some(0.0));
+        assert_eq!(points.first(), Some(&DistributionPoint { percentile: 0.0, latency_ns: histogram.min() }));
         assert_eq!(points.last(), Some(&DistributionPoint { percentile: 100.0, latency_ns: histogram.max() }));
         // Three nines resolved by 1000 samples: 0 to 99.9 in 30 steps, then the maximum.
         assert_eq!(points.len(), 3 * POINTS_PER_NINE as usize + 2);
@@ -142,7 +152,11 @@ mod tests {
         assert!((nines(90.0, 5.0) - 1.0).abs() < 1e-9);
         assert!((nines(99.9, 5.0) - 3.0).abs() < 1e-9);
         assert_eq!(nines(100.0, 5.0), 5.0);
-        assert_eq!(nines_tick(&2.0), "99");
-        assert_eq!(nines_tick(&0.0), "0");
+        assert_eq!(nines_tick(0.0, 5.0), "0");
+        assert_eq!(nines_tick(1.0, 5.0), "90");
+        assert_eq!(nines_tick(2.0, 5.0), "99");
+        assert_eq!(nines_tick(4.0, 5.0), "99.99");
+        assert_eq!(nines_tick(5.0, 5.0), "max");
+        assert_eq!(nines_tick(2.5, 5.0), "");
     }
 }

@@ -742,6 +742,9 @@ fn open_members(
     read_only: bool,
     degraded: bool,
 ) -> Result<Vec<MemberDevice>, String> {
+    if create_size_bytes.is_none() && !degraded {
+        refuse_a_count_mismatch(paths)?;
+    }
     paths
         .iter()
         .map(|path| {
@@ -764,6 +767,46 @@ fn open_members(
             Ok(MemberDevice { name, device: Some(Arc::new(device) as Arc<dyn BlockDevice>) })
         })
         .collect()
+}
+
+/// When a path given for an existing volume does not exist, look first whether the count
+/// is wrong: a member too many (or too few) is a count mismatch, whatever the paths are.
+/// Judged from the first member that exists and holds a volume; nothing is written.
+fn refuse_a_count_mismatch(paths: &[PathBuf]) -> Result<(), String> {
+    let absent = |path: &PathBuf| path.as_os_str() != "missing" && std::fs::symlink_metadata(path).is_err();
+    if !paths.iter().any(absent) {
+        return Ok(());
+    }
+    let options = FileDeviceOptions { read_only: true, ..FileDeviceOptions::default() };
+    for path in paths.iter().filter(|path| path.as_os_str() != "missing" && path.exists()) {
+        let Ok(device) = FileDevice::open(path, &options) else { continue };
+        if let Ok(stripelog_engine::identity::DeviceContent::Member(superblock)) =
+            stripelog_engine::identity::inspect(&device)
+        {
+            let recorded = superblock.member_count as usize;
+            if recorded != paths.len() {
+                return Err(format!(
+                    "volume {} has {recorded} members but {} were given ({} says so, as member {})",
+                    uuid_text(&superblock.volume_uuid),
+                    paths.len(),
+                    path.display(),
+                    superblock.member_index
+                ));
+            }
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+fn uuid_text(bytes: &[u8; 16]) -> String {
+    bytes.iter().enumerate().fold(String::new(), |mut text, (index, byte)| {
+        if matches!(index, 4 | 6 | 8 | 10) {
+            text.push('-');
+        }
+        text.push_str(&format!("{byte:02x}"));
+        text
+    })
 }
 
 /// Before `create` extends an existing member file that is smaller than the member size

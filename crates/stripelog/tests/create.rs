@@ -116,6 +116,20 @@ fn a_member_too_many_is_a_count_mismatch_before_any_path_is_looked_up() {
 }
 
 #[test]
+fn a_path_too_many_for_a_volume_is_a_count_mismatch_not_a_missing_member() {
+    let directory = fresh_directory("open-count");
+    let members = names(&directory, 3);
+    let output = create(&["--raid", "5", "--chunk", "64KiB", "--member-size", "16MiB"], &members);
+    assert!(output.status.success(), "{}", text(&output));
+    let mut too_many = members.clone();
+    too_many.push(directory.join("m3"));
+    let output = run_with_timeout(stripelog().arg("info").args(&too_many), CLIENT_TIMEOUT);
+    assert_refused(&output, &["has 3 members but 4 were given"]);
+    assert!(!text(&output).contains("missing"), "not taken for a missing member: {}", text(&output));
+    let _ = std::fs::remove_dir_all(directory);
+}
+
+#[test]
 fn a_fresh_volume_is_shown_closed_not_open() {
     let directory = fresh_directory("create-holder");
     let members = names(&directory, 3);
