@@ -130,6 +130,42 @@ where
         .map_err(failed)
 }
 
+/// The top share of a chart's plot area kept free of data, where its legend is drawn
+/// (upper right): the legend never covers a curve.
+pub const LEGEND_BAND_FRACTION: f64 = 0.25;
+
+/// The top of a linear axis from 0 whose highest value is `peak`: the data stay below
+/// the legend's band.
+pub fn linear_top(peak: f64) -> f64 {
+    peak.max(1e-9) / (1.0 - LEGEND_BAND_FRACTION)
+}
+
+/// The top of a logarithmic axis from `lowest` whose highest value is `highest`: the data
+/// stay below the legend's band.
+pub fn log_top(lowest: f64, highest: f64) -> f64 {
+    let span = (highest / lowest).max(1.0).ln();
+    lowest * (span / (1.0 - LEGEND_BAND_FRACTION)).exp()
+}
+
+/// Draw a chart's legend in the band [`linear_top`] and [`log_top`] keep free.
+pub fn draw_legend<'a, DB, X, Y>(
+    chart: &mut plotters::chart::ChartContext<'a, DB, plotters::coord::cartesian::Cartesian2d<X, Y>>,
+) -> Result<(), String>
+where
+    DB: plotters::prelude::DrawingBackend + 'a,
+    X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
+    Y: plotters::coord::ranged1d::Ranged<ValueType = f64>,
+{
+    use plotters::prelude::*;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(failed)
+}
+
 /// A plotters error as text, for charts' `Result<(), String>`.
 pub fn failed<E: std::fmt::Debug>(error: E) -> String {
     format!("drawing a chart: {error:?}")
@@ -145,6 +181,18 @@ mod tests {
         assert_eq!(format_of(Path::new("b.PNG")), Ok(Format::Png));
         assert!(format_of(Path::new("b.jpg")).is_err());
         assert!(format_of(Path::new("b")).is_err());
+    }
+
+    #[test]
+    fn the_data_stay_below_the_legend_band() {
+        // Linear from 0: the peak at 1 − band of the height.
+        let top = linear_top(1000.0);
+        assert!((1000.0 / top - (1.0 - LEGEND_BAND_FRACTION)).abs() < 1e-12);
+        // Logarithmic: the highest value at 1 − band of the (log) height.
+        let (lowest, highest) = (0.01, 50.0);
+        let top = log_top(lowest, highest);
+        let height = |value: f64| (value / lowest).ln() / (top / lowest).ln();
+        assert!((height(highest) - (1.0 - LEGEND_BAND_FRACTION)).abs() < 1e-12);
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod chart;
 pub mod compare;
 pub mod compressibility;
 pub mod dedupability;
+pub mod distribution;
 pub mod engine;
 pub mod gc;
 pub mod grid;

@@ -121,6 +121,9 @@ pub struct LatencyReport {
     /// Mean of the maxima of consecutive 10-second intervals (seed 002); the maximum
     /// when the run was shorter than one interval.
     pub average_maximum: f64,
+    /// The latency at percentiles spaced evenly in nines, up to the maximum (what
+    /// `bench mix --chart` draws).
+    pub distribution: Vec<crate::distribution::DistributionPoint>,
 }
 
 /// One second of the run.
@@ -385,6 +388,7 @@ pub fn run_until(
                 latency.percentile.insert(format!("{quantile:.6}"), histogram.value_at_quantile(quantile / 100.0));
             }
             latency.average_maximum = average_maximum(&interval_maxima[index], elapsed, histogram.max());
+            latency.distribution = crate::distribution::points(histogram);
         }
         DirectionReport {
             io_bytes,

@@ -57,6 +57,7 @@ pub struct Options {
 #[derive(Clone, Debug, Serialize)]
 pub struct Interval {
     pub start_seconds: f64,
+    pub length_seconds: f64,
     pub iops: f64,
     pub latency_p50_ns: u64,
     pub latency_p99_ns: u64,
@@ -393,6 +394,7 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
                 (&snapshots[index.min(snapshots.len() - 1)], &snapshots[(index + 1).min(snapshots.len() - 1)]);
             Interval {
                 start_seconds: index as f64 * interval_seconds,
+                length_seconds: interval_seconds,
                 iops: histogram.len() as f64 / interval_seconds,
                 latency_p50_ns: histogram.value_at_quantile(0.5),
                 latency_p99_ns: histogram.value_at_quantile(0.99),
@@ -525,7 +527,7 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
     root.fill(&WHITE).map_err(failed)?;
     let (top, bottom) = root.split_vertically(380);
     let seconds = report.iops_per_second.len().max(1) as f64;
-    let peak = report.iops_per_second.iter().cloned().fold(1.0, f64::max) * 1.1;
+    let peak = crate::chart::linear_top(report.iops_per_second.iter().cloned().fold(1.0, f64::max));
     let mut iops_chart = ChartBuilder::on(&top)
         .caption(
             format!(
@@ -545,14 +547,15 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
     crate::chart::draw_axes(&mut iops_chart, "seconds (after the sequential fill)", "write IOPS")?;
     iops_chart
         .draw_series(LineSeries::new(
-            report.iops_per_second.iter().enumerate().map(|(second, &iops)| (second as f64, iops)),
+            // Each second's point at its end, as the tables' spans "0-10" end there.
+            report.iops_per_second.iter().enumerate().map(|(second, &iops)| (second as f64 + 1.0, iops)),
             &BLUE,
         ))
         .map_err(failed)?
         .label("IOPS each second")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
     if let Some(steady) = &report.steady_state {
-        let interval = report.intervals.get(1).map_or(10.0, |second| second.start_seconds);
+        let interval = report.intervals.first().map_or(10.0, |interval| interval.length_seconds);
         let from = steady.first_interval as f64 * interval;
         iops_chart
             .draw_series(LineSeries::new([(from, steady.iops), (seconds, steady.iops)], RED.stroke_width(2)))
@@ -560,15 +563,17 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
             .label(format!("steady state {:.0} IOPS", steady.iops))
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
     }
-    iops_chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(failed)?;
+    crate::chart::draw_legend(&mut iops_chart)?;
     let to_ms = |nanoseconds: u64| nanoseconds as f64 / 1e6;
-    let highest = report.intervals.iter().map(|interval| to_ms(interval.latency_max_ns)).fold(1.0, f64::max) * 2.0;
-    let lowest = report.intervals.iter().map(|interval| to_ms(interval.latency_p99_ns)).fold(highest, f64::min) / 2.0;
+    let highest = report.intervals.iter().map(|interval| to_ms(interval.latency_max_ns)).fold(1e-3, f64::max);
+    let lowest = (report.intervals.iter().map(|interval| to_ms(interval.latency_p99_ns)).fold(highest, f64::min) / 2.0)
+        .max(1e-3);
+    let highest = crate::chart::log_top(lowest, highest * 1.2);
     let mut latency_chart = ChartBuilder::on(&bottom)
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(70)
-        .build_cartesian_2d(0f64..seconds, (lowest.max(1e-3)..highest).log_scale())
+        .build_cartesian_2d(0f64..seconds, (lowest..highest).log_scale())
         .map_err(failed)?;
     crate::chart::draw_axes(&mut latency_chart, "seconds", "write latency, ms (log)")?;
     for (label, color, pick) in [
@@ -577,19 +582,16 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
     ] {
         latency_chart
             .draw_series(LineSeries::new(
-                report.intervals.iter().map(|interval| (interval.start_seconds, to_ms(pick(interval)).max(1e-3))),
+                report.intervals.iter().map(|interval| {
+                    (interval.start_seconds + interval.length_seconds, to_ms(pick(interval)).max(1e-3))
+                }),
                 color.stroke_width(2),
             ))
             .map_err(failed)?
             .label(label)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
     }
-    latency_chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(failed)?;
+    crate::chart::draw_legend(&mut latency_chart)?;
     Ok(())
 }
 

@@ -50,9 +50,13 @@ pub struct Report {
     pub preconditioning: Option<Preconditioning>,
     pub seconds: f64,
     pub bytes_written: u64,
-    /// Random writes completed in each second.
+    /// Random writes completed each second, as a rate: the run's last, partial second's
+    /// over its own length (dropped when shorter than a quarter of a second).
     pub iops_per_second: Vec<f64>,
-    /// Bytes of random writes completed by the end of each second.
+    /// Where each entry of `iops_per_second` ends, in seconds from the start: whole
+    /// seconds, then the run's end for a partial last one.
+    pub seconds_at_end: Vec<f64>,
+    /// Bytes of random writes completed by the end of each entry.
     pub bytes_written_by_second: Vec<u64>,
     pub round_seconds: f64,
     /// Mean IOPS of each whole round.
@@ -61,6 +65,44 @@ pub struct Report {
     /// "steady state", "written volume" or "time limit".
     pub stopped_by: String,
     pub write: DirectionReport,
+}
+
+/// A partial last second shorter than this is not drawn: too short to be a rate.
+const PARTIAL_SECOND_MINIMUM_SECONDS: f64 = 0.25;
+
+/// One point of the per-second series.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SecondPoint {
+    /// When the second (or the partial last one) ends, from the start of the run.
+    pub end_seconds: f64,
+    pub iops: f64,
+    pub write_bytes: u64,
+}
+
+/// The per-second series of a run that lasted `elapsed_seconds`: each whole second's
+/// writes, and the last, partial second's as a rate over its own length (so that a run
+/// that ends 0.05 s into a second does not fall to zero), or dropped when it is shorter
+/// than a quarter of a second.
+pub fn per_second_points(seconds: &[Second], elapsed_seconds: f64) -> Vec<SecondPoint> {
+    seconds
+        .iter()
+        .filter_map(|second| {
+            let start = second.second.saturating_sub(1) as f64;
+            let end = (second.second as f64).min(elapsed_seconds.max(start));
+            let length = end - start;
+            (length >= 1.0 - 1e-9 || length >= PARTIAL_SECOND_MINIMUM_SECONDS).then(|| SecondPoint {
+                end_seconds: end,
+                iops: second.write_iops as f64 / length,
+                write_bytes: second.write_bytes,
+            })
+        })
+        .collect()
+}
+
+/// "0-5": the seconds a round or interval covers, in the report's tables. A chart draws
+/// each per-second point at the end of its second, so the first at 1, within "0-5".
+pub fn span_label(start_seconds: f64, length_seconds: f64) -> String {
+    format!("{:.0}-{:.0}", start_seconds, start_seconds + length_seconds)
 }
 
 /// Mean IOPS of each whole round of `round_seconds` seconds.
@@ -121,12 +163,13 @@ pub fn run(target: &dyn Target, options: &Options, progress: &dyn Fn(&str, f64))
     let report = run::run_until(target, &workload, &|done| progress("4 KiB random writes", done), &|seconds| {
         steady_stop && steady_state(&rounds(seconds, round_seconds)).is_some()
     })?;
-    let iops_per_second: Vec<f64> = report.seconds.iter().map(|second| second.write_iops as f64).collect();
-    let bytes_written_by_second = report
-        .seconds
+    let points = per_second_points(&report.seconds, report.elapsed_seconds);
+    let iops_per_second: Vec<f64> = points.iter().map(|point| point.iops).collect();
+    let seconds_at_end: Vec<f64> = points.iter().map(|point| point.end_seconds).collect();
+    let bytes_written_by_second = points
         .iter()
-        .scan(0u64, |total, second| {
-            *total += second.write_bytes;
+        .scan(0u64, |total, point| {
+            *total += point.write_bytes;
             Some(*total)
         })
         .collect();
@@ -150,6 +193,7 @@ pub fn run(target: &dyn Target, options: &Options, progress: &dyn Fn(&str, f64))
         seconds: report.elapsed_seconds,
         bytes_written: report.write.io_bytes,
         iops_per_second,
+        seconds_at_end,
         bytes_written_by_second,
         round_seconds: round_seconds as f64,
         iops_per_round,
@@ -173,15 +217,15 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
     use plotters::prelude::*;
     root.fill(&WHITE).map_err(failed)?;
     let (top, bottom) = root.split_vertically(350);
-    let peak = report.iops_per_second.iter().cloned().fold(1.0, f64::max) * 1.1;
+    let peak = crate::chart::linear_top(report.iops_per_second.iter().cloned().fold(1.0, f64::max));
     let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
     let written = report.bytes_written_by_second.last().map_or(1e-3, |&bytes| gib(bytes).max(1e-3));
-    let seconds = report.iops_per_second.len().max(1) as f64;
+    let seconds = report.seconds_at_end.last().copied().unwrap_or(1.0).max(1.0);
     let caption =
         format!("4 KiB random writes, {} thread(s) × depth {}: {}", report.threads, report.queue_depth, report.target);
-    // Points are at the end of each second.
+    // Points are at the end of each second (the tables' spans end there too).
     let by_time: Vec<(f64, f64)> =
-        report.iops_per_second.iter().enumerate().map(|(second, &iops)| (second as f64 + 1.0, iops)).collect();
+        report.seconds_at_end.iter().copied().zip(report.iops_per_second.iter().copied()).collect();
     let by_volume: Vec<(f64, f64)> = report
         .bytes_written_by_second
         .iter()
@@ -189,7 +233,7 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
         .map(|(&bytes, &iops)| (gib(bytes), iops))
         .collect();
     for (area, x_range, x_label, points, caption) in [
-        (&top, seconds + 1.0, "seconds", by_time, Some(caption.as_str())),
+        (&top, seconds, "seconds", by_time, Some(caption.as_str())),
         (&bottom, written, "GiB written", by_volume, None),
     ] {
         let mut builder = ChartBuilder::on(area);
@@ -215,7 +259,7 @@ fn draw<DB: plotters::prelude::DrawingBackend>(
                 .label(format!("steady state {:.0} IOPS", steady.iops))
                 .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
         }
-        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(failed)?;
+        crate::chart::draw_legend(&mut chart)?;
     }
     Ok(())
 }
@@ -226,6 +270,33 @@ mod tests {
 
     fn second(write_iops: u64) -> Second {
         Second { second: 0, read_iops: 0, write_iops, read_bytes: 0, write_bytes: write_iops * 4096 }
+    }
+
+    #[test]
+    fn a_partial_last_second_is_a_rate_over_its_own_length() {
+        let mut seconds: Vec<Second> = [1000, 1000, 8].into_iter().map(second).collect();
+        for (index, second) in seconds.iter_mut().enumerate() {
+            second.second = index as u64 + 1;
+        }
+        // 8 writes in the last 0.5 s: 16 IOPS at 2.5 s, not 8 at 3.
+        let points = per_second_points(&seconds, 2.5);
+        let drawn: Vec<(f64, f64)> = points.iter().map(|point| (point.end_seconds, point.iops)).collect();
+        assert_eq!(drawn, vec![(1.0, 1000.0), (2.0, 1000.0), (2.5, 16.0)]);
+        // 8 writes in the last 0.05 s: too short to be a rate, not drawn.
+        let points = per_second_points(&seconds, 2.05);
+        assert_eq!(points.len(), 2);
+        // A run that ended on a whole second keeps every second whole.
+        assert_eq!(per_second_points(&seconds, 3.0).last().map(|point| point.iops), Some(8.0));
+    }
+
+    #[test]
+    fn the_tables_spans_end_where_the_chart_draws_their_seconds() {
+        let seconds: Vec<Second> = (1..=10).map(|index| Second { second: index, ..second(100) }).collect();
+        let points = per_second_points(&seconds, 10.0);
+        // The first round, seconds 0-5, holds the points drawn at 1 to 5.
+        assert_eq!(span_label(0.0, 5.0), "0-5");
+        assert_eq!(points[0].end_seconds, 1.0);
+        assert_eq!(points[4].end_seconds, 5.0);
     }
 
     #[test]

@@ -579,6 +579,7 @@ fn prepare_path(path: &Path, options: &FileDeviceOptions) -> io::Result<()> {
         }
         Some(_) => Ok(()), // extended by `FileDevice::open` once it holds the member's lock
         None => {
+            refuse_to_create(path).map_err(|reason| io::Error::new(io::ErrorKind::NotFound, reason))?;
             // create(true) rather than create_new: if someone else creates it in the
             // meantime, nothing of theirs is truncated. The size is set once the file is
             // locked (set_len allocates nothing: the new range is a hole).
@@ -586,6 +587,29 @@ fn prepare_path(path: &Path, options: &FileDeviceOptions) -> io::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Why a file must not be created at `path` (which does not exist), if it must not: its
+/// directory does not exist (a mistyped path; directories are never made), or it is
+/// under /dev, where a missing name is a device that is not there, never a file to make
+/// on /dev's tmpfs (/dev/shm, a tmpfs for files, excepted).
+pub fn refuse_to_create(path: &Path) -> std::result::Result<(), String> {
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let directory = match std::fs::canonicalize(parent) {
+        Ok(directory) if directory.is_dir() => directory,
+        Ok(_) => return Err(format!("{} is not a directory", parent.display())),
+        Err(_) => return Err(format!("no such directory: {}", parent.display())),
+    };
+    if directory.starts_with("/dev") && !directory.starts_with("/dev/shm") {
+        return Err(format!(
+            "no such device (a missing path under {} is a device that is not there: no file is made there)",
+            directory.display()
+        ));
+    }
+    Ok(())
 }
 
 /// Run a system call that returns 0 or -1 (with `errno`) until it is not interrupted.

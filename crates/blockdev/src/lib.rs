@@ -47,7 +47,7 @@ mod simulated;
 mod spike;
 
 pub use aligned::{AlignedBuffer, IO_ALIGNMENT_BYTES};
-pub use file::{new_ring, FileDevice, FileDeviceOptions, IoEngine};
+pub use file::{new_ring, refuse_to_create, FileDevice, FileDeviceOptions, IoEngine};
 pub use memory::MemoryDevice;
 pub use prng::Prng;
 pub use read_ring::{FinishedRead, ReadRing, COMPLETIONS_PER_REAP_MAXIMUM};

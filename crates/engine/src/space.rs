@@ -96,8 +96,9 @@ const LOW_WATERMARK_ABOVE_FLOOR: usize = 2;
 /// checkpoint's headroom, the room kept for trim and zero records, one open and one
 /// reserved segment per stream, and the net room a window of rounds must win. A volume
 /// with fewer works until its logical space has been written, then reports ENOSPC;
-/// `stripelog create` warns about it
-/// (docs/garbage-collection.md).
+/// `stripelog create` raises its default spare to leave this room, and refuses a spare
+/// asked for that does not unless forced (docs/garbage-collection.md,
+/// docs/operations.md).
 pub fn working_spare_segments(geometry: &Geometry) -> u64 {
     (CLEANING_RESERVE_SEGMENTS
         + checkpoint_headroom_segments(geometry)

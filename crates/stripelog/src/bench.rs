@@ -98,6 +98,10 @@ pub struct MixArguments {
     /// Per-second IOPS and bandwidth as CSV.
     #[arg(long, value_name = "FILE")]
     csv: Option<PathBuf>,
+    /// A chart of each operation's latency distribution (percentiles in nines, to the
+    /// maximum) as SVG or PNG, by the extension.
+    #[arg(long, value_name = "FILE")]
+    chart: Option<PathBuf>,
 }
 
 fn parse_pattern(text: &str) -> Result<Pattern, String> {
@@ -204,6 +208,9 @@ fn print_run(report: &RunReport) {
 }
 
 pub fn mix(arguments: MixArguments) -> Result<ExitCode, String> {
+    if let Some(path) = &arguments.chart {
+        stripelog_bench::chart::check(path)?;
+    }
     let data = arguments.target.data()?;
     let block_sizes_bytes =
         arguments.block_size.iter().map(|&bytes| block_size(bytes)).collect::<Result<Vec<_>, _>>()?;
@@ -239,6 +246,9 @@ pub fn mix(arguments: MixArguments) -> Result<ExitCode, String> {
             ));
         }
         std::fs::write(path, text).map_err(|error| format!("{}: {error}", path.display()))?;
+    }
+    if let Some(path) = &arguments.chart {
+        stripelog_bench::distribution::chart(&report, path)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -463,11 +473,12 @@ pub fn saturate_target(arguments: &SaturateTarget) -> Result<ExitCode, String> {
         report.seconds,
         report.stopped_by
     );
-    println!("{:>8} {:>10} {:>12}", "from s", "IOPS", "GiB written");
+    println!("{:>9} {:>10} {:>12}", "seconds", "IOPS", "GiB written");
     let per_round = report.round_seconds as usize;
     for (round, iops) in report.iops_per_round.iter().enumerate() {
         let written = report.bytes_written_by_second.get((round + 1) * per_round - 1).copied().unwrap_or(0);
-        println!("{:>8} {:>10.0} {:>12.2}", round * per_round, iops, written as f64 / (1u64 << 30) as f64);
+        let span = stripelog_bench::saturation::span_label((round * per_round) as f64, per_round as f64);
+        println!("{span:>9} {iops:>10.0} {:>12.2}", written as f64 / (1u64 << 30) as f64);
     }
     match &report.steady_state {
         Some(steady) => println!("{}", steady.describe((steady.first_interval * per_round) as f64)),
@@ -484,9 +495,9 @@ pub fn saturate_target(arguments: &SaturateTarget) -> Result<ExitCode, String> {
     crate::write_json_file(arguments.json.as_deref(), &report)?;
     if let Some(path) = &arguments.csv {
         let mut text = String::from("second,iops,bytes_written\n");
-        for (second, (iops, written)) in report.iops_per_second.iter().zip(&report.bytes_written_by_second).enumerate()
-        {
-            text.push_str(&format!("{},{iops:.0},{written}\n", second + 1));
+        let rows = report.seconds_at_end.iter().zip(&report.iops_per_second).zip(&report.bytes_written_by_second);
+        for ((end, iops), written) in rows {
+            text.push_str(&format!("{end},{iops:.0},{written}\n"));
         }
         std::fs::write(path, text).map_err(|error| format!("{}: {error}", path.display()))?;
     }

@@ -2,6 +2,7 @@
 //! printing reports. The work is done by the engine and benchmark crates.
 
 mod bench;
+mod create;
 mod logging;
 mod maintenance;
 mod metrics;
@@ -16,10 +17,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use stripelog_blockdev::{BlockDevice, FileDevice, FileDeviceOptions};
-use stripelog_engine::{CheckReport, CreateOptions, MemberDevice, OpenOptions, RaidLevel, Volume, VolumeStats};
+use stripelog_engine::{CheckReport, MemberDevice, OpenOptions, RaidLevel, Volume, VolumeStats};
 use units::format_bytes;
 
-const EXAMPLES: &str = "\
+const EXAMPLES: &str = concat!(
+    "\
 Examples:
   # a RAID-5 volume on five sparse 4 GiB files (created if missing)
   stripelog create --raid 5 --chunk 1MiB --spare 20% --member-size 4GiB d/m0 d/m1 d/m2 d/m3 d/m4
@@ -31,7 +33,11 @@ Examples:
   # verify every checksum and parity row
   stripelog check d/m0 d/m1 d/m2 d/m3 d/m4
   # random 4 KiB writes against the members' own sequential bandwidth
-  stripelog bench engine --dir /var/tmp/stripelog-bench --duration 10s";
+  stripelog bench engine --dir /var/tmp/stripelog-bench --duration 10s
+Sizes: ",
+    size_rule!(),
+    "."
+);
 
 #[derive(Parser)]
 #[command(name = "stripelog", version, about = "Log-structured, full-stripe RAID for flash drives", after_help = EXAMPLES)]
@@ -46,10 +52,17 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Create a new volume on MEMBER... (files are created sparse when missing).
-    #[command(
-        after_help = "Example:\n  stripelog create --raid 6 --chunk 1MiB --spare 27% --member-size 8GiB /dev/sdb /dev/sdc /dev/sdd /dev/sde"
-    )]
+    /// Create a new volume on MEMBER... (missing files are created sparse, with --member-size).
+    #[command(after_help = concat!(
+        "Examples:\n",
+        "  stripelog create --raid 6 --chunk 1MiB --spare 27% /dev/sdb /dev/sdc /dev/sdd /dev/sde\n",
+        "  stripelog create --raid 5 --member-size 4GiB d/m0 d/m1 d/m2 d/m3 d/m4   # files in the existing d/\n",
+        "Nothing is made unless all of it can be: a member whose directory does not exist, a missing name\n",
+        "under /dev (no such device), a new file without --member-size, a member or log holding data\n",
+        "(without --force) or a spare too small for the cleaner (see --spare) is refused first, and the\n",
+        "files a failed create made are removed again.\n",
+        "Sizes: ", size_rule!(), "."
+    ))]
     Create(CreateArguments),
     /// Show a volume's geometry, space and counters.
     #[command(
@@ -208,10 +221,15 @@ struct CreateArguments {
     /// Chunk written to one member per segment: a power of two from 64KiB to 16MiB.
     #[arg(long, default_value = "1MiB", value_parser = units::parse_size)]
     chunk: u64,
-    /// Share of the data capacity held back from the logical size (free space for the log).
-    #[arg(long, default_value = "20%", value_parser = units::parse_fraction_ppm)]
-    spare: u32,
-    /// Size of member files to create (ignored for block devices and existing larger files).
+    /// Share of the data capacity held back from the logical size: the room the cleaner
+    /// works in (27% or 0.27). Default: 20%, or the smallest whole percentage above it
+    /// that leaves the cleaner its room on small members. A spare given here that is too
+    /// small is refused, naming the one that works (--force keeps it: writes then fail
+    /// with ENOSPC once the whole logical space has been written).
+    #[arg(long, value_parser = units::parse_fraction_ppm)]
+    spare: Option<u32>,
+    /// Size of member files to create, required when a member path does not exist (its
+    /// directory must). Ignored for block devices and existing larger files.
     #[arg(long, value_parser = units::parse_size)]
     member_size: Option<u64>,
     /// Print the new volume's info as JSON.
@@ -230,7 +248,8 @@ struct CreateArguments {
     /// Thin provisioning: a logical size of the volume's own (e.g. 64GiB), larger than
     /// the data it may hold (the data capacity less --spare). Writes that would hold more
     /// fail with ENOSPC, nothing written before is harmed, and trims free room again.
-    #[arg(long, value_parser = units::parse_size)]
+    /// A size below the data it may hold only caps the volume (a warning says so).
+    #[arg(long, value_parser = units::parse_block_multiple_size)]
     logical_size: Option<u64>,
     /// Deduplicate blocks inline (docs/deduplication.md): equal 4 KiB blocks are stored
     /// once, up to 254 logical blocks per copy, each found by a small index and compared
@@ -726,6 +745,9 @@ fn open_members(
     read_only: bool,
     degraded: bool,
 ) -> Result<Vec<MemberDevice>, String> {
+    if create_size_bytes.is_none() && !degraded {
+        refuse_a_count_mismatch(paths)?;
+    }
     paths
         .iter()
         .map(|path| {
@@ -743,16 +765,51 @@ fn open_members(
                 }
                 return Ok(MemberDevice { name, device: None });
             }
-            if let (Some(parent), Some(_)) = (path.parent(), create_size_bytes) {
-                if !parent.as_os_str().is_empty() {
-                    std::fs::create_dir_all(parent).map_err(|error| format!("{}: {error}", parent.display()))?;
-                }
-            }
             let options = FileDeviceOptions { create_size_bytes, read_only, ..FileDeviceOptions::default() };
             let device = FileDevice::open(path, &options).map_err(|error| device_error(&name, error))?;
             Ok(MemberDevice { name, device: Some(Arc::new(device) as Arc<dyn BlockDevice>) })
         })
         .collect()
+}
+
+/// When a path given for an existing volume does not exist, look first whether the count
+/// is wrong: a member too many (or too few) is a count mismatch, whatever the paths are.
+/// Judged from the first member that exists and holds a volume; nothing is written.
+fn refuse_a_count_mismatch(paths: &[PathBuf]) -> Result<(), String> {
+    let absent = |path: &PathBuf| path.as_os_str() != "missing" && std::fs::symlink_metadata(path).is_err();
+    if !paths.iter().any(absent) {
+        return Ok(());
+    }
+    let options = FileDeviceOptions { read_only: true, ..FileDeviceOptions::default() };
+    for path in paths.iter().filter(|path| path.as_os_str() != "missing" && path.exists()) {
+        let Ok(device) = FileDevice::open(path, &options) else { continue };
+        if let Ok(stripelog_engine::identity::DeviceContent::Member(superblock)) =
+            stripelog_engine::identity::inspect(&device)
+        {
+            let recorded = superblock.member_count as usize;
+            if recorded != paths.len() {
+                return Err(format!(
+                    "volume {} has {recorded} members but {} were given ({} says so, as member {})",
+                    uuid_text(&superblock.volume_uuid),
+                    paths.len(),
+                    path.display(),
+                    superblock.member_index
+                ));
+            }
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+fn uuid_text(bytes: &[u8; 16]) -> String {
+    bytes.iter().enumerate().fold(String::new(), |mut text, (index, byte)| {
+        if matches!(index, 4 | 6 | 8 | 10) {
+            text.push('-');
+        }
+        text.push_str(&format!("{byte:02x}"));
+        text
+    })
 }
 
 /// Before `create` extends an existing member file that is smaller than the member size
@@ -1178,48 +1235,7 @@ fn write_json_file<T: serde::Serialize>(path: Option<&std::path::Path>, value: &
 
 fn run(cli: Cli) -> Result<ExitCode, String> {
     match cli.command {
-        Command::Create(arguments) => {
-            let raid_level = parse_raid(&arguments.raid)?;
-            let chunk_size_bytes = chunk_size(arguments.chunk)?;
-            if !arguments.force {
-                refuse_files_holding_data(&arguments.members, arguments.member_size.unwrap_or(0))?;
-            }
-            let members = open_members(&arguments.members, Some(arguments.member_size.unwrap_or(0)), false, false)?;
-            let options = CreateOptions {
-                raid_level,
-                chunk_size_bytes,
-                spare_ppm: arguments.spare,
-                volume_uuid: None,
-                force: arguments.force,
-                compression: arguments.compression,
-                logical_size_bytes: arguments.logical_size,
-                deduplication: arguments.dedup,
-                client_write_pairs: !arguments.one_client_stream,
-            };
-            let open = OpenOptions { holder_program: "stripelog create".into(), ..OpenOptions::default() };
-            let volume = Volume::create(members, &options, &open).map_err(engine_error)?;
-            let geometry = volume.geometry();
-            let working_spare_segments = stripelog_engine::working_spare_segments(geometry);
-            if geometry.spare_segments() < working_spare_segments {
-                eprintln!(
-                    "warning: a spare of {} % leaves {} spare segments of {}; the cleaner needs {} to make room, so \
-                     soon after the whole logical space has been written, writes will fail with ENOSPC \
-                     (raise --spare, or use larger members or a smaller --chunk)",
-                    f64::from(geometry.spare_ppm) / 10_000.0,
-                    geometry.spare_segments(),
-                    geometry.segment_count(),
-                    working_spare_segments
-                );
-            }
-            let mut stats = volume.stats();
-            volume.close().map_err(|error| error.to_string())?;
-            if !arguments.log.is_empty() {
-                add_write_log(&arguments.members, &arguments.log, arguments.log_size, arguments.force)?;
-                stats = open_read_only(&arguments.members, DegradedArgument { degraded: false })?.stats();
-            }
-            show_info(&stats, arguments.json)?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Create(arguments) => create::create(arguments),
         Command::Log(LogCommand::Add(arguments)) => {
             add_write_log(&arguments.members, &arguments.devices, arguments.size, arguments.force)?;
             println!("write log added on {}", display_paths(&arguments.devices));
@@ -1558,8 +1574,8 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
         report.seconds
     );
     println!(
-        "{:>8} {:>10} {:>9} {:>9} {:>9} {:>7} {:>6} {:>7} {:>8} {:>17} {:>17}",
-        "from s",
+        "{:>9} {:>10} {:>9} {:>9} {:>9} {:>7} {:>6} {:>7} {:>8} {:>17} {:>17}",
+        "seconds",
         "IOPS",
         "p50 µs",
         "p99 µs",
@@ -1573,8 +1589,8 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
     );
     for interval in &report.intervals {
         println!(
-            "{:>8.0} {:>10.0} {:>9.0} {:>9.0} {:>9.1} {:>7.2} {:>6} {:>7} {:>8} {:>9} {:>7.2} {:>9} {:>7.2}",
-            interval.start_seconds,
+            "{:>9} {:>10.0} {:>9.0} {:>9.0} {:>9.1} {:>7.2} {:>6} {:>7} {:>8} {:>9} {:>7.2} {:>9} {:>7.2}",
+            stripelog_bench::saturation::span_label(interval.start_seconds, interval.length_seconds),
             interval.iops,
             interval.latency_p50_ns as f64 / 1e3,
             interval.latency_p99_ns as f64 / 1e3,
@@ -1648,7 +1664,7 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
     if let Some(path) = &arguments.csv {
         let mut text = String::from("second,iops\n");
         for (second, iops) in report.iops_per_second.iter().enumerate() {
-            text.push_str(&format!("{second},{iops:.0}\n"));
+            text.push_str(&format!("{},{iops:.0}\n", second + 1));
         }
         std::fs::write(path, text).map_err(|error| format!("{}: {error}", path.display()))?;
     }

@@ -370,6 +370,17 @@ fn print_scrub(report: &serde_json::Value) {
     }
 }
 
+/// What an NBD server sends first, on every connection (the newstyle greeting).
+const NBD_GREETING: &[u8] = b"NBDMAGIC";
+
+fn not_a_control_socket(path: &Path) -> String {
+    format!(
+        "{}: not a control socket: an NBD server answered (the control socket of `stripelog serve --socket S` is \
+         S.control, or the one given with --control)",
+        path.display()
+    )
+}
+
 /// Send `request` to a server's control socket; show its progress; return its report.
 fn call(control: &Path, request: &ControlRequest, verb: &str) -> Result<serde_json::Value, String> {
     let mut stream = UnixStream::connect(control)
@@ -377,11 +388,24 @@ fn call(control: &Path, request: &ControlRequest, verb: &str) -> Result<serde_js
     let line = serde_json::to_string(request).map_err(|error| error.to_string())?;
     writeln!(stream, "{line}").map_err(|error| format!("{}: {error}", control.display()))?;
     let bar = maintenance_bar("");
-    let reader = BufReader::new(stream);
-    for line in reader.lines() {
-        let line = line.map_err(|error| format!("{}: {error}", control.display()))?;
-        let message: serde_json::Value =
-            serde_json::from_str(&line).map_err(|error| format!("{}: bad reply: {error}", control.display()))?;
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = Vec::new();
+        let read = reader.read_until(b'\n', &mut line);
+        // An NBD server greets first ("NBDMAGIC"), then drops a client that sends a line
+        // of JSON: what was read says what answered, before the error or end.
+        if line.starts_with(NBD_GREETING) {
+            bar.finish_and_clear();
+            return Err(not_a_control_socket(control));
+        }
+        match read {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(error) => return Err(format!("{}: {error}", control.display())),
+        }
+        let message: serde_json::Value = serde_json::from_slice(&line).map_err(|error| {
+            format!("{}: bad reply (is it a stripelog control socket?): {error}", control.display())
+        })?;
         if let Some(progress) = message.get("progress") {
             let field = |name: &str| progress[name].as_u64().unwrap_or(0);
             let progress = MaintenanceProgress {

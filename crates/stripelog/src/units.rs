@@ -1,7 +1,17 @@
 //! Sizes and fractions as people type them: `4GiB`, `1MiB`, `512`, `4G`, `27%`, `0.27`.
 
+/// What `--help` says of sizes: the one rule [`parse_size`] follows (a macro, for `concat!`).
+#[macro_export]
+macro_rules! size_rule {
+    () => {
+        "K, M, G, T and KiB, MiB, GiB, TiB are powers of 1024 (256M = 256MiB = 268435456 bytes); \
+         KB, MB, GB, TB are powers of 1000, as drive makers count (256MB = 256000000 bytes)"
+    };
+}
+pub const SIZE_RULE: &str = size_rule!();
+
 /// Parse a byte size: a number with an optional binary (KiB, MiB, GiB, TiB; K, M, G, T)
-/// or decimal (KB, MB, GB, TB) suffix, case-insensitive.
+/// or decimal (KB, MB, GB, TB) suffix, case-insensitive ([`SIZE_RULE`]).
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let trimmed = text.trim();
     let split = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
@@ -26,6 +36,30 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
+/// [`parse_size`] for a size of whole 4 KiB blocks (a logical size): a decimal size that
+/// is not one is refused with its binary twin as the hint (`4GB` → "did you mean 4GiB?").
+pub fn parse_block_multiple_size(text: &str) -> Result<u64, String> {
+    const BLOCK_BYTES: u64 = 4096;
+    let bytes = parse_size(text)?;
+    if bytes.is_multiple_of(BLOCK_BYTES) {
+        return Ok(bytes);
+    }
+    let trimmed = text.trim();
+    let binary = ["KB", "MB", "GB", "TB"].iter().find_map(|unit| {
+        let number = trimmed.get(..trimmed.len().checked_sub(unit.len())?)?;
+        trimmed[number.len()..].eq_ignore_ascii_case(unit).then(|| format!("{}{}iB", number.trim(), &unit[..1]))
+    });
+    let hint = match binary.filter(|binary| parse_size(binary).is_ok_and(|bytes| bytes.is_multiple_of(BLOCK_BYTES))) {
+        Some(binary) => format!(": did you mean {binary}? ({SIZE_RULE})"),
+        None => format!(
+            " (the nearest are {} and {})",
+            bytes / BLOCK_BYTES * BLOCK_BYTES,
+            bytes.div_ceil(BLOCK_BYTES) * BLOCK_BYTES
+        ),
+    };
+    Err(format!("'{text}' is {bytes} bytes, not a multiple of 4096 (whole 4 KiB blocks){hint}"))
+}
+
 /// `on` or `off` (also `yes`/`no`, `true`/`false`).
 pub fn parse_on_off(text: &str) -> Result<bool, String> {
     match text.to_ascii_lowercase().as_str() {
@@ -43,6 +77,11 @@ pub fn parse_fraction_ppm(text: &str) -> Result<u32, String> {
         None => trimmed.parse::<f64>(),
     }
     .map_err(|_| format!("'{text}' is not a fraction (try 20% or 0.2)"))?;
+    // A bare number of 1 or more is a percentage written without its sign: refused (a
+    // bare 1 could mean 1 % as well as all of it), with the hint.
+    if !trimmed.ends_with('%') && (1.0..100.0).contains(&value) {
+        return Err(format!("'{text}' is not a fraction: did you mean {trimmed}%? (a share is written 27% or 0.27)"));
+    }
     if !(0.0..1.0).contains(&value) {
         return Err(format!("'{text}' must be at least 0 % and below 100 %"));
     }
@@ -131,6 +170,29 @@ mod tests {
         for (text, expected) in cases {
             assert_eq!(parse_size(text).map_err(|_| ()), *expected, "{text}");
         }
+    }
+
+    #[test]
+    fn a_size_that_is_not_whole_blocks_suggests_its_binary_twin() {
+        assert_eq!(parse_block_multiple_size("4GiB"), Ok(4 << 30));
+        assert_eq!(parse_block_multiple_size("4096MB"), Ok(4_096_000_000));
+        let error = parse_block_multiple_size("4GB").unwrap_err();
+        assert!(error.contains("did you mean 4GiB?") && error.contains("4000000000 bytes"), "{error}");
+        let error = parse_block_multiple_size("1.5 gb").unwrap_err();
+        assert!(error.contains("did you mean 1.5GiB?"), "{error}");
+        let error = parse_block_multiple_size("5000").unwrap_err();
+        assert!(error.contains("4096 and 8192"), "{error}");
+        // 256M and 256MiB are one size; 256MB is the decimal one.
+        assert_eq!(parse_size("256M"), parse_size("256MiB"));
+        assert_eq!(parse_size("256MB"), Ok(256_000_000));
+    }
+
+    #[test]
+    fn a_bare_percentage_gets_its_sign_as_the_hint() {
+        let error = parse_fraction_ppm("27").unwrap_err();
+        assert!(error.contains("did you mean 27%?"), "{error}");
+        assert!(parse_fraction_ppm("1").unwrap_err().contains("did you mean 1%?"));
+        assert!(parse_fraction_ppm("100").is_err());
     }
 
     #[test]

@@ -261,15 +261,19 @@ fn plan_prints_the_seeds_table_reads_toml_and_refuses_bad_input() {
 }
 
 #[test]
-fn create_warns_when_the_spare_leaves_the_cleaner_no_room() {
+fn create_refuses_a_spare_that_leaves_the_cleaner_no_room_unless_forced() {
     let directory = Directory::new("tiny-spare");
     let members = directory.members(4);
-    let create = stripelog(&with_members(
-        &["create", "--raid", "6", "--chunk", "1MiB", "--spare", "10%", "--member-size", "16MiB"],
-        &members,
-    ));
-    assert!(create.status.success(), "{}", text(&create));
+    let arguments = ["create", "--raid", "6", "--chunk", "1MiB", "--spare", "10%", "--member-size", "16MiB"];
+    let create = stripelog(&with_members(&arguments, &members));
+    assert!(!create.status.success(), "{}", text(&create));
     let stderr = String::from_utf8_lossy(&create.stderr);
+    // 15 segments: no spare leaves the cleaner its room; smaller chunks would.
+    assert!(stderr.contains("a spare of 10 %") && stderr.contains("smaller --chunk"), "{stderr}");
+    let forced_arguments = [&["create", "--force"][..], &arguments[1..]].concat();
+    let forced = stripelog(&with_members(&forced_arguments, &members));
+    assert!(forced.status.success(), "{}", text(&forced));
+    let stderr = String::from_utf8_lossy(&forced.stderr);
     assert!(stderr.contains("warning: a spare of 10 %") && stderr.contains("ENOSPC"), "{stderr}");
 }
 

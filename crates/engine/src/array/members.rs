@@ -977,19 +977,7 @@ pub(crate) fn create(
     if members.is_empty() {
         return Err(Error::InvalidGeometry(GeometryProblem::NoMembers));
     }
-    let compressed = options.compression != crate::layout::format::CompressionSetting::Off;
-    let thin_logical_blocks = match options.logical_size_bytes {
-        None => None,
-        Some(bytes) => Some(
-            crate::layout::format::thin_logical_blocks(bytes)
-                .ok_or(Error::InvalidGeometry(GeometryProblem::LogicalSize { bytes }))?,
-        ),
-    };
-    let geometry =
-        Geometry::new(options.raid_level, members.len(), options.chunk_size_bytes, options.spare_ppm, smallest)?
-            .with_packed_fragments(compressed)
-            .with_thin_logical_blocks(thin_logical_blocks)
-            .with_shared_blocks(options.deduplication);
+    let geometry = options.geometry(members.len(), smallest)?;
     accept(&geometry)?;
     if !options.force {
         for (index, member) in members.iter().enumerate() {
@@ -1048,10 +1036,23 @@ pub(crate) fn create(
                 member_bytes_written: 0,
                 write_log: None,
                 // Compression needs index entries that can name fragments, fixed now.
-                incompatible_features: if compressed { crate::layout::format::FEATURE_PACKED_FRAGMENTS } else { 0 }
-                    | if thin_logical_blocks.is_some() { crate::layout::format::FEATURE_THIN_PROVISIONED } else { 0 }
-                    | if options.deduplication { crate::layout::format::FEATURE_DEDUPLICATION } else { 0 }
-                    | if options.client_write_pairs { crate::layout::format::FEATURE_CLIENT_WRITE_PAIRS } else { 0 },
+                incompatible_features: if geometry.packed_fragments {
+                    crate::layout::format::FEATURE_PACKED_FRAGMENTS
+                } else {
+                    0
+                } | if geometry.thin_logical_block_count.is_some() {
+                    crate::layout::format::FEATURE_THIN_PROVISIONED
+                } else {
+                    0
+                } | if options.deduplication {
+                    crate::layout::format::FEATURE_DEDUPLICATION
+                } else {
+                    0
+                } | if options.client_write_pairs {
+                    crate::layout::format::FEATURE_CLIENT_WRITE_PAIRS
+                } else {
+                    0
+                },
                 compression: options.compression,
                 deduplication: options.deduplication,
             };
@@ -1337,6 +1338,26 @@ pub struct CreateOptions {
     /// the clients' batch as a pair (sets incompatible feature bit 5; docs/
     /// crash-consistency.md, "Client writes in two streams"). On by default.
     pub client_write_pairs: bool,
+}
+
+impl CreateOptions {
+    /// The geometry `create` gives a volume of `member_count` members, the smallest of
+    /// `smallest_member_bytes`: what the layers above judge before anything is written
+    /// (the spare the cleaner needs, say).
+    pub fn geometry(&self, member_count: usize, smallest_member_bytes: u64) -> Result<Geometry> {
+        let compressed = self.compression != crate::layout::format::CompressionSetting::Off;
+        let thin_logical_blocks = match self.logical_size_bytes {
+            None => None,
+            Some(bytes) => Some(
+                crate::layout::format::thin_logical_blocks(bytes)
+                    .ok_or(Error::InvalidGeometry(GeometryProblem::LogicalSize { bytes }))?,
+            ),
+        };
+        Ok(Geometry::new(self.raid_level, member_count, self.chunk_size_bytes, self.spare_ppm, smallest_member_bytes)?
+            .with_packed_fragments(compressed)
+            .with_thin_logical_blocks(thin_logical_blocks)
+            .with_shared_blocks(self.deduplication))
+    }
 }
 
 impl Default for CreateOptions {
