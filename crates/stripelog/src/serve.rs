@@ -714,10 +714,10 @@ fn watch_signals(stop: Arc<Stop>) -> Result<(), String> {
                 }
                 None => {
                     log::info!(
-                        "signal {signal} while starting: stopping once the open in progress ends (open volumes are \
-                         then closed cleanly, without being served)"
+                        "signal {signal} while starting: stopping once what is under way ends (a wait for members \
+                         at once; a volume being opened once it is open, then closed cleanly without being served)"
                     );
-                    crate::notify::status("stopping once the open in progress ends");
+                    crate::notify::status("stopping once what is under way ends");
                 }
             }
         }
@@ -824,7 +824,8 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
     let exports_wanted = parse_exports(&arguments)?;
     let mut allowed_clients = allowed_clients(&arguments, &exports_wanted)?.into_iter();
     let tls_mode = tls_mode(&arguments)?;
-    // Sockets first: one that is busy (or not a socket) must not cost a volume an epoch.
+    // Sockets before volumes: one that is busy (or not a socket) must not cost a volume an
+    // epoch.
     let mut listener = bind_listener(&arguments, tls_mode)?;
     let tls = tls_settings(&arguments, tls_mode)?;
     let control = arguments.control.clone().or_else(|| {
