@@ -6,6 +6,7 @@ mod create;
 mod logging;
 mod maintenance;
 mod metrics;
+mod notify;
 mod plan;
 mod serve;
 mod sim;
@@ -80,8 +81,14 @@ enum Command {
     #[command(after_help = "Example:\n  stripelog upgrade d/m0 d/m1 d/m2 d/m3 d/m4")]
     Upgrade(UpgradeArguments),
     /// Serve volumes over NBD (a Unix socket by default; TCP with --listen; TLS with --tls-certificates).
+    ///
+    /// SIGINT or SIGTERM finishes the requests in flight, flushes and closes the volumes; one
+    /// that arrives while the volumes open takes effect once they are open (they are then
+    /// closed without being served). A second signal exits at once. Under systemd
+    /// (Type=notify, $NOTIFY_SOCKET) it sends READY=1 once it listens with its volumes open,
+    /// STOPPING=1 when it begins to stop, and STATUS= lines on what it is doing.
     #[command(
-        after_help = "Examples:\n  stripelog serve d/m0 d/m1 d/m2 d/m3 d/m4 --socket ./stripelog.sock\n  stripelog serve --export a=d/a0,d/a1,d/a2 --export b=d/b0,d/b1,d/b2 --listen 10809\n  nbdinfo 'nbd+unix:///stripelog?socket=./stripelog.sock'\n  # TLS on the network, clients with certificates from ca-cert.pem only (docs/tls.md)\n  stripelog serve d/m0 d/m1 d/m2 --listen 0.0.0.0:10809 --tls-certificates /etc/stripelog/tls --tls-verify-peer\n  nbdinfo 'nbds://server:10809/stripelog?tls-certificates=/etc/stripelog/client-tls'"
+        after_help = "Examples:\n  stripelog serve d/m0 d/m1 d/m2 d/m3 d/m4 --socket ./stripelog.sock\n  stripelog serve --export a=d/a0,d/a1,d/a2 --export b=d/b0,d/b1,d/b2 --listen 10809\n  nbdinfo 'nbd+unix:///stripelog?socket=./stripelog.sock'\n  # at boot: wait up to 90 s for the drives to appear, then open (the systemd unit does)\n  stripelog serve --wait-for-members 90s /dev/disk/by-id/nvme-A /dev/disk/by-id/nvme-B /dev/disk/by-id/nvme-C\n  # TLS on the network, clients with certificates from ca-cert.pem only (docs/tls.md)\n  stripelog serve d/m0 d/m1 d/m2 --listen 0.0.0.0:10809 --tls-certificates /etc/stripelog/tls --tls-verify-peer\n  nbdinfo 'nbds://server:10809/stripelog?tls-certificates=/etc/stripelog/client-tls'"
     )]
     Serve(ServeArguments),
     /// Replace a member and rebuild its content onto the new one (offline, or online with --control).
@@ -437,6 +444,12 @@ pub(crate) struct ServeArguments {
     /// space, members, rebuild/scrub progress, the write log.
     #[arg(long, value_name = "ADDRESS:PORT")]
     metrics: Option<String>,
+    /// Wait up to DURATION for member paths that do not exist yet (drives still appearing
+    /// at boot, /dev/disk/by-id links not made yet), logging which, before opening. Those
+    /// still absent then are an error (with --degraded: opened as missing). Given twice,
+    /// the last counts. Default: no wait.
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_duration, overrides_with = "wait_for_members")]
+    wait_for_members: Option<std::time::Duration>,
     #[command(flatten)]
     degraded: DegradedArgument,
     /// Open volumes the superblocks say another host has open and did not close (that
@@ -452,6 +465,11 @@ pub(crate) struct ServeArguments {
     /// tested end to end). Hidden: never for use on a volume one cares about.
     #[arg(long, hide = true, value_name = "BLOCKS")]
     fault_panic_after_blocks: Option<u64>,
+    /// A fault hook for tests: pause this long after each volume opens, before serving, as
+    /// a long mount or log replay would (how a signal that arrives while `serve` starts is
+    /// tested). Hidden.
+    #[arg(long, hide = true, value_name = "DURATION", value_parser = units::parse_duration)]
+    fault_pause_after_open: Option<std::time::Duration>,
     /// Members of the (first) exported volume, in order; `missing` for a lost member.
     members: Vec<PathBuf>,
 }

@@ -599,7 +599,13 @@ fn allowed_clients(arguments: &ServeArguments, exports: &[(String, Vec<PathBuf>)
 /// The metrics listener: ADDRESS:PORT, or PORT on loopback.
 fn bind_metrics(address: &str) -> Result<(std::net::TcpListener, String), String> {
     let address = if address.contains(':') { address.to_string() } else { format!("127.0.0.1:{address}") };
-    let listener = std::net::TcpListener::bind(&address).map_err(|error| format!("--metrics {address}: {error}"))?;
+    let listener = std::net::TcpListener::bind(&address).map_err(|error| match error.kind() {
+        std::io::ErrorKind::AddrInUse => format!(
+            "--metrics {address}: {error}: another process listens there (each served volume, each instance of \
+             the systemd unit, needs its own metrics port)"
+        ),
+        _ => format!("--metrics {address}: {error}"),
+    })?;
     let bound = listener.local_addr().map_err(|error| format!("--metrics {address}: {error}"))?;
     if !bound.ip().is_loopback() {
         // Read-only, but it names the member devices and the exports' traffic.
@@ -648,6 +654,164 @@ fn print_commands(socket: &Path, exports: &[Export], tls: TlsMode) {
     }
 }
 
+/// SIGINT and SIGTERM, watched from before the first volume opens: a signal that arrives
+/// while `serve` starts (waiting for members, mounting, replaying the log) is remembered
+/// and acted on as soon as the open in progress ends; one that arrives while it serves
+/// stops the server.
+#[derive(Default)]
+struct Stop {
+    state: std::sync::Mutex<StopState>,
+}
+
+#[derive(Default)]
+struct StopState {
+    /// The first signal received.
+    signal: Option<i32>,
+    /// The running server, once it serves (a weak handle: the server must be ours alone
+    /// again at the end to close the volumes).
+    server: Option<Weak<Server>>,
+}
+
+impl Stop {
+    fn lock(&self) -> std::sync::MutexGuard<'_, StopState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The signal that asked to stop, if one did.
+    fn requested(&self) -> Option<i32> {
+        self.lock().signal
+    }
+
+    /// From now on a signal stops `server`; a signal that came before is returned instead.
+    fn serve(&self, server: &Arc<Server>) -> Option<i32> {
+        let mut state = self.lock();
+        if state.signal.is_none() {
+            state.server = Some(Arc::downgrade(server));
+        }
+        state.signal
+    }
+}
+
+/// Watch SIGINT and SIGTERM for the whole life of `serve`.
+fn watch_signals(stop: Arc<Stop>) -> Result<(), String> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
+        .map_err(|error| format!("signals: {error}"))?;
+    std::thread::spawn(move || {
+        for signal in signals.forever() {
+            let mut state = stop.lock();
+            if state.signal.is_some() {
+                log::info!(
+                    "second signal: exiting now (flushed data is safe; a volume still opening recovers at its next open)"
+                );
+                std::process::exit(130);
+            }
+            state.signal = Some(signal);
+            crate::notify::send("STOPPING=1");
+            match state.server.as_ref().map(Weak::upgrade) {
+                Some(server) => {
+                    log::info!("signal {signal}: finishing requests in flight, flushing, closing");
+                    crate::notify::status("stopping: finishing requests in flight, flushing, closing");
+                    if let Some(server) = server {
+                        server.shutdown();
+                    }
+                }
+                None => {
+                    log::info!(
+                        "signal {signal} while starting: stopping once what is under way ends (a wait for members \
+                         at once; a volume being opened once it is open, then closed cleanly without being served)"
+                    );
+                    crate::notify::status("stopping once what is under way ends");
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Wait, at most `limit`, until every member path of `exports` exists (`missing` is not
+/// waited for), saying which are awaited. `Ok(false)`: a signal asked to stop meanwhile.
+fn wait_for_members(
+    exports: &[(String, Vec<PathBuf>)],
+    limit: Duration,
+    degraded: bool,
+    stop: &Stop,
+) -> Result<bool, String> {
+    const POLL_INTERVAL: Duration = Duration::from_millis(100);
+    let started = Instant::now();
+    let waited = humantime::format_duration(Duration::from_secs(limit.as_secs().max(1)));
+    let mut awaited = String::new();
+    loop {
+        let absent: Vec<String> = exports
+            .iter()
+            .flat_map(|(_, members)| members)
+            .filter(|path| path.as_os_str() != "missing" && !path.exists())
+            .map(|path| path.display().to_string())
+            .collect();
+        let absent = absent.join(", ");
+        if absent.is_empty() {
+            if !awaited.is_empty() {
+                log::info!("every member is there after {:.1} s", started.elapsed().as_secs_f64());
+            }
+            return Ok(true);
+        }
+        if stop.requested().is_some() {
+            return Ok(false);
+        }
+        if started.elapsed() >= limit {
+            if degraded {
+                log::warn!("members still absent after waiting {waited}: {absent}; opening without them (--degraded)");
+                return Ok(true);
+            }
+            return Err(format!(
+                "members still absent after waiting {waited} (--wait-for-members): {absent}. Are the drives attached \
+                 and the paths right? `--degraded` opens the volume without them"
+            ));
+        }
+        if absent != awaited {
+            log::info!("waiting up to {waited} for members to appear: {absent}");
+            crate::notify::status(&format!("waiting up to {waited} for members to appear: {absent}"));
+            awaited = absent;
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// Close the volumes of `exports`: `Ok(true)` if a bug (a panic) had stopped one of them,
+/// which is then left as after a crash (its next open recovers it).
+fn close_exports(exports: Vec<Export>) -> Result<bool, String> {
+    let mut stopped_by_a_bug = false;
+    for export in exports {
+        let name = export.name;
+        if export.volume.stopped_by_panic() {
+            log::error!("export '{name}': stopped by a bug; left as after a crash (the next open recovers it)");
+            stopped_by_a_bug = true;
+            drop(export.volume);
+            continue;
+        }
+        match Arc::try_unwrap(export.volume) {
+            Ok(volume) => volume.close().map_err(|error| format!("closing '{name}': {error}"))?,
+            Err(volume) => {
+                // A rebuild or scrub still runs: make everything accepted durable anyway
+                // (a rebuild resumes at the next open).
+                volume.flush().map_err(|error| format!("flushing '{name}': {error}"))?;
+                return Err(format!("export '{name}' was flushed but a rebuild or scrub still held it open"));
+            }
+        }
+    }
+    Ok(stopped_by_a_bug)
+}
+
+/// A signal arrived while `serve` started: close what is open, serve nothing, exit 0.
+fn stop_while_starting(signal: i32, exports: Vec<Export>) -> Result<ExitCode, String> {
+    log::info!("signal {signal} arrived while starting: closing {} open volume(s) without serving them", exports.len());
+    crate::notify::status("closing the volumes: a signal arrived while starting");
+    if close_exports(exports)? {
+        return Ok(ExitCode::from(EXIT_STOPPED_BY_A_BUG));
+    }
+    log::info!("volumes flushed and closed");
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
     // SAFETY: a valid signal and action, set before the server's threads start. A server
     // writes to sockets whose peers may be gone (NBD clients, scrapers, control clients):
@@ -656,10 +820,15 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
+    // Signals first: one that comes while the volumes open must not be lost (nor, with its
+    // default action, kill the process in the middle of a log replay).
+    let stop = Arc::new(Stop::default());
+    watch_signals(stop.clone())?;
     let exports_wanted = parse_exports(&arguments)?;
     let mut allowed_clients = allowed_clients(&arguments, &exports_wanted)?.into_iter();
     let tls_mode = tls_mode(&arguments)?;
-    // Sockets first: one that is busy (or not a socket) must not cost a volume an epoch.
+    // Sockets before volumes: one that is busy (or not a socket) must not cost a volume an
+    // epoch.
     let mut listener = bind_listener(&arguments, tls_mode)?;
     let tls = tls_settings(&arguments, tls_mode)?;
     let control = arguments.control.clone().or_else(|| {
@@ -667,8 +836,20 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
     });
     let mut control_socket = control.as_deref().map(bind_unix).transpose()?;
     let metrics_listener = arguments.metrics.as_deref().map(bind_metrics).transpose()?;
+    if let Some(limit) = arguments.wait_for_members {
+        if !wait_for_members(&exports_wanted, limit, arguments.degraded.degraded, &stop)? {
+            log::info!("a signal arrived while waiting for members: exiting; nothing was opened");
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
     let mut exports = Vec::new();
     for (name, members) in exports_wanted {
+        if let Some(signal) = stop.requested() {
+            return stop_while_starting(signal, exports);
+        }
+        crate::notify::status(&format!(
+            "opening export '{name}': mounting (and replaying the write log if it was not closed cleanly)"
+        ));
         let devices = open_members(&members, None, arguments.read_only, arguments.degraded.degraded)
             .map_err(|error| format!("export '{name}': {error}"))?;
         let options = OpenOptions {
@@ -684,6 +865,9 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
         };
         let volume =
             Volume::open(devices, &options).map_err(|error| format!("export '{name}': {}", engine_error(error)))?;
+        if let Some(pause) = arguments.fault_pause_after_open {
+            std::thread::sleep(pause);
+        }
         degraded_banner(&name, &volume);
         let stats = volume.stats();
         let description = format!("stripelog {} on {} members", stats.raid_level, stats.member_count);
@@ -694,6 +878,9 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
             read_only: arguments.read_only,
             allowed_clients: allowed_clients.next().unwrap_or_default(),
         });
+    }
+    if let Some(signal) = stop.requested() {
+        return stop_while_starting(signal, exports);
     }
     let volumes: Volumes = exports.iter().map(|export| (export.name.clone(), Arc::downgrade(&export.volume))).collect();
     let maintenance = Arc::new(Maintenance::default());
@@ -733,39 +920,33 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
         let served = served.clone();
         std::thread::spawn(move || crate::metrics::serve_metrics(listener, served));
     }
-    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
-        .map_err(|error| format!("signals: {error}"))?;
-    {
-        // A weak handle: the server must be ours alone again at the end to close volumes.
-        let server = Arc::downgrade(&server);
-        std::thread::spawn(move || {
-            let mut received = 0;
-            for signal in signals.forever() {
-                received += 1;
-                if received == 1 {
-                    log::info!("signal {signal}: finishing requests in flight, flushing, closing");
-                    if let Some(server) = server.upgrade() {
-                        server.shutdown();
-                    }
-                } else {
-                    log::info!("second signal: exiting now (flushed data is safe)");
-                    std::process::exit(130);
-                }
-            }
-        });
+    let signalled_while_starting = stop.serve(&server);
+    if let Some(signal) = signalled_while_starting {
+        // It came after the volumes opened, before the server took over the signals.
+        log::info!("signal {signal} arrived while starting: closing the volumes without serving them");
+        server.shutdown();
     }
+    let ready = |location: &str| {
+        log::info!("ready: serving on {location}");
+        crate::notify::status(&format!("serving {} export(s) on {location}", server.exports().len()));
+        crate::notify::send("READY=1");
+    };
     let result = match &mut listener {
+        _ if signalled_while_starting.is_some() => Ok(()),
         Listener::Tcp(listener, address) => {
             let scheme = if tls_mode == TlsMode::Off { "nbd" } else { "nbds" };
-            log::info!("ready: serving on {scheme}://{address}/{}", server.exports()[0].name);
-            server.run_tcp(listener.try_clone().map_err(|error| format!("listen on {address}: {error}"))?)
+            let listener = listener.try_clone().map_err(|error| format!("listen on {address}: {error}"))?;
+            ready(&format!("{scheme}://{address}/{}", server.exports()[0].name));
+            server.run_tcp(listener)
         }
         Listener::Unix(socket) => {
-            log::info!("ready: serving on {}", socket.path.display());
+            ready(&socket.path.display().to_string());
             print_commands(&socket.path, server.exports(), tls_mode);
             server.run_unix(socket.listener.take().expect("bound above"))
         }
     };
+    // Stopped by a signal (which said so already) or by a bug.
+    crate::notify::send("STOPPING=1");
     drop(listener);
     result.map_err(|error| format!("accepting connections: {error}"))?;
     let statistics = &server.statistics;
@@ -781,25 +962,8 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
     let server = Arc::into_inner(server).ok_or("connections still hold the server")?;
     // A bug (a panic) stopped the server or a volume: nothing more is written to that
     // volume; its next open recovers it as after a crash, and serve exits with an error.
-    let mut stopped_by_a_bug = server.panicked();
-    for export in server.into_exports() {
-        let name = export.name;
-        if export.volume.stopped_by_panic() {
-            log::error!("export '{name}': stopped by a bug; left as after a crash (the next open recovers it)");
-            stopped_by_a_bug = true;
-            drop(export.volume);
-            continue;
-        }
-        match Arc::try_unwrap(export.volume) {
-            Ok(volume) => volume.close().map_err(|error| format!("closing '{name}': {error}"))?,
-            Err(volume) => {
-                // A rebuild or scrub still runs: make everything accepted durable anyway
-                // (a rebuild resumes at the next open).
-                volume.flush().map_err(|error| format!("flushing '{name}': {error}"))?;
-                return Err(format!("export '{name}' was flushed but a rebuild or scrub still held it open"));
-            }
-        }
-    }
+    let panicked = server.panicked();
+    let stopped_by_a_bug = close_exports(server.into_exports())? || panicked;
     if stopped_by_a_bug {
         log::error!("serve stopped by a bug (a panic, logged above with its backtrace)");
         return Ok(ExitCode::from(EXIT_STOPPED_BY_A_BUG));

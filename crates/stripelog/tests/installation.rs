@@ -38,6 +38,24 @@ fn install_puts_man_pages_completions_and_a_unit_systemd_accepts() {
     let unit = installed("lib/systemd/system/stripelog@.service");
     let binary = prefix.join("bin/stripelog");
     assert!(unit.contains(&format!("ExecStart={} serve", binary.display())), "{unit}");
+    // The service: readiness from serve itself, a bounded wait for the members (a template
+    // cannot order itself after its instance's devices), restarts with a limit.
+    let setting = |section: &str, key: &str| unit_setting(&unit, section, key);
+    assert_eq!(setting("Service", "Type").as_deref(), Some("notify"), "{unit}");
+    assert_eq!(setting("Service", "Restart").as_deref(), Some("on-failure"), "{unit}");
+    assert!(setting("Service", "RestartSec").is_some(), "{unit}");
+    assert!(setting("Unit", "StartLimitIntervalSec").is_some(), "a start limit in [Unit]: {unit}");
+    assert!(setting("Unit", "StartLimitBurst").is_some_and(|burst| burst.parse::<u32>().is_ok()), "{unit}");
+    let start = setting("Service", "ExecStart").expect("ExecStart");
+    let wait = start.split_whitespace().skip_while(|word| *word != "--wait-for-members").nth(1);
+    assert!(wait.is_some_and(|duration| duration.ends_with('s') || duration.ends_with('m')), "{start}");
+    // The binary takes what the unit gives it.
+    let help = run_with_timeout(Command::new(&binary).args(["serve", "--help"]), CLIENT_TIMEOUT);
+    assert!(text(&help).contains("--wait-for-members <DURATION>"), "{}", text(&help));
+    assert!(installed("share/man/man1/stripelog-serve.1").contains("READY=1"));
+    // Each instance needs its own metrics port: the example says so.
+    let example = installed("etc/stripelog/stripelog.conf.example");
+    assert!(example.contains("each instance") && example.contains("own port"), "{example}");
     assert!(installed("etc/stripelog/stripelog.conf.example").contains("MEMBERS="));
     // systemd's own check: the unit parses, its binary is executable, its man page exists.
     let verify = run_with_timeout(
@@ -60,4 +78,22 @@ fn install_puts_man_pages_completions_and_a_unit_systemd_accepts() {
     assert!(again.status.success(), "{}", text(&again));
     assert_eq!(std::fs::read_to_string(prefix.join("etc/stripelog/vol.conf")).expect("read"), "MEMBERS=/dev/null\n");
     let _ = std::fs::remove_dir_all(&prefix);
+}
+
+/// The value of `key` in `[section]` of a unit file (the last one given wins, as in systemd).
+fn unit_setting(unit: &str, section: &str, key: &str) -> Option<String> {
+    let mut current = "";
+    let mut value = None;
+    for line in unit.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix('[').and_then(|line| line.strip_suffix(']')) {
+            current = name;
+        } else if let Some((name, found)) =
+            line.split_once('=').filter(|_| current == section && !line.starts_with('#'))
+        {
+            if name.trim() == key {
+                value = Some(found.trim().to_string());
+            }
+        }
+    }
+    value
 }
