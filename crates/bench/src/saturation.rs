@@ -90,7 +90,9 @@ pub fn per_second_points(seconds: &[Second], elapsed_seconds: f64) -> Vec<Second
             let start = second.second.saturating_sub(1) as f64;
             let end = (second.second as f64).min(elapsed_seconds.max(start));
             let length = end - start;
-            (length >= 1.0 - 1e-9 || length >= PARTIAL_SECOND_MINIMUM_SECONDS).then(|| SecondPoint {
+            // (A run shorter than that keeps its one point: a rate over what there is.)
+            let only = seconds.len() == 1 && length > 0.0;
+            (length >= 1.0 - 1e-9 || length >= PARTIAL_SECOND_MINIMUM_SECONDS || only).then(|| SecondPoint {
                 end_seconds: end,
                 iops: second.write_iops as f64 / length,
                 write_bytes: second.write_bytes,
