@@ -454,6 +454,9 @@ pub struct DeduplicationStatus {
     pub duplicates_by_run: u64,
     pub duplicates_by_recent: u64,
     pub duplicates_by_sparse: u64,
+    /// Since this open: blocks equal to an earlier block of the same request, shared
+    /// with it.
+    pub duplicates_within_requests: u64,
     pub candidates_rejected_by_checksum: u64,
     pub candidates_read_unequal: u64,
     pub duplicates_lost_to_races: u64,

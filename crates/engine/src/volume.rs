@@ -783,10 +783,18 @@ impl Volume {
         // the state lock; the duplicates found are not compressed.
         let finder = self.core.deduplication().filter(|finder| finder.enabled());
         let mut names: Vec<Option<(crate::index::names::Name, u32, Option<Candidate>)>> = Vec::new();
+        // Whole blocks equal to an earlier block of this request that found no candidate
+        // (decision 10): (this block's index, the earlier one's). The earlier one is
+        // stored whole and each later one as a `Repeat` of it, in the same apply.
+        let mut within_request: Vec<(usize, usize)> = Vec::new();
         if let Some(finder) = finder {
             let _fence = self.core.read_fence();
             let mut scratch = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-            for (logical_block, _, range, piece) in &pieces {
+            // Per name: the block a group of equal blocks waits for, and the group's size
+            // (at most a copy's references: the next equal block starts a group).
+            let mut first_of_name: std::collections::HashMap<crate::index::names::Name, (usize, u8)> =
+                std::collections::HashMap::new();
+            for (index, (logical_block, _, range, piece)) in pieces.iter().enumerate() {
                 if !matches!(piece, Piece::Whole) {
                     // (Not a duplicate of what a run predicted: the run skips it.)
                     finder.missed(*logical_block);
@@ -796,10 +804,30 @@ impl Volume {
                 let block = &data[range.clone()];
                 let name = crate::index::names::Name::of(block);
                 let checksum = format::block_checksum(block);
-                let found = self.core.find_duplicate(finder, *logical_block, block, name, checksum, &mut scratch)?;
+                let group = first_of_name.get_mut(&name).filter(|(earlier, size)| {
+                    *size < crate::space::shared::REFERENCES_MAXIMUM && data[pieces[*earlier].2.clone()] == *block
+                });
+                let found = match group {
+                    // An equal block earlier in the request: its candidate, compared in
+                    // memory, is this one's too; without one, this block waits for it.
+                    Some((earlier, size)) => match names[*earlier].as_ref().and_then(|named| named.2) {
+                        Some(candidate) => Some(candidate),
+                        None => {
+                            *size += 1;
+                            within_request.push((index, *earlier));
+                            None
+                        }
+                    },
+                    None => {
+                        first_of_name.insert(name, (index, 1));
+                        self.core.find_duplicate(finder, *logical_block, block, name, checksum, &mut scratch)?
+                    }
+                };
                 names.push(Some((name, checksum, found)));
             }
         }
+        let waits_for_the_request = |index: usize| within_request.iter().any(|&(waiting, _)| waiting == index);
+        let waited_for = |index: usize| within_request.iter().any(|&(_, earlier)| earlier == index);
         let duplicate = |index: usize| names.get(index).and_then(|named| named.as_ref()?.2);
         // The request in order: partial blocks (their piece), zero blocks, duplicates, and
         // units (the first piece, the count, the fragment when it compressed) of whole
@@ -810,6 +838,9 @@ impl Volume {
             Zero(u64),
             Duplicate(usize, Candidate),
             Unit(usize, usize, Option<Vec<u8>>),
+            /// A block equal to an earlier one of the request (`within_request`), stored
+            /// once that one is.
+            Later(usize),
         }
         let compression = &self.core.compression();
         let mut steps: Vec<Step> = Vec::with_capacity(pieces.len());
@@ -821,12 +852,18 @@ impl Volume {
                 Piece::Whole if duplicate(next).is_some() => {
                     (Step::Duplicate(next, duplicate(next).expect("checked")), next + 1)
                 }
+                Piece::Whole if waits_for_the_request(next) => (Step::Later(next), next + 1),
+                // A block later ones wait for is stored whole (as shared copies are): its
+                // copy is what they are compared with under the lock.
+                Piece::Whole if waited_for(next) => (Step::Unit(next, 1, None), next + 1),
                 Piece::Whole => {
                     let mut end = next + 1;
                     while end < pieces.len()
                         && end - next < packed::BLOCKS_PER_UNIT_MAXIMUM
                         && matches!(pieces[end].3, Piece::Whole)
                         && duplicate(end).is_none()
+                        && !waits_for_the_request(end)
+                        && !waited_for(end)
                         && !pieces[end].0.is_multiple_of(packed::BLOCKS_PER_UNIT_MAXIMUM as u64)
                     {
                         end += 1;
@@ -841,6 +878,19 @@ impl Volume {
         let mut blocks: Vec<BlockWrite> = Vec::with_capacity(pieces.len());
         for step in &steps {
             match step {
+                // Shared with the earlier block under the write lock, when that block
+                // still holds its content (in memory), in this request's one apply: the
+                // request is admitted and accepted as one, in order.
+                Step::Later(index) => {
+                    let (_, earlier) = *within_request
+                        .iter()
+                        .find(|&&(waiting, _)| waiting == *index)
+                        .expect("a later block waits for an earlier one");
+                    assert!(earlier < *index, "a block waits only for an earlier one");
+                    let (logical_block, _, range, _) = &pieces[*index];
+                    let checksum = names[*index].as_ref().expect("named").1;
+                    blocks.push(BlockWrite::Repeat(*logical_block, &data[range.clone()], checksum, pieces[earlier].0));
+                }
                 Step::Patch(index) => {
                     let (logical_block, within, range, _) = &pieces[*index];
                     blocks.push(BlockWrite::Patch(*logical_block, *within, &data[range.clone()]));
@@ -938,6 +988,9 @@ impl Volume {
                     };
                     growth_sixteenths += stored - freed(*logical_block)?;
                 }
+                // Shared with an earlier block of the request, counted above: as a
+                // duplicate of a whole block, it stores nothing more.
+                BlockWrite::Repeat(logical_block, ..) => growth_sixteenths -= freed(*logical_block)?,
                 // A zero or trim record frees the block it replaces only in later
                 // requests' view: it keeps a place in its segment until cleaned.
                 BlockWrite::Zero(_) | BlockWrite::Trim(_) => {}
@@ -1465,6 +1518,7 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
             duplicates_by_run: get(&found.duplicates_by_run),
             duplicates_by_recent: get(&found.duplicates_by_recent),
             duplicates_by_sparse: get(&found.duplicates_by_sparse),
+            duplicates_within_requests: get(&found.duplicates_within_requests),
             candidates_rejected_by_checksum: get(&found.candidates_rejected_by_checksum),
             candidates_read_unequal: get(&found.candidates_read_unequal),
             duplicates_lost_to_races: get(&found.duplicates_lost_to_races),

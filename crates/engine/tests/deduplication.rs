@@ -321,3 +321,57 @@ fn a_thin_deduplicated_volume_counts_shared_blocks_and_replays_its_log_shared() 
     verify_contents(&volume, &model, logical_blocks, "reopened");
     assert_clean_check(&volume, "reopened");
 }
+
+/// Duplicates inside one request (decision 10): the blocks of a write equal to an earlier
+/// block of the same write, found nowhere else, are shared with it — 16 equal blocks in
+/// one 64 KiB write hold one copy; 300 in one request hold two (254 references a copy);
+/// the contents read back, `check` counts the references, and with compression too.
+#[test]
+fn duplicates_inside_one_request_share_one_copy() {
+    for compression in [CompressionSetting::Off, CompressionSetting::Lz4] {
+        let devices = memory_members(3, 16 << 20);
+        let volume = create(&devices, compression);
+        let logical_blocks = volume.logical_size_bytes() / BLOCK_BYTES;
+        let mut prng = Prng::new(11);
+        let mut model = BTreeMap::new();
+        let block = mixed_block(&mut prng, 0);
+        let request: Vec<u8> = block.repeat(16);
+        volume.write(0, &request, false).expect("16 equal blocks in one write");
+        (0..16).for_each(|index| drop(model.insert(index, block.clone())));
+        let dedup = volume.stats().deduplication.expect("status");
+        assert_eq!(dedup.shared_copies, 1, "{compression:?}: one copy for the request: {dedup:?}");
+        assert_eq!(dedup.shared_logical_blocks, 16, "{compression:?}: {dedup:?}");
+        assert_eq!(dedup.duplicates_within_requests, 15, "{compression:?}: {dedup:?}");
+        // A mixed request: two contents, each repeated, between unique blocks.
+        let (first, second) = (mixed_block(&mut prng, 1), random_block(&mut prng));
+        let mut mixed = Vec::new();
+        for index in 0..48u64 {
+            let data = match index % 3 {
+                0 => first.clone(),
+                1 => random_block(&mut prng),
+                _ => second.clone(),
+            };
+            model.insert(64 + index, data.clone());
+            mixed.extend_from_slice(&data);
+        }
+        volume.write(64 * BLOCK_BYTES, &mixed, false).expect("a mixed request");
+        let dedup = volume.stats().deduplication.expect("status");
+        assert_eq!(dedup.shared_copies, 3, "{compression:?}: {dedup:?}");
+        assert_eq!(dedup.shared_logical_blocks, 16 + 32, "{compression:?}: {dedup:?}");
+        // 300 equal blocks in one request: 254 references on the first copy, a second
+        // copy for the rest.
+        let popular = random_block(&mut prng);
+        volume.write(256 * BLOCK_BYTES, &popular.repeat(300), false).expect("300 equal blocks");
+        (0..300).for_each(|index| drop(model.insert(256 + index, popular.clone())));
+        let dedup = volume.stats().deduplication.expect("status");
+        assert_eq!(dedup.shared_copies, 5, "{compression:?}: two copies for 300 blocks: {dedup:?}");
+        assert_eq!(dedup.shared_logical_blocks, 48 + 300, "{compression:?}: {dedup:?}");
+        verify_contents(&volume, &model, logical_blocks, "after the requests");
+        assert_clean_check(&volume, "after the requests");
+        volume.close().expect("close");
+        let volume = Volume::open(members(&devices), &open_options()).expect("reopen");
+        verify_contents(&volume, &model, logical_blocks, "after a reopen");
+        assert_clean_check(&volume, "after a reopen");
+        volume.close().expect("close");
+    }
+}

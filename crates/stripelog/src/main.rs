@@ -984,11 +984,12 @@ fn print_info(stats: &VolumeStats) {
         );
         println!(
             "                 since open: {} blocks named, duplicates found {} by runs, {} recent, {} by the sparse \
-             index; candidates turned away {} by checksum, {} by content",
+             index, {} within requests; candidates turned away {} by checksum, {} by content",
             dedup.blocks_named,
             dedup.duplicates_by_run,
             dedup.duplicates_by_recent,
             dedup.duplicates_by_sparse,
+            dedup.duplicates_within_requests,
             dedup.candidates_rejected_by_checksum,
             dedup.candidates_read_unequal
         );

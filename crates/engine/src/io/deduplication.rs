@@ -51,6 +51,8 @@ pub(crate) struct DeduplicationCounters {
     pub duplicates_by_run: AtomicU64,
     pub duplicates_by_recent: AtomicU64,
     pub duplicates_by_sparse: AtomicU64,
+    /// Blocks equal to an earlier block of the same request, shared with it.
+    pub duplicates_within_requests: AtomicU64,
     /// Proven duplicates the state lock found changed meanwhile (written whole).
     pub duplicates_lost_to_races: AtomicU64,
     /// Duplicates written as references or as the first shared copy.

@@ -36,6 +36,11 @@ pub(crate) enum BlockWrite<'a> {
     /// of a candidate: shared with it when the candidate is unchanged under the lock,
     /// written whole otherwise (docs/deduplication.md).
     Duplicate(u64, &'a [u8], u32, super::deduplication::Candidate),
+    /// A whole block and its CRC32C, equal (compared before the state lock) to an
+    /// earlier block of the same request, the last `u64` (docs/deduplication.md, "Paths"):
+    /// shared with it when that block still holds the content under the lock, in memory;
+    /// written whole otherwise.
+    Repeat(u64, &'a [u8], u32, u64),
     Zero(u64),
     Trim(u64),
 }
@@ -44,9 +49,11 @@ impl BlockWrite<'_> {
     /// Whether it may store a block of data (a trim or zero record stores none).
     pub(crate) fn carries_data(&self) -> bool {
         match self {
-            BlockWrite::Data(..) | BlockWrite::Compressed(_) | BlockWrite::Patch(..) | BlockWrite::Duplicate(..) => {
-                true
-            }
+            BlockWrite::Data(..)
+            | BlockWrite::Compressed(_)
+            | BlockWrite::Patch(..)
+            | BlockWrite::Duplicate(..)
+            | BlockWrite::Repeat(..) => true,
             BlockWrite::Zero(_) | BlockWrite::Trim(_) => false,
         }
     }
@@ -57,6 +64,7 @@ impl BlockWrite<'_> {
             BlockWrite::Compressed(unit) => (unit.first_logical_block, unit.blocks() as u64),
             BlockWrite::Data(logical_block, ..)
             | BlockWrite::Duplicate(logical_block, ..)
+            | BlockWrite::Repeat(logical_block, ..)
             | BlockWrite::Zero(logical_block)
             | BlockWrite::Trim(logical_block)
             | BlockWrite::Patch(logical_block, ..) => (logical_block, 1),
@@ -69,6 +77,7 @@ impl BlockWrite<'_> {
     fn blocks_looked_up(&self) -> impl Iterator<Item = u64> {
         let candidate = match *self {
             BlockWrite::Duplicate(_, _, _, candidate) => Some(candidate.logical_block),
+            BlockWrite::Repeat(_, _, _, earlier) => Some(earlier),
             _ => None,
         };
         self.logical_blocks().chain(candidate)
@@ -442,6 +451,9 @@ impl Core {
             BlockWrite::Duplicate(logical_block, data, checksum, candidate) => {
                 self.accept_duplicate(state, logical_block, data, checksum, candidate)?
             }
+            BlockWrite::Repeat(logical_block, data, checksum, earlier) => {
+                self.accept_repeat(state, logical_block, data, checksum, earlier)?
+            }
             BlockWrite::Zero(logical_block) => self.accept_range(state, logical_block, false)?,
             BlockWrite::Trim(logical_block) => self.accept_range(state, logical_block, true)?,
             BlockWrite::Patch(..) => unreachable!("merged above"),
@@ -621,7 +633,8 @@ impl Core {
                 return;
             }
             BlockWrite::Data(logical_block, data, checksum)
-            | BlockWrite::Duplicate(logical_block, data, checksum, _) => {
+            | BlockWrite::Duplicate(logical_block, data, checksum, _)
+            | BlockWrite::Repeat(logical_block, data, checksum, _) => {
                 (logical_block, LogEntryKind::Data, checksum, Some(data))
             }
             BlockWrite::Zero(logical_block) => (logical_block, LogEntryKind::Zero, 0, None),
@@ -747,6 +760,55 @@ impl Core {
         self.remap(state, logical_block, Mapping::Shared { record });
         counters.blocks_shared.fetch_add(1, Ordering::Relaxed);
         Ok(true)
+    }
+
+    /// Accept `data` for `logical_block`, equal to what `earlier` (a block of the same
+    /// request, accepted before it) was given: shared with it when `earlier` still holds
+    /// that content — its whole block or its shared copy, compared here in memory (the
+    /// open batch, a batch being written, the cache) — and written whole otherwise
+    /// (`false`: the batch is full).
+    fn accept_repeat(
+        &self,
+        state: &mut WriteState,
+        logical_block: u64,
+        data: &[u8],
+        checksum: u32,
+        earlier: u64,
+    ) -> Result<bool> {
+        assert_ne!(logical_block, earlier, "a block repeats another block of its request");
+        let counters = &self.deduplication.as_ref().expect("a finder paired the blocks").counters;
+        let mapping = self.map.get(earlier)?;
+        let shared = match mapping {
+            Mapping::Shared { .. } => {
+                self.shared_copy_equal_in_memory(state, earlier, data)?.map(|record| (record, None))
+            }
+            Mapping::Data { position } => {
+                let mut content = [0u8; BLOCK_SIZE_BYTES];
+                let in_memory =
+                    matches!(self.position_from_memory(position, &mut content, Some(state)), super::Lookup::Served);
+                (in_memory && content[..] == *data).then_some((0, Some(position)))
+            }
+            Mapping::Fragment { .. } | Mapping::Unmapped | Mapping::Zero { .. } | Mapping::Trimmed { .. } => None,
+        };
+        let Some((record, position)) = shared else {
+            counters.duplicates_lost_to_races.fetch_add(1, Ordering::Relaxed);
+            return Ok(self.accept_data(state, logical_block, data, checksum, None));
+        };
+        counters.duplicates_within_requests.fetch_add(1, Ordering::Relaxed);
+        match position {
+            None => Ok(self.add_reference(state, logical_block, record, counters)),
+            // Its whole block, unchanged under this lock: the first duplicate's path.
+            Some(position) => {
+                let segment = self.geometry.locate(position).segment;
+                let candidate = super::deduplication::Candidate {
+                    logical_block: earlier,
+                    mapping,
+                    position,
+                    generation: self.generation(segment),
+                };
+                self.accept_duplicate(state, logical_block, data, checksum, candidate)
+            }
+        }
     }
 
     /// `logical_block` refers to `record` from now on: a kind-11 entry (`false`: the batch
