@@ -804,23 +804,27 @@ impl Volume {
                 let block = &data[range.clone()];
                 let name = crate::index::names::Name::of(block);
                 let checksum = format::block_checksum(block);
+                // Only a block that found no candidate starts a group: one that found one
+                // is a duplicate already, and an equal block after it looks for its own
+                // (the finder then knows the copy the first one makes shared).
                 let group = first_of_name.get_mut(&name).filter(|(earlier, size)| {
                     *size < crate::space::shared::REFERENCES_MAXIMUM && data[pieces[*earlier].2.clone()] == *block
                 });
                 let found = match group {
-                    // An equal block earlier in the request: its candidate, compared in
-                    // memory, is this one's too; without one, this block waits for it.
-                    Some((earlier, size)) => match names[*earlier].as_ref().and_then(|named| named.2) {
-                        Some(candidate) => Some(candidate),
-                        None => {
-                            *size += 1;
-                            within_request.push((index, *earlier));
-                            None
-                        }
-                    },
+                    // An equal block earlier in the request, with no candidate: this one
+                    // waits for it (a `Repeat` of it).
+                    Some((earlier, size)) => {
+                        *size += 1;
+                        within_request.push((index, *earlier));
+                        None
+                    }
                     None => {
-                        first_of_name.insert(name, (index, 1));
-                        self.core.find_duplicate(finder, *logical_block, block, name, checksum, &mut scratch)?
+                        let found =
+                            self.core.find_duplicate(finder, *logical_block, block, name, checksum, &mut scratch)?;
+                        if found.is_none() {
+                            first_of_name.insert(name, (index, 1));
+                        }
+                        found
                     }
                 };
                 names.push(Some((name, checksum, found)));
