@@ -103,7 +103,6 @@ pub(crate) fn count_found(
 ) -> FoundCounts {
     let mut found = FoundCounts::default();
     let block = BLOCK_SIZE_BYTES as u64;
-    let data_columns = geometry.data_columns() as u64;
     for (&sequence, batch) in batches.range(counted_through.saturating_add(1)..) {
         let header = &batch.header;
         let stream = header.stream as usize;
@@ -111,20 +110,15 @@ pub(crate) fn count_found(
         let paired_after = batches.get(&(sequence - 1)).is_some_and(|before| before.header.paired_with_next);
         let from_clients =
             stream == crate::log::HOST_STREAM || (stream == crate::log::COLD_CLIENT_STREAM && paired_after);
-        let counts = &mut found.lifetime;
-        let data_bytes = (header.block_count - header.summary_count) as u64 * block;
-        if stream == crate::log::METADATA_STREAM {
-            counts.member_bytes_metadata += data_bytes;
+        let content = if stream == crate::log::METADATA_STREAM {
+            format::BatchContent::Metadata
         } else if from_clients {
-            counts.member_bytes_data += data_bytes;
+            format::BatchContent::Clients
         } else {
-            counts.member_bytes_relocated += data_bytes;
-        }
-        counts.member_bytes_metadata += header.summary_count as u64 * block;
-        counts.member_bytes_padding += (header.row_count as u64 * data_columns - header.block_count as u64) * block;
-        counts.member_bytes_redundancy +=
-            (geometry.member_count as u64 - data_columns) * header.row_count as u64 * block;
-        counts.batches_written += 1;
+            format::BatchContent::Relocated
+        };
+        found.lifetime = found.lifetime.plus(header.member_bytes(geometry, content));
+        let counts = &mut found.lifetime;
         found.bytes_per_member += header.row_count as u64 * block;
         found.through_sequence = found.through_sequence.max(sequence);
         if !from_clients || sequence > last_sequence {
@@ -145,7 +139,6 @@ pub(crate) fn count_found(
         found.through_sequence == 0 || found.through_sequence > counted_through,
         "only batches after those counted"
     );
-    assert!(found.lifetime.batches_written == batches.range(counted_through.saturating_add(1)..).count() as u64);
     found
 }
 

@@ -83,6 +83,16 @@ impl Counters {
         counter.load(Ordering::Relaxed)
     }
 
+    /// Add a batch's member bytes and the batch (`BatchHeader::member_bytes`).
+    pub(crate) fn add_batch(&self, batch: &LifetimeCounters) {
+        Counters::add(&self.member_bytes_data, batch.member_bytes_data);
+        Counters::add(&self.member_bytes_relocated, batch.member_bytes_relocated);
+        Counters::add(&self.member_bytes_metadata, batch.member_bytes_metadata);
+        Counters::add(&self.member_bytes_padding, batch.member_bytes_padding);
+        Counters::add(&self.member_bytes_redundancy, batch.member_bytes_redundancy);
+        Counters::add(&self.batches_written, batch.batches_written);
+    }
+
     /// The counters that persist, as they stand now.
     pub fn lifetime(&self) -> LifetimeCounters {
         LifetimeCounters {
@@ -216,7 +226,7 @@ impl MemberBytes {
 /// compression or deduplication saved), `cleaning` (the cleaner's relocations),
 /// `redundancy` (parity or mirror), `metadata` (summaries, checkpoints) and `padding`
 /// (short stripes). 0 before any client write.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct WriteAmplification {
     pub total: f64,
     pub data: f64,

@@ -517,18 +517,12 @@ fn status_text(status: &serde_json::Value) -> String {
             number(&counters["member_syncs"]),
             number(&counters["cleaning_rounds"]),
         );
-        let amplification = &counters["write_amplification"];
-        let part = |name: &str| amplification[name].as_f64().unwrap_or(0.0);
+        let amplification: stripelog_engine::WriteAmplification =
+            serde_json::from_value(counters["write_amplification"].clone()).unwrap_or_default();
         let _ = writeln!(
             text,
-            "wear     over the volume's life: write amplification {:.2} (member bytes per client byte) = data {:.2} \
-             + cleaning {:.2} + redundancy {:.2} + metadata {:.2} + padding {:.2}",
-            part("total"),
-            part("data"),
-            part("cleaning"),
-            part("redundancy"),
-            part("metadata"),
-            part("padding"),
+            "wear     over the volume's life: write amplification {}",
+            crate::describe_write_amplification(&amplification)
         );
         let lock = &export["write_lock"];
         let _ = writeln!(

@@ -6,7 +6,7 @@
 use super::state::WriteState;
 use super::Core;
 use crate::error::{Error, Result, Shutdown};
-use crate::layout::format;
+use crate::layout::format::{self, BatchContent};
 use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
 use crate::log::batch::{BufferPool, OpenBatch, PooledBuffers, SealedBatch};
 use crate::log::{IoMode, HOST_STREAM};
@@ -224,29 +224,20 @@ impl Core {
     fn count_batch(&self, batch: &SealedBatch) {
         let header = &batch.header;
         let block = BLOCK_SIZE_BYTES as u64;
-        let data_columns = self.geometry.data_columns() as u64;
-        let slots = header.row_count as u64 * data_columns;
-        assert!(header.block_count as u64 <= slots && header.summary_count <= header.block_count);
-        let data_blocks = (header.block_count - header.summary_count) as u64;
-        let padding = slots - header.block_count as u64;
-        let redundancy = (self.geometry.member_count as u64 - data_columns) * header.row_count as u64;
+        let content = if batch.relocation {
+            BatchContent::Relocated
+        } else if batch.metadata {
+            BatchContent::Metadata
+        } else {
+            BatchContent::Clients
+        };
         let counters = &self.counters;
-        Counters::add(&counters.batches_written, 1);
+        counters.add_batch(&header.member_bytes(&self.geometry, content));
         if header.first_row == 0 && header.row_count == self.geometry.rows_per_chunk() {
             Counters::add(&counters.full_stripes, 1);
         } else {
             Counters::add(&counters.short_stripes, 1);
         }
-        if batch.relocation {
-            Counters::add(&counters.member_bytes_relocated, data_blocks * block);
-        } else if batch.metadata {
-            Counters::add(&counters.member_bytes_metadata, data_blocks * block);
-        } else {
-            Counters::add(&counters.member_bytes_data, data_blocks * block);
-        }
-        Counters::add(&counters.member_bytes_metadata, header.summary_count as u64 * block);
-        Counters::add(&counters.member_bytes_padding, padding * block);
-        Counters::add(&counters.member_bytes_redundancy, redundancy * block);
         self.members.count_written(header.row_count as u64 * block);
         self.members.note_counted(header.sequence);
     }

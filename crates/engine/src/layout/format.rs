@@ -1013,6 +1013,48 @@ impl BatchHeader {
     }
 }
 
+/// What a batch's data blocks hold, for the counters of member bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchContent {
+    /// Clients' blocks (the clients' stream, and a cold batch of client writes).
+    Clients,
+    /// Blocks the cleaner moved.
+    Relocated,
+    /// Checkpoint blocks.
+    Metadata,
+}
+
+impl BatchHeader {
+    /// What writing this batch adds to the member-byte counters (and one batch written):
+    /// its data blocks as `content`, its summaries as metadata, the empty slots of its
+    /// rows as padding, its parity or mirror blocks as redundancy. The one statement of
+    /// it: the pipeline counts a batch it wrote so, and mount a batch it found.
+    pub fn member_bytes(&self, geometry: &Geometry, content: BatchContent) -> LifetimeCounters {
+        let block = BLOCK_SIZE_BYTES as u64;
+        let data_columns = geometry.data_columns() as u64;
+        let slots = self.row_count as u64 * data_columns;
+        assert!(
+            self.block_count as u64 <= slots && self.summary_count <= self.block_count,
+            "batch {}: its blocks fit its rows",
+            self.sequence
+        );
+        let data_bytes = (self.block_count - self.summary_count) as u64 * block;
+        let mut counts = LifetimeCounters {
+            member_bytes_metadata: self.summary_count as u64 * block,
+            member_bytes_padding: (slots - self.block_count as u64) * block,
+            member_bytes_redundancy: (geometry.member_count as u64 - data_columns) * self.row_count as u64 * block,
+            batches_written: 1,
+            ..LifetimeCounters::default()
+        };
+        match content {
+            BatchContent::Clients => counts.member_bytes_data = data_bytes,
+            BatchContent::Relocated => counts.member_bytes_relocated = data_bytes,
+            BatchContent::Metadata => counts.member_bytes_metadata += data_bytes,
+        }
+        counts
+    }
+}
+
 /// `previous_segment` when the previous batch's segment is not known.
 pub const NO_SEGMENT: u64 = u64::MAX;
 
