@@ -12,11 +12,15 @@
 #  fio: fio's nbd engine, 4 KiB random writes (depth 16 × 2 jobs) with dedupe_percentage
 #     0, 50 and 90, off and on taking turns to go first: IOPS, on ÷ off, and the space
 #     saved (blocks saved ÷ logical blocks holding data).
+#  restarts: the ten images into a deduplicated volume with the server restarted
+#     (SIGTERM, a clean close) after every two images, and killed (SIGKILL) in the middle
+#     of image 5, which is then written again whole, as a client would after a crash: the
+#     same table as "images" (what the name index kept across the restarts).
 #  copy: ext4 on the export through nbdfuse + a loop device; `cp` of one 1 GiB file of
-#     random bytes 24 times, then `sync` (kvdo issue #82: 28 minutes where 5 s was
-#     expected): seconds, on ÷ off.
+#     random bytes COPIES times (24), then `sync` (kvdo issue #82: 28 minutes where 5 s
+#     was expected): seconds, on ÷ off.
 # Usage (as root, for losetup and mount): [PARTS="images fio copy"] [SECONDS_PER_CELL=30]
-#   [REPEATS=2] [FORCE=1] scripts/bench-dedup.sh [WORK_DIRECTORY]
+#   [REPEATS=2] [COPIES=24] [FORCE=1] scripts/bench-dedup.sh [WORK_DIRECTORY]
 # WORK_DIRECTORY (default /var/tmp/stripelog-bench-dedup) must be on the filesystem of
 # /usr (the corpus hard-links it); files this run would overwrite are refused unless FORCE=1.
 set -euo pipefail
@@ -24,6 +28,7 @@ work=${1:-/var/tmp/stripelog-bench-dedup}
 parts=${PARTS:-images fio copy}
 seconds=${SECONDS_PER_CELL:-30}
 repeats=${REPEATS:-2}
+copies=${COPIES:-24}
 stripelog=${STRIPELOG:-./target/release/stripelog}
 scripts=$(cd "$(dirname "$0")" && pwd)
 for tool in fio nbdfuse losetup mkfs.ext4 mkfs.ext4 fusermount3 /usr/bin/python3 python3; do
@@ -36,7 +41,7 @@ done
 stripelog=$(realpath "$stripelog")
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
-own_files=("$work"/{on,off}-member-{0,1,2} "$work/source-1GiB.bin" "$work/corpus")
+own_files=("$work"/{on,off}-member-{0,1,2} "$work/source-1GiB.bin" "$work/corpus" "$work/exact.state" "$work/image-5")
 if [ "${FORCE:-0}" != 1 ]; then
   for file in "${own_files[@]}"; do
     [ -e "$file" ] && { echo "bench-dedup: $file exists (it would be overwritten and removed): FORCE=1 to go on" >&2; exit 1; }
@@ -72,29 +77,12 @@ serve() { # setting cache
   rm -f "$work/$1.sock" "$work/$1.sock.control"
   "$stripelog" serve --cache "$2" --socket "$work/$1.sock" $(members "$1") 2>>"$work/serve-$1.log" &
   serve_pid[$1]=$!
-  for _ in $(seq 200); do [ -S "$work/$1.sock" ] && break; sleep 0.1; done
+  for _ in $(seq 600); do [ -S "$work/$1.sock" ] && break; sleep 0.1; done
   [ -S "$work/$1.sock" ] || { echo "bench-dedup: the $1 server did not start (see $work/serve-$1.log)" >&2; exit 1; }
 }
 uri() { echo "nbd+unix:///stripelog?socket=$work/$1.sock"; }
-info() { "$stripelog" info --json $(members "$1"); }
-
-if [[ " $parts " == *" images "* ]]; then
-  mkdir -p "$work/corpus"
-  FORCE=1 "$scripts/dedup-corpora.sh" "$work/corpus" 2>>"$work/corpus.log" &
-  generator=$!
-  for _ in $(seq 600); do [ -s "$work/corpus/image-bytes" ] && break; sleep 0.1; done
-  image_bytes=$(cat "$work/corpus/image-bytes")
-  create on 6GiB 20% $((10 * image_bytes))
-  create off 6GiB 20% "$image_bytes"
-  serve on 256MiB
-  serve off 256MiB
-  /usr/bin/python3 "$scripts/dedup-images.py" "$image_bytes" "$work/on.sock.control" "$(uri on)" "$(uri off)" \
-    "$work"/corpus/image-{0..9} >"$work/images.jsonl"
-  wait "$generator"; generator=
-  stop on; stop off
-  info off >"$work/off.json"
-  info on >"$work/on.json"
-  python3 - "$work/images.jsonl" "$work/off.json" "$work/on.json" <<'PYTHON'
+images_table() { # images.jsonl off.json on.json
+  python3 - "$@" <<'PYTHON'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 off = json.load(open(sys.argv[2]))
@@ -122,6 +110,77 @@ print("Final, from `stripelog info --json` of the deduplicated volume: "
       f"wrong candidates (checksum/bytes) {served['candidates_rejected_by_checksum']}/{served['candidates_read_unequal']}, "
       f"lost to races {served['duplicates_lost_to_races']}, over bound {served['duplicates_over_bound']}")
 PYTHON
+}
+
+info() { "$stripelog" info --json $(members "$1"); }
+
+if [[ " $parts " == *" images "* ]]; then
+  mkdir -p "$work/corpus"
+  FORCE=1 "$scripts/dedup-corpora.sh" "$work/corpus" 2>>"$work/corpus.log" &
+  generator=$!
+  for _ in $(seq 600); do [ -s "$work/corpus/image-bytes" ] && break; sleep 0.1; done
+  image_bytes=$(cat "$work/corpus/image-bytes")
+  create on 6GiB 20% $((10 * image_bytes))
+  create off 6GiB 20% "$image_bytes"
+  serve on 256MiB
+  serve off 256MiB
+  /usr/bin/python3 "$scripts/dedup-images.py" "$image_bytes" "$work/on.sock.control" "$(uri on)" "$(uri off)" \
+    "$work"/corpus/image-{0..9} >"$work/images.jsonl"
+  wait "$generator"; generator=
+  stop on; stop off
+  info off >"$work/off.json"
+  info on >"$work/on.json"
+  images_table "$work/images.jsonl" "$work/off.json" "$work/on.json"
+  rm -rf "$work/corpus"
+  echo
+fi
+
+if [[ " $parts " == *" restarts "* ]]; then
+  mkdir -p "$work/corpus"
+  FORCE=1 "$scripts/dedup-corpora.sh" "$work/corpus" 2>>"$work/corpus.log" &
+  generator=$!
+  for _ in $(seq 600); do [ -s "$work/corpus/image-bytes" ] && break; sleep 0.1; done
+  image_bytes=$(cat "$work/corpus/image-bytes")
+  create on 6GiB 20% $((10 * image_bytes))
+  create off 6GiB 20% "$image_bytes"
+  serve on 256MiB
+  serve off 256MiB
+  rm -f "$work/exact.state"
+  : >"$work/restarts.jsonl"
+  images() { # first [last] [from] (written with image 0 also to the one-copy volume)
+    local first_only=-
+    [ "$1" = 0 ] && first_only=$(uri off)
+    STATE_FILE="$work/exact.state" FIRST_INDEX=$1 /usr/bin/python3 "$scripts/dedup-images.py" "$image_bytes" \
+      "$work/on.sock.control" "$(uri on)" "$first_only" $(seq -f "${3:-$work/corpus}/image-%g" "$1" "${2:-$1}") \
+      >>"$work/restarts.jsonl"
+  }
+  images 0 1
+  for pair in "2 3" "4 5" "6 7" "8 9"; do
+    set -- $pair
+    if [ "$1" = 4 ]; then
+      images 4
+      # Image 5 (kept in a file: it is read twice): half of it, then SIGKILL, a restart,
+      # and the whole image again.
+      mkdir -p "$work/image-5"
+      cat "$work/corpus/image-5" >"$work/image-5/image-5"
+      PARTIAL=0.5 FIRST_INDEX=5 /usr/bin/python3 "$scripts/dedup-images.py" "$image_bytes" \
+        "$work/on.sock.control" "$(uri on)" - "$work/image-5/image-5"
+      kill -KILL "${serve_pid[on]}"; wait "${serve_pid[on]}" 2>/dev/null || true; serve_pid[on]=
+      echo "restarts: killed the server in the middle of image 5" >&2
+      serve on 256MiB
+      images 5 5 "$work/image-5"
+      rm -rf "$work/image-5"
+    else
+      stop on
+      serve on 256MiB
+      images "$1" "$2"
+    fi
+  done
+  wait "$generator"; generator=
+  stop on; stop off
+  info off >"$work/off.json"
+  info on >"$work/on.json"
+  images_table "$work/restarts.jsonl" "$work/off.json" "$work/on.json"
   rm -rf "$work/corpus"
   echo
 fi
@@ -188,7 +247,7 @@ if [[ " $parts " == *" copy "* ]]; then
     mount "$device" "$work/mnt"
     cat "$work/source-1GiB.bin" >/dev/null
     local started; started=$(date +%s.%N)
-    for index in $(seq 24); do cp "$work/source-1GiB.bin" "$work/mnt/$index"; done
+    for index in $(seq "$copies"); do cp "$work/source-1GiB.bin" "$work/mnt/$index"; done
     sync
     local took; took=$(python3 -c "import time; print(round(time.time() - $started, 1))")
     umount "$work/mnt"
@@ -209,11 +268,11 @@ import json, sys
 dedup = json.load(open(sys.argv[1]))["deduplication"]
 print(f"dedup on, last run: {dedup['shared_logical_blocks']} shared logical blocks in {dedup['shared_copies']} copies, ratio {dedup['ratio']:.2f}")
 PYTHON
-  python3 - "${took[off]}" "${took[on]}" <<'PYTHON'
+  python3 - "${took[off]}" "${took[on]}" "$copies" <<'PYTHON'
 import statistics, sys
 off = [float(v) for v in sys.argv[1].split()]
 on = [float(v) for v in sys.argv[2].split()]
-print("| 24 × cp of a 1 GiB file + sync, ext4 on nbdfuse + loop | dedup off s (each run) | dedup on s (each run) | on ÷ off (median) |")
+print(f"| {sys.argv[3]} × cp of a 1 GiB file + sync, ext4 on nbdfuse + loop | dedup off s (each run) | dedup on s (each run) | on ÷ off (median) |")
 print("|---|---|---|---:|")
 print(f"| seconds | {', '.join(map(str, off))} | {', '.join(map(str, on))} | **{statistics.median(on) / statistics.median(off):.2f}** |")
 PYTHON

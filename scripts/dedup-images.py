@@ -11,12 +11,20 @@ volume's counters through CONTROL_SOCKET (`{"command":"status"}`), and one JSON 
 standard output: the non-zero blocks so far, the distinct ones among them (exact
 deduplication, by BLAKE2b-128 name), and the server's own figures.
 
+For runs across server restarts (scripts/bench-dedup.sh, part "restarts"), three
+environment variables: STATE_FILE keeps the exact count (names and non-zero blocks)
+between calls; FIRST_INDEX is the index of the first image given (its place in URI);
+PARTIAL=F writes only the first fraction F of the first image given, counting nothing and
+printing nothing (a write cut short by a crash: the next call writes that image whole).
+
 Needs the libnbd Python binding (Debian python3-libnbd, as for nbdsh), hence
 /usr/bin/python3.
 """
 
 import hashlib
 import json
+import os
+import pickle
 import socket
 import sys
 import time
@@ -59,10 +67,16 @@ def main():
     images = sys.argv[5:]
     handle = connect(uri)
     first_handle = connect(first_only) if first_only != "-" else None
-    names = set()
-    non_zero = 0
+    state_file = os.environ.get("STATE_FILE")
+    names, non_zero = set(), 0
+    if state_file and os.path.exists(state_file):
+        with open(state_file, "rb") as state:
+            names, non_zero = pickle.load(state)
+    first_index = int(os.environ.get("FIRST_INDEX", "0"))
+    partial = float(os.environ["PARTIAL"]) if os.environ.get("PARTIAL") else None
     started = time.time()
-    for index, path in enumerate(images):
+    for index, path in enumerate(images, start=first_index):
+        limit = int(image_bytes * partial) if partial is not None else image_bytes
         targets = [handle] + ([first_handle] if index == 0 and first_handle else [])
         offset = 0
         with open(path, "rb", buffering=0) as image:
@@ -73,12 +87,12 @@ def main():
                     if not more:
                         break
                     chunk += more
-                if not chunk:
+                if not chunk or offset >= limit:
                     break
                 if offset + len(chunk) > image_bytes:
                     raise SystemExit(f"dedup-images: {path} is larger than {image_bytes} bytes")
                 if chunk != ZERO_CHUNK[: len(chunk)]:
-                    for start in range(0, len(chunk), BLOCK_BYTES):
+                    for start in range(0, len(chunk), BLOCK_BYTES) if partial is None else ():
                         block = chunk[start : start + BLOCK_BYTES]
                         if block != ZERO_BLOCK[: len(block)]:
                             non_zero += 1
@@ -88,6 +102,8 @@ def main():
                         # kept every buffer (12 GB after two images).
                         target.pwrite(chunk, base + offset)
                 offset += len(chunk)
+        if partial is not None:
+            break  # (no flush: the crash comes before one)
         for target in targets:
             target.flush()
         report = status(control)
@@ -104,6 +120,9 @@ def main():
             ),
             flush=True,
         )
+    if state_file and partial is None:
+        with open(state_file, "wb") as state:
+            pickle.dump((names, non_zero), state)
     handle.shutdown()
     if first_handle:
         first_handle.shutdown()

@@ -42,6 +42,10 @@ struct Snapshot {
     table_pages: Vec<(u64, AlignedBuffer, u32)>,
     /// (page number, encoded block) of the shared-block table pages that changed.
     shared_pages: Vec<(u64, AlignedBuffer)>,
+    /// (page number, encoded block) of the name index pages that changed, and the shape
+    /// (slots, sampling bits) of the table they are cut from.
+    name_pages: Vec<(u64, AlignedBuffer)>,
+    name_shape: (u64, u8),
 }
 
 /// The checkpoint writer of one open volume (layer 7): writes the index pages, the
@@ -123,6 +127,7 @@ impl Checkpointer {
         }
         let taken_pages: Vec<u64> = snapshot.index_pages.iter().map(|(page, _)| *page).collect();
         let taken_shared_pages: Vec<u64> = snapshot.shared_pages.iter().map(|(page, _)| *page).collect();
+        let taken_name_pages: Vec<u64> = snapshot.name_pages.iter().map(|(page, _)| *page).collect();
         let result = self.write_snapshot(&mut directory, snapshot, batch_bytes);
         match &result {
             // Committed: every clean page's copy is durable and named, so pages may go.
@@ -133,6 +138,9 @@ impl Checkpointer {
                     core.map().mark_dirty(page);
                 }
                 core.shared_table().write().mark_dirty(taken_shared_pages);
+                if let Some(finder) = core.deduplication() {
+                    finder.index().mark_dirty(taken_name_pages);
+                }
             }
         }
         drop(directory);
@@ -208,6 +216,16 @@ impl Checkpointer {
             snapshot.shared_pages.into_iter().map(|(page, block)| (PageKind::SharedTable, page, block)).collect();
         let (written, _) = self.write_blocks(shared_blocks, copies)?;
         let new_shared: BTreeMap<u64, PagePointer> = written.into_iter().collect();
+        let name_blocks: Vec<(PageKind, u64, AlignedBuffer)> =
+            snapshot.name_pages.into_iter().map(|(page, block)| (PageKind::NameTable, page, block)).collect();
+        if let Some(finder) = core.deduplication() {
+            finder
+                .counters
+                .name_pages_written
+                .fetch_add(name_blocks.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        let (written, _) = self.write_blocks(name_blocks, copies)?;
+        let new_names: BTreeMap<u64, PagePointer> = written.into_iter().collect();
         let mut directory_positions = Vec::new();
         let map = core.map();
         let (index_depth, index_top) = self.write_tree(
@@ -234,6 +252,14 @@ impl Checkpointer {
             &mut directory_positions,
             copies,
         )?;
+        let (name_depth, name_top) = self.write_tree(
+            Tree::NameTable,
+            directory.name_page_count(),
+            &|page| new_names.get(&page).copied().or_else(|| directory.name_page(page)),
+            generation,
+            &mut directory_positions,
+            copies,
+        )?;
         let root = CheckpointRoot {
             generation,
             sequence: snapshot.sequence,
@@ -253,6 +279,10 @@ impl Checkpointer {
             shared_blocks: snapshot.counts.shared_blocks,
             shared_tree_depth: shared_depth,
             shared_top,
+            name_slots: snapshot.name_shape.0,
+            name_sampling_bits: snapshot.name_shape.1,
+            name_tree_depth: name_depth,
+            name_top,
         };
         let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
         root.encode(&mut block, &uuid);
@@ -284,6 +314,9 @@ impl Checkpointer {
         }
         for (page, pointer) in new_shared {
             dying.extend(directory.set_shared_page(page, pointer).map(|old| old.position));
+        }
+        for (page, pointer) in new_names {
+            dying.extend(directory.set_name_page(page, pointer).map(|old| old.position));
         }
         dying.extend(directory.committed(generation, root_pointer, directory_positions, batch_bytes));
         let mut state = core.lock_state();
@@ -397,6 +430,42 @@ impl Checkpointer {
             })
             .collect();
         drop(shared_table);
+        // The name index's changed pages (and those in mostly dead segments) that are
+        // loaded, at most what the headroom counts; the rest wait for the next checkpoint.
+        let mut name_pages = Vec::new();
+        if let Some(finder) = core.deduplication() {
+            let table = finder.index();
+            let mut numbers = table.take_dirty_pages();
+            numbers.extend(
+                directory
+                    .name_pages()
+                    .filter(|(page, pointer)| sparse(Some(*pointer)) && table.is_loaded(*page))
+                    .map(|(page, _)| page),
+            );
+            numbers.sort_unstable();
+            numbers.dedup();
+            numbers.retain(|&page| page < directory.name_page_count());
+            let most = crate::index::directory::name_table_pages_per_checkpoint(geometry) as usize;
+            if numbers.len() > most {
+                table.mark_dirty(numbers.split_off(most));
+            }
+            let (_, sampling_bits) = directory.name_shape();
+            name_pages = numbers
+                .into_iter()
+                .map(|page| {
+                    let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+                    codec::encode_name_table_page(
+                        &mut block,
+                        core.volume_uuid(),
+                        page,
+                        generation,
+                        sampling_bits,
+                        &table.page_slots(page),
+                    );
+                    (page, block)
+                })
+                .collect();
+        }
         let log = state.log();
         let streams = std::array::from_fn(|stream| {
             if stream >= STREAM_COUNT {
@@ -420,6 +489,8 @@ impl Checkpointer {
             index_pages,
             table_pages,
             shared_pages,
+            name_pages,
+            name_shape: directory.name_shape(),
         }
     }
 
@@ -640,6 +711,26 @@ pub(crate) fn load(
         &mut |page, pointer| leaf_into(&mut shared_pages, page, pointer),
         &mut directory_positions,
     )?;
+    // The name index: its pages are read after the open (`Volume`'s name loader).
+    let name_page_count =
+        name_table_page_count(geometry, root.name_slots).ok_or(lost("root", reference.root_position))?;
+    state.set_name_shape((root.name_slots, root.name_sampling_bits), name_page_count);
+    let mut name_pages = vec![None; name_page_count as usize];
+    load_tree(
+        geometry,
+        members,
+        volume_uuid,
+        Tree::NameTable,
+        root.name_tree_depth,
+        &root.name_top,
+        &mut |page, pointer| leaf_into(&mut name_pages, page, pointer),
+        &mut directory_positions,
+    )?;
+    for (page, pointer) in name_pages.into_iter().enumerate() {
+        if let Some(pointer) = pointer {
+            state.set_name_page(page as u64, pointer);
+        }
+    }
     state.loaded(root.generation, root_pointer, directory_positions);
     let fragments_possible = geometry.packed_fragments || (root.fragment_blocks == 0 && root.fragment_sixteenths == 0);
     if root
@@ -698,6 +789,17 @@ pub(crate) fn load(
     }
     shared.finish_loading();
     Ok(Loaded { root, records, state, shared })
+}
+
+/// Pages of a name index of `slots` slots, when a table of the volume can have that many
+/// (at most one slot per data position at one hook per block, in whole buckets).
+fn name_table_page_count(geometry: &Geometry, slots: u64) -> Option<u64> {
+    let most = crate::index::names::NameTable::page_count_of(geometry.physical_data_blocks(), 0)
+        * crate::index::names::SLOTS_PER_PAGE as u64;
+    let bucket = crate::index::names::SLOTS_PER_BUCKET as u64;
+    (geometry.shared_blocks || slots == 0).then_some(())?;
+    (slots <= most && slots.is_multiple_of(bucket))
+        .then(|| (slots / bucket).div_ceil(crate::index::names::BUCKETS_PER_PAGE))
 }
 
 /// Read one tree's directory pages from the root's top pointers down, filling `leaves`.

@@ -68,16 +68,20 @@ pub fn checkpoint_headroom_segments(geometry: &Geometry) -> usize {
         pages
     };
     let shared_pages = crate::index::directory::shared_table_page_count(geometry);
+    let name_pages = crate::index::directory::name_table_pages_per_checkpoint(geometry);
     let pages = index_pages
         + table_pages
         + shared_pages
         + directory_pages(index_pages)
         + directory_pages(table_pages)
         + directory_pages(shared_pages)
+        + name_pages
+        + directory_pages(name_pages)
         + 1;
-    // Four kinds of page (index, segment table, directories, root), six with a shared
-    // table (its pages and directory), at least one batch each, each ending in a padded row.
-    let batches: u64 = if geometry.shared_blocks { 6 } else { 4 };
+    // Four kinds of page (index, segment table, directories, root), seven with
+    // deduplication (the shared table's pages, the name index's, their directories), at
+    // least one batch each, each ending in a padded row.
+    let batches: u64 = if geometry.shared_blocks { 7 } else { 4 };
     let summaries = pages.div_ceil(crate::layout::format::ENTRIES_PER_SUMMARY as u64) + batches;
     let padding = batches * geometry.data_columns() as u64;
     let blocks = pages + summaries + padding;

@@ -473,6 +473,14 @@ pub struct DeduplicationStatus {
     pub duplicates_over_bound: u64,
     /// Since this open: shared copies the cleaner moved (one record rewritten each).
     pub copies_moved: u64,
+    /// The name index persisted by checkpoints (docs/deduplication.md, "The persistent
+    /// name index"): its pages, those still to be loaded since the open, those loaded and
+    /// unreadable at the open, and those checkpoints wrote since.
+    pub name_index_pages: u64,
+    pub name_index_pages_waiting_to_load: u64,
+    pub name_index_pages_loaded: u64,
+    pub name_index_pages_unreadable: u64,
+    pub name_index_pages_written: u64,
 }
 
 /// Thin provisioning (docs/deduplication.md, decision 10): what the volume may hold and

@@ -415,7 +415,7 @@ impl Volume {
             Some(Arc::new(source)),
             BlockMap::cache_pages(geometry.logical_block_count(), codec, map_cache_bytes),
         );
-        let (mut recovered, checkpoint_state) = match superblock.checkpoint.as_ref().filter(|_| !by_scan) {
+        let (mut recovered, mut checkpoint_state) = match superblock.checkpoint.as_ref().filter(|_| !by_scan) {
             Some(reference) => mount::recover_from_checkpoint(
                 &geometry,
                 &members,
@@ -520,6 +520,20 @@ impl Volume {
                 options.dedup_sampling_bits.min(crate::index::names::SAMPLING_BITS_MAXIMUM),
             )
         });
+        // The name index's pages the checkpoint names load into a table of their shape;
+        // pages of another shape die at the next checkpoint.
+        if let Some(finder) = &deduplication {
+            let table = finder.index();
+            let shape = (table.slot_count(), finder.sampling_bits as u8);
+            let stored_shape = checkpoint_state.name_shape();
+            if checkpoint_state.adopt_name_shape(shape, table.page_count()) {
+                table.expect_loads(checkpoint_state.name_pages().map(|(page, _)| page));
+            } else if stored_shape.0 != 0 {
+                log::warn!(
+                    "deduplication's name index was written for another table (sampling bits or data space changed): it starts empty"
+                );
+            }
+        }
         let core = Arc::new(Core::new(CoreParts {
             volume_uuid: superblock.volume_uuid,
             epoch,
@@ -566,6 +580,12 @@ impl Volume {
         if !options.read_only {
             volume.core.reserve_stream_segments(&mut volume.core.lock_state());
             volume.maintenance.prepare_rebuilding_members()?;
+            // The name index loads in the background, except before a write-log replay
+            // (which deduplicates like any write) and on inline volumes.
+            let replays = log_contents.as_ref().is_some_and(|contents| !contents.entries.is_empty());
+            if replays || volume.core.io_mode() == IoMode::Inline {
+                load_name_index(&volume.core);
+            }
             volume.start_threads();
             if let (Some(log), Some(contents)) = (volume.core.write_log().cloned(), log_contents) {
                 volume.replay_write_log(&log, contents, replay_after)?;
@@ -618,6 +638,11 @@ impl Volume {
                 self.core.clone(),
                 Box::new(move || crate::cleaner::background_cleaner(cleaner)),
             ));
+        }
+        let loading = self.core.deduplication().is_some_and(|finder| finder.index().pages_waiting_to_load() > 0);
+        if loading {
+            let core = self.core.clone();
+            threads.push(spawn("stripelog-name-loader", self.core.clone(), Box::new(move || load_name_index(&core))));
         }
         if let Some(interval) = self.flush_interval {
             let (cleaner, checkpointer) = (self.cleaner.clone(), self.checkpointer.clone());
@@ -789,45 +814,46 @@ impl Volume {
         let mut within_request: Vec<(usize, usize)> = Vec::new();
         if let Some(finder) = finder {
             let _fence = self.core.read_fence();
-            let mut scratch = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+            // Every whole block's candidate is looked for at once (one round of reads).
+            let whole: Vec<(u64, &[u8], crate::index::names::Name, u32)> = pieces
+                .iter()
+                .filter(|(.., piece)| matches!(piece, Piece::Whole))
+                .map(|(logical_block, _, range, _)| {
+                    let block = &data[range.clone()];
+                    (*logical_block, block, crate::index::names::Name::of(block), format::block_checksum(block))
+                })
+                .collect();
+            let mut found = self.core.find_duplicates(finder, &whole)?.into_iter().zip(&whole);
             // Per name: the block a group of equal blocks waits for, and the group's size
             // (at most a copy's references: the next equal block starts a group).
             let mut first_of_name: std::collections::HashMap<crate::index::names::Name, (usize, u8)> =
                 std::collections::HashMap::new();
-            for (index, (logical_block, _, range, piece)) in pieces.iter().enumerate() {
+            for (index, (logical_block, _, _, piece)) in pieces.iter().enumerate() {
                 if !matches!(piece, Piece::Whole) {
                     // (Not a duplicate of what a run predicted: the run skips it.)
                     finder.missed(*logical_block);
                     names.push(None);
                     continue;
                 }
-                let block = &data[range.clone()];
-                let name = crate::index::names::Name::of(block);
-                let checksum = format::block_checksum(block);
+                let (candidate, &(_, block, name, checksum)) = found.next().expect("one result per whole block");
                 // Only a block that found no candidate starts a group: one that found one
-                // is a duplicate already, and an equal block after it looks for its own
-                // (the finder then knows the copy the first one makes shared).
+                // is a duplicate already; an equal block after it found its own.
                 let group = first_of_name.get_mut(&name).filter(|(earlier, size)| {
-                    *size < crate::space::shared::REFERENCES_MAXIMUM && data[pieces[*earlier].2.clone()] == *block
+                    candidate.is_none()
+                        && *size < crate::space::shared::REFERENCES_MAXIMUM
+                        && data[pieces[*earlier].2.clone()] == *block
                 });
-                let found = match group {
+                match group {
                     // An equal block earlier in the request, with no candidate: this one
                     // waits for it (a `Repeat` of it).
                     Some((earlier, size)) => {
                         *size += 1;
                         within_request.push((index, *earlier));
-                        None
                     }
-                    None => {
-                        let found =
-                            self.core.find_duplicate(finder, *logical_block, block, name, checksum, &mut scratch)?;
-                        if found.is_none() {
-                            first_of_name.insert(name, (index, 1));
-                        }
-                        found
-                    }
-                };
-                names.push(Some((name, checksum, found)));
+                    None if candidate.is_none() => drop(first_of_name.insert(name, (index, 1))),
+                    None => {}
+                }
+                names.push(Some((name, checksum, candidate)));
             }
         }
         let waits_for_the_request = |index: usize| within_request.iter().any(|&(waiting, _)| waiting == index);
@@ -1318,6 +1344,34 @@ impl Drop for Volume {
     }
 }
 
+/// Read the name index's pages the committed checkpoint names into the finder's table
+/// (docs/deduplication.md, "The persistent name index"): each verified against its
+/// pointer, its page number and shape; one that cannot be read loses its hints only.
+/// Stops early when the volume closes (the pages not loaded stay as they were on disk).
+fn load_name_index(core: &Core) {
+    let Some(finder) = core.deduplication() else { return };
+    let table = finder.index();
+    let pages: Vec<(u64, crate::layout::checkpoint::PagePointer)> =
+        core.directory().lock().name_pages().filter(|(page, _)| !table.is_loaded(*page)).collect();
+    let sampling_bits = finder.sampling_bits as u8;
+    let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+    for (page, pointer) in pages {
+        if core.is_closed() {
+            return;
+        }
+        let slots =
+            crate::checkpoint::read_block(core.geometry(), core.members(), pointer, "name index page", &mut block)
+                .ok()
+                .and_then(|()| crate::layout::checkpoint::decode_name_table_page(&block, core.volume_uuid()))
+                .filter(|(number, _, bits, _)| *number == page && *bits == sampling_bits)
+                .map(|(_, _, _, slots)| slots);
+        let counter =
+            if slots.is_some() { &finder.counters.name_pages_loaded } else { &finder.counters.name_pages_unreadable };
+        counter.fetch_add(1, Ordering::Relaxed);
+        table.load_page(page, slots.as_deref());
+    }
+}
+
 fn flush_timer(cleaner: &Cleaner, checkpointer: &Checkpointer, interval: Duration) {
     let core = &cleaner.core;
     let tick = (interval / 4).max(Duration::from_millis(5));
@@ -1528,6 +1582,11 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
             duplicates_lost_to_races: get(&found.duplicates_lost_to_races),
             duplicates_over_bound: get(&found.duplicates_over_bound),
             copies_moved: get(&found.copies_moved),
+            name_index_pages: finder.index().page_count(),
+            name_index_pages_waiting_to_load: finder.index().pages_waiting_to_load(),
+            name_index_pages_loaded: get(&found.name_pages_loaded),
+            name_index_pages_unreadable: get(&found.name_pages_unreadable),
+            name_index_pages_written: get(&found.name_pages_written),
         }
     });
     let map_cache = core.map().cache_stats();

@@ -375,3 +375,101 @@ fn duplicates_inside_one_request_share_one_copy() {
         volume.close().expect("close");
     }
 }
+
+/// Writes `blocks` blocks of `content` from `first_block` on, 64 KiB at a time.
+fn write_run(volume: &Volume, first_block: u64, content: &[Vec<u8>]) {
+    for (index, chunk) in content.chunks(16).enumerate() {
+        let data: Vec<u8> = chunk.concat();
+        let offset = (first_block + index as u64 * 16) * BLOCK_BYTES;
+        volume.write(offset, &data, false).unwrap_or_else(|error| panic!("write at {offset}: {error}"));
+    }
+}
+
+/// The case (docs/deduplication.md, "The persistent name index"): what was
+/// written before a restart is found as a duplicate after it — a clean close, a crash
+/// after a checkpoint, on inline and threaded volumes (whose name loader runs in the
+/// background) — and a table of another shape starts empty without harm.
+#[test]
+fn names_survive_a_restart_and_a_crash() {
+    let blocks = 2048usize;
+    for threaded in [false, true] {
+        let devices = memory_members(3, 64 << 20);
+        let options = OpenOptions {
+            io_mode: if threaded { stripelog_engine::IoMode::Threaded } else { stripelog_engine::IoMode::Inline },
+            ..open_options()
+        };
+        let create_options = CreateOptions {
+            chunk_size_bytes: 64 << 10,
+            spare_ppm: 250_000,
+            force: true,
+            deduplication: true,
+            ..CreateOptions::default()
+        };
+        let volume = Volume::create(members(&devices), &create_options, &options).expect("create");
+        let mut prng = Prng::new(56);
+        let first: Vec<Vec<u8>> = (0..blocks).map(|_| random_block(&mut prng)).collect();
+        write_run(&volume, 0, &first);
+        volume.close().expect("close");
+        let shared_after = |volume: &Volume| volume.stats().deduplication.expect("status").shared_logical_blocks;
+        let wait_for_loader = |volume: &Volume| {
+            for _ in 0..2000 {
+                if volume.stats().deduplication.expect("status").name_index_pages_waiting_to_load == 0 {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            panic!("the name index did not load");
+        };
+        // 1. A clean restart: the same content at another offset is found.
+        let volume = Volume::open(members(&devices), &options).expect("reopen");
+        wait_for_loader(&volume);
+        let status = volume.stats().deduplication.expect("status");
+        assert!(status.name_index_pages_loaded > 0 && status.name_index_pages_unreadable == 0, "{status:?}");
+        write_run(&volume, 4096, &first);
+        let shared = shared_after(&volume);
+        assert!(
+            shared >= 2 * blocks as u64 * 95 / 100,
+            "threaded {threaded}: after a restart {shared} of {} blocks share copies",
+            2 * blocks
+        );
+        // 2. A crash after a checkpoint: new content, a checkpoint after it (the flush
+        // timer's on threaded volumes), then the process dies.
+        volume.close().expect("close");
+        let checkpointing = OpenOptions {
+            checkpoint_interval: std::time::Duration::ZERO,
+            flush_interval: threaded.then_some(std::time::Duration::from_millis(20)),
+            ..options.clone()
+        };
+        let volume = Volume::open(members(&devices), &checkpointing).expect("reopen");
+        wait_for_loader(&volume);
+        let second: Vec<Vec<u8>> = (0..blocks).map(|_| random_block(&mut prng)).collect();
+        write_run(&volume, 8192, &second);
+        volume.flush().expect("flush");
+        if threaded {
+            let after_the_writes = volume.stats().checkpoints;
+            while volume.stats().checkpoints < after_the_writes + 2 {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+        volume.abandon();
+        let volume = Volume::open(members(&devices), &options).expect("reopen after the crash");
+        wait_for_loader(&volume);
+        let before = shared_after(&volume);
+        write_run(&volume, 12288, &second);
+        let shared = shared_after(&volume) - before;
+        assert!(shared >= 2 * blocks as u64 * 95 / 100, "threaded {threaded}: after a crash {shared} more shared");
+        assert_clean_check(&volume, "after the restarts");
+        volume.close().expect("close");
+        // 3. Another sampling: the stored pages do not fit; the table starts empty.
+        let sparser = OpenOptions { dedup_sampling_bits: 5, ..options.clone() };
+        let volume = Volume::open(members(&devices), &sparser).expect("reopen with other sampling");
+        let status = volume.stats().deduplication.expect("status");
+        assert_eq!((status.name_index_pages_loaded, status.name_index_pages_waiting_to_load), (0, 0), "{status:?}");
+        let third: Vec<Vec<u8>> = (0..64).map(|_| random_block(&mut prng)).collect();
+        write_run(&volume, 16384, &third);
+        volume.close().expect("close");
+        let volume = Volume::open(members(&devices), &sparser).expect("reopen");
+        assert_clean_check(&volume, "after the shape changed");
+        volume.close().expect("close");
+    }
+}

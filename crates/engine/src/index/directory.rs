@@ -26,6 +26,10 @@ pub(crate) struct CheckpointState {
     table_digests: Vec<u32>,
     /// Per shared-block table page (volumes with deduplication): its latest copy.
     shared_pages: PointerArray,
+    /// Per page of deduplication's name index: its latest copy; and the slots and sampling
+    /// bits of the table they were cut from (a table of another shape cannot load them).
+    name_pages: PointerArray,
+    name_shape: (u64, u8),
     /// Directory pages and root of the latest checkpoint written: they all die when the
     /// next one is committed (every directory page is written again each time).
     directory_positions: Vec<u64>,
@@ -45,6 +49,8 @@ impl CheckpointState {
             table_pages: PointerArray::new(table_page_count),
             table_digests: vec![0; table_page_count as usize],
             shared_pages: PointerArray::new(shared_table_page_count(geometry)),
+            name_pages: PointerArray::new(0),
+            name_shape: (0, 0),
             directory_positions: Vec::new(),
             root: None,
             generation: 0,
@@ -106,6 +112,51 @@ impl CheckpointState {
         self.shared_pages.set(page, pointer)
     }
 
+    /// The name index's pages as a checkpoint names them: `page_count` pages of a table of
+    /// `shape` (slots, sampling bits).
+    pub(crate) fn set_name_shape(&mut self, shape: (u64, u8), page_count: u64) {
+        assert_eq!(self.name_pages.iter().count(), 0, "the shape is set before any page");
+        self.name_shape = shape;
+        self.name_pages = PointerArray::new(page_count);
+    }
+
+    pub(crate) fn name_shape(&self) -> (u64, u8) {
+        self.name_shape
+    }
+
+    /// The open's name table has `shape` and `page_count` pages: `true` when the pages
+    /// the checkpoint named were cut from a table of that shape (they load into it);
+    /// otherwise they die at the next commit (with the directory pages) and the table
+    /// starts empty.
+    pub(crate) fn adopt_name_shape(&mut self, shape: (u64, u8), page_count: u64) -> bool {
+        if self.name_shape == shape && self.name_pages.len() == page_count {
+            return true;
+        }
+        let stale: Vec<u64> = self.name_pages.iter().map(|(_, pointer)| pointer.position).collect();
+        self.directory_positions.extend(stale);
+        self.name_shape = shape;
+        self.name_pages = PointerArray::new(page_count);
+        false
+    }
+
+    pub(crate) fn name_page_count(&self) -> u64 {
+        self.name_pages.len()
+    }
+
+    pub(crate) fn name_page(&self, page: u64) -> Option<PagePointer> {
+        self.name_pages.get(page)
+    }
+
+    /// The name index pages written, with their copies.
+    pub(crate) fn name_pages(&self) -> impl Iterator<Item = (u64, PagePointer)> + '_ {
+        self.name_pages.iter()
+    }
+
+    /// Name index page `page` is at `pointer`; the copy it replaces.
+    pub(crate) fn set_name_page(&mut self, page: u64, pointer: PagePointer) -> Option<PagePointer> {
+        self.name_pages.set(page, pointer)
+    }
+
     /// The checkpoint of `generation` is committed with `root` over `directory_positions`,
     /// `batch_bytes` written by then: the directory pages and root of the one before, which
     /// it replaces, are returned (they are dead now).
@@ -145,6 +196,7 @@ impl CheckpointState {
         map.copies()
             .chain(self.table_pages.iter())
             .chain(self.shared_pages.iter())
+            .chain(self.name_pages.iter())
             .map(|(_, pointer)| pointer.position)
             .chain(self.directory_positions.iter().copied())
             .chain(self.root.map(|root| root.position))
@@ -156,6 +208,20 @@ impl CheckpointState {
 pub(crate) fn shared_table_page_count(geometry: &Geometry) -> u64 {
     if geometry.shared_blocks {
         geometry.physical_data_blocks().div_ceil(crate::layout::checkpoint::SHARED_RECORDS_PER_PAGE as u64)
+    } else {
+        0
+    }
+}
+
+/// Name index pages a checkpoint writes at most (the checkpoint headroom counts them):
+/// the pages of the table at the default sampling (zero without deduplication). A table
+/// with more (fewer sampling bits) writes the rest at later checkpoints.
+pub(crate) fn name_table_pages_per_checkpoint(geometry: &Geometry) -> u64 {
+    if geometry.shared_blocks {
+        crate::index::names::NameTable::page_count_of(
+            geometry.physical_data_blocks(),
+            crate::index::names::DEFAULT_SAMPLING_BITS,
+        )
     } else {
         0
     }

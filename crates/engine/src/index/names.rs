@@ -60,11 +60,36 @@ impl Name {
     }
 }
 
+/// Buckets a name page holds (docs/deduplication.md, "The persistent name index"): 62
+/// buckets of 8 slots, 3968 bytes of a 4096-byte checkpoint block.
+pub const BUCKETS_PER_PAGE: u64 = (SLOTS_PER_PAGE / SLOTS_PER_BUCKET) as u64;
+pub const SLOTS_PER_PAGE: usize = crate::layout::checkpoint::NAME_SLOTS_PER_PAGE;
+const _: () = assert!(SLOTS_PER_PAGE.is_multiple_of(SLOTS_PER_BUCKET));
+
 /// A table of hints: buckets of [`SLOTS_PER_BUCKET`] slots, each bucket most recent first;
-/// a full bucket drops its oldest hint.
+/// a full bucket drops its oldest hint. Its slots are cut into pages of
+/// [`BUCKETS_PER_PAGE`] buckets, the unit a checkpoint writes and an open loads: each
+/// page is *dirty* (changed since a checkpoint took it) and *loaded* (holds what the
+/// committed checkpoint's copy held, or there was none); a checkpoint takes only loaded
+/// pages, so it never writes a page that lacks the hints its copy holds.
 pub struct NameTable {
     slots: Box<[AtomicU64]>,
     buckets: u64,
+    dirty: Box<[AtomicU64]>,
+    loaded: Box<[AtomicU64]>,
+}
+
+fn sparse_slots(physical_blocks: u64, sampling_bits: u32) -> u64 {
+    (physical_blocks >> sampling_bits) * LOAD_DENOMINATOR / LOAD_NUMERATOR
+}
+
+/// A bit per page.
+fn page_bits(pages: u64, set: bool) -> Box<[AtomicU64]> {
+    (0..pages.div_ceil(64)).map(|_| AtomicU64::new(if set { u64::MAX } else { 0 })).collect()
+}
+
+fn test_bit(bits: &[AtomicU64], page: u64) -> bool {
+    bits[(page / 64) as usize].load(Ordering::Acquire) & (1 << (page % 64)) != 0
 }
 
 impl NameTable {
@@ -72,14 +97,104 @@ impl NameTable {
     pub fn with_slots(hints: u64) -> NameTable {
         let buckets = hints.div_ceil(SLOTS_PER_BUCKET as u64).max(1);
         let slots = (0..buckets * SLOTS_PER_BUCKET as u64).map(|_| AtomicU64::new(0)).collect();
-        NameTable { slots, buckets }
+        let pages = buckets.div_ceil(BUCKETS_PER_PAGE);
+        NameTable { slots, buckets, dirty: page_bits(pages, false), loaded: page_bits(pages, true) }
+    }
+
+    /// Slots in the table (what a stored copy must match to be loaded into it).
+    pub fn slot_count(&self) -> u64 {
+        self.slots.len() as u64
+    }
+
+    /// Pages of [`BUCKETS_PER_PAGE`] buckets (the last one may be short).
+    pub fn page_count(&self) -> u64 {
+        self.buckets.div_ceil(BUCKETS_PER_PAGE)
+    }
+
+    fn page_range(&self, page: u64) -> std::ops::Range<usize> {
+        let first = (page * BUCKETS_PER_PAGE).min(self.buckets) as usize * SLOTS_PER_BUCKET;
+        let end = ((page + 1) * BUCKETS_PER_PAGE).min(self.buckets) as usize * SLOTS_PER_BUCKET;
+        first..end
+    }
+
+    /// The slots of `page` as they are now (at most [`SLOTS_PER_PAGE`]).
+    pub fn page_slots(&self, page: u64) -> Vec<u64> {
+        self.slots[self.page_range(page)].iter().map(|slot| slot.load(Ordering::Relaxed)).collect()
+    }
+
+    /// Pages that are to be loaded from a stored copy before a checkpoint may write them.
+    pub fn expect_loads(&self, pages: impl IntoIterator<Item = u64>) {
+        for page in pages {
+            self.loaded[(page / 64) as usize].fetch_and(!(1 << (page % 64)), Ordering::AcqRel);
+        }
+    }
+
+    pub fn is_loaded(&self, page: u64) -> bool {
+        test_bit(&self.loaded, page)
+    }
+
+    /// Pages not loaded yet.
+    pub fn pages_waiting_to_load(&self) -> u64 {
+        (0..self.page_count()).filter(|&page| !self.is_loaded(page)).count() as u64
+    }
+
+    /// Merge a stored copy of `page` (`stored`, [`NameTable::page_slots`] as a checkpoint
+    /// took them) behind the hints inserted since the open: each bucket keeps its current
+    /// hints first, then the stored ones it lacks, up to [`SLOTS_PER_BUCKET`] (the
+    /// oldest go). `None`: a page that could not be read (its hints are lost). Either way
+    /// the page is loaded (dirty only if an insert since the open changed it).
+    pub fn load_page(&self, page: u64, stored: Option<&[u64]>) {
+        let range = self.page_range(page);
+        if let Some(stored) = stored.filter(|stored| stored.len() == range.len()) {
+            for (bucket, stored) in
+                self.slots[range].chunks_exact(SLOTS_PER_BUCKET).zip(stored.chunks_exact(SLOTS_PER_BUCKET))
+            {
+                let mut merged: Vec<u64> =
+                    bucket.iter().map(|slot| slot.load(Ordering::Relaxed)).filter(|&slot| slot != 0).collect();
+                for &slot in stored {
+                    if slot != 0 && merged.len() < SLOTS_PER_BUCKET && !merged.contains(&slot) {
+                        merged.push(slot);
+                    }
+                }
+                for (index, slot) in bucket.iter().enumerate() {
+                    slot.store(merged.get(index).copied().unwrap_or(0), Ordering::Relaxed);
+                }
+            }
+        }
+        self.loaded[(page / 64) as usize].fetch_or(1 << (page % 64), Ordering::AcqRel);
+    }
+
+    /// The dirty pages that are loaded, no longer dirty (a checkpoint writes them; if it
+    /// fails it gives them back with [`NameTable::mark_dirty`]).
+    pub fn take_dirty_pages(&self) -> Vec<u64> {
+        let mut pages = Vec::new();
+        for (word, bits) in self.dirty.iter().enumerate() {
+            let loaded = self.loaded[word].load(Ordering::Acquire);
+            let taken = bits.fetch_and(!loaded, Ordering::AcqRel) & loaded;
+            pages.extend((0..64).filter(|bit| taken & (1 << bit) != 0).map(|bit| word as u64 * 64 + bit));
+        }
+        pages
+    }
+
+    pub fn mark_dirty(&self, pages: impl IntoIterator<Item = u64>) {
+        for page in pages {
+            self.dirty[(page / 64) as usize].fetch_or(1 << (page % 64), Ordering::AcqRel);
+        }
+    }
+
+    pub fn dirty_page_count(&self) -> u64 {
+        self.dirty.iter().map(|bits| bits.load(Ordering::Relaxed).count_ones() as u64).sum()
     }
 
     /// The sparse index of a data space of `physical_blocks`: one slot per hook expected,
     /// at 7/8 load.
     pub fn sparse(physical_blocks: u64, sampling_bits: u32) -> NameTable {
-        let hooks = physical_blocks >> sampling_bits;
-        NameTable::with_slots(hooks * LOAD_DENOMINATOR / LOAD_NUMERATOR)
+        NameTable::with_slots(sparse_slots(physical_blocks, sampling_bits))
+    }
+
+    /// [`NameTable::page_count`] of [`NameTable::sparse`] without building it.
+    pub fn page_count_of(physical_blocks: u64, sampling_bits: u32) -> u64 {
+        sparse_slots(physical_blocks, sampling_bits).div_ceil(SLOTS_PER_BUCKET as u64).max(1).div_ceil(BUCKETS_PER_PAGE)
     }
 
     /// The recent table ([`RECENT_NAMES`] slots).
@@ -106,6 +221,11 @@ impl NameTable {
         let slot = (name.tag() << LOGICAL_BITS) | (logical_block + 1);
         let bucket = self.bucket(name);
         let found = bucket.iter().position(|existing| existing.load(Ordering::Relaxed) == slot);
+        if found == Some(0) {
+            return;
+        }
+        let page = (name.bucket_bits() % self.buckets) / BUCKETS_PER_PAGE;
+        self.dirty[(page / 64) as usize].fetch_or(1 << (page % 64), Ordering::Relaxed);
         let last = found.unwrap_or(SLOTS_PER_BUCKET - 1);
         for index in (1..=last).rev() {
             bucket[index].store(bucket[index - 1].load(Ordering::Relaxed), Ordering::Relaxed);
@@ -262,6 +382,42 @@ mod tests {
         assert_eq!(runs.open_runs(), RUNS_MAXIMUM);
         assert_eq!(runs.predict(1), None, "the least recently used run made room");
         assert_eq!(runs.predict(1000 * RUNS_MAXIMUM as u64 + 1), Some(8));
+    }
+
+    /// A page a checkpoint took and an open loads back gives the same candidates, behind
+    /// the hints inserted since the open; an unloaded page is never taken.
+    #[test]
+    fn pages_round_trip_behind_newer_hints() {
+        let names: Vec<Name> = (0..4000u64).map(|seed| Name::of(&block(seed))).collect();
+        let before = NameTable::with_slots(2000);
+        assert!(before.page_count() > 2, "several pages");
+        for (logical, name) in names.iter().enumerate().take(1500) {
+            before.insert(*name, logical as u64);
+        }
+        let dirty = before.take_dirty_pages();
+        assert_eq!(dirty.len() as u64, before.page_count(), "every page changed");
+        assert!(before.take_dirty_pages().is_empty(), "taken once");
+        let stored: Vec<Vec<u64>> = (0..before.page_count()).map(|page| before.page_slots(page)).collect();
+        let after = NameTable::with_slots(2000);
+        after.expect_loads(0..after.page_count());
+        after.insert(names[3999], 3999);
+        assert!(after.take_dirty_pages().is_empty(), "a page not loaded is not taken");
+        assert_eq!(after.pages_waiting_to_load(), after.page_count());
+        for (page, slots) in stored.iter().enumerate() {
+            after.load_page(page as u64, Some(slots));
+        }
+        assert_eq!(after.pages_waiting_to_load(), 0);
+        for (logical, name) in names.iter().enumerate().take(1500) {
+            let expected: Vec<u64> = before.candidates(*name).collect();
+            let found: Vec<u64> = after.candidates(*name).collect();
+            assert!(
+                expected.iter().all(|block| found.contains(block)) || found.len() == SLOTS_PER_BUCKET,
+                "name {logical}: {expected:?} kept in {found:?}"
+            );
+        }
+        assert_eq!(after.candidates(names[3999]).next(), Some(3999), "the newer hint comes first");
+        assert_eq!(after.take_dirty_pages().len(), 1, "the page with the newer hint");
+        after.load_page(0, None);
     }
 
     proptest! {

@@ -15,6 +15,7 @@ pub const DIRECTORY_PAGE_MAGIC: &[u8; 8] = b"SLIDIR\0\0";
 pub const SEGMENT_TABLE_PAGE_MAGIC: &[u8; 8] = b"SLSEGT\0\0";
 pub const CHECKPOINT_ROOT_MAGIC: &[u8; 8] = b"SLCKPT\0\0";
 pub const SHARED_TABLE_PAGE_MAGIC: &[u8; 8] = b"SLSHARE\0";
+pub const NAME_TABLE_PAGE_MAGIC: &[u8; 8] = b"SLNAMES\0";
 
 /// Bytes of bit-packed entries in an index page (from offset 64 to the checksum).
 pub const INDEX_PAGE_PAYLOAD_BYTES: usize = BLOCK_SIZE_BYTES - HEADER_BYTES - 4;
@@ -110,6 +111,8 @@ pub enum Tree {
     SegmentTable = 1,
     /// The shared-block table of deduplication (docs/deduplication.md).
     SharedTable = 2,
+    /// Deduplication's name index (docs/deduplication.md, "The persistent name index").
+    NameTable = 3,
 }
 
 /// A directory page: pointers to the pages of the level below (level 1: index or segment
@@ -148,6 +151,7 @@ impl DirectoryPage {
             0 => Tree::Index,
             1 => Tree::SegmentTable,
             2 => Tree::SharedTable,
+            3 => Tree::NameTable,
             _ => return None,
         };
         if level == 0 {
@@ -242,6 +246,40 @@ pub fn decode_shared_table_page(block: &[u8], uuid: &[u8; 16]) -> Option<(u64, u
     Some((page_number, generation, records))
 }
 
+/// A page of deduplication's name index (docs/deduplication.md): the slots of buckets
+/// `page_number × 62 …`, 8 bytes each (a 28-bit tag and a 36-bit logical block + 1; 0
+/// empty); byte 10 holds the sampling bits of the table that wrote it.
+pub fn encode_name_table_page(
+    block: &mut [u8],
+    uuid: &[u8; 16],
+    page_number: u64,
+    generation: u64,
+    sampling_bits: u8,
+    slots: &[u64],
+) {
+    assert!(slots.len() <= NAME_SLOTS_PER_PAGE);
+    encode_header(block, NAME_TABLE_PAGE_MAGIC, [sampling_bits, 0], uuid, page_number, generation);
+    put(block, 12, &(slots.len() as u16).to_le_bytes());
+    for (index, slot) in slots.iter().enumerate() {
+        put(block, HEADER_BYTES + index * 8, &slot.to_le_bytes());
+    }
+    seal(block);
+}
+
+/// (page number, generation, sampling bits, its slots) of a valid name table page.
+pub fn decode_name_table_page(block: &[u8], uuid: &[u8; 16]) -> Option<(u64, u64, u8, Vec<u64>)> {
+    let ([sampling_bits, _], page_number, generation) = decode_header(block, NAME_TABLE_PAGE_MAGIC, uuid)?;
+    let count = read_u16(block, 12) as usize;
+    if count > NAME_SLOTS_PER_PAGE {
+        return None;
+    }
+    let slots = (0..count).map(|index| read_u64(block, HEADER_BYTES + index * 8)).collect();
+    Some((page_number, generation, sampling_bits, slots))
+}
+
+/// Slots in a name table page (62 buckets of 8 slots).
+pub const NAME_SLOTS_PER_PAGE: usize = 496;
+
 /// Records in a shared table page: 8 bytes each.
 pub const SHARED_RECORDS_PER_PAGE: usize = (BLOCK_SIZE_BYTES - HEADER_BYTES - 4) / 8;
 
@@ -287,6 +325,12 @@ pub struct CheckpointRoot {
     /// The shared-block table's tree (depth 0 and no pointer: no page).
     pub shared_tree_depth: u8,
     pub shared_top: Vec<Option<PagePointer>>,
+    /// Deduplication's name index: the slots and sampling bits of the table its pages were
+    /// cut from (0 slots: none), and its tree.
+    pub name_slots: u64,
+    pub name_sampling_bits: u8,
+    pub name_tree_depth: u8,
+    pub name_top: Vec<Option<PagePointer>>,
 }
 
 const ROOT_STREAMS_OFFSET: usize = 64;
@@ -302,6 +346,12 @@ const ROOT_LAST_SEGMENT_OFFSET: usize = 1920;
 const ROOT_SHARED_BLOCKS_OFFSET: usize = 1968;
 const ROOT_SHARED_DEPTH_OFFSET: usize = 1976;
 const ROOT_SHARED_TOP_OFFSET: usize = 1984;
+/// After the shared tree (2752): the name index's slots, sampling bits, tree depth and
+/// top pointers (zeros in roots written before it: no name pages).
+const ROOT_NAME_SLOTS_OFFSET: usize = ROOT_SHARED_TOP_OFFSET + ROOT_TOP_POINTERS * POINTER_BYTES;
+const ROOT_NAME_SAMPLING_OFFSET: usize = ROOT_NAME_SLOTS_OFFSET + 8;
+const ROOT_NAME_DEPTH_OFFSET: usize = ROOT_NAME_SAMPLING_OFFSET + 1;
+const ROOT_NAME_TOP_OFFSET: usize = ROOT_NAME_SLOTS_OFFSET + 16;
 
 impl CheckpointRoot {
     pub fn encode(&self, block: &mut [u8], uuid: &[u8; 16]) {
@@ -334,6 +384,13 @@ impl CheckpointRoot {
         block[ROOT_SHARED_DEPTH_OFFSET] = self.shared_tree_depth;
         for (index, pointer) in self.shared_top.iter().enumerate() {
             put_pointer(block, ROOT_SHARED_TOP_OFFSET + index * POINTER_BYTES, *pointer);
+        }
+        assert!(self.name_top.len() <= ROOT_TOP_POINTERS);
+        put(block, ROOT_NAME_SLOTS_OFFSET, &self.name_slots.to_le_bytes());
+        block[ROOT_NAME_SAMPLING_OFFSET] = self.name_sampling_bits;
+        block[ROOT_NAME_DEPTH_OFFSET] = self.name_tree_depth;
+        for (index, pointer) in self.name_top.iter().enumerate() {
+            put_pointer(block, ROOT_NAME_TOP_OFFSET + index * POINTER_BYTES, *pointer);
         }
         seal(block);
     }
@@ -375,6 +432,10 @@ impl CheckpointRoot {
             shared_blocks: read_u64(block, ROOT_SHARED_BLOCKS_OFFSET),
             shared_tree_depth: block[ROOT_SHARED_DEPTH_OFFSET],
             shared_top: pointers(ROOT_SHARED_TOP_OFFSET),
+            name_slots: read_u64(block, ROOT_NAME_SLOTS_OFFSET),
+            name_sampling_bits: block[ROOT_NAME_SAMPLING_OFFSET],
+            name_tree_depth: block[ROOT_NAME_DEPTH_OFFSET],
+            name_top: pointers(ROOT_NAME_TOP_OFFSET),
         })
     }
 }
@@ -394,6 +455,8 @@ pub fn tree_depth(pages: u64) -> u8 {
 const _: () = assert!(HEADER_BYTES + DIRECTORY_FANOUT * POINTER_BYTES <= CHECKSUM_OFFSET);
 const _: () = assert!(HEADER_BYTES + SEGMENT_RECORDS_PER_PAGE * SEGMENT_RECORD_BYTES <= CHECKSUM_OFFSET);
 const _: () = assert!(ROOT_SEGMENT_TOP_OFFSET + ROOT_TOP_POINTERS * POINTER_BYTES <= CHECKSUM_OFFSET);
+const _: () = assert!(ROOT_NAME_TOP_OFFSET + ROOT_TOP_POINTERS * POINTER_BYTES <= CHECKSUM_OFFSET);
+const _: () = assert!(HEADER_BYTES + NAME_SLOTS_PER_PAGE * 8 <= CHECKSUM_OFFSET);
 const _: () = assert!(ROOT_STREAMS_OFFSET + ROOT_STREAMS * ROOT_STREAM_BYTES <= ROOT_DEPTHS_OFFSET);
 
 #[cfg(test)]
@@ -472,12 +535,23 @@ mod tests {
         }
 
         #[test]
+        fn name_table_pages_round_trip(page_number in any::<u64>(), generation in any::<u64>(), bits in any::<u8>(),
+                                       slots in proptest::collection::vec(any::<u64>(), 0..=NAME_SLOTS_PER_PAGE),
+                                       flip in 0usize..BLOCK_SIZE_BYTES * 8) {
+            let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+            encode_name_table_page(&mut block, &UUID, page_number, generation, bits, &slots);
+            prop_assert_eq!(decode_name_table_page(&block, &UUID), Some((page_number, generation, bits, slots)));
+            assert_damage_detected(&block, decode_name_table_page, flip);
+        }
+
+        #[test]
         fn roots_round_trip(generation in 1u64.., sequence in any::<u64>(), clock in any::<u64>(),
                             segments in proptest::collection::vec((proptest::option::of(0u64..u64::MAX), any::<u32>(),
                                                                    proptest::option::of(0u64..u64::MAX)), ROOT_STREAMS),
                             index_top in proptest::collection::vec(pointer(), ROOT_TOP_POINTERS),
                             segment_top in proptest::collection::vec(pointer(), ROOT_TOP_POINTERS),
                             shared_top in proptest::collection::vec(pointer(), ROOT_TOP_POINTERS),
+                            name_top in proptest::collection::vec(pointer(), ROOT_TOP_POINTERS),
                             flip in 0usize..BLOCK_SIZE_BYTES * 8) {
             let streams = std::array::from_fn(|index| {
                 let (current_segment, next_row, reserved_segment) = segments[index];
@@ -489,6 +563,7 @@ mod tests {
                 data_blocks: generation ^ 11, zero_blocks: sequence ^ 13,
                 fragment_blocks: generation ^ 17, fragment_sixteenths: sequence ^ 19,
                 shared_blocks: clock ^ 23, shared_tree_depth: 1, shared_top,
+                name_slots: clock ^ 29, name_sampling_bits: 3, name_tree_depth: 1, name_top,
             };
             let mut block = vec![0u8; BLOCK_SIZE_BYTES];
             root.encode(&mut block, &UUID);
@@ -508,6 +583,7 @@ mod tests {
         assert!(SegmentTablePage::decode(&block, &UUID).is_none());
         assert!(CheckpointRoot::decode(&block, &UUID).is_none());
         assert!(decode_shared_table_page(&block, &UUID).is_none());
+        assert!(decode_name_table_page(&block, &UUID).is_none());
     }
 
     #[test]

@@ -691,6 +691,8 @@ pub enum PageKind {
     Root,
     /// A page of the shared-block table (deduplication's records).
     SharedTable,
+    /// A page of deduplication's name index (hints, docs/deduplication.md).
+    NameTable,
 }
 
 const ENTRY_KIND_DATA: u8 = 1;
@@ -706,6 +708,7 @@ const ENTRY_KIND_SHARED_COPY: u8 = 10;
 const ENTRY_KIND_REFERENCE: u8 = 11;
 const ENTRY_KIND_SHARED_COPY_MOVED: u8 = 12;
 const ENTRY_KIND_SHARED_TABLE_PAGE: u8 = 13;
+const ENTRY_KIND_NAME_TABLE_PAGE: u8 = 14;
 /// Shared-block record numbers fit in 56 bits (they are below the data positions).
 pub const SHARED_RECORD_BITS: u32 = 56;
 /// A fragment's share of its packed block, in sixteenths: 1 … this.
@@ -747,6 +750,7 @@ impl Entry {
                     PageKind::SegmentTable => ENTRY_KIND_SEGMENT_TABLE_PAGE,
                     PageKind::Root => ENTRY_KIND_CHECKPOINT_ROOT,
                     PageKind::SharedTable => ENTRY_KIND_SHARED_TABLE_PAGE,
+                    PageKind::NameTable => ENTRY_KIND_NAME_TABLE_PAGE,
                 };
                 (kind, 0, checksum, number)
             }
@@ -794,6 +798,9 @@ impl Entry {
             ENTRY_KIND_SHARED_TABLE_PAGE if version >= SUMMARY_VERSION => {
                 Some(Entry::Page { kind: PageKind::SharedTable, number: logical_block, checksum: value })
             }
+            ENTRY_KIND_NAME_TABLE_PAGE if version >= SUMMARY_VERSION => {
+                Some(Entry::Page { kind: PageKind::NameTable, number: logical_block, checksum: value })
+            }
             kind @ ENTRY_KIND_INDEX_PAGE..=ENTRY_KIND_CHECKPOINT_ROOT if version > SUMMARY_VERSION_WITHOUT_CLOCKS => {
                 let kind = match kind {
                     ENTRY_KIND_INDEX_PAGE => PageKind::Index,
@@ -831,7 +838,7 @@ impl Entry {
         match self {
             Entry::Packed { .. } | Entry::Fragment { .. } => Some(EntryFeature::PackedFragments),
             Entry::SharedCopy { .. } | Entry::Reference { .. } => Some(EntryFeature::SharedBlocks),
-            Entry::Page { kind: PageKind::SharedTable, .. } => Some(EntryFeature::SharedBlocks),
+            Entry::Page { kind: PageKind::SharedTable | PageKind::NameTable, .. } => Some(EntryFeature::SharedBlocks),
             Entry::Page {
                 kind: PageKind::Index | PageKind::Directory | PageKind::SegmentTable | PageKind::Root,
                 ..
