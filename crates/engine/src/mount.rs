@@ -975,6 +975,9 @@ pub struct CheckReport {
     pub shared_records_miscounted: Vec<(u64, u64, u64)>,
     /// Index entries that name a record holding no copy (their blocks cannot be read).
     pub shared_references_to_free_records: u64,
+    /// Counts the volume reports (mapped, zero, compressed and shared blocks) that differ
+    /// from a recount of the index: (count, recounted, reported).
+    pub counts_miscounted: Vec<(String, u64, u64)>,
     /// Bytes of member rows read to verify the batches (the scan of the log's summaries
     /// before it is not counted), and the seconds the whole check took.
     pub bytes_read: u64,
@@ -1014,6 +1017,7 @@ impl CheckReport {
             || self.fragments_damaged > 0
             || !self.shared_records_miscounted.is_empty()
             || self.shared_references_to_free_records > 0
+            || !self.counts_miscounted.is_empty()
         {
             status |= check_status::UNREPAIRABLE_DAMAGE;
         }
@@ -1028,18 +1032,42 @@ pub struct SharedReferenceCheck {
     /// (record, references the index holds, the record's count) where they differ.
     pub records_miscounted: Vec<(u64, u64, u64)>,
     pub references_to_free_records: u64,
+    /// (count, found in the index, what the volume reports) where the counts `info`,
+    /// `status` and the metrics report differ from a recount of the index.
+    pub counts_miscounted: Vec<(String, u64, u64)>,
 }
 
 /// Count the references the index holds to each shared-block record and compare them
 /// with the records' counts (one pass over the index).
 pub(crate) fn check_shared_references(map: &BlockMap, shared: &SharedTable) -> Result<SharedReferenceCheck> {
     let mut references: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
-    map.for_each(|_, mapping| {
-        if let Mapping::Shared { record } = mapping {
+    let reported = map.counts();
+    let mut counted = crate::index::map::MapCounts::default();
+    map.for_each(|_, mapping| match mapping {
+        Mapping::Shared { record } => {
             *references.entry(record).or_default() += 1;
+            counted.shared_blocks += 1;
         }
+        Mapping::Data { .. } => counted.data_blocks += 1,
+        Mapping::Zero { .. } => counted.zero_blocks += 1,
+        Mapping::Fragment { sixteenths, .. } => {
+            counted.fragment_blocks += 1;
+            counted.fragment_sixteenths += sixteenths as u64;
+        }
+        Mapping::Unmapped | Mapping::Trimmed { .. } => {}
     })?;
     let mut found = SharedReferenceCheck::default();
+    for (name, counted, reported) in [
+        ("data blocks", counted.data_blocks, reported.data_blocks),
+        ("zero blocks", counted.zero_blocks, reported.zero_blocks),
+        ("fragment blocks", counted.fragment_blocks, reported.fragment_blocks),
+        ("fragment sixteenths", counted.fragment_sixteenths, reported.fragment_sixteenths),
+        ("shared blocks", counted.shared_blocks, reported.shared_blocks),
+    ] {
+        if counted != reported {
+            found.counts_miscounted.push((name.to_string(), counted, reported));
+        }
+    }
     for (record, copy) in shared.in_use_records() {
         found.records_checked += 1;
         let counted = references.remove(&record).unwrap_or(0);
@@ -1130,6 +1158,7 @@ pub(crate) fn check(
     report.shared_records_checked = references.records_checked;
     report.shared_records_miscounted = references.records_miscounted;
     report.shared_references_to_free_records = references.references_to_free_records;
+    report.counts_miscounted = references.counts_miscounted;
     for (_, copy) in shared.in_use_records() {
         live_segments[(copy.position / per_segment) as usize] = true;
     }

@@ -418,13 +418,16 @@ pub struct CompressionStatus {
     pub setting: String,
     /// Share of offered client blocks compressed now (the CPU-adaptive controller's), 0–1.
     pub share: f64,
-    /// Logical blocks holding data (whole or compressed).
+    /// Distinct contents stored, in blocks: whole blocks, fragments (logical blocks stored
+    /// compressed) and shared copies, each once (a reference to a shared copy is
+    /// deduplication's saving, not compression's).
     pub logical_data_blocks: u64,
-    /// Of those, stored as fragments.
+    /// Logical blocks stored as fragments.
     pub fragment_blocks: u64,
-    /// Blocks of the members they take: whole blocks plus the fragments' sixteenths / 16.
+    /// Blocks of the data space those contents take: whole blocks and shared copies,
+    /// plus the fragments' sixteenths / 16.
     pub physical_data_blocks: f64,
-    /// logical ÷ physical data.
+    /// logical ÷ physical: what compression saves on what is stored.
     pub ratio: f64,
     /// Since this open: client blocks stored compressed, stored whole because they did
     /// not save an eighth, and stored whole because the CPU share left them out.
@@ -547,8 +550,11 @@ pub struct VolumeStats {
     /// Write amplification over the volume's life (member bytes ÷ client bytes, by part),
     /// from `lifetime`.
     pub lifetime_write_amplification: WriteAmplification,
-    /// Logical blocks holding data, whole or compressed.
+    /// Logical blocks that read data: whole, compressed, or referring to a shared copy.
     pub blocks_mapped: u64,
+    /// Bytes of data-space the mapped blocks' contents take: whole blocks, fragments'
+    /// shares, shared copies once each.
+    pub stored_data_bytes: u64,
     pub blocks_zero: u64,
     pub segments_total: u64,
     pub segments_used: u64,

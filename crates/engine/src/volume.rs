@@ -1523,28 +1523,35 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
     let geometry = &core.geometry();
     // Kept by the map as it changes: no scan of the volume per call.
     let counts = core.map().counts();
-    let (blocks_mapped, blocks_zero) = (counts.data_blocks + counts.fragment_blocks, counts.zero_blocks);
+    // Mapped: every logical block that reads data (whole, compressed, shared).
+    let blocks_mapped = counts.data_blocks + counts.fragment_blocks + counts.shared_blocks;
+    let blocks_zero = counts.zero_blocks;
+    let (shared_copies, shared_table_memory_bytes) = {
+        let shared = core.shared_table().read();
+        (shared.in_use(), shared.memory_bytes())
+    };
+    // Stored: what holds the data (whole blocks, fragments' shares, shared copies).
+    let sixteenths = crate::layout::format::SIXTEENTHS_PER_BLOCK as u64;
+    let stored_sixteenths = (counts.data_blocks + shared_copies) * sixteenths + counts.fragment_sixteenths;
+    let stored_data_bytes = stored_sixteenths * BLOCK_SIZE_BYTES as u64 / sixteenths;
     let compression = geometry.packed_fragments.then(|| {
-        let physical = counts.data_blocks as f64
-            + counts.fragment_sixteenths as f64 / crate::layout::format::SIXTEENTHS_PER_BLOCK as f64;
+        // Over the distinct contents stored: whole blocks, fragments and shared copies.
+        let content_blocks = counts.data_blocks + counts.fragment_blocks + shared_copies;
+        let physical = stored_sixteenths as f64 / sixteenths as f64;
         let compressed = Counters::get(&core.counters().blocks_compressed);
         crate::stats::CompressionStatus {
             setting: core.compression().setting().to_string(),
             share: core.compression().share() as f64 / crate::io::compression::SHARE_WHOLE as f64,
-            logical_data_blocks: blocks_mapped,
+            logical_data_blocks: content_blocks,
             fragment_blocks: counts.fragment_blocks,
             physical_data_blocks: physical,
-            ratio: if physical > 0.0 { blocks_mapped as f64 / physical } else { 1.0 },
+            ratio: if physical > 0.0 { content_blocks as f64 / physical } else { 1.0 },
             blocks_compressed: compressed,
             blocks_whole_incompressible: Counters::get(&core.counters().blocks_whole_incompressible),
             blocks_whole_by_share: Counters::get(&core.counters().blocks_whole_by_share),
             mean_fragment_bytes: Counters::get(&core.counters().fragment_bytes) as f64 / compressed.max(1) as f64,
         }
     });
-    let (shared_copies, shared_table_memory_bytes) = {
-        let shared = core.shared_table().read();
-        (shared.in_use(), shared.memory_bytes())
-    };
     let held_blocks = counts.held_blocks() + shared_copies;
     let thin_provisioning = geometry.thin_logical_block_count.map(|_| {
         let provisioned = geometry.provisioned_block_count();
@@ -1557,10 +1564,8 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
     let deduplication = core.deduplication().map(|finder| {
         let found = &finder.counters;
         let get = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
-        let stored = counts.data_blocks as f64
-            + counts.fragment_sixteenths as f64 / crate::layout::format::SIXTEENTHS_PER_BLOCK as f64
-            + shared_copies as f64;
-        let logical = (counts.data_blocks + counts.fragment_blocks + counts.shared_blocks) as f64;
+        let stored = stored_sixteenths as f64 / sixteenths as f64;
+        let logical = blocks_mapped as f64;
         crate::stats::DeduplicationStatus {
             setting: if finder.enabled() { "on" } else { "off" }.to_string(),
             shared_logical_blocks: counts.shared_blocks,
@@ -1675,6 +1680,7 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
         lifetime,
         lifetime_write_amplification: lifetime.write_amplification(),
         blocks_mapped,
+        stored_data_bytes,
         blocks_zero,
         segments_total: geometry.segment_count(),
         segments_used: geometry.segment_count() - segments_free - segments_waiting,

@@ -342,6 +342,11 @@ fn duplicates_inside_one_request_share_one_copy() {
         assert_eq!(dedup.shared_copies, 1, "{compression:?}: one copy for the request: {dedup:?}");
         assert_eq!(dedup.shared_logical_blocks, 16, "{compression:?}: {dedup:?}");
         assert_eq!(dedup.duplicates_within_requests, 15, "{compression:?}: {dedup:?}");
+        // Counts that agree (docs/deduplication.md, D13): 16 blocks read data, one block
+        // of content holds it.
+        let stats = volume.stats();
+        assert_eq!(stats.blocks_mapped, 16, "{compression:?}: shared blocks are mapped");
+        assert_eq!(stats.stored_data_bytes, BLOCK_BYTES, "{compression:?}: one copy stored");
         // A mixed request: two contents, each repeated, between unique blocks.
         let (first, second) = (mixed_block(&mut prng, 1), random_block(&mut prng));
         let mut mixed = Vec::new();

@@ -942,15 +942,21 @@ fn print_info(stats: &VolumeStats) {
         );
     }
     let block = stats.block_size_bytes as u64;
+    let compressed = stats.compression.as_ref().map_or(0, |compression| compression.fragment_blocks);
+    let shared = stats.deduplication.as_ref().map_or(0, |dedup| dedup.shared_logical_blocks);
     println!(
-        "  mapped         {} in {} blocks; {} zero blocks (no media)",
+        "  mapped         {} in {} blocks ({} whole, {} compressed, {} shared); {} zero blocks (no media); stored {}",
         format_bytes(stats.blocks_mapped * block),
         stats.blocks_mapped,
-        stats.blocks_zero
+        stats.blocks_mapped - compressed - shared,
+        compressed,
+        shared,
+        stats.blocks_zero,
+        format_bytes(stats.stored_data_bytes)
     );
     if let Some(compression) = &stats.compression {
         println!(
-            "  compression    {} ({:.0} % of blocks offered now); logical data {}, physical {}: ratio {:.2}; {} \
+            "  compression    {} ({:.0} % of blocks offered now); content stored {} in {}: ratio {:.2}; {} \
              blocks compressed",
             compression.setting,
             compression.share * 100.0,
@@ -1143,6 +1149,17 @@ fn print_check(report: &CheckReport) {
             report.shared_records_miscounted.len(),
             report.shared_references_to_free_records
         );
+    }
+    println!(
+        "  counts recounted from the index:            {}",
+        if report.counts_miscounted.is_empty() {
+            "agree".to_string()
+        } else {
+            format!("{} differ", report.counts_miscounted.len())
+        }
+    );
+    for (count, recounted, reported) in &report.counts_miscounted {
+        println!("    MISCOUNTED {count}: the index holds {recounted}, the volume reports {reported}");
     }
     if report.unclean_shutdown {
         println!("  the volume was not closed cleanly; what the crash left, which the next read-write open repairs:");

@@ -242,7 +242,7 @@ fn encode_volumes(
 ) -> Result<(), std::fmt::Error> {
     use MetricType::{Counter, Gauge};
     // (name, help, unit, type, label, values)
-    let families: [VolumeFamily; 35] = [
+    let families: [VolumeFamily; 36] = [
         ("stripelog_volume_logical_size", "Size the volume offers", Some(Unit::Bytes), Gauge, None, |stats| {
             vec![("", stats.logical_size_bytes as f64)]
         }),
@@ -260,9 +260,22 @@ fn encode_volumes(
             None,
             |stats| vec![("", stats.failures_still_tolerated as f64)],
         ),
-        ("stripelog_volume_blocks_mapped", "Logical blocks holding data now", None, Gauge, None, |stats| {
-            vec![("", stats.blocks_mapped as f64)]
-        }),
+        (
+            "stripelog_volume_blocks_mapped",
+            "Logical blocks that read data now: whole, compressed, or referring to a shared copy",
+            None,
+            Gauge,
+            None,
+            |stats| vec![("", stats.blocks_mapped as f64)],
+        ),
+        (
+            "stripelog_volume_stored_data",
+            "Data space the mapped blocks' contents take (whole blocks, fragments' shares, each shared copy once)",
+            Some(Unit::Bytes),
+            Gauge,
+            None,
+            |stats| vec![("", stats.stored_data_bytes as f64)],
+        ),
         (
             "stripelog_volume_flushes",
             "Syncs of the members since the volume was opened (flush requests that arrive during a sync share \

@@ -389,6 +389,7 @@ fn overview(served: &Served) -> serde_json::Value {
                     "segments_used": stats.segments_used,
                     "segments_free": stats.segments_free,
                     "blocks_mapped": stats.blocks_mapped,
+                    "stored_data_bytes": stats.stored_data_bytes,
                     "logical_blocks": stats.logical_size_bytes / stats.block_size_bytes as u64,
                 },
                 "counters": {
