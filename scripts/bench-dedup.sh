@@ -19,8 +19,10 @@
 #  copy: ext4 on the export through nbdfuse + a loop device; `cp` of one 1 GiB file of
 #     random bytes COPIES times (24), then `sync` (kvdo issue #82: 28 minutes where 5 s
 #     was expected): seconds, on ÷ off.
+#  nbd-copy: the same COPIES copies through NBD directly: qemu-io writes the 1 GiB file at
+#     1 GiB, 2 GiB, … of the export (`write -s`), then flushes: seconds, on ÷ off.
 # Usage (as root, for losetup and mount): [PARTS="images fio copy"] [SECONDS_PER_CELL=30]
-#   [REPEATS=2] [COPIES=24] [FORCE=1] scripts/bench-dedup.sh [WORK_DIRECTORY]
+#   [REPEATS=2] [COPIES=24] [PERCENTAGES="0 50 90"] [FORCE=1] scripts/bench-dedup.sh [WORK_DIRECTORY]
 # WORK_DIRECTORY (default /var/tmp/stripelog-bench-dedup) must be on the filesystem of
 # /usr (the corpus hard-links it); files this run would overwrite are refused unless FORCE=1.
 set -euo pipefail
@@ -205,7 +207,7 @@ print(sys.argv[1], round(dedup.get("blocks_saved", 0) / logical, 3) if logical e
   }
   results="$work/fio.tsv"
   : >"$results"
-  for percentage in 0 50 90; do
+  for percentage in ${PERCENTAGES:-0 50 90}; do
     for run in $(seq "$repeats"); do
       if (( run % 2 )); then order="off on"; else order="on off"; fi
       for setting in $order; do
@@ -273,6 +275,36 @@ import statistics, sys
 off = [float(v) for v in sys.argv[1].split()]
 on = [float(v) for v in sys.argv[2].split()]
 print(f"| {sys.argv[3]} × cp of a 1 GiB file + sync, ext4 on nbdfuse + loop | dedup off s (each run) | dedup on s (each run) | on ÷ off (median) |")
+print("|---|---|---|---:|")
+print(f"| seconds | {', '.join(map(str, off))} | {', '.join(map(str, on))} | **{statistics.median(on) / statistics.median(off):.2f}** |")
+PYTHON
+fi
+
+if [[ " $parts " == *" nbd-copy "* ]]; then
+  command -v qemu-io >/dev/null || { echo "bench-dedup: qemu-io is not installed (scripts/install-deps.sh)" >&2; exit 1; }
+  [ -s "$work/source-1GiB.bin" ] || head -c 1G /dev/urandom >"$work/source-1GiB.bin"
+  nbd_copy_cell() { # setting -> seconds
+    if [ "$1" = on ]; then create on 6GiB 20% 28GiB; else create off 16GiB 20% 28GiB; fi
+    serve "$1" 256MiB
+    cat "$work/source-1GiB.bin" >/dev/null
+    local started; started=$(date +%s.%N)
+    for index in $(seq "$copies"); do
+      qemu-io -f raw -c "write -q -s $work/source-1GiB.bin $((index << 30)) 1G" -c flush "$(uri "$1")" >/dev/null
+    done
+    local took; took=$(python3 -c "import time; print(round(time.time() - $started, 1))")
+    stop "$1"
+    echo "$took"
+  }
+  declare -A nbd_took=()
+  for run in $(seq "$repeats"); do
+    if (( run % 2 )); then order="off on"; else order="on off"; fi
+    for setting in $order; do nbd_took[$setting]+="$(nbd_copy_cell "$setting") "; done
+  done
+  python3 - "${nbd_took[off]}" "${nbd_took[on]}" "$copies" <<'PYTHON'
+import statistics, sys
+off = [float(v) for v in sys.argv[1].split()]
+on = [float(v) for v in sys.argv[2].split()]
+print(f"| {sys.argv[3]} × 1 GiB written through NBD (qemu-io write -s, flush) | dedup off s (each run) | dedup on s (each run) | on ÷ off (median) |")
 print("|---|---|---|---:|")
 print(f"| seconds | {', '.join(map(str, off))} | {', '.join(map(str, on))} | **{statistics.median(on) / statistics.median(off):.2f}** |")
 PYTHON

@@ -476,6 +476,9 @@ pub struct DeduplicationStatus {
     pub duplicates_over_bound: u64,
     /// Since this open: shared copies the cleaner moved (one record rewritten each).
     pub copies_moved: u64,
+    /// Since this open: candidates read ahead of runs, and those requests found there.
+    pub candidates_read_ahead: u64,
+    pub candidates_found_ahead: u64,
     /// The name index persisted by checkpoints (docs/deduplication.md, "The persistent
     /// name index"): its pages, those still to be loaded since the open, those loaded and
     /// unreadable at the open, and those checkpoints wrote since.

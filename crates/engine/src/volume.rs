@@ -527,7 +527,10 @@ impl Volume {
             let shape = (table.slot_count(), finder.sampling_bits as u8);
             let stored_shape = checkpoint_state.name_shape();
             if checkpoint_state.adopt_name_shape(shape, table.page_count()) {
-                table.expect_loads(checkpoint_state.name_pages().map(|(page, _)| page));
+                // (A read-only open finds no duplicates: it loads nothing.)
+                if !options.read_only {
+                    table.expect_loads(checkpoint_state.name_pages().map(|(page, _)| page));
+                }
             } else if stored_shape.0 != 0 {
                 log::warn!(
                     "deduplication's name index was written for another table (sampling bits or data space changed): it starts empty"
@@ -638,6 +641,18 @@ impl Volume {
                 self.core.clone(),
                 Box::new(move || crate::cleaner::background_cleaner(cleaner)),
             ));
+        }
+        if self.core.io_mode() == IoMode::Threaded {
+            if let Some(finder) = self.core.deduplication() {
+                let (requests, receiver) = crate::queue::bounded(crate::io::deduplication::RUN_AHEAD_QUEUE);
+                finder.read_ahead_through(requests);
+                let core = self.core.clone();
+                threads.push(spawn(
+                    "stripelog-run-ahead",
+                    self.core.clone(),
+                    Box::new(move || run_ahead(&core, receiver)),
+                ));
+            }
         }
         let loading = self.core.deduplication().is_some_and(|finder| finder.index().pages_waiting_to_load() > 0);
         if loading {
@@ -1372,6 +1387,21 @@ fn load_name_index(core: &Core) {
     }
 }
 
+/// The run-ahead thread: reads the candidates deduplication's runs ask for ahead of them
+/// until the volume closes. A read that fails costs nothing but the hits it would give.
+fn run_ahead(core: &Core, requests: crate::queue::Receiver<(u64, u64)>) {
+    let Some(finder) = core.deduplication() else { return };
+    while !core.is_closed() {
+        match requests.recv_timeout(Duration::from_millis(100)) {
+            Ok((first, end)) => {
+                let _ = core.run_ahead(finder, first, end);
+            }
+            Err(crate::queue::RecvTimeoutError::Timeout) => {}
+            Err(crate::queue::RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
 fn flush_timer(cleaner: &Cleaner, checkpointer: &Checkpointer, interval: Duration) {
     let core = &cleaner.core;
     let tick = (interval / 4).max(Duration::from_millis(5));
@@ -1587,6 +1617,8 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
             duplicates_lost_to_races: get(&found.duplicates_lost_to_races),
             duplicates_over_bound: get(&found.duplicates_over_bound),
             copies_moved: get(&found.copies_moved),
+            candidates_read_ahead: get(&found.candidates_read_ahead),
+            candidates_found_ahead: get(&found.candidates_found_ahead),
             name_index_pages: finder.index().page_count(),
             name_index_pages_waiting_to_load: finder.index().pages_waiting_to_load(),
             name_index_pages_loaded: get(&found.name_pages_loaded),

@@ -272,7 +272,12 @@ fn a_thin_deduplicated_volume_counts_shared_blocks_and_replays_its_log_shared() 
     let volume = open();
     let replayed = volume.stats().recovery.write_log_entries_replayed;
     let held_after_replay = held_blocks(&volume);
-    assert!(replayed >= 512, "the log was replayed: {replayed} entries");
+    // (How many wait in the log depends on where it last made room by syncing the
+    // members: measured 134 to 1 184; at least a request's worth.)
+    assert!(
+        replayed >= 64,
+        "the log was replayed: {replayed} entries; held before {held_before}, after {held_after_replay}"
+    );
     // The finder starts empty at mount and a request's blocks are not compared with each
     // other: the replay's first blocks of each content are stored whole (measured: 256 of
     // 1 184), the others shared. Stored whole, every replayed block would take one.
@@ -477,4 +482,35 @@ fn names_survive_a_restart_and_a_crash() {
         assert_clean_check(&volume, "after the shape changed");
         volume.close().expect("close");
     }
+}
+
+/// A copy whose blocks of its own (a filesystem's metadata between files' data) fall
+/// inside requests is found around them: the run that predicts each next block survives
+/// the blocks that have no duplicate within a request as across requests.
+#[test]
+fn runs_survive_blocks_of_their_own_inside_a_request() {
+    let devices = memory_members(3, 64 << 20);
+    let volume = create(&devices, CompressionSetting::Off);
+    let mut prng = Prng::new(57);
+    let original: Vec<Vec<u8>> = (0..4096).map(|_| random_block(&mut prng)).collect();
+    let changed: Vec<Vec<u8>> = original
+        .iter()
+        .enumerate()
+        .map(|(index, block)| if index % 64 == 37 { random_block(&mut prng) } else { block.clone() })
+        .collect();
+    let write = |volume: &Volume, first: u64, content: &[Vec<u8>]| {
+        for (index, chunk) in content.chunks(256).enumerate() {
+            volume.write((first + index as u64 * 256) * BLOCK_BYTES, &chunk.concat(), false).expect("1 MiB write");
+        }
+    };
+    write(&volume, 0, &original);
+    // A restart empties the recent table: the copy is found through the persisted hooks
+    // (one block in 8) and the runs they start.
+    volume.close().expect("close");
+    let volume = Volume::open(members(&devices), &open_options()).expect("reopen");
+    write(&volume, 8192, &changed);
+    let duplicates = changed.iter().zip(&original).filter(|(a, b)| a == b).count() as u64;
+    let shared = volume.stats().deduplication.expect("status").shared_logical_blocks / 2;
+    assert!(shared * 100 >= duplicates * 99, "{shared} of {duplicates} duplicates found");
+    volume.close().expect("close");
 }

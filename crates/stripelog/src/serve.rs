@@ -414,6 +414,9 @@ fn overview(served: &Served) -> serde_json::Value {
                     "hold_maximum_seconds": stats.write_lock_hold_maximum_microseconds / 1e6,
                 },
                 "write_log": stats.write_log,
+                "compression": stats.compression,
+                "deduplication": stats.deduplication,
+                "thin_provisioning": stats.thin_provisioning,
                 "recovery": stats.recovery,
                 "in_progress": in_progress,
             }))

@@ -14,6 +14,21 @@ use stripelog_blockdev::AlignedBuffer;
 
 /// Rows one verification read takes at most from one member (1 MiB).
 pub(crate) const VERIFICATION_READ_ROWS_MAXIMUM: usize = 256;
+/// Bytes of candidates read ahead of a run that the run-ahead cache keeps at most (the
+/// oldest go first).
+pub(crate) const RUN_AHEAD_CACHE_BYTES: usize = 16 << 20;
+/// Candidates read ahead of a run (4 MiB): asked for when a run's next candidate is
+/// within half of this of the end of what was asked for.
+pub(crate) const RUN_AHEAD_BLOCKS: u64 = 1024;
+/// How long a request waits for a read ahead in flight that holds its candidates before
+/// it reads them itself.
+pub(crate) const RUN_AHEAD_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+/// Reads ahead waiting for the run-ahead thread at most (more are not asked for).
+pub(crate) const RUN_AHEAD_QUEUE: usize = 4;
+
+/// A round of verification reads smaller than this is read on the request's thread, one
+/// member after the other; larger ones read the members in parallel.
+pub(crate) const VERIFICATION_PARALLEL_BYTES_MINIMUM: usize = 1 << 20;
 
 /// A candidate that was proven equal to an incoming block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +62,19 @@ struct Chosen {
     generation: u32,
 }
 
+/// Candidates read ahead of a run (docs/deduplication.md, "Verification"), keyed by
+/// position and the segment's generation when they were read: a reused segment's new
+/// content is never taken for them. Each was proven by its position checksum.
+#[derive(Default)]
+struct RunAheadCache {
+    blocks: std::collections::HashMap<(u64, u32), AlignedBuffer>,
+    order: std::collections::VecDeque<(u64, u32)>,
+    /// The candidates asked for last: `start .. end`.
+    asked: Option<(u64, u64)>,
+    /// Candidates asked for and not read yet (queued or being read): `start .. end`.
+    in_flight: Vec<(u64, u64)>,
+}
+
 /// The finder's tables and what it has found, for one open volume.
 pub(crate) struct Deduplication {
     enabled: AtomicBool,
@@ -54,6 +82,11 @@ pub(crate) struct Deduplication {
     sparse: NameTable,
     recent: NameTable,
     runs: Runs,
+    run_ahead: parking_lot::Mutex<RunAheadCache>,
+    /// Signalled when a read ahead is done.
+    run_ahead_done: parking_lot::Condvar,
+    /// Where reads ahead are asked for (threaded volumes: the run-ahead thread).
+    run_ahead_requests: parking_lot::Mutex<Option<crate::queue::Sender<(u64, u64)>>>,
     pub(crate) counters: DeduplicationCounters,
 }
 
@@ -78,6 +111,9 @@ pub(crate) struct DeduplicationCounters {
     pub duplicates_over_bound: AtomicU64,
     /// Shared copies the cleaner moved (one record rewritten each).
     pub copies_moved: AtomicU64,
+    /// Candidates read ahead of runs, and those a request then found there.
+    pub candidates_read_ahead: AtomicU64,
+    pub candidates_found_ahead: AtomicU64,
     /// Name index pages: written by checkpoints, loaded at the open, unreadable then
     /// (their hints lost).
     pub name_pages_written: AtomicU64,
@@ -95,6 +131,9 @@ impl Deduplication {
             sparse: NameTable::sparse(physical_blocks, sampling_bits),
             recent: NameTable::recent(),
             runs: Runs::default(),
+            run_ahead: parking_lot::Mutex::new(RunAheadCache::default()),
+            run_ahead_done: parking_lot::Condvar::new(),
+            run_ahead_requests: parking_lot::Mutex::new(None),
             counters: DeduplicationCounters::default(),
         }
     }
@@ -115,6 +154,81 @@ impl Deduplication {
     /// RAM the name tables take (their fixed allocation).
     pub(crate) fn memory_bytes(&self) -> u64 {
         self.sparse.memory_bytes() + self.recent.memory_bytes()
+    }
+
+    /// Reads ahead go to `requests` from now on (the run-ahead thread's queue).
+    pub(crate) fn read_ahead_through(&self, requests: crate::queue::Sender<(u64, u64)>) {
+        *self.run_ahead_requests.lock() = Some(requests);
+    }
+
+    /// A run's next candidate is `next`: ask for the candidates after it to be read
+    /// ahead, unless what was asked for last still covers half a read ahead of it.
+    fn ask_ahead(&self, next: u64) {
+        let requests = self.run_ahead_requests.lock();
+        let Some(requests) = requests.as_ref() else { return };
+        let mut cache = self.run_ahead.lock();
+        let start = match cache.asked {
+            Some((start, end)) if (start..end).contains(&next) => {
+                if end - next > RUN_AHEAD_BLOCKS / 2 {
+                    return;
+                }
+                end
+            }
+            _ => next,
+        };
+        let end = next + RUN_AHEAD_BLOCKS;
+        if requests.try_send((start, end)).is_ok() {
+            cache.asked = Some((next.min(start), end));
+            cache.in_flight.push((start, end));
+        }
+    }
+
+    /// Wait (at most [`RUN_AHEAD_WAIT`]) until no read ahead in flight holds `candidate`;
+    /// whether one did.
+    fn wait_for_read_ahead(&self, candidate: u64) -> bool {
+        let deadline = std::time::Instant::now() + RUN_AHEAD_WAIT;
+        let mut cache = self.run_ahead.lock();
+        let in_flight =
+            |cache: &RunAheadCache| cache.in_flight.iter().any(|range| (range.0..range.1).contains(&candidate));
+        let waited = in_flight(&cache);
+        while in_flight(&cache) {
+            if self.run_ahead_done.wait_until(&mut cache, deadline).timed_out() {
+                break;
+            }
+        }
+        waited
+    }
+
+    /// The read ahead of `start .. end` is done (or given up).
+    fn read_ahead_done(&self, start: u64, end: u64) {
+        let mut cache = self.run_ahead.lock();
+        if let Some(index) = cache.in_flight.iter().position(|range| *range == (start, end)) {
+            cache.in_flight.swap_remove(index);
+        }
+        self.run_ahead_done.notify_all();
+    }
+
+    /// The content of `position` (of segment generation `generation`) if it was read
+    /// ahead.
+    fn read_ahead(&self, position: u64, generation: u32) -> Option<AlignedBuffer> {
+        let cache = self.run_ahead.lock();
+        let block = cache.blocks.get(&(position, generation))?;
+        let mut copy = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+        copy.copy_from_slice(block);
+        Some(copy)
+    }
+
+    fn keep_read_ahead(&self, blocks: Vec<((u64, u32), AlignedBuffer)>) {
+        let mut cache = self.run_ahead.lock();
+        for (key, block) in blocks {
+            if cache.blocks.insert(key, block).is_none() {
+                cache.order.push_back(key);
+            }
+        }
+        while cache.order.len() * BLOCK_SIZE_BYTES > RUN_AHEAD_CACHE_BYTES {
+            let Some(oldest) = cache.order.pop_front() else { break };
+            cache.blocks.remove(&oldest);
+        }
     }
 
     /// What a run predicts for `logical_block`.
@@ -145,6 +259,11 @@ impl Deduplication {
     /// `logical_block` was proven to duplicate `candidate` (found through `source`).
     pub(crate) fn found(&self, logical_block: u64, candidate: u64, source: Source) {
         self.runs.confirm(logical_block, candidate);
+        self.count_found(source);
+    }
+
+    /// A duplicate was found through `source` (its run confirmed already).
+    fn count_found(&self, source: Source) {
         let counter = match source {
             Source::Run => &self.counters.duplicates_by_run,
             Source::Recent => &self.counters.duplicates_by_recent,
@@ -181,17 +300,14 @@ impl crate::io::Core {
         let per_segment = self.geometry.blocks_per_segment();
         let counters = &finder.counters;
         // 1. Each block's first candidate whose position checksum matches.
+        // The runs go on through the request as each block chooses its candidate (its
+        // run confirmed before the comparison, as a hint: a candidate that turns out
+        // different costs a read, never a wrong share), so that a block's run predicts the
+        // next block's candidate, and survives blocks of the request that have none.
         let mut chosen: Vec<Option<Chosen>> = Vec::with_capacity(blocks.len());
-        let mut previous_candidate: Option<(u64, u64)> = None;
         for &(logical_block, _, name, checksum) in blocks {
             counters.blocks_named.fetch_add(1, Ordering::Relaxed);
-            let mut candidates = finder.candidates(name, logical_block);
-            if let Some((previous_block, candidate)) = previous_candidate {
-                // The run this request continues (confirmed only after the comparison).
-                if previous_block + 1 == logical_block && finder.predicted(logical_block).is_none() {
-                    candidates.insert(0, (candidate + 1, Source::Run));
-                }
-            }
+            let candidates = finder.candidates(name, logical_block);
             let mut found = None;
             for (candidate, source) in candidates {
                 if let Some((mapping, position)) =
@@ -201,18 +317,31 @@ impl crate::io::Core {
                     found = Some(Chosen { candidate, source, mapping, position, generation });
                     break;
                 }
-                if source == Source::Run {
-                    finder.missed(logical_block);
-                }
             }
-            previous_candidate = found.map(|chosen| (logical_block, chosen.candidate));
+            match found {
+                Some(Chosen { candidate, .. }) => finder.runs.confirm(logical_block, candidate),
+                None => finder.missed(logical_block),
+            }
             chosen.push(found);
         }
         // 2. One round of reads: memory first, then each member's rows in runs.
         let mut contents: std::collections::HashMap<u64, AlignedBuffer> = std::collections::HashMap::new();
         let mut on_members: Vec<u64> = Vec::new();
-        for &Chosen { mapping, position, .. } in chosen.iter().flatten() {
+        let mut waited = false;
+        for &Chosen { candidate, mapping, position, generation, .. } in chosen.iter().flatten() {
             if matches!(mapping, Mapping::Fragment { .. }) || contents.contains_key(&position) {
+                continue;
+            }
+            let mut ahead = finder.read_ahead(position, generation);
+            if ahead.is_none() && !waited {
+                // (Once per request: the first candidate being read ahead waits for its
+                // read, which brings the request's others with it.)
+                waited = finder.wait_for_read_ahead(candidate);
+                ahead = finder.read_ahead(position, generation);
+            }
+            if let Some(block) = ahead {
+                counters.candidates_found_ahead.fetch_add(1, Ordering::Relaxed);
+                contents.insert(position, block);
                 continue;
             }
             let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
@@ -241,14 +370,11 @@ impl crate::io::Core {
                 },
             };
             if equal {
-                finder.found(logical_block, candidate, source);
+                finder.count_found(source);
                 results.push(Some(Candidate { logical_block: candidate, mapping, position, generation }));
                 continue;
             }
             counters.candidates_read_unequal.fetch_add(1, Ordering::Relaxed);
-            if source == Source::Run {
-                finder.missed(logical_block);
-            }
             let mut found = None;
             for (other, source) in finder.candidates(name, logical_block) {
                 if other == candidate {
@@ -264,7 +390,53 @@ impl crate::io::Core {
             }
             results.push(found);
         }
+        // A run that reaches the end of the request goes on in the next one: its next
+        // candidates are read ahead meanwhile.
+        if let (Some(&(logical_block, ..)), Some(Some(candidate))) = (blocks.last(), results.last()) {
+            if finder.predicted(logical_block + 1) == Some(candidate.logical_block + 1) {
+                finder.ask_ahead(candidate.logical_block + 1);
+            }
+        }
         Ok(results)
+    }
+
+    /// Read candidates `first .. end` ahead of a run into the run-ahead cache (the
+    /// run-ahead thread; docs/deduplication.md, "Verification"): their positions as the
+    /// index has them now, read in one round and proven by their position checksums.
+    pub(crate) fn run_ahead(&self, finder: &Deduplication, first: u64, end: u64) -> crate::error::Result<()> {
+        let result = self.read_ahead_of_run(finder, first, end);
+        finder.read_ahead_done(first, end);
+        result
+    }
+
+    fn read_ahead_of_run(&self, finder: &Deduplication, first: u64, end: u64) -> crate::error::Result<()> {
+        let _fence = self.read_fence();
+        let per_segment = self.geometry.blocks_per_segment();
+        let mut wanted: Vec<(u64, u32)> = Vec::new();
+        for candidate in first..end.min(self.map.block_count()) {
+            let position = match self.map.get(candidate)? {
+                Mapping::Data { position } => position,
+                Mapping::Shared { record } => match self.shared.read().get(record) {
+                    Some(copy) => copy.position,
+                    None => continue,
+                },
+                _ => continue,
+            };
+            let generation = self.generation(position / per_segment);
+            if finder.read_ahead(position, generation).is_none() {
+                wanted.push((position, generation));
+            }
+        }
+        let positions: Vec<u64> = wanted.iter().map(|(position, _)| *position).collect();
+        let generations: std::collections::HashMap<u64, u32> = wanted.into_iter().collect();
+        let read: Vec<((u64, u32), AlignedBuffer)> = self
+            .read_positions(&positions, per_segment)
+            .into_iter()
+            .map(|(position, block)| ((position, generations[&position]), block))
+            .collect();
+        finder.counters.candidates_read_ahead.fetch_add(read.len() as u64, Ordering::Relaxed);
+        finder.keep_read_ahead(read);
+        Ok(())
     }
 
     /// The blocks at `positions` (whole blocks on the members), read in one round: each
@@ -300,7 +472,11 @@ impl crate::io::Core {
                 _ => runs.push((segment, column, row, vec![position])),
             }
         }
-        let parallel = self.io_mode() == crate::log::IoMode::Threaded && runs.len() > 1;
+        // A thread per member costs more than it saves on small rounds.
+        let bytes: usize = runs.iter().map(|(.., run)| run.len() * BLOCK_SIZE_BYTES).sum();
+        let parallel = self.io_mode() == crate::log::IoMode::Threaded
+            && runs.len() > 1
+            && bytes >= VERIFICATION_PARALLEL_BYTES_MINIMUM;
         let read_run = |(segment, column, first_row, run): (u64, usize, u32, Vec<u64>)| {
             let mut read = Vec::with_capacity(run.len());
             let Ok(table) = self.checksum_table(segment) else { return read };
