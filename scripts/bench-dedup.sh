@@ -19,6 +19,10 @@
 #  copy: ext4 on the export through nbdfuse + a loop device; `cp` of one 1 GiB file of
 #     random bytes COPIES times (24), then `sync` (kvdo issue #82: 28 minutes where 5 s
 #     was expected): seconds, on ÷ off.
+#  mount: a deduplicated volume of 1 TiB data space (3 sparse 512 GiB members), 8 GiB of
+#     unique data written through NBD (fio), closed; then three clean opens by `serve`:
+#     seconds until it serves, and until the name index is loaded (`status --json`); the
+#     name index's RAM and disk per physical block (`info --json`).
 #  nbd-copy: the same COPIES copies through NBD directly: qemu-io writes the 1 GiB file at
 #     1 GiB, 2 GiB, … of the export (`write -s`), then flushes: seconds, on ÷ off.
 # Usage (as root, for losetup and mount): [PARTS="images fio copy"] [SECONDS_PER_CELL=30]
@@ -43,7 +47,7 @@ done
 stripelog=$(realpath "$stripelog")
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
-own_files=("$work"/{on,off}-member-{0,1,2} "$work/source-1GiB.bin" "$work/corpus" "$work/exact.state" "$work/image-5")
+own_files=("$work"/{on,off,mount}-member-{0,1,2} "$work/source-1GiB.bin" "$work/corpus" "$work/exact.state" "$work/image-5")
 if [ "${FORCE:-0}" != 1 ]; then
   for file in "${own_files[@]}"; do
     [ -e "$file" ] && { echo "bench-dedup: $file exists (it would be overwritten and removed): FORCE=1 to go on" >&2; exit 1; }
@@ -308,4 +312,34 @@ print(f"| {sys.argv[3]} × 1 GiB written through NBD (qemu-io write -s, flush) |
 print("|---|---|---|---:|")
 print(f"| seconds | {', '.join(map(str, off))} | {', '.join(map(str, on))} | **{statistics.median(on) / statistics.median(off):.2f}** |")
 PYTHON
+fi
+
+if [[ " $parts " == *" mount "* ]]; then
+  rm -f $(members mount)
+  "$stripelog" create --raid 5 --chunk 1MiB --member-size 512GiB --spare 10% --dedup on --force $(members mount) >/dev/null
+  serve mount 256MiB
+  fio --name=fill --ioengine=nbd --uri="$(uri mount)" --rw=write --bs=1m --iodepth=8 --size=8g --refill_buffers \
+    --output-format=terse >/dev/null
+  stop mount
+  info mount | python3 -c '
+import json, sys
+stats = json.load(sys.stdin); dedup = stats["deduplication"]; data = stats["physical_data_bytes"]
+ram = dedup["index_memory_bytes_per_physical_block"]; pages = dedup["name_index_pages"]
+print("data space %.2f TiB; name index RAM %.3f B per physical block; on disk %d pages, %.3f B per physical block"
+      % (data / 2**40, ram, pages, pages * 4096 / (data // 4096)))'
+  for run in 1 2 3; do
+    started=$(date +%s.%N)
+    serve mount 256MiB
+    serving=$(date +%s.%N)
+    for _ in $(seq 6000); do
+      waiting=$("$stripelog" status --control "$work/mount.sock.control" --json |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["exports"][0]["deduplication"]["name_index_pages_waiting_to_load"])')
+      [ "$waiting" = 0 ] && break
+      sleep 0.05
+    done
+    loaded=$(date +%s.%N)
+    python3 -c "print(f'open {$run}: serving after {$serving - $started:.2f} s (socket polled every 0.1 s); name index loaded after {$loaded - $started:.2f} s')"
+    stop mount
+  done
+  rm -f $(members mount)
 fi
