@@ -999,6 +999,18 @@ fn print_info(stats: &VolumeStats) {
             dedup.candidates_rejected_by_checksum,
             dedup.candidates_read_unequal
         );
+        println!(
+            "                 name index: {} pages ({}) that checkpoints write as they change; since open {} loaded, {} waiting to \
+             load, {} unreadable, {} written; candidates read ahead {}, found there {}",
+            dedup.name_index_pages,
+            format_bytes(dedup.name_index_pages * block),
+            dedup.name_index_pages_loaded,
+            dedup.name_index_pages_waiting_to_load,
+            dedup.name_index_pages_unreadable,
+            dedup.name_index_pages_written,
+            dedup.candidates_read_ahead,
+            dedup.candidates_found_ahead
+        );
     }
     println!(
         "  segments       {} used, {} free, {} waiting for a flush, of {}",
