@@ -12,6 +12,8 @@
 #  fio: fio's nbd engine, 4 KiB random writes (depth 16 × 2 jobs) with dedupe_percentage
 #     0, 50 and 90, off and on taking turns to go first: IOPS, on ÷ off, and the space
 #     saved (blocks saved ÷ logical blocks holding data).
+#  The images parts' volume under test is deduplicated and not compressed unless
+#     ON_DEDUP=off, ON_COMPRESSION=lz4 (ON_MEMBER_SIZE for room: 40GiB without dedup).
 #  restarts: the ten images into a deduplicated volume with the server restarted
 #     (SIGTERM, a clean close) after every two images, and killed (SIGKILL) in the middle
 #     of image 5, which is then written again whole, as a client would after a crash: the
@@ -76,8 +78,12 @@ trap cleanup EXIT
 members() { echo "$work/$1-member-0" "$work/$1-member-1" "$work/$1-member-2"; }
 create() { # setting member_size spare [logical_size]
   rm -f $(members "$1")
-  "$stripelog" create --raid 5 --chunk 1MiB --member-size "$2" --spare "$3" --dedup "$1" \
-    ${4:+--logical-size "$4"} --force $(members "$1") >/dev/null
+  local dedup=$1 compression=off member_size=$2
+  if [ "$1" = on ]; then # (the images parts' volume under test: ON_DEDUP, ON_COMPRESSION, ON_MEMBER_SIZE)
+    dedup=${ON_DEDUP:-on} compression=${ON_COMPRESSION:-off} member_size=${ON_MEMBER_SIZE:-$2}
+  fi
+  "$stripelog" create --raid 5 --chunk 1MiB --member-size "$member_size" --spare "$3" --dedup "$dedup" \
+    --compression "$compression" ${4:+--logical-size "$4"} --force $(members "$1") >/dev/null
 }
 serve() { # setting cache
   rm -f "$work/$1.sock" "$work/$1.sock.control"
@@ -93,7 +99,8 @@ import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 off = json.load(open(sys.argv[2]))
 on = json.load(open(sys.argv[3]))
-one_copy = off["thin_provisioning"]["held_data_bytes"] // 4096
+held = lambda stats: (stats.get("stored_data_bytes") or stats["thin_provisioning"]["held_data_bytes"]) // 4096
+one_copy = held(off)
 n = lambda value: f"{value:,}".replace(",", " ")
 print(f"One copy (image 0, dedup off): {n(one_copy)} blocks held")
 print()
@@ -105,8 +112,13 @@ for row in rows:
     found = row["non_zero_blocks"] - row["held_blocks"]
     share = found / duplicates_exact if duplicates_exact else 1.0
     print(f"| {row['image']} | {n(row['non_zero_blocks'])} | {n(row['exact_kept_blocks'])} | {n(row['held_blocks'])} | "
-          f"{row['held_blocks'] / one_copy:.3f} | {share:.4f} | {dedup['index_memory_bytes_per_physical_block']:.2f} | {row['seconds']} |")
+          f"{row['held_blocks'] / one_copy:.3f} | {share:.4f} | {dedup['index_memory_bytes_per_physical_block'] if dedup else 0:.2f} | {row['seconds']} |")
+print()
+print(f"Held by the volume under test, from `stripelog info --json`: {n(held(on))} blocks = {held(on) / one_copy:.3f} x one copy"
+      + (f"; compression ratio {on['compression']['ratio']:.2f}" if on.get("compression") else ""))
 dedup = on["deduplication"]
+if dedup is None:
+    sys.exit(0)
 served = rows[-1]["deduplication"]  # the finder's counters are the serving process's
 print()
 print("Final, from `stripelog info --json` of the deduplicated volume: "

@@ -114,7 +114,8 @@ def main():
                     "seconds": round(time.time() - started, 1),
                     "non_zero_blocks": non_zero,
                     "exact_kept_blocks": len(names),
-                    "held_blocks": report["thin_provisioning"]["held_data_bytes"] // BLOCK_BYTES,
+                    "held_blocks": (report.get("stored_data_bytes") or report["thin_provisioning"]["held_data_bytes"])
+                    // BLOCK_BYTES,
                     "deduplication": report.get("deduplication"),
                 }
             ),
