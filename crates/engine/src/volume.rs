@@ -1359,6 +1359,9 @@ impl Drop for Volume {
     }
 }
 
+/// Name index pages one round of the loader reads (4 MiB).
+const NAME_INDEX_LOAD_ROUND_PAGES: usize = 1024;
+
 /// Read the name index's pages the committed checkpoint names into the finder's table
 /// (docs/deduplication.md, "The persistent name index"): each verified against its
 /// pointer, its page number and shape; one that cannot be read loses its hints only.
@@ -1366,24 +1369,51 @@ impl Drop for Volume {
 fn load_name_index(core: &Core) {
     let Some(finder) = core.deduplication() else { return };
     let table = finder.index();
-    let pages: Vec<(u64, crate::layout::checkpoint::PagePointer)> =
+    let mut pages: Vec<(u64, crate::layout::checkpoint::PagePointer)> =
         core.directory().lock().name_pages().filter(|(page, _)| !table.is_loaded(*page)).collect();
+    // In the order of their positions, a bounded round at a time: a checkpoint writes
+    // them in runs of rows, which one read per member brings in.
+    pages.sort_unstable_by_key(|(_, pointer)| pointer.position);
     let sampling_bits = finder.sampling_bits as u8;
     let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-    for (page, pointer) in pages {
+    for round in pages.chunks(NAME_INDEX_LOAD_ROUND_PAGES) {
         if core.is_closed() {
             return;
         }
-        let slots =
-            crate::checkpoint::read_block(core.geometry(), core.members(), pointer, "name index page", &mut block)
-                .ok()
-                .and_then(|()| crate::layout::checkpoint::decode_name_table_page(&block, core.volume_uuid()))
+        let positions: Vec<u64> = round.iter().map(|(_, pointer)| pointer.position).collect();
+        let mut read: std::collections::HashMap<u64, AlignedBuffer> = {
+            let _fence = core.read_fence();
+            core.read_positions(&positions).into_iter().collect()
+        };
+        for &(page, pointer) in round {
+            let proven = match read.remove(&pointer.position) {
+                Some(found) if format::checksum_proves(&found, pointer.checksum) => {
+                    block.copy_from_slice(&found);
+                    true
+                }
+                // (The checkpoint's own read: verified, rebuilt from its row when damaged.)
+                _ => crate::checkpoint::read_block(
+                    core.geometry(),
+                    core.members(),
+                    pointer,
+                    "name index page",
+                    &mut block,
+                )
+                .is_ok(),
+            };
+            let slots = proven
+                .then(|| crate::layout::checkpoint::decode_name_table_page(&block, core.volume_uuid()))
+                .flatten()
                 .filter(|(number, _, bits, _)| *number == page && *bits == sampling_bits)
                 .map(|(_, _, _, slots)| slots);
-        let counter =
-            if slots.is_some() { &finder.counters.name_pages_loaded } else { &finder.counters.name_pages_unreadable };
-        counter.fetch_add(1, Ordering::Relaxed);
-        table.load_page(page, slots.as_deref());
+            let counter = if slots.is_some() {
+                &finder.counters.name_pages_loaded
+            } else {
+                &finder.counters.name_pages_unreadable
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            table.load_page(page, slots.as_deref());
+        }
     }
 }
 

@@ -351,7 +351,7 @@ impl crate::io::Core {
                 on_members.push(position);
             }
         }
-        contents.extend(self.read_positions(&on_members, per_segment));
+        contents.extend(self.read_positions(&on_members));
         // 3. Compare in order; a block whose first candidate differs tries the others.
         let mut scratch = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
         let mut results = Vec::with_capacity(blocks.len());
@@ -430,7 +430,7 @@ impl crate::io::Core {
         let positions: Vec<u64> = wanted.iter().map(|(position, _)| *position).collect();
         let generations: std::collections::HashMap<u64, u32> = wanted.into_iter().collect();
         let read: Vec<((u64, u32), AlignedBuffer)> = self
-            .read_positions(&positions, per_segment)
+            .read_positions(&positions)
             .into_iter()
             .map(|(position, block)| ((position, generations[&position]), block))
             .collect();
@@ -444,7 +444,8 @@ impl crate::io::Core {
     /// a read), the members in parallel on threaded volumes, each block proven by its
     /// position checksum. A block that cannot be read so (damaged, a member lost) is read
     /// through the usual path, which rebuilds it, or left out.
-    fn read_positions(&self, positions: &[u64], per_segment: u64) -> Vec<(u64, AlignedBuffer)> {
+    pub(crate) fn read_positions(&self, positions: &[u64]) -> Vec<(u64, AlignedBuffer)> {
+        let per_segment = self.geometry.blocks_per_segment();
         if positions.is_empty() {
             return Vec::new();
         }
