@@ -132,7 +132,24 @@ PYTHON
 
 info() { "$stripelog" info --json $(members "$1"); }
 
-if [[ " $parts " == *" images "* ]]; then
+time_off_and_on() { # cell label: REPEATS runs of `cell off` and `cell on` (seconds), taking turns to go first
+  local cell=$1 label=$2 run order setting
+  declare -A took=()
+  for run in $(seq "$repeats"); do
+    if (( run % 2 )); then order="off on"; else order="on off"; fi
+    for setting in $order; do took[$setting]+="$("$cell" "$setting") "; done
+  done
+  python3 - "${took[off]}" "${took[on]}" "$label" <<'PYTHON'
+import statistics, sys
+off = [float(v) for v in sys.argv[1].split()]
+on = [float(v) for v in sys.argv[2].split()]
+print(f"| {sys.argv[3]} | dedup off s (each run) | dedup on s (each run) | on ÷ off (median) |")
+print("|---|---|---|---:|")
+print(f"| seconds | {', '.join(map(str, off))} | {', '.join(map(str, on))} | **{statistics.median(on) / statistics.median(off):.2f}** |")
+PYTHON
+}
+
+start_images() { # the corpus generator, the volume under test (ten images' size) and the one copy, served
   mkdir -p "$work/corpus"
   FORCE=1 "$scripts/dedup-corpora.sh" "$work/corpus" 2>>"$work/corpus.log" &
   generator=$!
@@ -142,6 +159,10 @@ if [[ " $parts " == *" images "* ]]; then
   create off 6GiB 20% "$image_bytes"
   serve on 256MiB
   serve off 256MiB
+}
+
+if [[ " $parts " == *" images "* ]]; then
+  start_images
   /usr/bin/python3 "$scripts/dedup-images.py" "$image_bytes" "$work/on.sock.control" "$(uri on)" "$(uri off)" \
     "$work"/corpus/image-{0..9} >"$work/images.jsonl"
   wait "$generator"; generator=
@@ -154,15 +175,7 @@ if [[ " $parts " == *" images "* ]]; then
 fi
 
 if [[ " $parts " == *" restarts "* ]]; then
-  mkdir -p "$work/corpus"
-  FORCE=1 "$scripts/dedup-corpora.sh" "$work/corpus" 2>>"$work/corpus.log" &
-  generator=$!
-  for _ in $(seq 600); do [ -s "$work/corpus/image-bytes" ] && break; sleep 0.1; done
-  image_bytes=$(cat "$work/corpus/image-bytes")
-  create on 6GiB 20% $((10 * image_bytes))
-  create off 6GiB 20% "$image_bytes"
-  serve on 256MiB
-  serve off 256MiB
+  start_images
   rm -f "$work/exact.state"
   : >"$work/restarts.jsonl"
   images() { # first [last] [from] (written with image 0 also to the one-copy volume)
@@ -275,24 +288,12 @@ if [[ " $parts " == *" copy "* ]]; then
     stop "$1"
     echo "$took"
   }
-  declare -A took=()
-  for run in $(seq "$repeats"); do
-    if (( run % 2 )); then order="off on"; else order="on off"; fi
-    for setting in $order; do took[$setting]+="$(copy_cell "$setting") "; done
-  done
+  time_off_and_on copy_cell "$copies × cp of a 1 GiB file + sync, ext4 on nbdfuse + loop"
   info on >"$work/copy-on.json"
   python3 - "$work/copy-on.json" <<'PYTHON'
 import json, sys
 dedup = json.load(open(sys.argv[1]))["deduplication"]
 print(f"dedup on, last run: {dedup['shared_logical_blocks']} shared logical blocks in {dedup['shared_copies']} copies, ratio {dedup['ratio']:.2f}")
-PYTHON
-  python3 - "${took[off]}" "${took[on]}" "$copies" <<'PYTHON'
-import statistics, sys
-off = [float(v) for v in sys.argv[1].split()]
-on = [float(v) for v in sys.argv[2].split()]
-print(f"| {sys.argv[3]} × cp of a 1 GiB file + sync, ext4 on nbdfuse + loop | dedup off s (each run) | dedup on s (each run) | on ÷ off (median) |")
-print("|---|---|---|---:|")
-print(f"| seconds | {', '.join(map(str, off))} | {', '.join(map(str, on))} | **{statistics.median(on) / statistics.median(off):.2f}** |")
 PYTHON
 fi
 
@@ -311,19 +312,7 @@ if [[ " $parts " == *" nbd-copy "* ]]; then
     stop "$1"
     echo "$took"
   }
-  declare -A nbd_took=()
-  for run in $(seq "$repeats"); do
-    if (( run % 2 )); then order="off on"; else order="on off"; fi
-    for setting in $order; do nbd_took[$setting]+="$(nbd_copy_cell "$setting") "; done
-  done
-  python3 - "${nbd_took[off]}" "${nbd_took[on]}" "$copies" <<'PYTHON'
-import statistics, sys
-off = [float(v) for v in sys.argv[1].split()]
-on = [float(v) for v in sys.argv[2].split()]
-print(f"| {sys.argv[3]} × 1 GiB written through NBD (qemu-io write -s, flush) | dedup off s (each run) | dedup on s (each run) | on ÷ off (median) |")
-print("|---|---|---|---:|")
-print(f"| seconds | {', '.join(map(str, off))} | {', '.join(map(str, on))} | **{statistics.median(on) / statistics.median(off):.2f}** |")
-PYTHON
+  time_off_and_on nbd_copy_cell "$copies × 1 GiB written through NBD (qemu-io write -s, flush)"
 fi
 
 if [[ " $parts " == *" mount "* ]]; then
