@@ -42,10 +42,8 @@ struct Snapshot {
     table_pages: Vec<(u64, AlignedBuffer, u32)>,
     /// (page number, encoded block) of the shared-block table pages that changed.
     shared_pages: Vec<(u64, AlignedBuffer)>,
-    /// (page number, encoded block) of the name index pages that changed, and the shape
-    /// (slots, sampling bits) of the table they are cut from.
+    /// (page number, encoded block) of the name index pages that changed.
     name_pages: Vec<(u64, AlignedBuffer)>,
-    name_shape: (u64, u8),
 }
 
 /// The checkpoint writer of one open volume (layer 7): writes the index pages, the
@@ -279,8 +277,8 @@ impl Checkpointer {
             shared_blocks: snapshot.counts.shared_blocks,
             shared_tree_depth: shared_depth,
             shared_top,
-            name_slots: snapshot.name_shape.0,
-            name_sampling_bits: snapshot.name_shape.1,
+            name_slots: directory.name_shape().0,
+            name_sampling_bits: directory.name_shape().1,
             name_tree_depth: name_depth,
             name_top,
         };
@@ -490,7 +488,6 @@ impl Checkpointer {
             table_pages,
             shared_pages,
             name_pages,
-            name_shape: directory.name_shape(),
         }
     }
 

@@ -283,15 +283,14 @@ impl Deduplication {
 
 impl crate::io::Core {
     /// Look for a block proven equal to each whole, non-zero block of one request among
-    /// the finder's candidates: its stored checksum first (most stale hints cost no read),
-    /// then its content, read and compared byte for byte, with one round of reads for all (docs/deduplication.md, "Verification"): each block's first candidate
-    /// that passes the position checksum — a run's prediction, or the block after the
-    /// previous block's candidate, then the recent table, then the sparse index — is
-    /// read, the reads of each member coalesced into runs of rows and the members read in
-    /// parallel; then compared in order. A block whose first candidate differs tries the
-    /// rest one by one. A candidate that cannot be read is passed over (the write does
-    /// not fail for it). `blocks`: (logical block, data, name,
-    /// checksum). Callers hold the reuse fence.
+    /// the finder's candidates, with one round of reads for all (docs/deduplication.md,
+    /// "Verification"): each block's first candidate whose stored checksum matches (most
+    /// stale hints cost no read) — a run's prediction, then the recent table, then the
+    /// sparse index — is taken from the run-ahead cache or memory, or read with the
+    /// request's others (each member's rows in runs), then compared byte for byte in
+    /// order. A block whose first candidate differs tries the rest one by one. A
+    /// candidate that cannot be read is passed over (the write does not fail for it).
+    /// `blocks`: (logical block, data, name, checksum). Callers hold the reuse fence.
     pub(crate) fn find_duplicates(
         &self,
         finder: &Deduplication,
@@ -414,13 +413,12 @@ impl crate::io::Core {
         let per_segment = self.geometry.blocks_per_segment();
         let mut wanted: Vec<(u64, u32)> = Vec::new();
         for candidate in first..end.min(self.map.block_count()) {
-            let position = match self.map.get(candidate)? {
-                Mapping::Data { position } => position,
-                Mapping::Shared { record } => match self.shared.read().get(record) {
-                    Some(copy) => copy.position,
-                    None => continue,
-                },
-                _ => continue,
+            // (Fragments are read with their packed block, not ahead.)
+            let mapping = self.map.get(candidate)?;
+            let Some(position) =
+                self.content_position(mapping).filter(|_| !matches!(mapping, Mapping::Fragment { .. }))
+            else {
+                continue;
             };
             let generation = self.generation(position / per_segment);
             if finder.read_ahead(position, generation).is_none() {
@@ -441,7 +439,8 @@ impl crate::io::Core {
 
     /// The blocks at `positions` (whole blocks on the members), read in one round: each
     /// member's rows in runs of consecutive rows (at most [`VERIFICATION_READ_ROWS_MAXIMUM`]
-    /// a read), the members in parallel on threaded volumes, each block proven by its
+    /// a read), the members in parallel on threaded volumes when the round is at least
+    /// [`VERIFICATION_PARALLEL_BYTES_MINIMUM`], each block proven by its
     /// position checksum. A block that cannot be read so (damaged, a member lost) is read
     /// through the usual path, which rebuilds it, or left out.
     pub(crate) fn read_positions(&self, positions: &[u64]) -> Vec<(u64, AlignedBuffer)> {

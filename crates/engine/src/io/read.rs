@@ -107,6 +107,16 @@ impl Core {
         Err(Error::Unrecoverable { logical_block, reason: ReadFailure::FreeSharedRecord(record) })
     }
 
+    /// Where `mapping`'s content is: its block or packed block, or its shared record's
+    /// copy (`None`: no content, or a record that holds no copy).
+    pub(crate) fn content_position(&self, mapping: Mapping) -> Option<u64> {
+        match mapping {
+            Mapping::Data { position } | Mapping::Fragment { position, .. } => Some(position),
+            Mapping::Shared { record } => self.shared.read().get(record).map(|copy| copy.position),
+            Mapping::Unmapped | Mapping::Zero { .. } | Mapping::Trimmed { .. } => None,
+        }
+    }
+
     pub(super) fn bad_fragment(&self, logical_block: u64, problem: crate::layout::packed::PackedProblem) -> Error {
         Counters::add(&self.counters.unrecoverable_reads, 1);
         Error::Unrecoverable { logical_block, reason: ReadFailure::BadFragment(problem) }

@@ -1176,11 +1176,7 @@ impl Core {
         if self.map.get(logical_block)? != version.mapping {
             return Ok(false);
         }
-        let position = match version.mapping {
-            Mapping::Data { position } | Mapping::Fragment { position, .. } => Some(position),
-            Mapping::Shared { record } => self.shared.read().get(record).map(|copy| copy.position),
-            Mapping::Unmapped | Mapping::Zero { .. } | Mapping::Trimmed { .. } => None,
-        };
+        let position = self.content_position(version.mapping);
         Ok(position == version.position
             && position.is_none_or(|position| {
                 self.generation(position / self.geometry.blocks_per_segment()) == version.generation
