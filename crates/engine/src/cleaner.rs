@@ -676,8 +676,13 @@ impl Cleaner {
                                 // served now (any that die before the move travel until
                                 // the next one).
                                 let mapping_of = |block| Some(self.core.map().get(block).unwrap_or(Mapping::Unmapped));
-                                let mask =
-                                    self.served_mask(content, position, &entry, entry_index, &mapping_of).unwrap_or(0);
+                                // (A shared copy's unit is its one block, current above.)
+                                let mask = match record.shared_record {
+                                    Some(_) => entry.mask,
+                                    None => self
+                                        .served_mask(content, position, &entry, entry_index, &mapping_of)
+                                        .unwrap_or(0),
+                                };
                                 let repacked = (mask != 0 && mask != entry.mask)
                                     .then(|| repack(&bytes, entry, entry_index, mask))
                                     .flatten()
@@ -706,7 +711,7 @@ impl Cleaner {
         match record.shared_record {
             Some(shared) => {
                 let copy = self.core.shared_table().read().get(shared);
-                Ok(copy.is_some_and(|copy| Some(copy.position) == record.mapping.position()))
+                Ok(copy.is_some_and(|copy| copy.content() == record.mapping))
             }
             None => Ok(self.core.map().get(record.logical_block)? == record.mapping),
         }
@@ -743,7 +748,7 @@ impl Cleaner {
         let in_place = match record.shared_record {
             Some(shared) => {
                 let copy = self.core.shared_table().read().get(shared);
-                copy.is_some_and(|copy| Some(copy.position) == record.mapping.position())
+                copy.is_some_and(|copy| copy.content() == record.mapping)
             }
             None => self.core.map().get_if_resident(record.logical_block)? == record.mapping,
         };
@@ -805,14 +810,21 @@ impl Cleaner {
                 EntryEffect::Map { first_logical_block, block_count, mapping } => {
                     (first_logical_block, block_count, mapping)
                 }
-                EntryEffect::Copy { record: shared, position, .. } => {
-                    if !data_only
-                        && core.shared_table().read().get(shared).is_some_and(|copy| copy.position == position)
-                    {
-                        records.push(Live {
-                            shared_record: Some(shared),
-                            ..record(shared, Mapping::Data { position }, write_clock, lifetime_class)
-                        });
+                EntryEffect::Copy { record: shared, position, fragment, .. } => {
+                    let copy = core.shared_table().read().get(shared);
+                    if let Some(copy) = copy.filter(|copy| !data_only && copy.position == position) {
+                        // A fragment copy goes by its key, which its packed block's table
+                        // holds; it is current while its record names this packed block.
+                        let key = match fragment {
+                            Some(_) => crate::space::shared::fragment_key(shared),
+                            None => shared,
+                        };
+                        if copy.fragment == fragment {
+                            records.push(Live {
+                                shared_record: Some(shared),
+                                ..record(key, copy.content(), write_clock, lifetime_class)
+                            });
+                        }
                     }
                     continue;
                 }
@@ -1029,6 +1041,16 @@ impl Cleaner {
                     let Mapping::Fragment { position, .. } = record.mapping else {
                         return Some(record.stream);
                     };
+                    if record.shared_record.is_some() {
+                        // A shared copy's fragment: current above, it serves its record.
+                        match fragments[next] {
+                            Some(_) => return Some(record.stream),
+                            None => {
+                                next += 1;
+                                continue;
+                            }
+                        }
+                    }
                     // A fragment moves for the blocks of its unit it still serves, whose
                     // pages must be in RAM too; one that serves none is skipped.
                     let content = &contents[next * BLOCK_SIZE_BYTES..(next + 1) * BLOCK_SIZE_BYTES];
@@ -1079,6 +1101,14 @@ impl Cleaner {
                     },
                     // Moved as stored, without decompressing, once for every block of its
                     // unit still served by it: read and checked above.
+                    Mapping::Fragment { .. } if record.shared_record.is_some() => {
+                        let Some(moved) = &fragments[next] else {
+                            next += 1;
+                            continue;
+                        };
+                        let shared = record.shared_record.expect("matched");
+                        side.accept_moved_compressed_copy(shared, &moved.bytes, moved.entry.checksum, kept)
+                    }
                     Mapping::Fragment { position, .. } => {
                         let Some(moved) = &fragments[next] else {
                             next += 1;

@@ -305,6 +305,8 @@ pub enum SuperblockInconsistency {
     UnknownCompression(u8),
     #[error("compression is set on a volume created without packed fragments")]
     CompressionWithoutPackedFragments,
+    #[error("compressed shared copies (feature bit 6) on a volume without both compression and deduplication")]
+    CompressedCopiesWithoutBoth,
     #[error(
         "deduplication setting {setting} on a volume {} deduplication",
         if *with_feature { "with" } else { "created without" }
@@ -674,6 +676,8 @@ pub enum LogInconsistency {
     FragmentWithoutFeature { sequence: u64 },
     #[error("batch {sequence} names shared blocks on a volume created without deduplication")]
     SharingWithoutFeature { sequence: u64 },
+    #[error("batch {sequence} names a compressed shared copy on a volume created without them")]
+    CompressedCopyWithoutFeature { sequence: u64 },
     #[error("batch {sequence} names shared-block record {record}, beyond the volume's or not in use")]
     BadSharedRecord { sequence: u64, record: u64 },
 }

@@ -131,7 +131,8 @@ pub(crate) fn count_found(
                 }
                 Entry::Zero { block_count, .. } => counts.host_bytes_zeroed += block_count as u64 * block,
                 Entry::Trim { block_count, .. } => counts.host_bytes_trimmed += block_count as u64 * block,
-                Entry::SharedCopy { .. } | Entry::Page { .. } | Entry::Packed { .. } => {}
+                Entry::SharedCopy { .. } | Entry::SharedFragment { .. } | Entry::Page { .. } | Entry::Packed { .. } => {
+                }
             }
         }
     }
@@ -829,7 +830,7 @@ impl<'a> Replayer<'a> {
                         self.remap(logical_block, mapping, header.sequence)?;
                     }
                 }
-                EntryEffect::Copy { record, position, moved } => self.copy(record, position, moved),
+                EntryEffect::Copy { record, position, fragment, moved } => self.copy(record, position, fragment, moved),
                 EntryEffect::Nothing => {}
             }
         }
@@ -852,8 +853,8 @@ impl<'a> Replayer<'a> {
             self.remove_units(segment, old.live_units(self.geometry));
         }
         if let Mapping::Shared { record } = old {
-            if let Some(position) = self.shared.remove_reference(record) {
-                self.remove_units(position / per_segment, self.geometry.live_units_per_block());
+            if let Some(copy) = self.shared.remove_reference(record) {
+                self.remove_units(copy.position / per_segment, copy.live_units(self.geometry.live_units_per_block()));
             }
         }
         if let Some(segment) = mapping.segment(per_segment) {
@@ -862,22 +863,28 @@ impl<'a> Replayer<'a> {
         Ok(())
     }
 
-    /// Shared-block record `record`'s copy is at `position`: born there, or moved there
-    /// from its old copy, which dies. A moved copy whose record is not known is taken as
+    /// Shared-block record `record`'s copy is at `position` (`fragment`: its share when a
+    /// fragment there): born there, or moved there from its old copy, which dies. A moved copy whose record is not known is taken as
     /// born: a full scan no longer finds the batch that bore it once the cleaner moved the
     /// copy and its old segment was reused (from a checkpoint it cannot happen: a move is
     /// written only while the record is in use).
-    fn copy(&mut self, record: u64, position: u64, moved: bool) {
+    fn copy(&mut self, record: u64, position: u64, fragment: Option<u8>, moved: bool) {
         let per_segment = self.geometry.blocks_per_segment();
         let per_block = self.geometry.live_units_per_block();
         match self.shared.get(record).filter(|_| moved) {
             Some(old) => {
-                self.remove_units(old.position / per_segment, per_block);
-                self.shared.moved(record, position);
+                self.remove_units(old.position / per_segment, old.live_units(per_block));
+                // (A copy moves as what it was born as; a log that says otherwise is
+                // taken at its word rather than trusted to match.)
+                if old.fragment.is_some() == fragment.is_some() {
+                    self.shared.moved(record, position, fragment);
+                } else {
+                    self.shared.born(record, position, fragment);
+                }
             }
-            None => self.shared.born(record, position),
+            None => self.shared.born(record, position, fragment),
         }
-        self.segments[(position / per_segment) as usize].add_recovered_units(per_block);
+        self.segments[(position / per_segment) as usize].add_recovered_units(fragment.map_or(per_block, u64::from));
     }
 
     /// `units` live units of `segment` died.
@@ -1068,11 +1075,24 @@ pub(crate) fn check_shared_references(map: &BlockMap, shared: &SharedTable) -> R
             found.counts_miscounted.push((name.to_string(), counted, reported));
         }
     }
+    let mut fragment_copies = (0u64, 0u64);
     for (record, copy) in shared.in_use_records() {
         found.records_checked += 1;
         let counted = references.remove(&record).unwrap_or(0);
         if counted != copy.references as u64 {
             found.records_miscounted.push((record, counted, copy.references as u64));
+        }
+        if let Some(share) = copy.fragment {
+            fragment_copies = (fragment_copies.0 + 1, fragment_copies.1 + share as u64);
+        }
+    }
+    let reported_copies = shared.fragment_copies();
+    for (name, counted, reported) in [
+        ("compressed shared copies", fragment_copies.0, reported_copies.0),
+        ("compressed shared copies' sixteenths", fragment_copies.1, reported_copies.1),
+    ] {
+        if counted != reported {
+            found.counts_miscounted.push((name.to_string(), counted, reported));
         }
     }
     found.references_to_free_records = references.values().sum();
@@ -1196,9 +1216,15 @@ pub(crate) fn check(
         for (index, entry) in batch.data_blocks() {
             let position = batch.position(geometry, index);
             let (logical_block, mapping) = match entry.effect(Some(position), batch.header.segment) {
-                EntryEffect::Copy { record, .. } => {
-                    if shared.get(record).is_some_and(|copy| copy.position == position)
-                        && verification.blocks_unrecoverable.contains(&index)
+                EntryEffect::Copy { record, fragment, .. } => {
+                    let key = crate::space::shared::fragment_key(record);
+                    let damaged = verification.blocks_unrecoverable.contains(&index)
+                        || fragment.is_some()
+                            && verification.fragments_damaged.iter().any(|&(packed_block, damaged)| {
+                                packed_block == index && damaged.is_none_or(|damaged| damaged.serves(key))
+                            });
+                    if shared.get(record).is_some_and(|copy| copy.position == position && copy.fragment == fragment)
+                        && damaged
                     {
                         unrecoverable_records.insert(record);
                         live_unrecoverable += 1;

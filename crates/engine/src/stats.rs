@@ -422,10 +422,10 @@ pub struct CompressionStatus {
     /// compressed) and shared copies, each once (a reference to a shared copy is
     /// deduplication's saving, not compression's).
     pub logical_data_blocks: u64,
-    /// Logical blocks stored as fragments.
+    /// Contents stored as fragments: logical blocks, and shared copies compressed.
     pub fragment_blocks: u64,
-    /// Blocks of the data space those contents take: whole blocks and shared copies,
-    /// plus the fragments' sixteenths / 16.
+    /// Blocks of the data space those contents take: whole blocks and whole shared
+    /// copies, plus the fragments' and compressed copies' sixteenths / 16.
     pub physical_data_blocks: f64,
     /// logical ÷ physical: what compression saves on what is stored.
     pub ratio: f64,
@@ -476,6 +476,13 @@ pub struct DeduplicationStatus {
     pub duplicates_over_bound: u64,
     /// Since this open: shared copies the cleaner moved (one record rewritten each).
     pub copies_moved: u64,
+    /// Shared copies in use stored compressed, as fragments (decision 11), and the
+    /// sixteenths of a block they take; since this open, copies born compressed.
+    pub compressed_copies: u64,
+    pub compressed_copies_sixteenths: u64,
+    pub copies_compressed: u64,
+    /// Since this open: of the copies moved, those that are fragments.
+    pub compressed_copies_moved: u64,
     /// Since this open: candidates read ahead of runs, and those requests found there.
     pub candidates_read_ahead: u64,
     pub candidates_found_ahead: u64,

@@ -878,16 +878,28 @@ impl Volume {
         // units (the first piece, the count, the fragment when it compressed) of whole
         // non-zero blocks, up to 4, each ending before a logical address that is a multiple
         // of 4.
+        // A duplicate that may become a new shared copy (its candidate is not shared yet;
+        // for blocks equal within the request, the first that waits) carries its LZ4 form:
+        // the copy is stored compressed (decision 11), compressed here, off the lock.
         enum Step {
             Patch(usize),
             Zero(u64),
-            Duplicate(usize, Candidate),
+            Duplicate(usize, Candidate, Option<Vec<u8>>),
             Unit(usize, usize, Option<Vec<u8>>),
             /// A block equal to an earlier one of the request (`within_request`), stored
             /// once that one is.
-            Later(usize),
+            Later(usize, Option<Vec<u8>>),
         }
         let compression = &self.core.compression();
+        let compressed_copies = self.core.geometry().compressed_shared_copies;
+        let copy_fragment = |index: usize| {
+            let range = pieces[index].2.clone();
+            compressed_copies.then(|| compression.compress(self.core.counters(), &data[range])).flatten()
+        };
+        let first_waiting = |index: usize| {
+            let earlier = within_request.iter().find(|&&(waiting, _)| waiting == index).map(|&(_, earlier)| earlier);
+            within_request.iter().find(|&&(_, of)| Some(of) == earlier).is_some_and(|&(waiting, _)| waiting == index)
+        };
         let mut steps: Vec<Step> = Vec::with_capacity(pieces.len());
         let mut next = 0;
         while next < pieces.len() {
@@ -895,9 +907,17 @@ impl Volume {
                 Piece::Partial => (Step::Patch(next), next + 1),
                 Piece::Zeros => (Step::Zero(pieces[next].0), next + 1),
                 Piece::Whole if duplicate(next).is_some() => {
-                    (Step::Duplicate(next, duplicate(next).expect("checked")), next + 1)
+                    let candidate = duplicate(next).expect("checked");
+                    let fragment = match candidate.mapping {
+                        Mapping::Shared { .. } => None,
+                        _ => copy_fragment(next),
+                    };
+                    (Step::Duplicate(next, candidate, fragment), next + 1)
                 }
-                Piece::Whole if waits_for_the_request(next) => (Step::Later(next), next + 1),
+                Piece::Whole if waits_for_the_request(next) => {
+                    let fragment = if first_waiting(next) { copy_fragment(next) } else { None };
+                    (Step::Later(next, fragment), next + 1)
+                }
                 // A block later ones wait for is stored whole (as shared copies are): its
                 // copy is what they are compared with under the lock.
                 Piece::Whole if waited_for(next) => (Step::Unit(next, 1, None), next + 1),
@@ -926,7 +946,7 @@ impl Volume {
                 // Shared with the earlier block under the write lock, when that block
                 // still holds its content (in memory), in this request's one apply: the
                 // request is admitted and accepted as one, in order.
-                Step::Later(index) => {
+                Step::Later(index, fragment) => {
                     let (_, earlier) = *within_request
                         .iter()
                         .find(|&&(waiting, _)| waiting == *index)
@@ -934,17 +954,20 @@ impl Volume {
                     assert!(earlier < *index, "a block waits only for an earlier one");
                     let (logical_block, _, range, _) = &pieces[*index];
                     let checksum = names[*index].as_ref().expect("named").1;
-                    blocks.push(BlockWrite::Repeat(*logical_block, &data[range.clone()], checksum, pieces[earlier].0));
+                    let earlier = pieces[earlier].0;
+                    let fragment = fragment.as_deref();
+                    blocks.push(BlockWrite::Repeat(*logical_block, &data[range.clone()], checksum, earlier, fragment));
                 }
                 Step::Patch(index) => {
                     let (logical_block, within, range, _) = &pieces[*index];
                     blocks.push(BlockWrite::Patch(*logical_block, *within, &data[range.clone()]));
                 }
                 Step::Zero(logical_block) => blocks.push(BlockWrite::Zero(*logical_block)),
-                Step::Duplicate(index, candidate) => {
+                Step::Duplicate(index, candidate, fragment) => {
                     let (logical_block, _, range, _) = &pieces[*index];
                     let checksum = names[*index].as_ref().expect("named").1;
-                    blocks.push(BlockWrite::Duplicate(*logical_block, &data[range.clone()], checksum, *candidate));
+                    let data = &data[range.clone()];
+                    blocks.push(BlockWrite::Duplicate(*logical_block, data, checksum, *candidate, fragment.as_deref()));
                 }
                 Step::Unit(first, count, fragment) => {
                     let first_logical_block = pieces[*first].0;
@@ -1006,7 +1029,7 @@ impl Volume {
                 Mapping::Data { .. } => whole,
                 Mapping::Fragment { sixteenths, .. } => sixteenths as i64,
                 Mapping::Shared { record } => match self.core.shared_table().read().get(record) {
-                    Some(copy) if copy.references <= 1 => whole,
+                    Some(copy) if copy.references <= 1 => copy.live_units(whole as u64) as i64,
                     _ => 0,
                 },
                 _ => 0,
@@ -1024,12 +1047,20 @@ impl Volume {
                         growth_sixteenths += share - freed(logical_block)?;
                     }
                 }
-                BlockWrite::Duplicate(logical_block, _, _, candidate) => {
-                    // A whole candidate's block gives way to the shared copy; a shared one
-                    // gains a reference; a fragment's share stays with its unit.
-                    let stored = match candidate.mapping {
-                        Mapping::Data { .. } | Mapping::Shared { .. } => 0,
+                BlockWrite::Duplicate(logical_block, _, _, candidate, fragment) => {
+                    // A whole candidate's block gives way to the shared copy (compressed:
+                    // its share instead of a block); a shared one gains a reference; a
+                    // fragment's share stays with its unit, beside the new copy.
+                    let copy = match fragment {
+                        Some(fragment) if self.core.geometry().compressed_shared_copies => {
+                            packed::sixteenths(fragment.len(), 1) as i64
+                        }
                         _ => whole,
+                    };
+                    let stored = match candidate.mapping {
+                        Mapping::Data { .. } => copy - whole,
+                        Mapping::Shared { .. } => 0,
+                        _ => copy,
                     };
                     growth_sixteenths += stored - freed(*logical_block)?;
                 }
@@ -1586,13 +1617,16 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
     // Mapped: every logical block that reads data (whole, compressed, shared).
     let blocks_mapped = counts.data_blocks + counts.fragment_blocks + counts.shared_blocks;
     let blocks_zero = counts.zero_blocks;
-    let (shared_copies, shared_table_memory_bytes) = {
+    let (shared_copies, (fragment_copies, fragment_copy_sixteenths), shared_held_blocks, shared_table_memory_bytes) = {
         let shared = core.shared_table().read();
-        (shared.in_use(), shared.memory_bytes())
+        (shared.in_use(), shared.fragment_copies(), shared.held_blocks(), shared.memory_bytes())
     };
-    // Stored: what holds the data (whole blocks, fragments' shares, shared copies).
+    // Stored: what holds the data (whole blocks, fragments' shares, shared copies whole or
+    // by their share).
     let sixteenths = crate::layout::format::SIXTEENTHS_PER_BLOCK as u64;
-    let stored_sixteenths = (counts.data_blocks + shared_copies) * sixteenths + counts.fragment_sixteenths;
+    let stored_sixteenths = (counts.data_blocks + shared_copies - fragment_copies) * sixteenths
+        + counts.fragment_sixteenths
+        + fragment_copy_sixteenths;
     let stored_data_bytes = stored_sixteenths * BLOCK_SIZE_BYTES as u64 / sixteenths;
     let compression = geometry.packed_fragments.then(|| {
         // Over the distinct contents stored: whole blocks, fragments and shared copies.
@@ -1603,7 +1637,7 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
             setting: core.compression().setting().to_string(),
             share: core.compression().share() as f64 / crate::io::compression::SHARE_WHOLE as f64,
             logical_data_blocks: content_blocks,
-            fragment_blocks: counts.fragment_blocks,
+            fragment_blocks: counts.fragment_blocks + fragment_copies,
             physical_data_blocks: physical,
             ratio: if physical > 0.0 { content_blocks as f64 / physical } else { 1.0 },
             blocks_compressed: compressed,
@@ -1612,7 +1646,7 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
             mean_fragment_bytes: Counters::get(&core.counters().fragment_bytes) as f64 / compressed.max(1) as f64,
         }
     });
-    let held_blocks = counts.held_blocks() + shared_copies;
+    let held_blocks = counts.held_blocks() + shared_held_blocks;
     let thin_provisioning = geometry.thin_logical_block_count.map(|_| {
         let provisioned = geometry.provisioned_block_count();
         crate::stats::ThinStatus {
@@ -1647,6 +1681,10 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
             duplicates_lost_to_races: get(&found.duplicates_lost_to_races),
             duplicates_over_bound: get(&found.duplicates_over_bound),
             copies_moved: get(&found.copies_moved),
+            compressed_copies: fragment_copies,
+            compressed_copies_sixteenths: fragment_copy_sixteenths,
+            copies_compressed: get(&found.copies_compressed),
+            compressed_copies_moved: get(&found.compressed_copies_moved),
             candidates_read_ahead: get(&found.candidates_read_ahead),
             candidates_found_ahead: get(&found.candidates_found_ahead),
             name_index_pages: finder.index().page_count(),

@@ -82,6 +82,20 @@ fn exercise(compression: CompressionSetting) {
     assert_eq!(dedup.shared_copies, originals, "{dedup:?}");
     assert_eq!(dedup.shared_logical_blocks, 4 * originals, "{dedup:?}");
     assert_eq!(dedup.blocks_saved, 3 * originals);
+    let compressing = compression != CompressionSetting::Off;
+    // With compression, the compressible half of the copies are fragments (decision 11):
+    // what the volume stores for 256 logical blocks is 32 whole copies and 32 shares.
+    let stats = volume.stats();
+    let expected_compressed = if compressing { originals / 2 } else { 0 };
+    assert_eq!(dedup.compressed_copies, expected_compressed, "{dedup:?}");
+    if compressing {
+        let whole_copies_bytes = (originals - expected_compressed) * BLOCK_BYTES;
+        assert!(
+            stats.stored_data_bytes < whole_copies_bytes + expected_compressed * BLOCK_BYTES / 2,
+            "compressed copies take less than half a block each: {} stored",
+            stats.stored_data_bytes
+        );
+    }
     assert!(matches!(volume.mapping(0).expect("mapping"), Mapping::Shared { .. }));
     verify_contents(&volume, &model, logical_blocks, "after the copies");
     let report = assert_clean_check(&volume, "after the copies");
@@ -126,6 +140,12 @@ fn exercise(compression: CompressionSetting) {
     assert!(volume.stats().segments_cleaned > cleaned_before, "the churn made the cleaner run");
     let moved = volume.stats().deduplication.expect("status").copies_moved;
     assert!(moved > 0, "the cleaner moved shared copies");
+    if compressing {
+        assert!(
+            volume.stats().deduplication.expect("status").compressed_copies > 0,
+            "compressed copies stay fragments when moved"
+        );
+    }
     volume.flush().expect("flush");
     verify_contents(&volume, &model, logical_blocks, "after cleaning");
     assert_clean_check(&volume, "after cleaning");
@@ -351,7 +371,16 @@ fn duplicates_inside_one_request_share_one_copy() {
         // of content holds it.
         let stats = volume.stats();
         assert_eq!(stats.blocks_mapped, 16, "{compression:?}: shared blocks are mapped");
-        assert_eq!(stats.stored_data_bytes, BLOCK_BYTES, "{compression:?}: one copy stored");
+        match compression {
+            CompressionSetting::Off => {
+                assert_eq!(stats.stored_data_bytes, BLOCK_BYTES, "{compression:?}: one copy stored")
+            }
+            // The copy is compressed (decision 11): a share of a packed block.
+            _ => {
+                assert_eq!(dedup.compressed_copies, 1, "{compression:?}: {dedup:?}");
+                assert!(stats.stored_data_bytes < BLOCK_BYTES / 2, "{compression:?}: {}", stats.stored_data_bytes);
+            }
+        }
         // A mixed request: two contents, each repeated, between unique blocks.
         let (first, second) = (mixed_block(&mut prng, 1), random_block(&mut prng));
         let mut mixed = Vec::new();

@@ -189,6 +189,9 @@ struct Simulation {
     thin_refusals: u64,
     /// The most blocks deduplication saved at a recovery.
     shared_blocks_seen: u64,
+    /// The most compressed shared copies at a recovery, and those the cleaner moved.
+    compressed_copies_seen: u64,
+    compressed_copies_moved: u64,
     /// Rows damaged beyond redundancy.
     rows_destroyed: u64,
     /// The engine's durable frontier when the volume was last dropped by a crash (0 after
@@ -374,6 +377,8 @@ impl Simulation {
             unreadable_reads: 0,
             thin_refusals: 0,
             shared_blocks_seen: 0,
+            compressed_copies_seen: 0,
+            compressed_copies_moved: 0,
             rows_destroyed: 0,
             durable_sequence_at_crash: 0,
             missing_member: None,
@@ -572,7 +577,15 @@ impl Simulation {
         let mut block = vec![0u8; BLOCK_SIZE_BYTES];
         if deduplicated(self.seed) && self.prng.chance(1, 2) {
             // One of a few contents, again and again.
-            Prng::new(self.seed ^ (0xD0_0000 + self.prng.below(DUPLICATE_POOL))).fill(&mut block);
+            let pool = self.prng.below(DUPLICATE_POOL);
+            Prng::new(self.seed ^ (0xD0_0000 + pool)).fill(&mut block);
+            if compressed(self.seed) && pool.is_multiple_of(2) {
+                // Half of them compress: their shared copies are fragments (decision 11).
+                let random_bytes = (pool as usize + 1) * 300;
+                for (index, byte) in block[random_bytes..].iter_mut().enumerate() {
+                    *byte = (pool as u8).wrapping_add((index / 32) as u8);
+                }
+            }
             return block;
         }
         if !self.prng.chance(1, 10) {
@@ -1126,6 +1139,7 @@ impl Simulation {
         let stats = volume.stats();
         self.cleaning_rounds += stats.cleaning_rounds;
         self.client_batch_pairs += stats.client_batch_pairs;
+        self.compressed_copies_moved += stats.deduplication.as_ref().map_or(0, |dedup| dedup.compressed_copies_moved);
         self.durable_sequence_at_crash = 0;
         let log_needs_renewal = self.write_log_mode
             && (stats.write_log.as_ref().is_none_or(|log| !log.failed_devices.is_empty() || !log.active)
@@ -1170,6 +1184,8 @@ impl Simulation {
             let stats = volume.stats();
             self.cleaning_rounds += stats.cleaning_rounds;
             self.client_batch_pairs += stats.client_batch_pairs;
+            self.compressed_copies_moved +=
+                stats.deduplication.as_ref().map_or(0, |dedup| dedup.compressed_copies_moved);
             self.durable_sequence_at_crash = stats.durable_through_sequence;
             volume.abandon();
         }
@@ -1205,11 +1221,17 @@ impl Simulation {
         if deduplicated(self.seed) {
             let references =
                 volume.check_shared_references().map_err(|error| format!("count shared references: {error}"))?;
-            if !references.records_miscounted.is_empty() || references.references_to_free_records > 0 {
+            if !references.records_miscounted.is_empty()
+                || references.references_to_free_records > 0
+                || !references.counts_miscounted.is_empty()
+            {
                 return Err(format!("after recovery, shared-block counts are wrong: {references:?}"));
             }
             self.shared_blocks_seen =
                 self.shared_blocks_seen.max(volume.stats().deduplication.map_or(0, |dedup| dedup.blocks_saved));
+            self.compressed_copies_seen = self
+                .compressed_copies_seen
+                .max(volume.stats().deduplication.map_or(0, |dedup| dedup.compressed_copies));
         }
         let hot = self.model.hot_blocks;
         let mut actual = Vec::with_capacity(hot as usize);
@@ -1302,6 +1324,8 @@ struct Exercised {
     unreadable_reads: u64,
     thin_refusals: u64,
     shared_blocks_seen: u64,
+    compressed_copies_seen: u64,
+    compressed_copies_moved: u64,
     client_batch_pairs: u64,
     ended_early: bool,
     /// Index pages evicted (to be read back from the log) since the last open.
@@ -1377,6 +1401,12 @@ fn simulate(seed: u64, trace: bool, mode: Mode) -> Result<(String, Exercised), S
         unreadable_reads: simulation.unreadable_reads,
         thin_refusals: simulation.thin_refusals,
         shared_blocks_seen: simulation.shared_blocks_seen,
+        compressed_copies_seen: simulation.compressed_copies_seen,
+        compressed_copies_moved: simulation.compressed_copies_moved
+            + simulation
+                .volume
+                .as_ref()
+                .map_or(0, |volume| volume.stats().deduplication.map_or(0, |dedup| dedup.compressed_copies_moved)),
         client_batch_pairs: simulation.client_batch_pairs
             + simulation.volume.as_ref().map_or(0, |volume| volume.stats().client_batch_pairs),
         ended_early: simulation.ended.is_some(),
@@ -1448,6 +1478,7 @@ fn many_seeds() {
                 total.scrubs += exercised.scrubs;
                 total.map_page_evictions += exercised.map_page_evictions;
                 total.shared_blocks_seen += u64::from(exercised.shared_blocks_seen > 0);
+                total.compressed_copies_seen += u64::from(exercised.compressed_copies_seen > 0);
             }
             Err(message) => failures.push(message),
         }
@@ -1456,13 +1487,20 @@ fn many_seeds() {
     // Member loss, online rebuilds, scrubs, index paging and sharing must actually happen.
     eprintln!(
         "{count} seeds: {} members lost, {} rebuilds finished, {} scrubs finished, {} index pages evicted, {} seeds \
-         recovered with shared blocks",
-        total.members_lost, total.rebuilds, total.scrubs, total.map_page_evictions, total.shared_blocks_seen
+         recovered with shared blocks, {} with compressed shared copies",
+        total.members_lost,
+        total.rebuilds,
+        total.scrubs,
+        total.map_page_evictions,
+        total.shared_blocks_seen,
+        total.compressed_copies_seen
     );
     if count >= 100 {
         assert!(total.members_lost * 10 >= count && total.rebuilds * 20 >= count && total.scrubs * 10 >= count);
         assert!(total.map_page_evictions >= count, "the seeds with no map cache must evict pages");
         assert!(total.shared_blocks_seen * 5 >= count, "the deduplicated seeds must share blocks");
+        // (Seeds both deduplicated and compressed: one in twenty.)
+        assert!(total.compressed_copies_seen * 40 >= count, "the compressed deduplicated seeds must compress copies");
     }
 }
 
@@ -1471,7 +1509,7 @@ fn filling_seeds() {
     let seeds = seed_range("STRIPELOG_SIM_FILLING_SEEDS", 100);
     let count = seeds.end - seeds.start;
     let (mut cleaned, mut thin_refusals, mut failures) = (0u64, 0u64, Vec::new());
-    let (mut shared_seeds, mut paired_seeds) = (0u64, 0u64);
+    let (mut shared_seeds, mut paired_seeds, mut compressed_copy_seeds) = (0u64, 0u64, 0u64);
     for seed in seeds {
         match check_seed(seed, FILLING) {
             Ok(exercised) => {
@@ -1479,6 +1517,7 @@ fn filling_seeds() {
                 thin_refusals += exercised.thin_refusals;
                 shared_seeds += u64::from(exercised.shared_blocks_seen > 0);
                 paired_seeds += u64::from(exercised.client_batch_pairs > 0);
+                compressed_copy_seeds += u64::from(exercised.compressed_copies_moved > 0);
             }
             Err(message) => failures.push(message),
         }
@@ -1487,12 +1526,18 @@ fn filling_seeds() {
     // The workload exists to exercise the cleaner: it must actually run in nearly every seed.
     eprintln!(
         "{cleaned} of {count} filling seeds ran the cleaner; thin volumes refused {thin_refusals} writes; \
-         {shared_seeds} seeds recovered with shared blocks; {paired_seeds} sealed pairs of batches"
+         {shared_seeds} seeds recovered with shared blocks; {paired_seeds} sealed pairs of batches; \
+         {compressed_copy_seeds} moved compressed shared copies"
     );
     if count >= 100 {
         assert!(paired_seeds * 2 >= count, "the skewed seeds must seal pairs of batches: {paired_seeds} did");
         assert!(thin_refusals >= count / 7, "the thin seeds must reach their limit: {thin_refusals} refusals");
         assert!(shared_seeds * 5 >= count, "the deduplicated seeds must share blocks: {shared_seeds} did");
+        // (One seed in twenty is both; the cleaner reaches a copy's segment in a few.)
+        assert!(
+            compressed_copy_seeds * 100 >= count,
+            "the compressed deduplicated seeds must move compressed copies: {compressed_copy_seeds} did"
+        );
     }
     assert!(cleaned * 10 >= count * 9, "only {cleaned} of {count} filling seeds ran the cleaner");
 }

@@ -976,11 +976,13 @@ fn print_info(stats: &VolumeStats) {
     }
     if let Some(dedup) = &stats.deduplication {
         println!(
-            "  dedup          {}; {} logical blocks share {} copies ({} saved): ratio {:.2}; index {} ({:.2} B per \
-             physical block, 1 name in {} sampled), shared table {}",
+            "  dedup          {}; {} logical blocks share {} copies ({} compressed, in {}; {} saved): ratio {:.2}; \
+             index {} ({:.2} B per physical block, 1 name in {} sampled), shared table {}",
             dedup.setting,
             dedup.shared_logical_blocks,
             dedup.shared_copies,
+            dedup.compressed_copies,
+            format_bytes(dedup.compressed_copies_sixteenths * block / 16),
             format_bytes(dedup.blocks_saved * block),
             dedup.ratio,
             format_bytes(dedup.index_memory_bytes),

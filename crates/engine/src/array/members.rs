@@ -1048,6 +1048,11 @@ pub(crate) fn create(
                     crate::layout::format::FEATURE_DEDUPLICATION
                 } else {
                     0
+                } | if options.deduplication && geometry.packed_fragments {
+                    // Shared copies compressed as fragments (decision 11) need both.
+                    crate::layout::format::FEATURE_COMPRESSED_SHARED_COPIES
+                } else {
+                    0
                 } | if options.client_write_pairs {
                     crate::layout::format::FEATURE_CLIENT_WRITE_PAIRS
                 } else {

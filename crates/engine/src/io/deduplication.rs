@@ -58,6 +58,8 @@ struct Chosen {
     source: Source,
     mapping: Mapping,
     position: u64,
+    /// What its content is keyed by in the packed block at `position`, when a fragment.
+    fragment_key: Option<u64>,
     /// The segment's generation before the read (the content is still there while it is).
     generation: u32,
 }
@@ -111,6 +113,9 @@ pub(crate) struct DeduplicationCounters {
     pub duplicates_over_bound: AtomicU64,
     /// Shared copies the cleaner moved (one record rewritten each).
     pub copies_moved: AtomicU64,
+    /// Shared copies born compressed, as fragments (decision 11), and those moved.
+    pub copies_compressed: AtomicU64,
+    pub compressed_copies_moved: AtomicU64,
     /// Candidates read ahead of runs, and those a request then found there.
     pub candidates_read_ahead: AtomicU64,
     pub candidates_found_ahead: AtomicU64,
@@ -309,11 +314,11 @@ impl crate::io::Core {
             let candidates = finder.candidates(name, logical_block);
             let mut found = None;
             for (candidate, source) in candidates {
-                if let Some((mapping, position)) =
+                if let Some((mapping, position, fragment_key)) =
                     self.candidate_position(candidate, checksum, per_segment, counters)?
                 {
                     let generation = self.generation(position / per_segment);
-                    found = Some(Chosen { candidate, source, mapping, position, generation });
+                    found = Some(Chosen { candidate, source, mapping, position, fragment_key, generation });
                     break;
                 }
             }
@@ -327,8 +332,8 @@ impl crate::io::Core {
         let mut contents: std::collections::HashMap<u64, AlignedBuffer> = std::collections::HashMap::new();
         let mut on_members: Vec<u64> = Vec::new();
         let mut waited = false;
-        for &Chosen { candidate, mapping, position, generation, .. } in chosen.iter().flatten() {
-            if matches!(mapping, Mapping::Fragment { .. }) || contents.contains_key(&position) {
+        for &Chosen { candidate, position, fragment_key, generation, .. } in chosen.iter().flatten() {
+            if fragment_key.is_some() || contents.contains_key(&position) {
                 continue;
             }
             let mut ahead = finder.read_ahead(position, generation);
@@ -355,15 +360,15 @@ impl crate::io::Core {
         let mut scratch = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
         let mut results = Vec::with_capacity(blocks.len());
         for (&(logical_block, data, name, checksum), chosen) in blocks.iter().zip(chosen) {
-            let Some(Chosen { candidate, source, mapping, position, generation }) = chosen else {
+            let Some(Chosen { candidate, source, mapping, position, fragment_key, generation }) = chosen else {
                 results.push(None);
                 continue;
             };
-            let equal = match mapping {
-                Mapping::Fragment { .. } => self
-                    .read_fragment(position, candidate)
-                    .is_ok_and(|stored| stored.extract(candidate, &mut scratch).is_ok() && scratch[..] == *data),
-                _ => match contents.get(&position) {
+            let equal = match fragment_key {
+                Some(key) => self
+                    .read_fragment(position, key)
+                    .is_ok_and(|stored| stored.extract(key, &mut scratch).is_ok() && scratch[..] == *data),
+                None => match contents.get(&position) {
                     Some(block) => block[..] == *data,
                     None => self.read_position(position, candidate, &mut scratch).is_ok() && scratch[..] == *data,
                 },
@@ -414,11 +419,13 @@ impl crate::io::Core {
         let mut wanted: Vec<(u64, u32)> = Vec::new();
         for candidate in first..end.min(self.map.block_count()) {
             // (Fragments are read with their packed block, not ahead.)
-            let mapping = self.map.get(candidate)?;
-            let Some(position) =
-                self.content_position(mapping).filter(|_| !matches!(mapping, Mapping::Fragment { .. }))
-            else {
-                continue;
+            let position = match self.map.get(candidate)? {
+                Mapping::Data { position } => position,
+                Mapping::Shared { record } => match self.shared.read().get(record) {
+                    Some(copy) if copy.fragment.is_none() => copy.position,
+                    _ => continue,
+                },
+                _ => continue,
             };
             let generation = self.generation(position / per_segment);
             if finder.read_ahead(position, generation).is_none() {
@@ -502,23 +509,27 @@ impl crate::io::Core {
         crate::array::members::for_each_item(runs, parallel, read_run).into_iter().flatten().flatten().collect()
     }
 
-    /// `candidate`'s mapping and the position its content is at, when its stored checksum
-    /// may be `checksum` (a fragment's is checked when it is read).
+    /// `candidate`'s mapping, the position its content is at and, when that is a
+    /// fragment, what it is keyed by there — when its stored checksum may be `checksum` (a
+    /// fragment's is checked when it is read).
     fn candidate_position(
         &self,
         candidate: u64,
         checksum: u32,
         per_segment: u64,
         counters: &DeduplicationCounters,
-    ) -> crate::error::Result<Option<(Mapping, u64)>> {
+    ) -> crate::error::Result<Option<(Mapping, u64, Option<u64>)>> {
         if candidate >= self.map.block_count() {
             return Ok(None);
         }
         let mapping = self.map.get(candidate)?;
-        let position = match mapping {
-            Mapping::Data { position } | Mapping::Fragment { position, .. } => position,
+        let (position, fragment_key) = match mapping {
+            Mapping::Data { position } => (position, None),
+            Mapping::Fragment { position, .. } => (position, Some(candidate)),
             Mapping::Shared { record } => match self.shared.read().get(record) {
-                Some(copy) if copy.references < crate::space::shared::REFERENCES_MAXIMUM => copy.position,
+                Some(copy) if copy.references < crate::space::shared::REFERENCES_MAXIMUM => {
+                    (copy.position, copy.fragment.map(|_| crate::space::shared::fragment_key(record)))
+                }
                 Some(_) => {
                     counters.duplicates_over_bound.fetch_add(1, Ordering::Relaxed);
                     return Ok(None);
@@ -527,7 +538,7 @@ impl crate::io::Core {
             },
             Mapping::Unmapped | Mapping::Zero { .. } | Mapping::Trimmed { .. } => return Ok(None),
         };
-        if !matches!(mapping, Mapping::Fragment { .. }) {
+        if fragment_key.is_none() {
             let segment = position / per_segment;
             let Ok(table) = self.checksum_table(segment) else {
                 return Ok(None);
@@ -537,7 +548,7 @@ impl crate::io::Core {
                 return Ok(None);
             }
         }
-        Ok(Some((mapping, position)))
+        Ok(Some((mapping, position, fragment_key)))
     }
 
     /// `candidate` as a [`Candidate`] when its content is `data`.
@@ -550,15 +561,15 @@ impl crate::io::Core {
         scratch: &mut [u8],
         counters: &DeduplicationCounters,
     ) -> crate::error::Result<Option<Candidate>> {
-        let Some((mapping, position)) = self.candidate_position(candidate, checksum, per_segment, counters)? else {
+        let Some((mapping, position, fragment_key)) =
+            self.candidate_position(candidate, checksum, per_segment, counters)?
+        else {
             return Ok(None);
         };
         let generation = self.generation(position / per_segment);
-        let read = match mapping {
-            Mapping::Fragment { position, .. } => {
-                self.read_fragment(position, candidate).is_ok_and(|stored| stored.extract(candidate, scratch).is_ok())
-            }
-            _ => self.read_position(position, candidate, scratch).is_ok(),
+        let read = match fragment_key {
+            Some(key) => self.read_fragment(position, key).is_ok_and(|stored| stored.extract(key, scratch).is_ok()),
+            None => self.read_position(position, candidate, scratch).is_ok(),
         };
         if !read || scratch[..] != *data {
             counters.candidates_read_unequal.fetch_add(1, Ordering::Relaxed);

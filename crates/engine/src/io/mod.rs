@@ -515,9 +515,10 @@ impl Core {
     }
 
     /// Blocks of data the volume holds: whole blocks, fragments' sixteenths rounded up,
-    /// and one per shared copy (however many logical blocks refer to it).
+    /// and each shared copy once (however many logical blocks refer to it), whole or by
+    /// its share.
     pub(crate) fn held_blocks(&self) -> u64 {
-        self.map.counts().held_blocks() + self.shared.read().in_use()
+        self.map.counts().held_blocks() + self.shared.read().held_blocks()
     }
 
     /// Evict clean index pages beyond the map cache — when no checkpoint is between its
@@ -605,7 +606,7 @@ impl Core {
             }
         }
         for (_, copy) in self.shared.read().in_use_records() {
-            expected[(copy.position / per_segment) as usize] += self.geometry.live_units_per_block();
+            expected[(copy.position / per_segment) as usize] += copy.live_units(self.geometry.live_units_per_block());
         }
         for position in directory.live_positions(&self.map) {
             expected[(position / per_segment) as usize] += self.geometry.live_units_per_block();

@@ -72,8 +72,10 @@ impl Core {
         match resolved {
             Mapping::Data { position } => self.read_position(position, logical_block, out)?,
             Mapping::Fragment { position, .. } => {
-                let stored = self.read_fragment(position, logical_block)?;
-                stored.extract(logical_block, out).map_err(|problem| self.bad_fragment(logical_block, problem))?
+                // (A shared copy's fragment is keyed by its record.)
+                let key = Self::fragment_key_of(logical_block, mapping);
+                let stored = self.read_fragment(position, key)?;
+                stored.extract(key, out).map_err(|problem| self.bad_fragment(logical_block, problem))?
             }
             Mapping::Unmapped | Mapping::Zero { .. } | Mapping::Trimmed { .. } => out.fill(0),
             Mapping::Shared { .. } => unreachable!("resolved to its copy"),
@@ -81,8 +83,17 @@ impl Core {
         Ok(ReadVersion { mapping, position, generation })
     }
 
-    /// `logical_block`'s mapping, and the same with a shared block's as the data position
-    /// of its copy. Callers hold the reuse fence: a record freed after the map was read is
+    /// What the fragment serving `logical_block` (mapped to `mapping`) is keyed by in its
+    /// packed block: the logical block, or a shared copy's record.
+    pub(crate) fn fragment_key_of(logical_block: u64, mapping: Mapping) -> u64 {
+        match mapping {
+            Mapping::Shared { record } => crate::space::shared::fragment_key(record),
+            _ => logical_block,
+        }
+    }
+
+    /// `logical_block`'s mapping, and the same with a shared block's as its copy's content
+    /// (a whole block, or a fragment keyed by the record). Callers hold the reuse fence: a record freed after the map was read is
     /// not reused meanwhile, so the map is read again; a record the map still names that
     /// holds no copy is an error.
     pub(crate) fn resolved(&self, logical_block: u64) -> Result<(Mapping, Mapping)> {
@@ -92,7 +103,7 @@ impl Core {
                 return Ok((mapping, mapping));
             };
             if let Some(current) = self.shared.read().get(record) {
-                return Ok((mapping, Mapping::Data { position: current.position }));
+                return Ok((mapping, current.content()));
             }
             let again = self.map.get(logical_block)?;
             if again == mapping {

@@ -153,6 +153,17 @@ impl SideBatch<'_> {
         self.core.accept_moved_copy(&mut self.state, record, data, checksum, relocated)
     }
 
+    /// A shared copy stored as a fragment moved as stored (`false`: the batch is full).
+    pub(crate) fn accept_moved_compressed_copy(
+        &mut self,
+        record: u64,
+        fragment: &[u8],
+        checksum: u32,
+        relocated: (u8, u64),
+    ) -> bool {
+        self.core.accept_moved_compressed_copy(&mut self.state, record, fragment, checksum, relocated)
+    }
+
     /// A fragment moved as stored (or repacked) for the blocks of `mask` (`false`: full).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn accept_fragment(

@@ -34,13 +34,15 @@ pub(crate) enum BlockWrite<'a> {
     Patch(u64, usize, &'a [u8]),
     /// A whole block and its CRC32C, proven equal (outside the state lock) to the content
     /// of a candidate: shared with it when the candidate is unchanged under the lock,
-    /// written whole otherwise (docs/deduplication.md).
-    Duplicate(u64, &'a [u8], u32, super::deduplication::Candidate),
+    /// written whole otherwise (docs/deduplication.md). The last field: the block's LZ4
+    /// fragment when it compressed, compressed before the lock for the case where it
+    /// becomes a new shared copy (decision 11).
+    Duplicate(u64, &'a [u8], u32, super::deduplication::Candidate, Option<&'a [u8]>),
     /// A whole block and its CRC32C, equal (compared before the state lock) to an
     /// earlier block of the same request, the last `u64` (docs/deduplication.md, "Paths"):
     /// shared with it when that block still holds the content under the lock, in memory;
-    /// written whole otherwise.
-    Repeat(u64, &'a [u8], u32, u64),
+    /// written whole otherwise. The last field as for `Duplicate`.
+    Repeat(u64, &'a [u8], u32, u64, Option<&'a [u8]>),
     Zero(u64),
     Trim(u64),
 }
@@ -76,8 +78,8 @@ impl BlockWrite<'_> {
     /// duplicate's candidate's.
     fn blocks_looked_up(&self) -> impl Iterator<Item = u64> {
         let candidate = match *self {
-            BlockWrite::Duplicate(_, _, _, candidate) => Some(candidate.logical_block),
-            BlockWrite::Repeat(_, _, _, earlier) => Some(earlier),
+            BlockWrite::Duplicate(_, _, _, candidate, _) => Some(candidate.logical_block),
+            BlockWrite::Repeat(_, _, _, earlier, _) => Some(earlier),
             _ => None,
         };
         self.logical_blocks().chain(candidate)
@@ -448,11 +450,11 @@ impl Core {
                     None,
                 )
             }
-            BlockWrite::Duplicate(logical_block, data, checksum, candidate) => {
-                self.accept_duplicate(state, logical_block, data, checksum, candidate)?
+            BlockWrite::Duplicate(logical_block, data, checksum, candidate, fragment) => {
+                self.accept_duplicate(state, logical_block, data, checksum, candidate, fragment)?
             }
-            BlockWrite::Repeat(logical_block, data, checksum, earlier) => {
-                self.accept_repeat(state, logical_block, data, checksum, earlier)?
+            BlockWrite::Repeat(logical_block, data, checksum, earlier, fragment) => {
+                self.accept_repeat(state, logical_block, data, checksum, earlier, fragment)?
             }
             BlockWrite::Zero(logical_block) => self.accept_range(state, logical_block, false)?,
             BlockWrite::Trim(logical_block) => self.accept_range(state, logical_block, true)?,
@@ -633,8 +635,8 @@ impl Core {
                 return;
             }
             BlockWrite::Data(logical_block, data, checksum)
-            | BlockWrite::Duplicate(logical_block, data, checksum, _)
-            | BlockWrite::Repeat(logical_block, data, checksum, _) => {
+            | BlockWrite::Duplicate(logical_block, data, checksum, ..)
+            | BlockWrite::Repeat(logical_block, data, checksum, ..) => {
                 (logical_block, LogEntryKind::Data, checksum, Some(data))
             }
             BlockWrite::Zero(logical_block) => (logical_block, LogEntryKind::Zero, 0, None),
@@ -679,8 +681,10 @@ impl Core {
     /// "Paths"): when the candidate is unchanged — the same mapping, its content still
     /// where it was compared — `logical_block` refers to the candidate's shared copy (a
     /// reference entry), or, when the candidate is not shared yet, the block is written as
-    /// the copy of a new record that both refer to. Otherwise it is written whole. A block
-    /// rewritten with its own content changes nothing. `Ok(false)`: the batch is full.
+    /// the copy of a new record that both refer to — as `fragment` (its LZ4 form) when it
+    /// compressed and the volume stores compressed copies (decision 11). Otherwise it is
+    /// written whole. A block rewritten with its own content changes nothing. `Ok(false)`:
+    /// the batch is full.
     fn accept_duplicate(
         &self,
         state: &mut WriteState,
@@ -688,6 +692,7 @@ impl Core {
         data: &[u8],
         checksum: u32,
         candidate: super::deduplication::Candidate,
+        fragment: Option<&[u8]>,
     ) -> Result<bool> {
         let counters = &self.deduplication.as_ref().expect("a finder found the candidate").counters;
         assert!(
@@ -736,6 +741,9 @@ impl Core {
             "block {}: a candidate not yet shared was compared where it is mapped",
             candidate.logical_block
         );
+        if let Some(fragment) = fragment.filter(|_| self.geometry.compressed_shared_copies) {
+            return Ok(self.accept_compressed_copy(state, logical_block, data, fragment, candidate.logical_block));
+        }
         let open = state.log.open_batch();
         // The first duplicate: the block becomes the copy of a new record, which the
         // candidate and the block refer to (the candidate's old copy dies).
@@ -744,7 +752,7 @@ impl Core {
         };
         open.block_mut(index).copy_from_slice(data);
         let position = self.record_checksum(state, index, checksum);
-        let record = self.shared.write().allocate(position);
+        let record = self.shared.write().allocate(position, None);
         let open = state.log.open_batch();
         open.push_entry(Entry::SharedCopy {
             record,
@@ -762,11 +770,61 @@ impl Core {
         Ok(true)
     }
 
+    /// The first duplicate of `candidate` (a logical block whose own block or fragment
+    /// holds `data`, unchanged under this lock): `data`'s LZ4 form `fragment` becomes the
+    /// copy of a new record — a fragment keyed by the record, its kind-15 entry and the
+    /// two references in one summary — and both blocks refer to it (`false`: the batch is
+    /// full, nothing changed).
+    fn accept_compressed_copy(
+        &self,
+        state: &mut WriteState,
+        logical_block: u64,
+        data: &[u8],
+        fragment: &[u8],
+        candidate: u64,
+    ) -> bool {
+        use crate::log::batch::FragmentOwner;
+        let counters = &self.deduplication.as_ref().expect("a finder found the candidate").counters;
+        let checksum = crate::layout::packed::unit_checksum(data);
+        let sixteenths = crate::layout::packed::sixteenths(fragment.len(), 1);
+        // The record's number is its fragment's key: taken before the fragment is placed,
+        // allocated once it is (no other writer runs: this is the write lock).
+        let mut shared = self.shared.write();
+        let record = shared.next_record();
+        let owner = FragmentOwner::Record { record, moved: false, entries_after: 2 };
+        let key = crate::space::shared::fragment_key(record);
+        let Some(position) = self.place_fragment(
+            state,
+            key,
+            1,
+            1,
+            fragment,
+            checksum,
+            format::LIFETIME_CLASS_UNKNOWN,
+            sixteenths,
+            owner,
+        ) else {
+            return false;
+        };
+        assert_eq!(shared.allocate(position, Some(sixteenths)), record, "the record its fragment is keyed by");
+        drop(shared);
+        let open = state.log.open_batch();
+        open.push_entry(Entry::Reference { record, logical_block: candidate });
+        open.push_entry(Entry::Reference { record, logical_block });
+        let segment = position / self.geometry.blocks_per_segment();
+        state.space.add_live(segment, sixteenths as u64);
+        self.remap(state, candidate, Mapping::Shared { record });
+        self.remap(state, logical_block, Mapping::Shared { record });
+        counters.blocks_shared.fetch_add(1, Ordering::Relaxed);
+        counters.copies_compressed.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
     /// Accept `data` for `logical_block`, equal to what `earlier` (a block of the same
     /// request, accepted before it) was given: shared with it when `earlier` still holds
     /// that content — its whole block or its shared copy, compared here in memory (the
     /// open batch, a batch being written, the cache) — and written whole otherwise
-    /// (`false`: the batch is full).
+    /// (`false`: the batch is full). `fragment` as for [`Core::accept_duplicate`].
     fn accept_repeat(
         &self,
         state: &mut WriteState,
@@ -774,6 +832,7 @@ impl Core {
         data: &[u8],
         checksum: u32,
         earlier: u64,
+        fragment: Option<&[u8]>,
     ) -> Result<bool> {
         assert_ne!(logical_block, earlier, "a block repeats another block of its request");
         let counters = &self.deduplication.as_ref().expect("a finder paired the blocks").counters;
@@ -806,7 +865,7 @@ impl Core {
                     position,
                     generation: self.generation(segment),
                 };
-                self.accept_duplicate(state, logical_block, data, checksum, candidate)
+                self.accept_duplicate(state, logical_block, data, checksum, candidate, fragment)
             }
         }
     }
@@ -848,10 +907,40 @@ impl Core {
             return Ok(None);
         }
         let mut content = [0u8; BLOCK_SIZE_BYTES];
-        let equal =
-            matches!(self.position_from_memory(copy.position, &mut content, Some(state)), super::Lookup::Served)
-                && content[..] == *data;
-        Ok(equal.then_some(record))
+        let in_memory = match copy.fragment {
+            None => {
+                matches!(self.position_from_memory(copy.position, &mut content, Some(state)), super::Lookup::Served)
+            }
+            Some(_) => self.fragment_from_memory(
+                state,
+                copy.position,
+                crate::space::shared::fragment_key(record),
+                &mut content,
+            ),
+        };
+        Ok((in_memory && content[..] == *data).then_some(record))
+    }
+
+    /// The block keyed `key` of the fragment starting in the packed block at `position`,
+    /// decompressed into `out` and proven by its unit checksum, when that packed block and
+    /// the ones it continues into are all in memory (`false` otherwise).
+    fn fragment_from_memory(&self, state: &WriteState, position: u64, key: u64, out: &mut [u8]) -> bool {
+        let mut start = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+        if !matches!(self.position_from_memory(position, &mut start, Some(state)), super::Lookup::Served) {
+            return false;
+        }
+        let Ok((entries, index)) = crate::layout::packed::find(&start, key) else {
+            return false;
+        };
+        let mut following = Vec::new();
+        for after in 1..=crate::layout::packed::following_blocks(&entries, index) as u64 {
+            let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+            if !matches!(self.position_from_memory(position + after, &mut block, Some(state)), super::Lookup::Served) {
+                return false;
+            }
+            following.push(block);
+        }
+        crate::layout::packed::extract(&start, &entries, index, &following, key, out).is_ok()
     }
 
     /// The cleaner moves shared-block record `record`'s copy (`data`, CRC32C `checksum`)
@@ -882,12 +971,54 @@ impl Core {
         );
         let open = state.log.open_batch();
         open.oldest_clock = open.oldest_clock.min(relocated.1);
-        self.shared.write().moved(record, position);
+        self.shared.write().moved(record, position, None);
         if let Some(finder) = &self.deduplication {
             finder.counters.copies_moved.fetch_add(1, Ordering::Relaxed);
         }
         state.space.add_live(position / per_segment, self.geometry.live_units_per_block());
         self.release_units(state, old, self.geometry.live_units_per_block());
+        true
+    }
+
+    /// The cleaner moves shared-block record `record`'s copy, a fragment (`fragment` as
+    /// stored, unit checksum `checksum`), into the open relocation batch (`false`: full):
+    /// a moved kind-15 entry, the record's new position, its share moved from the old
+    /// packed block's segment to the new one.
+    pub(super) fn accept_moved_compressed_copy(
+        &self,
+        state: &mut WriteState,
+        record: u64,
+        fragment: &[u8],
+        checksum: u32,
+        relocated: (u8, u64),
+    ) -> bool {
+        use crate::log::batch::FragmentOwner;
+        assert!(state.log.open().is_some_and(|open| open.relocation), "record {record}: only the cleaner moves a copy");
+        let Some(old) = self.shared.read().get(record) else {
+            return true; // freed meanwhile: nothing to move
+        };
+        let sixteenths = old.fragment.expect("a fragment copy is moved as one");
+        let owner = FragmentOwner::Record { record, moved: true, entries_after: 0 };
+        let key = crate::space::shared::fragment_key(record);
+        let Some(position) = self.place_fragment(state, key, 1, 1, fragment, checksum, relocated.0, sixteenths, owner)
+        else {
+            return false;
+        };
+        let per_segment = self.geometry.blocks_per_segment();
+        assert_ne!(
+            old.position / per_segment,
+            position / per_segment,
+            "record {record}: a copy moves out of its (victim) segment"
+        );
+        let open = state.log.open_batch();
+        open.oldest_clock = open.oldest_clock.min(relocated.1);
+        self.shared.write().moved(record, position, Some(sixteenths));
+        if let Some(finder) = &self.deduplication {
+            finder.counters.copies_moved.fetch_add(1, Ordering::Relaxed);
+            finder.counters.compressed_copies_moved.fetch_add(1, Ordering::Relaxed);
+        }
+        state.space.add_live(position / per_segment, sixteenths as u64);
+        Self::release_segment_units(state, old.position / per_segment, sixteenths as u64);
         true
     }
 
@@ -940,20 +1071,20 @@ impl Core {
         let lifetime_class = relocated.map_or(format::LIFETIME_CLASS_UNKNOWN, |(class, _)| class);
         // Shared among the blocks it serves now: what the segment holds for them.
         let sixteenths = crate::layout::packed::sixteenths(fragment.len(), mask.count_ones() as usize);
-        let open = state.log.open_batch();
-        let Some(placed) =
-            open.append_fragment(first_logical_block, blocks, mask, fragment, checksum, lifetime_class, sixteenths)
-        else {
+        let owner = crate::log::batch::FragmentOwner::Blocks;
+        let Some(position) = self.place_fragment(
+            state,
+            first_logical_block,
+            blocks,
+            mask,
+            fragment,
+            checksum,
+            lifetime_class,
+            sixteenths,
+            owner,
+        ) else {
             return false;
         };
-        let mut position = None;
-        for (index, block_checksum) in placed.touched {
-            let recorded = self.record_checksum(state, index, block_checksum);
-            if index == placed.start_index {
-                position = Some(recorded);
-            }
-        }
-        let position = position.expect("a fragment touches the packed block it starts in");
         if let Some((_, clock)) = relocated {
             let open = state.log.open_batch();
             open.oldest_clock = open.oldest_clock.min(clock);
@@ -962,6 +1093,34 @@ impl Core {
             self.remap(state, first_logical_block + place, Mapping::Fragment { position, sixteenths });
         }
         true
+    }
+
+    /// Put a fragment into the open batch's packed blocks (`OpenBatch::append_fragment`)
+    /// and record the checksums of the packed blocks it touched: the position of the one
+    /// it starts in, or `None` when the batch is full (nothing changed).
+    #[allow(clippy::too_many_arguments)]
+    fn place_fragment(
+        &self,
+        state: &mut WriteState,
+        key: u64,
+        blocks: u8,
+        mask: u8,
+        fragment: &[u8],
+        checksum: u32,
+        lifetime_class: u8,
+        sixteenths: u8,
+        owner: crate::log::batch::FragmentOwner,
+    ) -> Option<u64> {
+        let open = state.log.open_batch();
+        let placed = open.append_fragment(key, blocks, mask, fragment, checksum, lifetime_class, sixteenths, owner)?;
+        let mut position = None;
+        for (index, block_checksum) in placed.touched {
+            let recorded = self.record_checksum(state, index, block_checksum);
+            if index == placed.start_index {
+                position = Some(recorded);
+            }
+        }
+        Some(position.expect("a fragment touches the packed block it starts in"))
     }
 
     /// Put `block` in the open batch's next data slot, described by `entry`, and record its
@@ -1090,8 +1249,15 @@ impl Core {
                 );
                 shared.remove_reference(record)
             };
-            if let Some(position) = freed {
-                self.release_units(state, position, self.geometry.live_units_per_block());
+            match freed {
+                Some(copy @ crate::space::shared::SharedRecord { fragment: None, .. }) => {
+                    self.release_units(state, copy.position, self.geometry.live_units_per_block())
+                }
+                // (A packed block stays cached, as below.)
+                Some(copy @ crate::space::shared::SharedRecord { fragment: Some(share), .. }) => {
+                    Self::release_segment_units(state, copy.position / per_segment, share as u64)
+                }
+                None => {}
             }
         }
         // (A packed block stays cached: its other fragments may still be live.)

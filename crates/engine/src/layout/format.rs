@@ -36,10 +36,17 @@ pub const FEATURE_DEDUPLICATION: u64 = 1 << 4;
 /// all (summary header byte 113; docs/crash-consistency.md, "Client writes in two
 /// streams"). Code that does not know the pair byte would keep half a pair.
 pub const FEATURE_CLIENT_WRITE_PAIRS: u64 = 1 << 5;
+/// Incompatible feature bit 6: a shared copy may be a fragment (summary entry kind 15,
+/// shared-table records with a share; docs/deduplication.md decision 11); set by
+/// `create` with both compression and deduplication (bits 2 and 4), which it needs.
+pub const FEATURE_COMPRESSED_SHARED_COPIES: u64 = 1 << 6;
 /// The incompatible features this code knows (bit 0, a write log on the members, is
 /// planned, not built: a volume with it is refused).
-pub const KNOWN_FEATURES: u64 =
-    FEATURE_PACKED_FRAGMENTS | FEATURE_THIN_PROVISIONED | FEATURE_DEDUPLICATION | FEATURE_CLIENT_WRITE_PAIRS;
+pub const KNOWN_FEATURES: u64 = FEATURE_PACKED_FRAGMENTS
+    | FEATURE_THIN_PROVISIONED
+    | FEATURE_DEDUPLICATION
+    | FEATURE_CLIENT_WRITE_PAIRS
+    | FEATURE_COMPRESSED_SHARED_COPIES;
 /// The largest logical size of a thin volume, in blocks (2^36: 256 TiB).
 pub const THIN_LOGICAL_BLOCKS_MAXIMUM: u64 = 1 << 36;
 
@@ -419,6 +426,10 @@ impl Superblock {
         if compression != CompressionSetting::Off && incompatible_features & FEATURE_PACKED_FRAGMENTS == 0 {
             return Err(SuperblockProblem::Inconsistent(SuperblockInconsistency::CompressionWithoutPackedFragments));
         }
+        let both = FEATURE_PACKED_FRAGMENTS | FEATURE_DEDUPLICATION;
+        if incompatible_features & FEATURE_COMPRESSED_SHARED_COPIES != 0 && incompatible_features & both != both {
+            return Err(SuperblockProblem::Inconsistent(SuperblockInconsistency::CompressedCopiesWithoutBoth));
+        }
         let deduplication = match if version >= SUPERBLOCK_VERSION { block[2338] } else { 0 } {
             0 => false,
             1 if incompatible_features & FEATURE_DEDUPLICATION != 0 => true,
@@ -592,6 +603,7 @@ impl Superblock {
             thin_logical_block_count: (self.incompatible_features & FEATURE_THIN_PROVISIONED != 0)
                 .then(|| self.logical_size_bytes / BLOCK_SIZE_BYTES as u64),
             shared_blocks: self.incompatible_features & FEATURE_DEDUPLICATION != 0,
+            compressed_shared_copies: self.incompatible_features & FEATURE_COMPRESSED_SHARED_COPIES != 0,
         }
     }
 
@@ -675,6 +687,11 @@ pub enum Entry {
     /// Logical block `logical_block` now refers to shared-block record `record` (kind 11;
     /// it takes no block).
     Reference { record: u64, logical_block: u64 },
+    /// Shared-block record `record`'s copy is a fragment keyed `2^63 | record` that starts
+    /// in the packed block the latest `Packed` entry of the same summary consumed (kind 15;
+    /// no block of its own): born there, or moved there by the cleaner (`moved`).
+    /// `checksum`: its unit checksum; `sixteenths`: its share of the space, 1–16.
+    SharedFragment { record: u64, checksum: u32, lifetime_class: u8, sixteenths: u8, moved: bool },
     /// Logical block `logical_block` is served by a fragment that starts in the packed
     /// block the latest `Packed` entry of the same summary consumed (it takes no block of
     /// its own). `checksum`: the fragment's unit checksum; `sixteenths`: the block's share
@@ -709,6 +726,7 @@ const ENTRY_KIND_REFERENCE: u8 = 11;
 const ENTRY_KIND_SHARED_COPY_MOVED: u8 = 12;
 const ENTRY_KIND_SHARED_TABLE_PAGE: u8 = 13;
 const ENTRY_KIND_NAME_TABLE_PAGE: u8 = 14;
+const ENTRY_KIND_SHARED_FRAGMENT: u8 = 15;
 /// Shared-block record numbers fit in 56 bits (they are below the data positions).
 pub const SHARED_RECORD_BITS: u32 = 56;
 /// A fragment's share of its packed block, in sixteenths: 1 … this.
@@ -727,7 +745,14 @@ impl Entry {
             put(bytes, 8, &logical_block.to_le_bytes());
             return;
         }
+        let mut flags = 0u8;
         let (kind, class, value, logical_block) = match *self {
+            Entry::SharedFragment { record, checksum, lifetime_class, sixteenths, moved } => {
+                assert!(record >> SHARED_RECORD_BITS == 0, "record {record} beyond 56 bits");
+                share = sixteenths;
+                flags = moved as u8;
+                (ENTRY_KIND_SHARED_FRAGMENT, lifetime_class, checksum, record)
+            }
             Entry::SharedCopy { record, checksum, lifetime_class, moved } => {
                 let kind = if moved { ENTRY_KIND_SHARED_COPY_MOVED } else { ENTRY_KIND_SHARED_COPY };
                 (kind, lifetime_class, checksum, record)
@@ -759,6 +784,7 @@ impl Entry {
         bytes[0] = kind;
         bytes[1] = class;
         bytes[2] = share;
+        bytes[3] = flags;
         put(bytes, 4, &value.to_le_bytes());
         put(bytes, 8, &logical_block.to_le_bytes());
     }
@@ -791,6 +817,20 @@ impl Entry {
                     moved: kind == ENTRY_KIND_SHARED_COPY_MOVED,
                 })
             }
+            ENTRY_KIND_SHARED_FRAGMENT
+                if version >= SUMMARY_VERSION
+                    && (1..=SIXTEENTHS_PER_BLOCK).contains(&bytes[2])
+                    && bytes[3] <= 1
+                    && logical_block >> SHARED_RECORD_BITS == 0 =>
+            {
+                Some(Entry::SharedFragment {
+                    record: logical_block,
+                    checksum: value,
+                    lifetime_class,
+                    sixteenths: bytes[2],
+                    moved: bytes[3] == 1,
+                })
+            }
             ENTRY_KIND_REFERENCE if version >= SUMMARY_VERSION => {
                 let record = (bytes[1] as u64) << 48 | (read_u16(bytes, 2) as u64) << 32 | value as u64;
                 Some(Entry::Reference { record, logical_block })
@@ -819,18 +859,22 @@ impl Entry {
     pub fn has_block(&self) -> bool {
         match self {
             Entry::Data { .. } | Entry::Page { .. } | Entry::Packed { .. } | Entry::SharedCopy { .. } => true,
-            Entry::Zero { .. } | Entry::Trim { .. } | Entry::Reference { .. } | Entry::Fragment { .. } => false,
+            Entry::Zero { .. }
+            | Entry::Trim { .. }
+            | Entry::Reference { .. }
+            | Entry::Fragment { .. }
+            | Entry::SharedFragment { .. } => false,
         }
     }
 
-    /// Whether the entry needs summary version 4 (kinds 10–13).
+    /// Whether the entry needs summary version 4 (kinds 10–15 but 14's page kind).
     pub fn is_sharing(&self) -> bool {
-        self.needs_feature() == Some(EntryFeature::SharedBlocks)
+        matches!(self.needs_feature(), Some(EntryFeature::SharedBlocks | EntryFeature::CompressedSharedCopies))
     }
 
-    /// Whether the entry names a packed fragment (kind 8 or 9).
+    /// Whether the entry names a packed fragment (kind 8, 9 or 15).
     pub fn is_fragment(&self) -> bool {
-        self.needs_feature() == Some(EntryFeature::PackedFragments)
+        matches!(self.needs_feature(), Some(EntryFeature::PackedFragments | EntryFeature::CompressedSharedCopies))
     }
 
     /// The volume feature the entry needs: a volume created without it never holds one.
@@ -838,6 +882,7 @@ impl Entry {
         match self {
             Entry::Packed { .. } | Entry::Fragment { .. } => Some(EntryFeature::PackedFragments),
             Entry::SharedCopy { .. } | Entry::Reference { .. } => Some(EntryFeature::SharedBlocks),
+            Entry::SharedFragment { .. } => Some(EntryFeature::CompressedSharedCopies),
             Entry::Page { kind: PageKind::SharedTable | PageKind::NameTable, .. } => Some(EntryFeature::SharedBlocks),
             Entry::Page {
                 kind: PageKind::Index | PageKind::Directory | PageKind::SegmentTable | PageKind::Root,
@@ -858,7 +903,11 @@ impl Entry {
             | Entry::Page { checksum, .. }
             | Entry::Packed { checksum }
             | Entry::SharedCopy { checksum, .. } => Some(checksum),
-            Entry::Zero { .. } | Entry::Trim { .. } | Entry::Reference { .. } | Entry::Fragment { .. } => None,
+            Entry::Zero { .. }
+            | Entry::Trim { .. }
+            | Entry::Reference { .. }
+            | Entry::Fragment { .. }
+            | Entry::SharedFragment { .. } => None,
         }
     }
 
@@ -868,6 +917,7 @@ impl Entry {
         match *self {
             Entry::Data { lifetime_class, .. }
             | Entry::SharedCopy { lifetime_class, .. }
+            | Entry::SharedFragment { lifetime_class, .. }
             | Entry::Fragment { lifetime_class, .. } => lifetime_class,
             Entry::Zero { .. }
             | Entry::Trim { .. }
@@ -890,10 +940,16 @@ impl Entry {
             Some(EntryFeature::SharedBlocks) if !geometry.shared_blocks => {
                 return Err(LogInconsistency::SharingWithoutFeature { sequence });
             }
-            Some(EntryFeature::PackedFragments | EntryFeature::SharedBlocks) | None => {}
+            Some(EntryFeature::CompressedSharedCopies) if !geometry.compressed_shared_copies => {
+                return Err(LogInconsistency::CompressedCopyWithoutFeature { sequence });
+            }
+            Some(EntryFeature::PackedFragments | EntryFeature::SharedBlocks | EntryFeature::CompressedSharedCopies)
+            | None => {}
         }
         let (first_block, block_count) = match *self {
-            Entry::SharedCopy { record, .. } | Entry::Reference { record, .. }
+            Entry::SharedCopy { record, .. }
+            | Entry::Reference { record, .. }
+            | Entry::SharedFragment { record, .. }
                 if record >= geometry.physical_data_blocks() =>
             {
                 return Err(LogInconsistency::BadSharedRecord { sequence, record });
@@ -904,7 +960,9 @@ impl Entry {
             Entry::Zero { logical_block, block_count } | Entry::Trim { logical_block, block_count } => {
                 (logical_block, block_count as u64)
             }
-            Entry::SharedCopy { .. } | Entry::Page { .. } | Entry::Packed { .. } => return Ok(()),
+            Entry::SharedCopy { .. } | Entry::SharedFragment { .. } | Entry::Page { .. } | Entry::Packed { .. } => {
+                return Ok(())
+            }
         };
         let logical_blocks = geometry.logical_block_count();
         if first_block.checked_add(block_count).is_none_or(|end| end > logical_blocks) {
@@ -945,7 +1003,12 @@ impl Entry {
                 block_count: block_count as u64,
                 mapping: Mapping::Trimmed { segment },
             },
-            Entry::SharedCopy { record, moved, .. } => EntryEffect::Copy { record, position: block_position(), moved },
+            Entry::SharedCopy { record, moved, .. } => {
+                EntryEffect::Copy { record, position: block_position(), fragment: None, moved }
+            }
+            Entry::SharedFragment { record, sixteenths, moved, .. } => {
+                EntryEffect::Copy { record, position: block_position(), fragment: Some(sixteenths), moved }
+            }
             // A checkpoint block means something only to the checkpoint that names it; a
             // packed block holds the fragments its `Fragment` entries map.
             Entry::Page { .. } | Entry::Packed { .. } => EntryEffect::Nothing,
@@ -960,6 +1023,8 @@ pub enum EntryFeature {
     PackedFragments,
     /// Deduplication (feature bit 4): shared copies, references, shared-table pages.
     SharedBlocks,
+    /// Shared copies stored as fragments (feature bit 6, which needs bits 2 and 4).
+    CompressedSharedCopies,
 }
 
 /// What an entry does to the index when its batch is replayed (`Entry::effect`).
@@ -967,9 +1032,10 @@ pub enum EntryFeature {
 pub enum EntryEffect {
     /// Logical blocks `first_logical_block .. + block_count` now map to `mapping`.
     Map { first_logical_block: u64, block_count: u64, mapping: Mapping },
-    /// Shared-block record `record`'s copy is the block at `position`: born there, or
-    /// moved there by the cleaner (`moved`).
-    Copy { record: u64, position: u64, moved: bool },
+    /// Shared-block record `record`'s copy is the block at `position` (`fragment`: its
+    /// share, when it is a fragment keyed by the record in the packed block there): born
+    /// there, or moved there by the cleaner (`moved`).
+    Copy { record: u64, position: u64, fragment: Option<u8>, moved: bool },
     /// Nothing in the index (a checkpoint block, a packed block).
     Nothing,
 }
@@ -1155,7 +1221,7 @@ impl Summary {
             // A further fragment belongs to the packed block an earlier entry opened.
             match entry {
                 Entry::Packed { .. } => packed_block_open = true,
-                Entry::Fragment { .. } if !packed_block_open => return None,
+                Entry::Fragment { .. } | Entry::SharedFragment { .. } if !packed_block_open => return None,
                 _ => {}
             }
             entries.push(entry);
@@ -1213,7 +1279,7 @@ pub fn next_summary_index(index: u32, summary: &Summary) -> u32 {
 /// Every entry of a batch, in order, with the batch index of the data block it describes
 /// (`None` for range entries, which describe no block), given the batch's summaries with
 /// their batch indices. Each data entry consumes the next block of its group; a further
-/// fragment (kind 9) starts in the packed block its summary's latest kind-8 entry consumed,
+/// fragment (kind 9 or 15) starts in the packed block its summary's latest kind-8 entry consumed,
 /// whose index it is given (its checksum is not that block's).
 pub fn batch_entries<'a>(
     summaries: impl IntoIterator<Item = (&'a Summary, u32)> + 'a,
@@ -1228,7 +1294,7 @@ pub fn batch_entries<'a>(
                     packed_block = Some(next_block - 1);
                 }
                 (Some(next_block - 1), *entry)
-            } else if matches!(entry, Entry::Fragment { .. }) {
+            } else if matches!(entry, Entry::Fragment { .. } | Entry::SharedFragment { .. }) {
                 (packed_block, *entry)
             } else {
                 (None, *entry)
@@ -1426,6 +1492,53 @@ mod tests {
         block[ENTRIES_OFFSET + 15] = 1; // the born copy's record beyond 56 bits
         seal(&mut block);
         assert_eq!(Summary::decode(&block, &header.volume_uuid), None);
+    }
+
+    /// Kind 15 (a shared copy as a fragment, born or moved) round-trips in a summary of
+    /// version 4 and is given its packed block's index; one before any packed block, with
+    /// a share outside 1–16 or a moved byte other than 0 or 1, is not a summary; replayed,
+    /// it is the record's copy as a fragment.
+    #[test]
+    fn compressed_shared_copies_round_trip_and_are_checked() {
+        let header = sample_header();
+        let packed = Entry::Packed { checksum: 11 };
+        let record = (1u64 << 56) - 5;
+        let born = Entry::SharedFragment { record, checksum: 31, lifetime_class: 2, sixteenths: 7, moved: false };
+        let moved = Entry::SharedFragment { record: 9, checksum: 32, lifetime_class: 5, sixteenths: 16, moved: true };
+        let reference = Entry::Reference { record, logical_block: 77 };
+        let summary = Summary { header, summary_index: 0, entries: vec![packed, born, reference, moved] };
+        let mut block = vec![0u8; BLOCK_SIZE_BYTES];
+        summary.encode(&mut block);
+        assert_eq!(read_u16(&block, 8), SUMMARY_VERSION);
+        assert_eq!(Summary::decode(&block, &header.volume_uuid).unwrap(), summary);
+        let indices: Vec<Option<u32>> = batch_entries([(&summary, 0)]).map(|(index, _)| index).collect();
+        assert_eq!(indices, vec![Some(1), Some(1), None, Some(1)]);
+        assert_eq!(
+            born.effect(Some(40), 0),
+            EntryEffect::Copy { record, position: 40, fragment: Some(7), moved: false }
+        );
+        let orphan = Summary { header, summary_index: 0, entries: vec![born] };
+        orphan.encode(&mut block);
+        assert_eq!(Summary::decode(&block, &header.volume_uuid), None, "a fragment copy needs its packed block");
+        for (offset, value) in [(2, 0u8), (2, 17), (3, 2)] {
+            summary.encode(&mut block);
+            block[ENTRIES_OFFSET + ENTRY_SIZE_BYTES + offset] = value;
+            seal(&mut block);
+            assert_eq!(Summary::decode(&block, &header.volume_uuid), None, "byte {offset} = {value}");
+        }
+        let geometry = sample_superblock().geometry();
+        assert!(moved.validate(&geometry.clone().with_shared_blocks(true), 1).is_err(), "needs feature bit 6");
+        // Feature bit 6 stands only beside bits 2 and 4.
+        let mut superblock = sample_superblock();
+        superblock.version = SUPERBLOCK_VERSION_WITH_FEATURES;
+        superblock.incompatible_features = FEATURE_COMPRESSED_SHARED_COPIES | FEATURE_DEDUPLICATION;
+        superblock.encode(&mut block);
+        assert!(matches!(Superblock::decode(&block, 1), Err(SuperblockProblem::Inconsistent(_))), "without bit 2");
+        superblock.incompatible_features |= FEATURE_PACKED_FRAGMENTS;
+        superblock.encode(&mut block);
+        let decoded = Superblock::decode(&block, 1).expect("bits 2, 4 and 6");
+        assert!(decoded.geometry().compressed_shared_copies);
+        assert!(moved.validate(&decoded.geometry(), 1).is_ok());
     }
 
     /// Kinds 8 and 9 round-trip in a summary of version 3 (a summary without them stays

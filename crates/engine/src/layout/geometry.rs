@@ -103,6 +103,8 @@ pub struct Geometry {
     pub thin_logical_block_count: Option<u64>,
     /// Index entries may name shared-block records (deduplication, feature bit 4).
     pub shared_blocks: bool,
+    /// A shared copy may be a fragment (feature bit 6, docs/deduplication.md decision 11).
+    pub compressed_shared_copies: bool,
 }
 
 impl Geometry {
@@ -162,6 +164,7 @@ impl Geometry {
             packed_fragments: false,
             thin_logical_block_count: None,
             shared_blocks: false,
+            compressed_shared_copies: false,
         };
         if geometry.segment_count() < 2 {
             return Err(GeometryProblem::MembersTooSmall { smallest_member_bytes, chunk_size_bytes });

@@ -45,6 +45,14 @@ pub fn fragment_bytes_maximum(blocks: usize) -> usize {
     unit - unit / 8 - TABLE_ENTRY_BYTES
 }
 
+/// The key a shared copy stored as a fragment (shared-block record `record`'s) has in its
+/// packed block's table, where a fragment of clients' blocks has its first logical block:
+/// bit 63 and the record (no logical block reaches bit 63).
+pub fn record_key(record: u64) -> u64 {
+    assert!(record >> 62 == 0, "record {record} fits a fragment key");
+    1 << 63 | record
+}
+
 /// How a unit was judged when offered for compression.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Compressed {

@@ -214,6 +214,17 @@ pub struct PlacedFragment {
     pub touched: Vec<(u32, u32)>,
 }
 
+/// What a fragment stores, and so the entries that describe it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FragmentOwner {
+    /// Clients' logical blocks: a kind-9 entry for each block of the mask.
+    Blocks,
+    /// The copy of shared-block record `record` (keyed `2^63 | record`): one kind-15
+    /// entry, born or `moved`, with room kept in its summary for the `entries_after`
+    /// entries the caller pushes next (the references that share a new copy).
+    Record { record: u64, moved: bool, entries_after: usize },
+}
+
 /// Where the next entry of an open batch goes.
 pub enum Slot {
     /// A data block at this batch index.
@@ -381,7 +392,8 @@ impl OpenBatch {
     /// which those in `mask` are stored by it, with unit checksum `checksum` — into the
     /// packed block being filled, spilling into the next batch indices when it does not
     /// fit and that block is the batch's last index, or into a new packed block.
-    /// `sixteenths`: each block's share. `None` when the batch is full.
+    /// `sixteenths`: each block's share; `owner`: what the entries name. `None` when the
+    /// batch is full (nothing is changed then).
     #[allow(clippy::too_many_arguments)]
     pub fn append_fragment(
         &mut self,
@@ -392,13 +404,24 @@ impl OpenBatch {
         checksum: u32,
         lifetime_class: u8,
         sixteenths: u8,
+        owner: FragmentOwner,
     ) -> Option<PlacedFragment> {
         assert!(
             !fragment.is_empty() && fragment.len() <= packed::UNIT_BYTES_MAXIMUM,
             "a fragment of {} bytes is a unit's at most",
             fragment.len()
         );
-        let served = mask.count_ones() as usize;
+        // The entries it needs in the summary of its start block.
+        let served = match owner {
+            FragmentOwner::Blocks => mask.count_ones() as usize,
+            FragmentOwner::Record { record, entries_after, .. } => {
+                assert!(
+                    blocks == 1 && mask == 1 && first_logical_block == packed::record_key(record),
+                    "record {record}: a shared copy is a unit of one block keyed by its record"
+                );
+                1 + entries_after
+            }
+        };
         let continuing = self.packing.filter(|packing| packing.group + 1 == self.groups.len()).and_then(|packing| {
             let room = packed::room(self.block(packing.index));
             let spill_blocks = packed::blocks_after(fragment.len(), room);
@@ -436,13 +459,26 @@ impl OpenBatch {
         let block = self.block_mut(start_index);
         let mut placed = packed::start_fragment(block, first_logical_block, blocks, mask, fragment, checksum);
         let group = packing.group;
-        for place in (0..blocks).filter(|place| mask & (1 << place) != 0) {
-            self.groups[group].entries.push(Entry::Fragment {
-                logical_block: first_logical_block + place as u64,
-                checksum,
-                lifetime_class,
-                sixteenths,
-            });
+        match owner {
+            FragmentOwner::Blocks => {
+                for place in (0..blocks).filter(|place| mask & (1 << place) != 0) {
+                    self.groups[group].entries.push(Entry::Fragment {
+                        logical_block: first_logical_block + place as u64,
+                        checksum,
+                        lifetime_class,
+                        sixteenths,
+                    });
+                }
+            }
+            FragmentOwner::Record { record, moved, .. } => {
+                self.groups[group].entries.push(Entry::SharedFragment {
+                    record,
+                    checksum,
+                    lifetime_class,
+                    sixteenths,
+                    moved,
+                });
+            }
         }
         let mut touched = vec![(start_index, self.refresh_checksum(packing))];
         let mut packing = packing;

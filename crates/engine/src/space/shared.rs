@@ -7,14 +7,21 @@
 //! durable and no reader can still hold it ([`SharedTable::release_through`]); until then
 //! a reader that resolved the record still finds the copy it named.
 //!
-//! Records are 8 bytes as the shared table's pages hold them: the low 56 bits the copy's
-//! position + 1 (0: free), the top 8 bits the reference count.
+//! Records are 8 bytes as the shared table's pages hold them: the low 51 bits the copy's
+//! position + 1 (0: free), bit 51 set when the copy is a fragment (a one-block unit
+//! compressed into a packed block, keyed there by [`fragment_key`]) with its share in
+//! sixteenths less one in bits 52–55, the top 8 bits the reference count.
 
 /// References one copy takes at most (dm-vdo's bound): the next duplicate starts a new
 /// record, so one bad block never costs more than this many logical blocks.
 pub const REFERENCES_MAXIMUM: u8 = 254;
-const POSITION_BITS: u32 = 56;
+const POSITION_BITS: u32 = 51;
 const POSITION_MASK: u64 = (1 << POSITION_BITS) - 1;
+const FRAGMENT_BIT: u64 = 1 << 51;
+const SHARE_SHIFT: u32 = 52;
+const REFERENCES_SHIFT: u32 = 56;
+
+pub use crate::layout::packed::record_key as fragment_key;
 
 /// One record, unpacked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +30,9 @@ pub struct SharedRecord {
     pub position: u64,
     /// Logical blocks that refer to it.
     pub references: u8,
+    /// `Some(share)`: the copy is a fragment keyed [`fragment_key`] in the packed block at
+    /// `position`, taking `share` sixteenths of a block (1 … 16); `None`: a whole block.
+    pub fragment: Option<u8>,
 }
 
 impl SharedRecord {
@@ -30,13 +40,50 @@ impl SharedRecord {
     pub fn pack(record: Option<SharedRecord>) -> u64 {
         match record {
             None => 0,
-            Some(record) => ((record.references as u64) << POSITION_BITS) | (record.position + 1),
+            Some(record) => {
+                let fragment = record.fragment.map_or(0, |share| {
+                    assert!((1..=16).contains(&share), "a fragment's share is 1 … 16 sixteenths, not {share}");
+                    FRAGMENT_BIT | ((share as u64 - 1) << SHARE_SHIFT)
+                });
+                ((record.references as u64) << REFERENCES_SHIFT) | fragment | (record.position + 1)
+            }
         }
     }
 
+    /// The record a shared table page holds (`None`: free). The share bits of a whole
+    /// copy are zero.
     pub fn unpack(value: u64) -> Option<SharedRecord> {
         let position = value & POSITION_MASK;
-        (position != 0).then(|| SharedRecord { position: position - 1, references: (value >> POSITION_BITS) as u8 })
+        let fragment = (value & FRAGMENT_BIT != 0).then(|| ((value >> SHARE_SHIFT) & 15) as u8 + 1);
+        (position != 0).then(|| SharedRecord {
+            position: position - 1,
+            references: (value >> REFERENCES_SHIFT) as u8,
+            fragment,
+        })
+    }
+
+    /// Whether a shared table page's value is one `pack` writes: a free record is all
+    /// zero, a whole copy's share bits are zero.
+    pub fn well_formed(value: u64) -> bool {
+        let position = value & POSITION_MASK;
+        match position {
+            0 => value == 0,
+            _ => value & FRAGMENT_BIT != 0 || (value >> SHARE_SHIFT) & 15 == 0,
+        }
+    }
+
+    /// The live units the copy counts in its segment: its share when a fragment, a whole
+    /// block (`units_per_block`) otherwise.
+    pub fn live_units(&self, units_per_block: u64) -> u64 {
+        self.fragment.map_or(units_per_block, u64::from)
+    }
+
+    /// The copy's content as a mapping would name it (the fragment keyed by the record).
+    pub fn content(&self) -> crate::index::map::Mapping {
+        match self.fragment {
+            Some(sixteenths) => crate::index::map::Mapping::Fragment { position: self.position, sixteenths },
+            None => crate::index::map::Mapping::Data { position: self.position },
+        }
     }
 }
 
@@ -68,6 +115,9 @@ pub struct SharedTable {
     dirty_pages: std::collections::BTreeSet<u64>,
     /// Records in use.
     in_use: u64,
+    /// Of those, copies that are fragments, and the sixteenths they take.
+    fragment_copies: u64,
+    fragment_sixteenths: u64,
 }
 
 impl SharedTable {
@@ -75,21 +125,23 @@ impl SharedTable {
         self.records.get(record as usize).copied().and_then(SharedRecord::unpack)
     }
 
-    /// A new record for a copy at `position`, with no reference yet (the caller adds the
-    /// blocks that share it): a reusable number, else the next one.
-    pub fn allocate(&mut self, position: u64) -> u64 {
+    /// A new record for a copy at `position` (`fragment`: its share when a fragment), with
+    /// no reference yet (the caller adds the blocks that share it): a reusable number,
+    /// else the next one.
+    pub fn allocate(&mut self, position: u64, fragment: Option<u8>) -> u64 {
         let record = self.reusable.pop().unwrap_or(self.records.len() as u64);
         // (Only `release_through`, past the reuse fence, makes a freed number reusable.)
         assert!(self.get(record).is_none(), "record {record} is reused while in use");
         assert!(self.reusable.last().is_none_or(|&next| next > record), "records are reused lowest first");
-        self.born(record, position);
+        self.born(record, position, fragment);
         record
     }
 
-    /// Record `record` is (re)born with its copy at `position` and no reference: what a
-    /// shared copy's summary entry (kind 10) says, in the write path and in replay.
-    pub fn born(&mut self, record: u64, position: u64) {
-        // (Beyond, the copy's position would spill into the reference count.)
+    /// Record `record` is (re)born with its copy at `position` (`fragment`: its share when
+    /// a fragment) and no reference: what a shared copy's summary entry (kind 10, or 15
+    /// for a fragment) says, in the write path and in replay.
+    pub fn born(&mut self, record: u64, position: u64, fragment: Option<u8>) {
+        // (Beyond, the copy's position would spill into the share bits.)
         assert!(position < POSITION_MASK, "record {record}: position {position} fits a record");
         if record as usize >= self.records.len() {
             self.records.resize(record as usize + 1, 0);
@@ -97,15 +149,47 @@ impl SharedTable {
         if self.records[record as usize] == 0 {
             self.in_use += 1;
         }
-        self.set(record, SharedRecord::pack(Some(SharedRecord { position, references: 0 })));
+        self.set(record, SharedRecord::pack(Some(SharedRecord { position, references: 0, fragment })));
         self.reusable.retain(|&free| free != record);
         self.quarantined.retain(|&(_, free)| free != record);
         assert!(self.in_use <= self.records.len() as u64, "records in use fit the table");
     }
 
     fn set(&mut self, record: u64, value: u64) {
-        self.records[record as usize] = value;
+        self.replace(record, value);
         self.dirty_pages.insert(record / RECORDS_PER_PAGE);
+    }
+
+    /// Put `value` in record `record`, keeping the fragment copies' counts.
+    fn replace(&mut self, record: u64, value: u64) {
+        let share = |value: u64| SharedRecord::unpack(value).and_then(|record| record.fragment);
+        if let Some(old) = share(self.records[record as usize]) {
+            self.fragment_copies -= 1;
+            self.fragment_sixteenths -= old as u64;
+        }
+        if let Some(new) = share(value) {
+            self.fragment_copies += 1;
+            self.fragment_sixteenths += new as u64;
+        }
+        self.records[record as usize] = value;
+    }
+
+    /// The number [`SharedTable::allocate`] gives next (a compressed copy's fragment is
+    /// keyed by it before its position is known).
+    pub fn next_record(&self) -> u64 {
+        self.reusable.last().copied().unwrap_or(self.records.len() as u64)
+    }
+
+    /// Copies in use that are fragments, and the sixteenths of a block they take.
+    pub fn fragment_copies(&self) -> (u64, u64) {
+        (self.fragment_copies, self.fragment_sixteenths)
+    }
+
+    /// Blocks the copies in use hold: whole copies, and fragment copies' sixteenths
+    /// rounded up to blocks.
+    pub fn held_blocks(&self) -> u64 {
+        let sixteenths = crate::layout::format::SIXTEENTHS_PER_BLOCK as u64;
+        self.in_use - self.fragment_copies + self.fragment_sixteenths.div_ceil(sixteenths)
     }
 
     /// One more logical block refers to `record`.
@@ -121,9 +205,9 @@ impl SharedTable {
     }
 
     /// A logical block that referred to `record` no longer does (overwritten, trimmed):
-    /// the copy's position when that was the last reference (the copy is dead; the record
+    /// the record as it was when that was the last reference (its copy is dead; the record
     /// is free but quarantined until [`SharedTable::release_through`] lets it go).
-    pub fn remove_reference(&mut self, record: u64) -> Option<u64> {
+    pub fn remove_reference(&mut self, record: u64) -> Option<SharedRecord> {
         let mut current = self.get(record)?;
         current.references = current.references.saturating_sub(1);
         if current.references > 0 {
@@ -135,15 +219,22 @@ impl SharedTable {
         self.in_use -= 1;
         self.frees += 1;
         self.quarantined.push((self.frees, record));
-        Some(current.position)
+        Some(current)
     }
 
-    /// The cleaner moved record `record`'s copy to `position`.
-    pub fn moved(&mut self, record: u64, position: u64) {
+    /// The cleaner moved record `record`'s copy to `position` (`fragment`: its share when
+    /// a fragment; a copy stays what it was born as).
+    pub fn moved(&mut self, record: u64, position: u64, fragment: Option<u8>) {
         assert!(self.get(record).is_some(), "record {record}: only a copy in use is moved");
         assert!(position < POSITION_MASK, "record {record}: position {position} fits a record");
         if let Some(mut current) = self.get(record) {
+            assert_eq!(
+                current.fragment.is_some(),
+                fragment.is_some(),
+                "record {record}: a copy moves as what it was born as"
+            );
             current.position = position;
+            current.fragment = fragment;
             self.set(record, SharedRecord::pack(Some(current)));
         }
     }
@@ -212,7 +303,10 @@ impl SharedTable {
                 continue;
             }
             match SharedRecord::unpack(value) {
-                Some(record) if record.references > 0 && record.references <= REFERENCES_MAXIMUM => {}
+                Some(record)
+                    if record.references > 0
+                        && record.references <= REFERENCES_MAXIMUM
+                        && SharedRecord::well_formed(value) => {}
                 _ => return false,
             }
             let record = first + offset as u64;
@@ -222,7 +316,7 @@ impl SharedTable {
             if self.records[record as usize] == 0 {
                 self.in_use += 1;
             }
-            self.records[record as usize] = value;
+            self.replace(record, value);
         }
         assert!(self.in_use <= self.records.len() as u64, "records in use fit the table");
         true
@@ -260,36 +354,42 @@ mod tests {
     #[test]
     fn a_record_is_shared_bounded_freed_and_reused_only_when_durable() {
         let mut table = SharedTable::default();
-        let record = table.allocate(1000);
-        assert_eq!(table.get(record), Some(SharedRecord { position: 1000, references: 0 }));
+        let record = table.allocate(1000, None);
+        assert_eq!(table.get(record), Some(SharedRecord { position: 1000, references: 0, fragment: None }));
         for _ in 0..REFERENCES_MAXIMUM {
             table.add_reference(record).expect("under the bound");
         }
         assert_eq!(table.add_reference(record), Err(ShareRefused::Full));
-        table.moved(record, 2000);
+        table.moved(record, 2000, None);
         assert_eq!(table.get(record).unwrap().position, 2000, "the cleaner's move rewrites one record");
         for _ in 1..REFERENCES_MAXIMUM {
             assert_eq!(table.remove_reference(record), None);
         }
         let before = table.quarantined_through();
-        assert_eq!(table.remove_reference(record), Some(2000), "the last reference frees the copy");
+        assert_eq!(
+            table.remove_reference(record).map(|freed| freed.position),
+            Some(2000),
+            "the last reference frees the copy"
+        );
         assert_eq!(table.get(record), None);
         assert_eq!(table.add_reference(record), Err(ShareRefused::Free));
-        assert_ne!(table.allocate(3000), record, "not reused before the reuse fence is passed");
+        assert_ne!(table.allocate(3000, None), record, "not reused before the reuse fence is passed");
         table.release_through(before.unwrap_or(0));
-        assert_ne!(table.allocate(3001), record, "freed after the fence was entered");
+        assert_ne!(table.allocate(3001, None), record, "freed after the fence was entered");
         table.release_through(table.quarantined_through().expect("quarantined"));
-        assert_eq!(table.allocate(3002), record, "reused once the fence is passed");
+        assert_eq!(table.allocate(3002, Some(5)), record, "reused once the fence is passed");
         assert_eq!(table.in_use(), 3);
     }
 
     proptest! {
-        /// Records pack and unpack as they were, for any position below 2^56 − 1 and any
-        /// count.
+        /// Records pack and unpack as they were, for any position below 2^51 − 1, any count
+        /// and any share, and what `pack` writes is well formed.
         #[test]
-        fn records_pack_and_unpack(position in 0u64..POSITION_MASK, references in 0u8..=255) {
-            let record = SharedRecord { position, references };
-            prop_assert_eq!(SharedRecord::unpack(SharedRecord::pack(Some(record))), Some(record));
+        fn records_pack_and_unpack(position in 0u64..POSITION_MASK, references in 0u8..=255, share in 0u8..=16) {
+            let record = SharedRecord { position, references, fragment: (share > 0).then_some(share) };
+            let packed = SharedRecord::pack(Some(record));
+            prop_assert_eq!(SharedRecord::unpack(packed), Some(record));
+            prop_assert!(SharedRecord::well_formed(packed));
             prop_assert_eq!(SharedRecord::unpack(0), None);
         }
 
@@ -305,7 +405,7 @@ mod tests {
                 sequence += 1;
                 match action {
                     0 => {
-                        let record = table.allocate(sequence);
+                        let record = table.allocate(sequence, (pick > 3).then_some(pick as u8));
                         prop_assert!(model.iter().all(|&(used, _)| used != record), "reused a record in use");
                         table.add_reference(record).unwrap();
                         model.push((record, 1));
