@@ -10,6 +10,7 @@ use crate::index::names::{Name, NameTable, Runs};
 use crate::layout::format;
 use crate::layout::geometry::BLOCK_SIZE_BYTES;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use stripelog_blockdev::AlignedBuffer;
 
 /// Rows one verification read takes at most from one member (1 MiB).
@@ -69,7 +70,8 @@ struct Chosen {
 /// content is never taken for them. Each was proven by its position checksum.
 #[derive(Default)]
 struct RunAheadCache {
-    blocks: std::collections::HashMap<(u64, u32), AlignedBuffer>,
+    /// Shared with the requests that find them (no copy per candidate).
+    blocks: std::collections::HashMap<(u64, u32), Arc<AlignedBuffer>>,
     order: std::collections::VecDeque<(u64, u32)>,
     /// The candidates asked for last: `start .. end`.
     asked: Option<(u64, u64)>,
@@ -215,18 +217,14 @@ impl Deduplication {
 
     /// The content of `position` (of segment generation `generation`) if it was read
     /// ahead.
-    fn read_ahead(&self, position: u64, generation: u32) -> Option<AlignedBuffer> {
-        let cache = self.run_ahead.lock();
-        let block = cache.blocks.get(&(position, generation))?;
-        let mut copy = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-        copy.copy_from_slice(block);
-        Some(copy)
+    fn read_ahead(&self, position: u64, generation: u32) -> Option<Arc<AlignedBuffer>> {
+        self.run_ahead.lock().blocks.get(&(position, generation)).cloned()
     }
 
     fn keep_read_ahead(&self, blocks: Vec<((u64, u32), AlignedBuffer)>) {
         let mut cache = self.run_ahead.lock();
         for (key, block) in blocks {
-            if cache.blocks.insert(key, block).is_none() {
+            if cache.blocks.insert(key, Arc::new(block)).is_none() {
                 cache.order.push_back(key);
             }
         }
@@ -329,7 +327,7 @@ impl crate::io::Core {
             chosen.push(found);
         }
         // 2. One round of reads: memory first, then each member's rows in runs.
-        let mut contents: std::collections::HashMap<u64, AlignedBuffer> = std::collections::HashMap::new();
+        let mut contents: std::collections::HashMap<u64, Arc<AlignedBuffer>> = std::collections::HashMap::new();
         let mut on_members: Vec<u64> = Vec::new();
         let mut waited = false;
         for &Chosen { candidate, position, fragment_key, generation, .. } in chosen.iter().flatten() {
@@ -350,12 +348,13 @@ impl crate::io::Core {
             }
             let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
             if let crate::io::read::Lookup::Served = self.position_from_memory(position, &mut block, None) {
-                contents.insert(position, block);
+                contents.insert(position, Arc::new(block));
             } else {
                 on_members.push(position);
             }
         }
-        contents.extend(self.read_positions(&on_members));
+        contents
+            .extend(self.read_positions(&on_members).into_iter().map(|(position, block)| (position, Arc::new(block))));
         // 3. Compare in order; a block whose first candidate differs tries the others.
         let mut scratch = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
         let mut results = Vec::with_capacity(blocks.len());
