@@ -1412,7 +1412,7 @@ fn load_name_index(core: &Core) {
             return;
         }
         let positions: Vec<u64> = round.iter().map(|(_, pointer)| pointer.position).collect();
-        let mut read: std::collections::HashMap<u64, AlignedBuffer> = {
+        let mut read: std::collections::HashMap<u64, Arc<[u8]>> = {
             let _fence = core.read_fence();
             core.read_positions(&positions).into_iter().collect()
         };

@@ -65,14 +65,17 @@ struct Chosen {
     generation: u32,
 }
 
+/// A block read ahead: its position and its segment's generation when it was read.
+type ReadAheadKey = (u64, u32);
+
 /// Candidates read ahead of a run (docs/deduplication.md, "Verification"), keyed by
 /// position and the segment's generation when they were read: a reused segment's new
 /// content is never taken for them. Each was proven by its position checksum.
 #[derive(Default)]
 struct RunAheadCache {
     /// Shared with the requests that find them (no copy per candidate).
-    blocks: std::collections::HashMap<(u64, u32), Arc<AlignedBuffer>>,
-    order: std::collections::VecDeque<(u64, u32)>,
+    blocks: std::collections::HashMap<ReadAheadKey, Arc<[u8]>>,
+    order: std::collections::VecDeque<ReadAheadKey>,
     /// The candidates asked for last: `start .. end`.
     asked: Option<(u64, u64)>,
     /// Candidates asked for and not read yet (queued or being read): `start .. end`.
@@ -217,14 +220,14 @@ impl Deduplication {
 
     /// The content of `position` (of segment generation `generation`) if it was read
     /// ahead.
-    fn read_ahead(&self, position: u64, generation: u32) -> Option<Arc<AlignedBuffer>> {
+    fn read_ahead(&self, position: u64, generation: u32) -> Option<Arc<[u8]>> {
         self.run_ahead.lock().blocks.get(&(position, generation)).cloned()
     }
 
-    fn keep_read_ahead(&self, blocks: Vec<((u64, u32), AlignedBuffer)>) {
+    fn keep_read_ahead(&self, blocks: Vec<(ReadAheadKey, Arc<[u8]>)>) {
         let mut cache = self.run_ahead.lock();
         for (key, block) in blocks {
-            if cache.blocks.insert(key, Arc::new(block)).is_none() {
+            if cache.blocks.insert(key, block).is_none() {
                 cache.order.push_back(key);
             }
         }
@@ -327,7 +330,7 @@ impl crate::io::Core {
             chosen.push(found);
         }
         // 2. One round of reads: memory first, then each member's rows in runs.
-        let mut contents: std::collections::HashMap<u64, Arc<AlignedBuffer>> = std::collections::HashMap::new();
+        let mut contents: std::collections::HashMap<u64, Arc<[u8]>> = std::collections::HashMap::new();
         let mut on_members: Vec<u64> = Vec::new();
         let mut waited = false;
         for &Chosen { candidate, position, fragment_key, generation, .. } in chosen.iter().flatten() {
@@ -348,13 +351,12 @@ impl crate::io::Core {
             }
             let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
             if let crate::io::read::Lookup::Served = self.position_from_memory(position, &mut block, None) {
-                contents.insert(position, Arc::new(block));
+                contents.insert(position, Arc::from(&block[..]));
             } else {
                 on_members.push(position);
             }
         }
-        contents
-            .extend(self.read_positions(&on_members).into_iter().map(|(position, block)| (position, Arc::new(block))));
+        contents.extend(self.read_positions(&on_members));
         // 3. Compare in order; a block whose first candidate differs tries the others.
         let mut scratch = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
         let mut results = Vec::with_capacity(blocks.len());
@@ -433,7 +435,7 @@ impl crate::io::Core {
         }
         let positions: Vec<u64> = wanted.iter().map(|(position, _)| *position).collect();
         let generations: std::collections::HashMap<u64, u32> = wanted.into_iter().collect();
-        let read: Vec<((u64, u32), AlignedBuffer)> = self
+        let read: Vec<(ReadAheadKey, Arc<[u8]>)> = self
             .read_positions(&positions)
             .into_iter()
             .map(|(position, block)| ((position, generations[&position]), block))
@@ -449,7 +451,7 @@ impl crate::io::Core {
     /// [`VERIFICATION_PARALLEL_BYTES_MINIMUM`], each block proven by its
     /// position checksum. A block that cannot be read so (damaged, a member lost) is read
     /// through the usual path, which rebuilds it, or left out.
-    pub(crate) fn read_positions(&self, positions: &[u64]) -> Vec<(u64, AlignedBuffer)> {
+    pub(crate) fn read_positions(&self, positions: &[u64]) -> Vec<(u64, Arc<[u8]>)> {
         let per_segment = self.geometry.blocks_per_segment();
         if positions.is_empty() {
             return Vec::new();
@@ -490,17 +492,22 @@ impl crate::io::Core {
             let offset = self.geometry.member_offset_bytes(segment, first_row);
             let bytes = self.members.read_raw_range(member, offset, run.len() * BLOCK_SIZE_BYTES, &self.counters);
             for (index, position) in run.into_iter().enumerate() {
-                let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
                 let direct =
                     bytes.as_ref().map(|bytes| &bytes[index * BLOCK_SIZE_BYTES..(index + 1) * BLOCK_SIZE_BYTES]);
-                match direct {
+                // (Copied once out of the run's buffer: no zeroed, aligned block each.)
+                let block: Arc<[u8]> = match direct {
                     Some(direct) if format::checksum_proves(direct, table.get(position % per_segment)) => {
-                        block.copy_from_slice(direct);
+                        Arc::from(direct)
                     }
                     // (The usual path verifies, hedges and rebuilds.)
-                    _ if self.read_position(position, position, &mut block).is_ok() => {}
-                    _ => continue,
-                }
+                    _ => {
+                        let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
+                        if self.read_position(position, position, &mut block).is_err() {
+                            continue;
+                        }
+                        Arc::from(&block[..])
+                    }
+                };
                 read.push((position, block));
             }
             read
