@@ -84,6 +84,8 @@ pub struct MapCacheUse {
     pub page_loads: u64,
     pub page_evictions: u64,
     pub checkpoints: u64,
+    /// Where paging spent its time (`info`'s paging lines).
+    pub paging: stripelog_engine::PagingStatus,
 }
 
 impl MapCacheUse {
@@ -96,18 +98,37 @@ impl MapCacheUse {
             page_loads: stats.map_page_loads,
             page_evictions: stats.map_page_evictions,
             checkpoints: stats.checkpoints,
+            paging: stats.paging,
         }
     }
 
     /// One line for a report.
     pub fn describe(&self) -> String {
+        let paging = &self.paging;
+        let per_million = |count: u64| count as f64 * 1e6 / paging.client_blocks_written.max(1) as f64;
         format!(
-            "map cache {:.1} MiB of a {:.1} MiB index: {} pages read back, {} evicted, {} checkpoints",
+            "map cache {:.1} MiB of a {:.1} MiB index: {} pages read back ({:.1} s), {} evicted, {} checkpoints \
+             ({} for dirty pages), most pages resident {} of {}; per M client blocks: {:.0} page reads, {:.0} pages \
+             written by {:.0} checkpoints ({:.1} s); evictor blocked by checkpoints {} and writers {}, kept dirty {}; \
+             write lock waited {} times ({:.1} s)",
             self.cache_bytes as f64 / (1 << 20) as f64,
             self.whole_index_bytes as f64 / (1 << 20) as f64,
             self.page_loads,
+            paging.page_load_seconds,
             self.page_evictions,
-            self.checkpoints
+            self.checkpoints,
+            paging.checkpoints_for_dirty_pages,
+            paging.resident_pages_maximum,
+            paging.cache_pages,
+            per_million(paging.page_loads),
+            per_million(paging.checkpoint_index_pages),
+            per_million(paging.checkpoints),
+            paging.checkpoint_seconds,
+            paging.evictions_blocked_by_checkpoints,
+            paging.evictions_blocked_by_writers,
+            paging.evictions_kept_dirty,
+            paging.write_lock_waits,
+            paging.write_lock_wait_seconds
         )
     }
 }

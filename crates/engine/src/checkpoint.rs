@@ -66,8 +66,18 @@ impl Checkpointer {
     /// Write a checkpoint when one is due.
     pub(crate) fn checkpoint_if_due(&self) -> Result<()> {
         let due = self.core.directory().lock().due(self.core.map(), self.batch_bytes_written(), self.interval);
-        if due {
-            self.write_checkpoint()?;
+        if let Some(cause) = due {
+            if self.write_checkpoint()?.is_some() {
+                let counters = self.core.counters();
+                Counters::add(
+                    match cause {
+                        crate::index::directory::CheckpointCause::DirtyPages => &counters.checkpoints_for_dirty_pages,
+                        crate::index::directory::CheckpointCause::ReplayBytes => &counters.checkpoints_for_replay_bytes,
+                        crate::index::directory::CheckpointCause::Interval => &counters.checkpoints_for_interval,
+                    },
+                    1,
+                );
+            }
         }
         Ok(())
     }
@@ -104,6 +114,7 @@ impl Checkpointer {
     pub(crate) fn write_checkpoint(&self) -> Result<Option<u64>> {
         let core = &*self.core;
         core.check_writable()?;
+        let started = std::time::Instant::now();
         let mut directory = core.directory().lock();
         let batch_bytes = self.batch_bytes_written();
         // Pages whose copy sits in a mostly dead metadata segment are written again, so
@@ -124,6 +135,7 @@ impl Checkpointer {
             core.dispatch(batch)?;
         }
         let taken_pages: Vec<u64> = snapshot.index_pages.iter().map(|(page, _)| *page).collect();
+        let index_pages_written = taken_pages.len() as u64;
         let taken_shared_pages: Vec<u64> = snapshot.shared_pages.iter().map(|(page, _)| *page).collect();
         let taken_name_pages: Vec<u64> = snapshot.name_pages.iter().map(|(page, _)| *page).collect();
         let result = self.write_snapshot(&mut directory, snapshot, batch_bytes);
@@ -144,6 +156,8 @@ impl Checkpointer {
         drop(directory);
         let generation = result?;
         Counters::add(&core.counters().checkpoints, 1);
+        Counters::add(&core.counters().checkpoint_index_pages, index_pages_written);
+        Counters::add(&core.counters().checkpoint_nanoseconds, started.elapsed().as_nanos() as u64);
         core.reclaim()?;
         Ok(Some(generation))
     }

@@ -54,7 +54,7 @@ pub use maintenance::{MaintenanceOptions, MaintenanceProgress, RebuildReport, Re
 pub use map::Mapping;
 pub use mount::{check_status, CheckReport, SharedReferenceCheck};
 pub use space::{checkpoint_headroom_segments, watermarks, working_spare_segments, CLEANING_RESERVE_SEGMENTS};
-pub use stats::{MemberStatus, RecoveryReport, VolumeStats, WriteAmplification, WriteLogStatus};
+pub use stats::{MemberStatus, PagingStatus, RecoveryReport, VolumeStats, WriteAmplification, WriteLogStatus};
 pub use volume::{
     OpenOptions, Volume, WriteLogDevices, DEFAULT_FLUSH_INTERVAL, DEFAULT_WRITE_QUEUE_BYTES, SECTOR_SIZE_BYTES,
     WRITE_QUEUE_BATCHES_MAXIMUM,

@@ -58,6 +58,23 @@ pub struct Counters {
     pub member_bytes_read_cleaning: AtomicU64,
     /// Checkpoints committed.
     pub checkpoints: AtomicU64,
+    /// Of those, the ones written because they were due (`CheckpointState::due`), by
+    /// cause: dirty index pages at their bound, the batches a mount would replay at their
+    /// budget, the interval; the rest were written for space, at a close or a mount.
+    pub checkpoints_for_dirty_pages: AtomicU64,
+    pub checkpoints_for_replay_bytes: AtomicU64,
+    pub checkpoints_for_interval: AtomicU64,
+    /// Index pages the committed checkpoints wrote, and the time checkpoints took
+    /// (from taking the checkpoint lock to the commit; no page is evicted meanwhile).
+    pub checkpoint_index_pages: AtomicU64,
+    pub checkpoint_nanoseconds: AtomicU64,
+    /// Times the map cache was over its bound and the evictor gave up because a
+    /// checkpoint held its lock, or a writer the write lock.
+    pub evictions_blocked_by_checkpoints: AtomicU64,
+    pub evictions_blocked_by_writers: AtomicU64,
+    /// Takings of the write lock that waited for another holder, and for how long in all.
+    pub write_lock_waits: AtomicU64,
+    pub write_lock_wait_nanoseconds: AtomicU64,
     /// Client blocks stored as fragments, and those offered to compression but stored
     /// whole because they did not save an eighth (the probe's refusals included), or
     /// because the CPU share left them out (docs/compression.md).
@@ -510,6 +527,39 @@ pub struct ThinStatus {
     pub used_fraction: f64,
 }
 
+/// Where the index's paging spends its time, since the open: what `info` prints as the
+/// paging lines and the figures per million client blocks written beside them.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct PagingStatus {
+    /// Client blocks accepted since the open (the denominator of the ratios below).
+    pub client_blocks_written: u64,
+    /// The most index pages resident at once, against the cache's bound in pages.
+    pub resident_pages_maximum: u64,
+    pub cache_pages: u64,
+    /// Pages read in by lookups, and the seconds they took; pages created empty.
+    pub page_loads: u64,
+    pub page_load_seconds: f64,
+    pub pages_created: u64,
+    /// Pages evicted; passes of the clock that kept a page because it was dirty or used
+    /// since; times the evictor gave up because a checkpoint or a writer held a lock.
+    pub page_evictions: u64,
+    pub evictions_kept_dirty: u64,
+    pub evictions_kept_referenced: u64,
+    pub evictions_blocked_by_checkpoints: u64,
+    pub evictions_blocked_by_writers: u64,
+    /// Checkpoints committed, by cause (the rest: for space, at a close, at a mount),
+    /// the index pages they wrote and the seconds they took.
+    pub checkpoints: u64,
+    pub checkpoints_for_dirty_pages: u64,
+    pub checkpoints_for_replay_bytes: u64,
+    pub checkpoints_for_interval: u64,
+    pub checkpoint_index_pages: u64,
+    pub checkpoint_seconds: f64,
+    /// Takings of the write lock that waited, and the seconds they waited in all.
+    pub write_lock_waits: u64,
+    pub write_lock_wait_seconds: f64,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct VolumeStats {
     /// The write log, when the volume has one.
@@ -652,6 +702,8 @@ pub struct VolumeStats {
     /// Index pages read from the log since the open (misses), and evicted.
     pub map_page_loads: u64,
     pub map_page_evictions: u64,
+    /// Where paging's time goes since the open (docs/index-and-checkpoints.md, "Paging").
+    pub paging: PagingStatus,
     /// Holds of the write lock since the open, and how long they lasted: the 99th and
     /// 99.9th percentiles and the longest (to within 12.5 %). Every write takes it; nothing
     /// under it waits for a member.

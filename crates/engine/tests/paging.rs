@@ -59,6 +59,7 @@ fn a_map_cache_of_two_pages_serves_every_block_through_checkpoints_a_crash_and_a
     volume.flush().expect("flush");
     // Random overwrites and trims all over the volume: each touches a page that is
     // probably not in RAM.
+    let mut overwrites = 0;
     for _ in 0..600 {
         let block = prng.below(logical_blocks);
         if prng.below(5) == 0 {
@@ -69,6 +70,7 @@ fn a_map_cache_of_two_pages_serves_every_block_through_checkpoints_a_crash_and_a
             prng.fill(&mut data);
             volume.write(block * BLOCK_BYTES, &data, false).expect("overwrite");
             model.insert(block, data);
+            overwrites += 1;
         }
         if prng.below(50) == 0 {
             volume.flush().expect("flush");
@@ -85,6 +87,21 @@ fn a_map_cache_of_two_pages_serves_every_block_through_checkpoints_a_crash_and_a
         stats.map_cache_bytes
     );
     assert_eq!(stats.blocks_mapped, model.len() as u64, "the counts follow the pages");
+    // Where paging's time went (issue 57's counts): every page was created once, the
+    // overwrites read pages back, checkpoints wrote the dirty ones (for dirty pages, the
+    // cache holding two), and the cache ran over its bound only by pages waiting for one.
+    let paging = &stats.paging;
+    assert!(paging.pages_created > 1 && paging.pages_created <= pages, "each page is created once: {paging:?}");
+    assert_eq!(paging.page_loads, stats.map_page_loads);
+    assert!(paging.page_load_seconds > 0.0, "{paging:?}");
+    assert!(paging.checkpoints_for_dirty_pages > 0, "{paging:?}");
+    assert!(
+        paging.checkpoint_index_pages > paging.pages_created,
+        "every page was written by a checkpoint, some again: {paging:?}"
+    );
+    assert!(paging.checkpoint_seconds > 0.0 && paging.evictions_kept_dirty > 0, "{paging:?}");
+    assert!(paging.resident_pages_maximum >= paging.cache_pages, "{paging:?}");
+    assert_eq!(paging.client_blocks_written, logical_blocks + overwrites, "{paging:?}");
     // A crash: the mount starts from the last checkpoint, reading only the pages it needs.
     volume.abandon();
     let volume = Volume::open(members(&devices), &small_cache()).expect("reopen after the crash");

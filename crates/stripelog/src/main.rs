@@ -901,6 +901,41 @@ pub(crate) fn device_error(name: &str, error: stripelog_blockdev::DeviceError) -
     }
 }
 
+/// Where the index's paging spent its time since the open, with the counts per million
+/// client blocks written (docs/index-and-checkpoints.md, "Paging").
+fn print_paging(paging: &stripelog_engine::PagingStatus) {
+    let per_million = |count: u64| count as f64 * 1e6 / paging.client_blocks_written.max(1) as f64;
+    println!(
+        "  paging         most pages resident {} of {}; loads {} ({:.0} per M client blocks, {:.1} s), created {}; \
+         evicted {}, kept dirty {}, kept used {}, evictor blocked by checkpoints {} and writers {}",
+        paging.resident_pages_maximum,
+        paging.cache_pages,
+        paging.page_loads,
+        per_million(paging.page_loads),
+        paging.page_load_seconds,
+        paging.pages_created,
+        paging.page_evictions,
+        paging.evictions_kept_dirty,
+        paging.evictions_kept_referenced,
+        paging.evictions_blocked_by_checkpoints,
+        paging.evictions_blocked_by_writers
+    );
+    println!(
+        "                 checkpoints {} ({:.0} per M client blocks: {} for dirty pages, {} for replay, {} on the \
+         interval), {} index pages written ({:.0} per M), {:.1} s; write lock waited {} times, {:.1} s",
+        paging.checkpoints,
+        per_million(paging.checkpoints),
+        paging.checkpoints_for_dirty_pages,
+        paging.checkpoints_for_replay_bytes,
+        paging.checkpoints_for_interval,
+        paging.checkpoint_index_pages,
+        per_million(paging.checkpoint_index_pages),
+        paging.checkpoint_seconds,
+        paging.write_lock_waits,
+        paging.write_lock_wait_seconds
+    );
+}
+
 fn print_info(stats: &VolumeStats) {
     let state = match (&stats.failure, stats.degraded) {
         (Some(_), _) => "FAILED",
@@ -1070,6 +1105,7 @@ fn print_info(stats: &VolumeStats) {
         stats.map_page_loads,
         stats.map_page_evictions
     );
+    print_paging(&stats.paging);
     match &stats.write_log {
         None => println!("  write log      none: flushes sync the members"),
         Some(log) => {

@@ -184,11 +184,17 @@ impl CheckpointState {
     /// Whether a checkpoint is due: many dirty pages (or half the map cache: they cannot
     /// be evicted before one), a large replay, or a long time with writes. `batch_bytes`:
     /// bytes of batches written since the volume was opened.
-    pub(crate) fn due(&self, map: &BlockMap, batch_bytes: u64, interval: Duration) -> bool {
+    pub(crate) fn due(&self, map: &BlockMap, batch_bytes: u64, interval: Duration) -> Option<CheckpointCause> {
         let replay_bytes = batch_bytes.saturating_sub(self.batch_bytes_at_commit);
-        map.dirty_page_count() >= CHECKPOINT_DIRTY_PAGES_MAXIMUM.min(map.dirty_pages_due())
-            || replay_bytes >= CHECKPOINT_REPLAY_BUDGET_BYTES
-            || (replay_bytes > 0 && self.committed_at.elapsed() >= interval)
+        if map.dirty_page_count() >= CHECKPOINT_DIRTY_PAGES_MAXIMUM.min(map.dirty_pages_due()) {
+            Some(CheckpointCause::DirtyPages)
+        } else if replay_bytes >= CHECKPOINT_REPLAY_BUDGET_BYTES {
+            Some(CheckpointCause::ReplayBytes)
+        } else if replay_bytes > 0 && self.committed_at.elapsed() >= interval {
+            Some(CheckpointCause::Interval)
+        } else {
+            None
+        }
     }
 
     /// Where every checkpoint block of the committed checkpoint is (its live copies).
@@ -201,6 +207,17 @@ impl CheckpointState {
             .chain(self.directory_positions.iter().copied())
             .chain(self.root.map(|root| root.position))
     }
+}
+
+/// Why a checkpoint is due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CheckpointCause {
+    /// The dirty index pages reached their bound (they cannot be evicted until written).
+    DirtyPages,
+    /// The batches a mount after a crash would replay reached their budget.
+    ReplayBytes,
+    /// The interval passed with a batch written.
+    Interval,
 }
 
 /// Pages the shared-block table may take: one record per data position at most (zero

@@ -372,8 +372,19 @@ pub(crate) enum ReadCopy {
 pub struct MapCacheStats {
     pub capacity_pages: u64,
     pub resident_pages: u64,
+    /// The most pages resident at once since the open (dirty pages cannot be evicted, so
+    /// the cache may run over its bound until a checkpoint writes them).
+    pub resident_pages_maximum: u64,
     pub loads: u64,
+    /// Time spent reading pages in (the loads by a lookup; not those of a read queue).
+    pub load_nanoseconds: u64,
+    /// Pages never written before, created empty in RAM by a writer.
+    pub pages_created: u64,
     pub evictions: u64,
+    /// Pages the evictor's clock passed and kept: dirty (waiting for a checkpoint), or
+    /// used since its last pass.
+    pub evictions_kept_dirty: u64,
+    pub evictions_kept_referenced: u64,
 }
 
 pub struct BlockMap {
@@ -393,8 +404,13 @@ pub struct BlockMap {
     resident_pages: AtomicU64,
     /// Resident pages in the order the eviction clock visits them.
     clock: Mutex<VecDeque<u64>>,
+    resident_pages_maximum: AtomicU64,
     loads: AtomicU64,
+    load_nanoseconds: AtomicU64,
+    pages_created: AtomicU64,
     evictions: AtomicU64,
+    evictions_kept_dirty: AtomicU64,
+    evictions_kept_referenced: AtomicU64,
     /// Entries that are data, and zero records, kept by `set` (no scan for statistics).
     data_blocks: AtomicU64,
     zero_blocks: AtomicU64,
@@ -438,8 +454,13 @@ impl BlockMap {
             capacity_pages: AtomicU64::new(capacity_pages),
             resident_pages: AtomicU64::new(0),
             clock: Mutex::new(VecDeque::new()),
+            resident_pages_maximum: AtomicU64::new(0),
             loads: AtomicU64::new(0),
+            load_nanoseconds: AtomicU64::new(0),
+            pages_created: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
+            evictions_kept_dirty: AtomicU64::new(0),
+            evictions_kept_referenced: AtomicU64::new(0),
             data_blocks: AtomicU64::new(0),
             zero_blocks: AtomicU64::new(0),
             fragment_blocks: AtomicU64::new(0),
@@ -482,7 +503,8 @@ impl BlockMap {
             Ordering::Acquire,
         ) {
             Ok(_) => {
-                self.resident_pages.fetch_add(1, Ordering::Relaxed);
+                let resident = self.resident_pages.fetch_add(1, Ordering::Relaxed) + 1;
+                self.resident_pages_maximum.fetch_max(resident, Ordering::Relaxed);
                 self.clock.lock().push_back(index);
                 true
             }
@@ -554,7 +576,10 @@ impl BlockMap {
         let Some(pointer) = self.copy(index) else {
             return Ok(());
         };
-        self.install_loaded(index, self.read_copy(index, pointer)?);
+        let started = std::time::Instant::now();
+        let page = self.read_copy(index, pointer)?;
+        self.load_nanoseconds.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.install_loaded(index, page);
         Ok(())
     }
 
@@ -650,7 +675,9 @@ impl BlockMap {
                 return Ok(Mapping::Unmapped);
             } else {
                 // Never written: a page of unmapped entries.
-                self.install(index, Page::new(self.words_per_page));
+                if self.install(index, Page::new(self.words_per_page)) {
+                    self.pages_created.fetch_add(1, Ordering::Relaxed);
+                }
             }
         };
         if became_dirty {
@@ -817,11 +844,16 @@ impl BlockMap {
         let guard = epoch::pin();
         let pointer = self.pages[index as usize].load(Ordering::Acquire);
         let page = self.resident(index, &guard)?;
-        if self.copy(index).is_none()
-            || page.dirty.load(Ordering::Relaxed)
-            || page.referenced.swap(false, Ordering::Relaxed)
-            || !page.evict()
-        {
+        if self.copy(index).is_none() || page.dirty.load(Ordering::Relaxed) {
+            self.evictions_kept_dirty.fetch_add(1, Ordering::Relaxed);
+            return Some(false);
+        }
+        if page.referenced.swap(false, Ordering::Relaxed) {
+            self.evictions_kept_referenced.fetch_add(1, Ordering::Relaxed);
+            return Some(false);
+        }
+        if !page.evict() {
+            self.evictions_kept_dirty.fetch_add(1, Ordering::Relaxed);
             return Some(false);
         }
         self.pages[index as usize].store(std::ptr::null_mut(), Ordering::Release);
@@ -900,8 +932,13 @@ impl BlockMap {
         MapCacheStats {
             capacity_pages: self.capacity_pages.load(Ordering::Relaxed),
             resident_pages: self.resident_pages.load(Ordering::Relaxed),
+            resident_pages_maximum: self.resident_pages_maximum.load(Ordering::Relaxed),
             loads: self.loads.load(Ordering::Relaxed),
+            load_nanoseconds: self.load_nanoseconds.load(Ordering::Relaxed),
+            pages_created: self.pages_created.load(Ordering::Relaxed),
             evictions: self.evictions.load(Ordering::Relaxed),
+            evictions_kept_dirty: self.evictions_kept_dirty.load(Ordering::Relaxed),
+            evictions_kept_referenced: self.evictions_kept_referenced.load(Ordering::Relaxed),
         }
     }
 

@@ -327,7 +327,14 @@ impl Core {
 
     /// The write lock.
     pub(crate) fn lock_state(&self) -> StateGuard<'_> {
-        StateGuard::new(self.state.lock(), self)
+        if let Some(guard) = self.state.try_lock() {
+            return StateGuard::new(guard, self);
+        }
+        let started = std::time::Instant::now();
+        let guard = self.state.lock();
+        Counters::add(&self.counters.write_lock_waits, 1);
+        Counters::add(&self.counters.write_lock_wait_nanoseconds, started.elapsed().as_nanos() as u64);
+        StateGuard::new(guard, self)
     }
 
     pub(crate) fn try_lock_state(&self) -> Option<StateGuard<'_>> {
@@ -527,8 +534,9 @@ impl Core {
     /// it after their work, holding no lock.
     pub(crate) fn evict_map_pages_if_needed(&self) {
         if self.map.over_capacity() {
-            if let Some(_directory) = self.directory.try_lock() {
-                self.evict_map_pages_fenced();
+            match self.directory.try_lock() {
+                Some(_directory) => self.evict_map_pages_fenced(),
+                None => Counters::add(&self.counters.evictions_blocked_by_checkpoints, 1),
             }
         }
     }
@@ -537,8 +545,9 @@ impl Core {
     /// checkpoint just committed: every clean page's copy is durable and named).
     pub(crate) fn evict_map_pages_fenced(&self) {
         if self.map.over_capacity() {
-            if let Some(_state) = self.try_lock_state() {
-                self.map.evict();
+            match self.try_lock_state() {
+                Some(_state) => drop(self.map.evict()),
+                None => Counters::add(&self.counters.evictions_blocked_by_writers, 1),
             }
         }
     }
