@@ -148,6 +148,10 @@ struct Page {
     referenced: AtomicBool,
     /// Taken out of the map: writers look the page up again.
     evicted: AtomicBool,
+    /// In the eviction clock's queue. A dirty page leaves it when the clock passes it and
+    /// comes back when a checkpoint takes it, so that the clock visits pages it may
+    /// evict, not every dirty page after every write.
+    in_clock: AtomicBool,
     words: Box<[AtomicU64]>,
 }
 
@@ -158,6 +162,7 @@ impl Page {
             dirty: AtomicBool::new(false),
             referenced: AtomicBool::new(true),
             evicted: AtomicBool::new(false),
+            in_clock: AtomicBool::new(true),
             words: (0..word_count).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -368,6 +373,16 @@ pub(crate) enum ReadCopy {
 }
 
 /// Cache figures for `info` and the benchmarks.
+/// What the eviction clock did with a page it passed.
+enum Visit {
+    Evicted,
+    /// Used since the last pass (its bit is cleared now), or its load lock was held.
+    Kept,
+    /// Dirty or never written: out of the clock until a checkpoint takes it.
+    LeftClock,
+    NotResident,
+}
+
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MapCacheStats {
     pub capacity_pages: u64,
@@ -766,6 +781,10 @@ impl BlockMap {
             let before = self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
             assert!(before > 0, "page {index}: a dirty page is counted dirty");
         }
+        // Clean once this checkpoint commits: back in the clock (no evictor runs before).
+        if !page.in_clock.swap(true, Ordering::Relaxed) {
+            self.clock.lock().push_back(index);
+        }
         Some(page.packed())
     }
 
@@ -826,35 +845,41 @@ impl BlockMap {
             visits -= 1;
             let Some(index) = self.clock.lock().pop_front() else { break };
             match self.try_evict(index) {
-                Some(true) => evicted += 1,
-                Some(false) => self.clock.lock().push_back(index),
-                None => {} // no longer resident: its clock entry goes
+                Visit::Evicted => evicted += 1,
+                Visit::Kept => self.clock.lock().push_back(index),
+                // Dirty: out of the clock until a checkpoint takes it; not resident: its
+                // entry goes.
+                Visit::LeftClock | Visit::NotResident => {}
             }
         }
         self.evictions.fetch_add(evicted, Ordering::Relaxed);
         evicted
     }
 
-    /// Evict page `index` if it may go: `Some(true)` evicted, `Some(false)` kept, `None`
-    /// not in RAM.
-    fn try_evict(&self, index: u64) -> Option<bool> {
+    /// Evict page `index` if it may go.
+    fn try_evict(&self, index: u64) -> Visit {
         let Some(_load) = self.load_locks[index as usize % LOAD_LOCK_COUNT].try_lock() else {
-            return Some(false);
+            return Visit::Kept;
         };
         let guard = epoch::pin();
         let pointer = self.pages[index as usize].load(Ordering::Acquire);
-        let page = self.resident(index, &guard)?;
+        let Some(page) = self.resident(index, &guard) else {
+            return Visit::NotResident;
+        };
+        // (The evictor holds the checkpoint lock: no checkpoint takes a page meanwhile.)
         if self.copy(index).is_none() || page.dirty.load(Ordering::Relaxed) {
             self.evictions_kept_dirty.fetch_add(1, Ordering::Relaxed);
-            return Some(false);
+            page.in_clock.store(false, Ordering::Relaxed);
+            return Visit::LeftClock;
         }
         if page.referenced.swap(false, Ordering::Relaxed) {
             self.evictions_kept_referenced.fetch_add(1, Ordering::Relaxed);
-            return Some(false);
+            return Visit::Kept;
         }
         if !page.evict() {
             self.evictions_kept_dirty.fetch_add(1, Ordering::Relaxed);
-            return Some(false);
+            page.in_clock.store(false, Ordering::Relaxed);
+            return Visit::LeftClock;
         }
         self.pages[index as usize].store(std::ptr::null_mut(), Ordering::Release);
         let before = self.resident_pages.fetch_sub(1, Ordering::Relaxed);
@@ -863,7 +888,7 @@ impl BlockMap {
         // the map, and the epoch frees it once every guard that could have loaded it is
         // gone. Evicting needs the load lock, so nothing installs it again.
         unsafe { guard.defer_unchecked(move || drop(Box::from_raw(pointer))) };
-        Some(true)
+        Visit::Evicted
     }
 
     /// Visit every entry in logical order without filling the cache: pages not in RAM
@@ -989,19 +1014,30 @@ const SLOT_BYTES: u64 = 20;
 
 impl Drop for BlockMap {
     fn drop(&mut self) {
-        let mut resident = 0;
-        for pointer in self.pages.iter() {
+        let (mut resident, mut in_clock) = (0, 0);
+        for (index, pointer) in self.pages.iter().enumerate() {
             let pointer = pointer.load(Ordering::Acquire);
             if !pointer.is_null() {
                 resident += 1;
                 // SAFETY: made by `Box::into_raw` in `install`, still in the map (evicted
                 // pages were replaced by null), freed once, here.
-                drop(unsafe { Box::from_raw(pointer) });
+                let page = unsafe { Box::from_raw(pointer) };
+                let listed = page.in_clock.load(Ordering::Relaxed);
+                in_clock += listed as u64;
+                // (A page leaves the clock only dirty or without a copy, and comes back
+                // when a checkpoint takes it: one that may be evicted is always in it.)
+                let evictable = !page.dirty.load(Ordering::Relaxed) && self.copies.get(index as u64).is_some();
+                if !std::thread::panicking() {
+                    assert!(listed || !evictable, "page {index}: a clean page with a copy is in the eviction clock");
+                }
             }
         }
         if !std::thread::panicking() {
             assert_eq!(resident, *self.resident_pages.get_mut(), "the map counts every page in RAM");
-            assert!(self.clock.get_mut().len() as u64 >= resident, "the eviction clock lists every page in RAM");
+            assert!(
+                self.clock.get_mut().len() as u64 >= in_clock,
+                "the eviction clock lists every page in RAM marked as in it"
+            );
         }
     }
 }
