@@ -864,10 +864,11 @@ impl<'a> Replayer<'a> {
     }
 
     /// Shared-block record `record`'s copy is at `position` (`fragment`: its share when a
-    /// fragment there): born there, or moved there from its old copy, which dies. A moved copy whose record is not known is taken as
-    /// born: a full scan no longer finds the batch that bore it once the cleaner moved the
-    /// copy and its old segment was reused (from a checkpoint it cannot happen: a move is
-    /// written only while the record is in use).
+    /// fragment there): born there, or moved there from its old copy, which dies. A moved
+    /// copy whose record is not known is taken as born: a full scan no longer finds the
+    /// batch that bore it once the cleaner moved the copy and its old segment was reused
+    /// (from a checkpoint it cannot happen: a move is written only while the record is in
+    /// use).
     fn copy(&mut self, record: u64, position: u64, fragment: Option<u8>, moved: bool) {
         let per_segment = self.geometry.blocks_per_segment();
         let per_block = self.geometry.live_units_per_block();

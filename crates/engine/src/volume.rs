@@ -1051,12 +1051,7 @@ impl Volume {
                     // A whole candidate's block gives way to the shared copy (compressed:
                     // its share instead of a block); a shared one gains a reference; a
                     // fragment's share stays with its unit, beside the new copy.
-                    let copy = match fragment {
-                        Some(fragment) if self.core.geometry().compressed_shared_copies => {
-                            packed::sixteenths(fragment.len(), 1) as i64
-                        }
-                        _ => whole,
-                    };
+                    let copy = fragment.map_or(whole, |fragment| packed::sixteenths(fragment.len(), 1) as i64);
                     let stored = match candidate.mapping {
                         Mapping::Data { .. } => copy - whole,
                         Mapping::Shared { .. } => 0,
@@ -1617,16 +1612,14 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
     // Mapped: every logical block that reads data (whole, compressed, shared).
     let blocks_mapped = counts.data_blocks + counts.fragment_blocks + counts.shared_blocks;
     let blocks_zero = counts.zero_blocks;
-    let (shared_copies, (fragment_copies, fragment_copy_sixteenths), shared_held_blocks, shared_table_memory_bytes) = {
+    let (shared_copies, (fragment_copies, fragment_copy_sixteenths), shared_sixteenths, shared_table_memory_bytes) = {
         let shared = core.shared_table().read();
-        (shared.in_use(), shared.fragment_copies(), shared.held_blocks(), shared.memory_bytes())
+        (shared.in_use(), shared.fragment_copies(), shared.stored_sixteenths(), shared.memory_bytes())
     };
     // Stored: what holds the data (whole blocks, fragments' shares, shared copies whole or
     // by their share).
     let sixteenths = crate::layout::format::SIXTEENTHS_PER_BLOCK as u64;
-    let stored_sixteenths = (counts.data_blocks + shared_copies - fragment_copies) * sixteenths
-        + counts.fragment_sixteenths
-        + fragment_copy_sixteenths;
+    let stored_sixteenths = counts.data_blocks * sixteenths + counts.fragment_sixteenths + shared_sixteenths;
     let stored_data_bytes = stored_sixteenths * BLOCK_SIZE_BYTES as u64 / sixteenths;
     let compression = geometry.packed_fragments.then(|| {
         // Over the distinct contents stored: whole blocks, fragments and shared copies.
@@ -1646,7 +1639,7 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
             mean_fragment_bytes: Counters::get(&core.counters().fragment_bytes) as f64 / compressed.max(1) as f64,
         }
     });
-    let held_blocks = counts.held_blocks() + shared_held_blocks;
+    let held_blocks = counts.held_blocks() + shared_sixteenths.div_ceil(sixteenths);
     let thin_provisioning = geometry.thin_logical_block_count.map(|_| {
         let provisioned = geometry.provisioned_block_count();
         crate::stats::ThinStatus {

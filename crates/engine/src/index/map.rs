@@ -372,7 +372,6 @@ pub(crate) enum ReadCopy {
     Refused,
 }
 
-/// Cache figures for `info` and the benchmarks.
 /// What the eviction clock did with a page it passed.
 enum Visit {
     Evicted,
@@ -383,6 +382,7 @@ enum Visit {
     NotResident,
 }
 
+/// Cache figures for `info` and the benchmarks.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MapCacheStats {
     pub capacity_pages: u64,

@@ -93,9 +93,9 @@ impl Core {
     }
 
     /// `logical_block`'s mapping, and the same with a shared block's as its copy's content
-    /// (a whole block, or a fragment keyed by the record). Callers hold the reuse fence: a record freed after the map was read is
-    /// not reused meanwhile, so the map is read again; a record the map still names that
-    /// holds no copy is an error.
+    /// (a whole block, or a fragment keyed by the record). Callers hold the reuse fence: a
+    /// record freed after the map was read is not reused meanwhile, so the map is read
+    /// again; a record the map still names that holds no copy is an error.
     pub(crate) fn resolved(&self, logical_block: u64) -> Result<(Mapping, Mapping)> {
         let mut mapping = self.map.get(logical_block)?;
         for _ in 0..SHARED_RESOLVE_ATTEMPTS {

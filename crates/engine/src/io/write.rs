@@ -741,7 +741,9 @@ impl Core {
             "block {}: a candidate not yet shared was compared where it is mapped",
             candidate.logical_block
         );
-        if let Some(fragment) = fragment.filter(|_| self.geometry.compressed_shared_copies) {
+        if let Some(fragment) = fragment {
+            // (`Volume::store` compresses a copy only on a volume with feature bit 6.)
+            assert!(self.geometry.compressed_shared_copies, "block {logical_block}: a compressed copy needs bit 6");
             return Ok(self.accept_compressed_copy(state, logical_block, data, fragment, candidate.logical_block));
         }
         let open = state.log.open_batch();
@@ -760,14 +762,37 @@ impl Core {
             lifetime_class: format::LIFETIME_CLASS_UNKNOWN,
             moved: false,
         });
-        open.push_entry(Entry::Reference { record, logical_block: candidate.logical_block });
-        open.push_entry(Entry::Reference { record, logical_block });
-        let segment = position / self.geometry.blocks_per_segment();
-        state.space.add_live(segment, self.geometry.live_units_per_block());
-        self.remap(state, candidate.logical_block, Mapping::Shared { record });
-        self.remap(state, logical_block, Mapping::Shared { record });
-        counters.blocks_shared.fetch_add(1, Ordering::Relaxed);
+        let copy = crate::space::shared::SharedRecord { position, references: 0, fragment: None };
+        self.share_new_copy(state, record, copy, candidate.logical_block, logical_block);
         Ok(true)
+    }
+
+    /// Record `record`, just born with its copy `copy` in the open batch (whose summary
+    /// has room for two more entries), is shared by `candidate` (the copy's former owner)
+    /// and `logical_block`: their two reference entries, the copy counted live in its
+    /// segment, both blocks remapped to it.
+    fn share_new_copy(
+        &self,
+        state: &mut WriteState,
+        record: u64,
+        copy: crate::space::shared::SharedRecord,
+        candidate: u64,
+        logical_block: u64,
+    ) {
+        assert_eq!(
+            self.shared.read().get(record),
+            Some(copy),
+            "record {record} was just born with this copy and no reference"
+        );
+        let open = state.log.open_batch();
+        open.push_entry(Entry::Reference { record, logical_block: candidate });
+        open.push_entry(Entry::Reference { record, logical_block });
+        let segment = copy.position / self.geometry.blocks_per_segment();
+        state.space.add_live(segment, copy.live_units(self.geometry.live_units_per_block()));
+        self.remap(state, candidate, Mapping::Shared { record });
+        self.remap(state, logical_block, Mapping::Shared { record });
+        let counters = &self.deduplication.as_ref().expect("a finder found the candidate").counters;
+        counters.blocks_shared.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The first duplicate of `candidate` (a logical block whose own block or fragment
@@ -808,14 +833,8 @@ impl Core {
         };
         assert_eq!(shared.allocate(position, Some(sixteenths)), record, "the record its fragment is keyed by");
         drop(shared);
-        let open = state.log.open_batch();
-        open.push_entry(Entry::Reference { record, logical_block: candidate });
-        open.push_entry(Entry::Reference { record, logical_block });
-        let segment = position / self.geometry.blocks_per_segment();
-        state.space.add_live(segment, sixteenths as u64);
-        self.remap(state, candidate, Mapping::Shared { record });
-        self.remap(state, logical_block, Mapping::Shared { record });
-        counters.blocks_shared.fetch_add(1, Ordering::Relaxed);
+        let copy = crate::space::shared::SharedRecord { position, references: 0, fragment: Some(sixteenths) };
+        self.share_new_copy(state, record, copy, candidate, logical_block);
         counters.copies_compressed.fetch_add(1, Ordering::Relaxed);
         true
     }
@@ -955,29 +974,58 @@ impl Core {
         relocated: (u8, u64),
     ) -> bool {
         assert!(state.log.open().is_some_and(|open| open.relocation), "record {record}: only the cleaner moves a copy");
-        let old = match self.shared.read().get(record) {
-            Some(current) => current.position,
-            None => return true, // freed meanwhile: nothing to move
+        let Some(old) = self.shared.read().get(record) else {
+            return true; // freed meanwhile: nothing to move
         };
+        assert_eq!(old.fragment, None, "record {record}: a whole copy is moved as one");
         let entry = Entry::SharedCopy { record, checksum, lifetime_class: relocated.0, moved: true };
         let Some(position) = self.append_block(state, data, checksum, entry) else {
             return false;
         };
+        self.copy_moved(state, record, old, position, relocated.1);
+        true
+    }
+
+    /// Record `record`'s copy `old` was moved by the cleaner to `position` in the open
+    /// relocation batch (oldest write clock `clock`): the record names it, and its live
+    /// units move from the old segment to the new one.
+    fn copy_moved(
+        &self,
+        state: &mut WriteState,
+        record: u64,
+        old: crate::space::shared::SharedRecord,
+        position: u64,
+        clock: u64,
+    ) {
         let per_segment = self.geometry.blocks_per_segment();
         assert_ne!(
-            old / per_segment,
+            old.position / per_segment,
             position / per_segment,
             "record {record}: a copy moves out of its (victim) segment"
         );
         let open = state.log.open_batch();
-        open.oldest_clock = open.oldest_clock.min(relocated.1);
-        self.shared.write().moved(record, position, None);
+        open.oldest_clock = open.oldest_clock.min(clock);
+        self.shared.write().moved(record, position, old.fragment);
         if let Some(finder) = &self.deduplication {
             finder.counters.copies_moved.fetch_add(1, Ordering::Relaxed);
+            if old.fragment.is_some() {
+                finder.counters.compressed_copies_moved.fetch_add(1, Ordering::Relaxed);
+            }
         }
-        state.space.add_live(position / per_segment, self.geometry.live_units_per_block());
-        self.release_units(state, old, self.geometry.live_units_per_block());
-        true
+        state.space.add_live(position / per_segment, old.live_units(self.geometry.live_units_per_block()));
+        self.release_copy(state, old);
+    }
+
+    /// Copy `copy` of a shared-block record died (its last reference went, or it moved):
+    /// its segment's live count goes down by what it counted (a whole copy's cache entry
+    /// goes; a packed block stays cached, as its other fragments may still be live).
+    fn release_copy(&self, state: &mut WriteState, copy: crate::space::shared::SharedRecord) {
+        match copy.fragment {
+            None => self.release_units(state, copy.position, self.geometry.live_units_per_block()),
+            Some(share) => {
+                Self::release_segment_units(state, copy.position / self.geometry.blocks_per_segment(), share as u64)
+            }
+        }
     }
 
     /// The cleaner moves shared-block record `record`'s copy, a fragment (`fragment` as
@@ -1004,21 +1052,7 @@ impl Core {
         else {
             return false;
         };
-        let per_segment = self.geometry.blocks_per_segment();
-        assert_ne!(
-            old.position / per_segment,
-            position / per_segment,
-            "record {record}: a copy moves out of its (victim) segment"
-        );
-        let open = state.log.open_batch();
-        open.oldest_clock = open.oldest_clock.min(relocated.1);
-        self.shared.write().moved(record, position, Some(sixteenths));
-        if let Some(finder) = &self.deduplication {
-            finder.counters.copies_moved.fetch_add(1, Ordering::Relaxed);
-            finder.counters.compressed_copies_moved.fetch_add(1, Ordering::Relaxed);
-        }
-        state.space.add_live(position / per_segment, sixteenths as u64);
-        Self::release_segment_units(state, old.position / per_segment, sixteenths as u64);
+        self.copy_moved(state, record, old, position, relocated.1);
         true
     }
 
@@ -1249,15 +1283,8 @@ impl Core {
                 );
                 shared.remove_reference(record)
             };
-            match freed {
-                Some(copy @ crate::space::shared::SharedRecord { fragment: None, .. }) => {
-                    self.release_units(state, copy.position, self.geometry.live_units_per_block())
-                }
-                // (A packed block stays cached, as below.)
-                Some(copy @ crate::space::shared::SharedRecord { fragment: Some(share), .. }) => {
-                    Self::release_segment_units(state, copy.position / per_segment, share as u64)
-                }
-                None => {}
+            if let Some(copy) = freed {
+                self.release_copy(state, copy);
             }
         }
         // (A packed block stays cached: its other fragments may still be live.)

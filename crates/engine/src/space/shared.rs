@@ -185,11 +185,16 @@ impl SharedTable {
         (self.fragment_copies, self.fragment_sixteenths)
     }
 
-    /// Blocks the copies in use hold: whole copies, and fragment copies' sixteenths
-    /// rounded up to blocks.
-    pub fn held_blocks(&self) -> u64 {
+    /// What the copies in use take, in sixteenths of a block: whole copies 16 each,
+    /// fragment copies their share.
+    pub fn stored_sixteenths(&self) -> u64 {
         let sixteenths = crate::layout::format::SIXTEENTHS_PER_BLOCK as u64;
-        self.in_use - self.fragment_copies + self.fragment_sixteenths.div_ceil(sixteenths)
+        (self.in_use - self.fragment_copies) * sixteenths + self.fragment_sixteenths
+    }
+
+    /// Blocks the copies in use hold: [`SharedTable::stored_sixteenths`] rounded up.
+    pub fn held_blocks(&self) -> u64 {
+        self.stored_sixteenths().div_ceil(crate::layout::format::SIXTEENTHS_PER_BLOCK as u64)
     }
 
     /// One more logical block refers to `record`.
