@@ -1004,7 +1004,9 @@ impl Volume {
                 }
             }
         }
-        self.core.evict_map_pages_if_needed();
+        // The write is accepted whatever this does: a page-out that fails leaves its pages
+        // dirty for the next one or a checkpoint, which stops the volume if it fails too.
+        let _ = self.checkpointer.page_out_if_needed();
         Ok(())
     }
 
@@ -1482,7 +1484,10 @@ fn flush_timer(cleaner: &Cleaner, checkpointer: &Checkpointer, interval: Duratio
             Ok(()) | Err(Error::OutOfSpace) | Err(Error::Closed) => {}
             Err(error) => core.fail(Shutdown::Checkpoint(Arc::new(error))),
         }
-        core.evict_map_pages_if_needed();
+        match checkpointer.page_out_if_needed() {
+            Ok(()) | Err(Error::OutOfSpace) | Err(Error::Closed) => {}
+            Err(error) => core.fail(Shutdown::Checkpoint(Arc::new(error))),
+        }
         // The compressed share follows the CPU; the members are busy when the write
         // queue holds more than one batch waiting for them.
         core.compression().control(core.members_busy());
@@ -1843,6 +1848,10 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
             checkpoints_for_interval: Counters::get(&counters.checkpoints_for_interval),
             checkpoint_index_pages: Counters::get(&counters.checkpoint_index_pages),
             checkpoint_seconds: Counters::get(&counters.checkpoint_nanoseconds) as f64 / 1e9,
+            page_outs: Counters::get(&counters.page_outs),
+            page_out_pages: Counters::get(&counters.page_out_pages),
+            page_out_seconds: Counters::get(&counters.page_out_nanoseconds) as f64 / 1e9,
+            page_outs_refused_for_space: Counters::get(&counters.page_outs_refused_for_space),
             write_lock_waits: Counters::get(&counters.write_lock_waits),
             write_lock_wait_seconds: Counters::get(&counters.write_lock_wait_nanoseconds) as f64 / 1e9,
         },

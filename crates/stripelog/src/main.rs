@@ -922,7 +922,8 @@ fn print_paging(paging: &stripelog_engine::PagingStatus) {
     );
     println!(
         "                 checkpoints {} ({:.0} per M client blocks: {} for dirty pages, {} for replay, {} on the \
-         interval), {} index pages written ({:.0} per M), {:.1} s; write lock waited {} times, {:.1} s",
+         interval), {} index pages written ({:.0} per M), {:.1} s; page-outs {} ({} refused for space), {} pages \
+         written ({:.0} per M), {:.1} s; write lock waited {} times, {:.1} s",
         paging.checkpoints,
         per_million(paging.checkpoints),
         paging.checkpoints_for_dirty_pages,
@@ -931,6 +932,11 @@ fn print_paging(paging: &stripelog_engine::PagingStatus) {
         paging.checkpoint_index_pages,
         per_million(paging.checkpoint_index_pages),
         paging.checkpoint_seconds,
+        paging.page_outs,
+        paging.page_outs_refused_for_space,
+        paging.page_out_pages,
+        per_million(paging.page_out_pages),
+        paging.page_out_seconds,
         paging.write_lock_waits,
         paging.write_lock_wait_seconds
     );

@@ -129,6 +129,9 @@ impl EntryCodec {
 /// only evicts a page whose lock is free).
 const LOAD_LOCK_COUNT: usize = 256;
 
+/// The most index pages one page-out writes (16 MiB): what it copies while writers wait.
+pub const PAGE_OUT_PAGES_MAXIMUM: u64 = 4096;
+
 /// Where the map reads a page that is not in RAM: the copy a pointer names, verified,
 /// returned as its packed entries (`PAGE_ENTRY_BYTES`, little-endian).
 pub trait PageSource: Send + Sync {
@@ -410,7 +413,7 @@ pub struct BlockMap {
     /// One pointer per page; null: not in RAM. A page is freed once evicted and no thread
     /// can still hold it (epoch-based reclamation).
     pages: Box<[AtomicPtr<Page>]>,
-    /// Per page: its latest checkpoint copy.
+    /// Per page: its latest copy, written by a checkpoint or a page-out.
     copies: PointerArray,
     source: Option<Arc<dyn PageSource>>,
     load_locks: Box<[Mutex<()>]>,
@@ -531,13 +534,13 @@ impl BlockMap {
         }
     }
 
-    /// The pointer to page `index`'s latest checkpoint copy.
+    /// The pointer to page `index`'s latest copy (a checkpoint's or a page-out's).
     pub fn copy(&self, index: u64) -> Option<PagePointer> {
         self.copies.get(index)
     }
 
-    /// Point page `index` at a new copy (the checkpoint writer, which holds its lock);
-    /// returns the pointer it replaces.
+    /// Point page `index` at a new copy (a checkpoint or a page-out, which hold the
+    /// checkpoint lock); returns the pointer it replaces.
     pub fn set_copy(&self, index: u64, pointer: PagePointer) -> Option<PagePointer> {
         self.copies.set(index, pointer)
     }
@@ -777,15 +780,64 @@ impl BlockMap {
     pub fn take_page(&self, index: u64) -> Option<Vec<u8>> {
         let guard = epoch::pin();
         let page = self.resident(index, &guard)?;
+        Some(self.take_resident(index, page))
+    }
+
+    /// [`BlockMap::take_page`] of a page in RAM.
+    fn take_resident(&self, index: u64, page: &Page) -> Vec<u8> {
         if page.dirty.swap(false, Ordering::Relaxed) {
             let before = self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
             assert!(before > 0, "page {index}: a dirty page is counted dirty");
         }
-        // Clean once this checkpoint commits: back in the clock (no evictor runs before).
+        // Clean once its copy is written and named: back in the clock (no evictor runs
+        // before, since its writer holds the checkpoint lock).
         if !page.in_clock.swap(true, Ordering::Relaxed) {
             self.clock.lock().push_back(index);
         }
-        Some(page.packed())
+        page.packed()
+    }
+
+    /// The dirty pages a page-out writes now: as many as bring the cache to 15/16 of its
+    /// bound, at least an eighth of it, at most [`PAGE_OUT_PAGES_MAXIMUM`]; none when the
+    /// cache is within its bound (docs/index-and-checkpoints.md, "Page-out between
+    /// checkpoints").
+    pub fn pages_to_write_out(&self) -> usize {
+        if !self.over_capacity() {
+            return 0;
+        }
+        let capacity = self.capacity_pages.load(Ordering::Relaxed);
+        let resident = self.resident_pages.load(Ordering::Relaxed);
+        let needed = resident.saturating_sub(capacity - capacity / 16).max(capacity / 8).max(1);
+        needed.min(self.dirty_page_count()).min(PAGE_OUT_PAGES_MAXIMUM) as usize
+    }
+
+    /// Take up to `count` dirty pages for a page-out, as [`BlockMap::take_page`] takes
+    /// them (copied, marked clean): the oldest dirtied first, those not used since the
+    /// clock last passed them before the others (whose referenced bit the first pass
+    /// clears, as the clock's does). Callers hold the write lock (no writer changes a
+    /// page meanwhile) and the checkpoint lock (none is evicted before its copy is named).
+    pub fn take_pages_to_write_out(&self, count: usize) -> Vec<(u64, Vec<u8>)> {
+        let mut list = self.dirty_list.lock();
+        let guard = epoch::pin();
+        let mut taken = Vec::with_capacity(count);
+        for unreferenced_only in [true, false] {
+            for &index in list.iter() {
+                if taken.len() >= count {
+                    break;
+                }
+                // (A page taken earlier in this call is clean now.)
+                let Some(page) = self.resident(index, &guard).filter(|page| page.dirty.load(Ordering::Relaxed)) else {
+                    continue;
+                };
+                if unreferenced_only && page.referenced.swap(false, Ordering::Relaxed) {
+                    continue;
+                }
+                taken.push((index, self.take_resident(index, page)));
+            }
+        }
+        // Every dirty page stays listed; the pages taken (clean now) leave the list.
+        list.retain(|&index| self.resident(index, &guard).is_some_and(|page| page.dirty.load(Ordering::Relaxed)));
+        taken
     }
 
     /// Mark page `index` changed again (a checkpoint that took it failed before it
@@ -826,10 +878,10 @@ impl BlockMap {
         self.resident_pages.load(Ordering::Relaxed) > self.capacity_pages.load(Ordering::Relaxed)
     }
 
-    /// The dirty pages at which a checkpoint is due: half the cache (they cannot be
-    /// evicted until one writes them).
+    /// The dirty pages at which a checkpoint is due: the whole cache (page-outs keep them
+    /// below it unless they cannot keep up or are refused for space).
     pub fn dirty_pages_due(&self) -> u64 {
-        (self.capacity_pages.load(Ordering::Relaxed) / 2).max(1)
+        self.capacity_pages.load(Ordering::Relaxed).max(1)
     }
 
     /// Evict clean pages not used since the clock last passed them, down to 15/16 of the
