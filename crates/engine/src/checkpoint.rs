@@ -23,6 +23,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use stripelog_blockdev::AlignedBuffer;
 
+/// The index pages a checkpoint loads to empty mostly dead metadata segments, at least
+/// (a quarter of the map cache when that is more).
+const SPARSE_PAGE_LOADS_MINIMUM: u64 = 16;
+
 /// ... or when this long has passed with any batch written.
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -108,16 +112,16 @@ impl Checkpointer {
     pub(crate) fn page_out_if_needed(&self) -> Result<()> {
         let core = &*self.core;
         let map = core.map();
-        if !map.over_capacity() {
+        core.evict_map_pages_if_needed();
+        if map.pages_to_write_out() == 0 || core.check_writable().is_err() {
             return Ok(());
         }
         let Some(mut directory) = core.directory().try_lock() else {
-            Counters::add(&core.counters().evictions_blocked_by_checkpoints, 1);
+            Counters::add(&core.counters().page_outs_blocked_by_checkpoints, 1);
             return Ok(());
         };
-        core.evict_map_pages_fenced();
         let count = map.pages_to_write_out();
-        if count == 0 || core.check_writable().is_err() {
+        if count == 0 {
             return Ok(());
         }
         let started = std::time::Instant::now();
@@ -133,7 +137,7 @@ impl Checkpointer {
             map.take_pages_to_write_out(count)
         };
         let result = self.write_out(&mut directory, pages);
-        core.evict_map_pages_fenced();
+        core.evict_map_pages_if_needed();
         drop(directory);
         let written = result?;
         Counters::add(&core.counters().page_outs, 1);
@@ -235,7 +239,7 @@ impl Checkpointer {
         let result = self.write_snapshot(&mut directory, snapshot, batch_bytes);
         match &result {
             // Committed: every clean page's copy is durable and named, so pages may go.
-            Ok(_) => core.evict_map_pages_fenced(),
+            Ok(_) => core.evict_map_pages_if_needed(),
             // Not committed: what the snapshot took is still to be written.
             Err(_) => {
                 for page in taken_pages {
@@ -447,14 +451,25 @@ impl Checkpointer {
             let state = core.lock_state();
             state.space().uses().map(|(_, usage)| usage.is_mostly_dead(geometry)).collect()
         };
-        let pages: Vec<u64> = core
-            .map()
+        let map = core.map();
+        let mut pages: Vec<u64> = map
             .copies()
             .filter(|(_, pointer)| sparse[(pointer.position / per_segment) as usize])
             .map(|(page, _)| page)
             .collect();
+        // At most a quarter of a bounded cache is loaded for this (the rest go at later
+        // checkpoints, or move with page-outs): a checkpoint must not read the whole
+        // index back into a cache that holds a tenth of it.
+        let mut loads_left = (map.cache_stats().capacity_pages / 4).max(SPARSE_PAGE_LOADS_MINIMUM);
+        pages.retain(|&page| {
+            if map.is_resident(page) {
+                return true;
+            }
+            loads_left = loads_left.saturating_sub(1);
+            loads_left > 0
+        });
         for &page in &pages {
-            core.map().ensure_resident(page)?;
+            map.ensure_resident(page)?;
         }
         Ok(pages)
     }

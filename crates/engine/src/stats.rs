@@ -75,9 +75,10 @@ pub struct Counters {
     pub page_out_pages: AtomicU64,
     pub page_out_nanoseconds: AtomicU64,
     pub page_outs_refused_for_space: AtomicU64,
-    /// Times the map cache was over its bound and the evictor gave up because a
-    /// checkpoint held its lock, or a writer the write lock.
-    pub evictions_blocked_by_checkpoints: AtomicU64,
+    /// Times the map cache was over its bound and a page-out gave up because a checkpoint
+    /// (or another page-out) held the checkpoint lock, or the evictor because a writer
+    /// held the write lock.
+    pub page_outs_blocked_by_checkpoints: AtomicU64,
     pub evictions_blocked_by_writers: AtomicU64,
     /// Takings of the write lock that waited for another holder, and for how long in all.
     pub write_lock_waits: AtomicU64,
@@ -548,11 +549,12 @@ pub struct PagingStatus {
     pub page_load_seconds: f64,
     pub pages_created: u64,
     /// Pages evicted; passes of the clock that kept a page because it was dirty or used
-    /// since; times the evictor gave up because a checkpoint or a writer held a lock.
+    /// since; times a page-out gave up because a checkpoint held its lock, and the
+    /// evictor because a writer held the write lock.
     pub page_evictions: u64,
     pub evictions_kept_dirty: u64,
     pub evictions_kept_referenced: u64,
-    pub evictions_blocked_by_checkpoints: u64,
+    pub page_outs_blocked_by_checkpoints: u64,
     pub evictions_blocked_by_writers: u64,
     /// Checkpoints committed, by cause (the rest: for space, at a close, at a mount),
     /// the index pages they wrote and the seconds they took.

@@ -1840,7 +1840,7 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
             page_evictions: map_cache.evictions,
             evictions_kept_dirty: map_cache.evictions_kept_dirty,
             evictions_kept_referenced: map_cache.evictions_kept_referenced,
-            evictions_blocked_by_checkpoints: Counters::get(&counters.evictions_blocked_by_checkpoints),
+            page_outs_blocked_by_checkpoints: Counters::get(&counters.page_outs_blocked_by_checkpoints),
             evictions_blocked_by_writers: Counters::get(&counters.evictions_blocked_by_writers),
             checkpoints: Counters::get(&counters.checkpoints),
             checkpoints_for_dirty_pages: Counters::get(&counters.checkpoints_for_dirty_pages),

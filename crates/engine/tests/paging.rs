@@ -89,16 +89,16 @@ fn a_map_cache_of_two_pages_serves_every_block_through_checkpoints_a_crash_and_a
     );
     assert_eq!(stats.blocks_mapped, model.len() as u64, "the counts follow the pages");
     // Where paging's time went (issue 57's counts): every page was created once, the
-    // overwrites read pages back, checkpoints wrote the dirty ones (for dirty pages, the
-    // cache holding two), and the cache ran over its bound only by pages waiting for one.
+    // overwrites read pages back, page-outs and checkpoints wrote the dirty ones, and the
+    // cache ran over its bound only by pages waiting for one.
     let paging = &stats.paging;
     assert!(paging.pages_created > 1 && paging.pages_created <= pages, "each page is created once: {paging:?}");
     assert_eq!(paging.page_loads, stats.map_page_loads);
     assert!(paging.page_load_seconds > 0.0, "{paging:?}");
-    assert!(paging.checkpoints_for_dirty_pages > 0, "{paging:?}");
+    assert!(paging.page_outs > 0 && paging.checkpoints > 0, "{paging:?}");
     assert!(
-        paging.checkpoint_index_pages > paging.pages_created,
-        "every page was written by a checkpoint, some again: {paging:?}"
+        paging.checkpoint_index_pages + paging.page_out_pages > paging.pages_created,
+        "every page was written by a checkpoint or a page-out, some again: {paging:?}"
     );
     assert!(paging.checkpoint_seconds > 0.0 && paging.evictions_kept_dirty > 0, "{paging:?}");
     assert!(paging.resident_pages_maximum >= paging.cache_pages, "{paging:?}");

@@ -907,7 +907,7 @@ fn print_paging(paging: &stripelog_engine::PagingStatus) {
     let per_million = |count: u64| count as f64 * 1e6 / paging.client_blocks_written.max(1) as f64;
     println!(
         "  paging         most pages resident {} of {}; loads {} ({:.0} per M client blocks, {:.1} s), created {}; \
-         evicted {}, kept dirty {}, kept used {}, evictor blocked by checkpoints {} and writers {}",
+         evicted {}, kept dirty {}, kept used {}, page-outs blocked by checkpoints {}, evictor by writers {}",
         paging.resident_pages_maximum,
         paging.cache_pages,
         paging.page_loads,
@@ -917,7 +917,7 @@ fn print_paging(paging: &stripelog_engine::PagingStatus) {
         paging.page_evictions,
         paging.evictions_kept_dirty,
         paging.evictions_kept_referenced,
-        paging.evictions_blocked_by_checkpoints,
+        paging.page_outs_blocked_by_checkpoints,
         paging.evictions_blocked_by_writers
     );
     println!(

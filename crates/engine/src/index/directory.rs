@@ -208,14 +208,14 @@ impl CheckpointState {
         }
     }
 
-    /// Whether a checkpoint is due: many dirty pages (or a map cache full of them: page-outs
-    /// did not keep up or were refused for space), a large replay, or a long time with
-    /// writes. `batch_bytes`:
+    /// Whether a checkpoint is due: many index pages changed (dirty, or written out by
+    /// page-outs), a large replay, or a long time with writes. `batch_bytes`:
     /// bytes of batches written since the volume was opened.
     pub(crate) fn due(&self, map: &BlockMap, batch_bytes: u64, interval: Duration) -> Option<CheckpointCause> {
         let replay_bytes = batch_bytes.saturating_sub(self.batch_bytes_at_commit);
-        let changed_pages = map.dirty_page_count() + self.pages_written_out;
-        if map.dirty_page_count() >= map.dirty_pages_due() || changed_pages >= CHECKPOINT_DIRTY_PAGES_MAXIMUM {
+        // (Not for a cache full of dirty pages: page-outs write them, and a checkpoint
+        // holds page-outs off while it runs.)
+        if map.dirty_page_count() + self.pages_written_out >= CHECKPOINT_DIRTY_PAGES_MAXIMUM {
             Some(CheckpointCause::DirtyPages)
         } else if replay_bytes >= CHECKPOINT_REPLAY_BUDGET_BYTES {
             Some(CheckpointCause::ReplayBytes)
@@ -243,8 +243,7 @@ impl CheckpointState {
 /// Why a checkpoint is due.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CheckpointCause {
-    /// The index pages changed since the last commit reached their bound, or the dirty ones
-    /// filled the map cache.
+    /// The index pages changed since the last commit reached their bound.
     DirtyPages,
     /// The batches a mount after a crash would replay reached their budget.
     ReplayBytes,

@@ -129,6 +129,9 @@ impl EntryCodec {
 /// only evicts a page whose lock is free).
 const LOAD_LOCK_COUNT: usize = 256;
 
+/// Index page reads a bulk load ([`BlockMap::load_pages`]) keeps in flight.
+pub const PAGE_LOADS_IN_FLIGHT: usize = 16;
+
 /// The most index pages one page-out writes (16 MiB): what it copies while writers wait.
 pub const PAGE_OUT_PAGES_MAXIMUM: u64 = 4096;
 
@@ -155,6 +158,10 @@ struct Page {
     /// comes back when a checkpoint takes it, so that the clock visits pages it may
     /// evict, not every dirty page after every write.
     in_clock: AtomicBool,
+    /// Taken by a checkpoint or a page-out (clean) and its new copy not yet named: not
+    /// evicted until it is ([`BlockMap::set_copy`] clears it and puts the page in the
+    /// clock), since its latest copy on the members is older than its entries.
+    copy_pending: AtomicBool,
     words: Box<[AtomicU64]>,
 }
 
@@ -166,6 +173,7 @@ impl Page {
             referenced: AtomicBool::new(true),
             evicted: AtomicBool::new(false),
             in_clock: AtomicBool::new(true),
+            copy_pending: AtomicBool::new(false),
             words: (0..word_count).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -540,9 +548,17 @@ impl BlockMap {
     }
 
     /// Point page `index` at a new copy (a checkpoint or a page-out, which hold the
-    /// checkpoint lock); returns the pointer it replaces.
+    /// checkpoint lock); returns the pointer it replaces. A page taken for it may be
+    /// evicted from now on.
     pub fn set_copy(&self, index: u64, pointer: PagePointer) -> Option<PagePointer> {
-        self.copies.set(index, pointer)
+        let old = self.copies.set(index, pointer);
+        let guard = epoch::pin();
+        if let Some(page) = self.resident(index, &guard) {
+            if page.copy_pending.swap(false, Ordering::Release) && !page.in_clock.swap(true, Ordering::Relaxed) {
+                self.clock.lock().push_back(index);
+            }
+        }
+        old
     }
 
     /// Every page copy (page number, pointer).
@@ -757,6 +773,41 @@ impl BlockMap {
         list
     }
 
+    /// Load the pages of `indices` that are in the log and not in RAM — `parallel`:
+    /// [`PAGE_LOADS_IN_FLIGHT`] at a time, each on a thread of its own, so that their
+    /// reads overlap (a cleaning round needs hundreds); otherwise one after the other (the
+    /// simulation's inline volumes, whose operations follow one order).
+    pub fn load_pages(&self, indices: &[u64], parallel: bool) -> Result<()> {
+        let missing: Vec<u64> =
+            indices.iter().copied().filter(|&index| !self.is_resident(index) && self.copy(index).is_some()).collect();
+        if !parallel || missing.len() < 2 {
+            return missing.into_iter().try_for_each(|index| self.load(index));
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let load_some = || -> Result<()> {
+            loop {
+                let Some(&index) = missing.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                    return Ok(());
+                };
+                self.load(index)?;
+            }
+        };
+        std::thread::scope(|scope| {
+            let loaders: Vec<_> =
+                (0..missing.len().min(PAGE_LOADS_IN_FLIGHT)).map(|_| scope.spawn(load_some)).collect();
+            loaders.into_iter().try_for_each(|loader| {
+                loader
+                    .join()
+                    .unwrap_or(Err(crate::error::Error::Internal(crate::error::InternalFailure::PageLoaderPanicked)))
+            })
+        })
+    }
+
+    /// Whether page `index` is in RAM.
+    pub fn is_resident(&self, index: u64) -> bool {
+        !self.pages[index as usize].load(Ordering::Acquire).is_null()
+    }
+
     /// Make sure page `index` is in RAM (the checkpoint writer, before its snapshot, for
     /// pages it rewrites to empty a metadata segment).
     pub fn ensure_resident(&self, index: u64) -> Result<()> {
@@ -775,8 +826,9 @@ impl BlockMap {
     }
 
     /// The packed entries of page `index` as stored on media (`PAGE_ENTRY_BYTES`,
-    /// little-endian), marking it clean; `None`: not in RAM. Callers hold the state lock
-    /// (no writer changes the page meanwhile) and the checkpoint lock (no eviction).
+    /// little-endian), marking it clean and its copy pending (not evicted until
+    /// [`BlockMap::set_copy`]); `None`: not in RAM. Callers hold the state lock (no writer
+    /// changes the page meanwhile) and the checkpoint lock.
     pub fn take_page(&self, index: u64) -> Option<Vec<u8>> {
         let guard = epoch::pin();
         let page = self.resident(index, &guard)?;
@@ -785,14 +837,11 @@ impl BlockMap {
 
     /// [`BlockMap::take_page`] of a page in RAM.
     fn take_resident(&self, index: u64, page: &Page) -> Vec<u8> {
+        // Not evicted before its copy is named (`set_copy` puts it back in the clock).
+        page.copy_pending.store(true, Ordering::Relaxed);
         if page.dirty.swap(false, Ordering::Relaxed) {
             let before = self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
             assert!(before > 0, "page {index}: a dirty page is counted dirty");
-        }
-        // Clean once its copy is written and named: back in the clock (no evictor runs
-        // before, since its writer holds the checkpoint lock).
-        if !page.in_clock.swap(true, Ordering::Relaxed) {
-            self.clock.lock().push_back(index);
         }
         page.packed()
     }
@@ -815,7 +864,7 @@ impl BlockMap {
     /// them (copied, marked clean): the oldest dirtied first, those not used since the
     /// clock last passed them before the others (whose referenced bit the first pass
     /// clears, as the clock's does). Callers hold the write lock (no writer changes a
-    /// page meanwhile) and the checkpoint lock (none is evicted before its copy is named).
+    /// page meanwhile) and the checkpoint lock.
     pub fn take_pages_to_write_out(&self, count: usize) -> Vec<(u64, Vec<u8>)> {
         let mut list = self.dirty_list.lock();
         let guard = epoch::pin();
@@ -878,15 +927,9 @@ impl BlockMap {
         self.resident_pages.load(Ordering::Relaxed) > self.capacity_pages.load(Ordering::Relaxed)
     }
 
-    /// The dirty pages at which a checkpoint is due: the whole cache (page-outs keep them
-    /// below it unless they cannot keep up or are refused for space).
-    pub fn dirty_pages_due(&self) -> u64 {
-        self.capacity_pages.load(Ordering::Relaxed).max(1)
-    }
-
     /// Evict clean pages not used since the clock last passed them, down to 15/16 of the
-    /// cache. Callers hold the checkpoint lock (no checkpoint between its snapshot and
-    /// its commit). Returns the pages evicted.
+    /// cache (never one whose new copy is pending). Callers hold the write lock. Returns
+    /// the pages evicted.
     pub fn evict(&self) -> u64 {
         let capacity = self.capacity_pages.load(Ordering::Relaxed);
         let target = capacity - capacity / 16;
@@ -918,8 +961,10 @@ impl BlockMap {
         let Some(page) = self.resident(index, &guard) else {
             return Visit::NotResident;
         };
-        // (The evictor holds the checkpoint lock: no checkpoint takes a page meanwhile.)
-        if self.copy(index).is_none() || page.dirty.load(Ordering::Relaxed) {
+        // Dirty, never written, or its new copy not yet named: out of the clock until a
+        // checkpoint or a page-out names a copy that holds its entries.
+        if page.copy_pending.load(Ordering::Acquire) || self.copy(index).is_none() || page.dirty.load(Ordering::Relaxed)
+        {
             self.evictions_kept_dirty.fetch_add(1, Ordering::Relaxed);
             page.in_clock.store(false, Ordering::Relaxed);
             return Visit::LeftClock;
@@ -1076,9 +1121,12 @@ impl Drop for BlockMap {
                 let page = unsafe { Box::from_raw(pointer) };
                 let listed = page.in_clock.load(Ordering::Relaxed);
                 in_clock += listed as u64;
-                // (A page leaves the clock only dirty or without a copy, and comes back
-                // when a checkpoint takes it: one that may be evicted is always in it.)
-                let evictable = !page.dirty.load(Ordering::Relaxed) && self.copies.get(index as u64).is_some();
+                // (A page leaves the clock only dirty, without a copy or with its copy
+                // pending, and comes back when a copy is named: one that may be evicted
+                // is always in it.)
+                let evictable = !page.dirty.load(Ordering::Relaxed)
+                    && !page.copy_pending.load(Ordering::Relaxed)
+                    && self.copies.get(index as u64).is_some();
                 if !std::thread::panicking() {
                     assert!(listed || !evictable, "page {index}: a clean page with a copy is in the eviction clock");
                 }
