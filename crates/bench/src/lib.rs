@@ -109,7 +109,7 @@ impl MapCacheUse {
         format!(
             "map cache {:.1} MiB of a {:.1} MiB index: {} pages read back ({:.1} s), {} evicted, {} checkpoints \
              ({} for dirty pages), most pages resident {} of {}; per M client blocks: {:.0} page reads, {:.0} pages \
-             written by {:.0} checkpoints ({:.1} s), {:.0} pages written by page-outs ({:.1} s); page-outs blocked by checkpoints {}, evictor by writers {}, kept dirty {}; \
+             written by {:.0} checkpoints ({:.1} s); evictor blocked by checkpoints {} and writers {}, kept dirty {}; \
              write lock waited {} times ({:.1} s)",
             self.cache_bytes as f64 / (1 << 20) as f64,
             self.whole_index_bytes as f64 / (1 << 20) as f64,
@@ -124,9 +124,7 @@ impl MapCacheUse {
             per_million(paging.checkpoint_index_pages),
             per_million(paging.checkpoints),
             paging.checkpoint_seconds,
-            per_million(paging.page_out_pages),
-            paging.page_out_seconds,
-            paging.page_outs_blocked_by_checkpoints,
+            paging.evictions_blocked_by_checkpoints,
             paging.evictions_blocked_by_writers,
             paging.evictions_kept_dirty,
             paging.write_lock_waits,

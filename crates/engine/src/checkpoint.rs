@@ -23,10 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use stripelog_blockdev::AlignedBuffer;
 
-/// The index pages a checkpoint loads to empty mostly dead metadata segments, at least
-/// (a quarter of the map cache when that is more).
-const SPARSE_PAGE_LOADS_MINIMUM: u64 = 16;
-
 /// ... or when this long has passed with any batch written.
 pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -104,100 +100,6 @@ impl Checkpointer {
         Ok(self.core.lock_state().space().free_count() > free_before)
     }
 
-    /// Keep the map cache within its bound: evict clean pages, and when that is not enough
-    /// write dirty pages out and evict them (docs/index-and-checkpoints.md, "Page-out
-    /// between checkpoints"). Writers call it after their writes, the flush timer on every
-    /// tick. Never waits for a checkpoint or another page-out: it gives up, as the
-    /// evictor does.
-    pub(crate) fn page_out_if_needed(&self) -> Result<()> {
-        let core = &*self.core;
-        let map = core.map();
-        core.evict_map_pages_if_needed();
-        if map.pages_to_write_out() == 0 || core.check_writable().is_err() {
-            return Ok(());
-        }
-        let Some(mut directory) = core.directory().try_lock() else {
-            Counters::add(&core.counters().page_outs_blocked_by_checkpoints, 1);
-            return Ok(());
-        };
-        let count = map.pages_to_write_out();
-        if count == 0 {
-            return Ok(());
-        }
-        let started = std::time::Instant::now();
-        let pages = {
-            let state = core.lock_state_to_write();
-            // Never the room a checkpoint, the cleaner or trim records need.
-            let segments_needed = (count as u64).div_ceil(core.geometry().blocks_per_segment()) as usize + 1;
-            let floor = state.space().clients_floor(crate::space::Purpose::Data);
-            if state.space().free_count() < floor + segments_needed {
-                Counters::add(&core.counters().page_outs_refused_for_space, 1);
-                return Ok(());
-            }
-            map.take_pages_to_write_out(count)
-        };
-        let result = self.write_out(&mut directory, pages);
-        core.evict_map_pages_if_needed();
-        drop(directory);
-        let written = result?;
-        Counters::add(&core.counters().page_outs, 1);
-        Counters::add(&core.counters().page_out_pages, written);
-        Counters::add(&core.counters().page_out_nanoseconds, started.elapsed().as_nanos() as u64);
-        Ok(())
-    }
-
-    /// Write the pages a page-out took (page number, packed entries) and point the map at
-    /// the new copies once they are on the members. On failure the pages are dirty again
-    /// and the copies written die. Returns the pages written.
-    fn write_out(&self, directory: &mut CheckpointState, pages: Vec<(u64, Vec<u8>)>) -> Result<u64> {
-        let core = &*self.core;
-        let uuid = *core.volume_uuid();
-        let width_bits = core.map().codec().width_bits as u8;
-        // (The checkpoint that will name them; nothing reads a page's generation.)
-        let generation = directory.generation() + 1;
-        let numbers: Vec<u64> = pages.iter().map(|(page, _)| *page).collect();
-        let blocks: Vec<(PageKind, u64, AlignedBuffer)> = pages
-            .into_iter()
-            .map(|(page, packed)| {
-                let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
-                codec::encode_index_page(&mut block, &uuid, page, generation, width_bits, &packed);
-                (PageKind::Index, page, block)
-            })
-            .collect();
-        let mut copies = Vec::new();
-        let written = self
-            .write_blocks(blocks, &mut copies)
-            // A loader reads the members: the copies must be there before the map names them.
-            .and_then(|(written, last_batch)| core.wait_written(last_batch).map(|()| written));
-        let per_segment = core.geometry().blocks_per_segment();
-        let units = core.geometry().live_units_per_block();
-        let written = match written {
-            Ok(written) => written,
-            Err(error) => {
-                for page in numbers {
-                    core.map().mark_dirty(page);
-                }
-                let mut state = core.lock_state();
-                let killer = state.log().last_sealed_sequence();
-                for position in copies {
-                    state.space_mut().remove_live(position / per_segment, units, killer);
-                }
-                return Err(error);
-            }
-        };
-        let mut dying = Vec::new();
-        for &(page, pointer) in &written {
-            let old = core.map().set_copy(page, pointer);
-            dying.extend(directory.written_out(page, old));
-        }
-        let mut state = core.lock_state();
-        let durable = state.log().durable_through();
-        for copy in dying {
-            state.space_mut().remove_live(copy.position / per_segment, units, durable);
-        }
-        Ok(written.len() as u64)
-    }
-
     /// Bytes of batches (data columns) written since the volume was opened.
     fn batch_bytes_written(&self) -> u64 {
         let counters = self.core.counters();
@@ -239,7 +141,7 @@ impl Checkpointer {
         let result = self.write_snapshot(&mut directory, snapshot, batch_bytes);
         match &result {
             // Committed: every clean page's copy is durable and named, so pages may go.
-            Ok(_) => core.evict_map_pages_if_needed(),
+            Ok(_) => core.evict_map_pages_fenced(),
             // Not committed: what the snapshot took is still to be written.
             Err(_) => {
                 for page in taken_pages {
@@ -451,25 +353,14 @@ impl Checkpointer {
             let state = core.lock_state();
             state.space().uses().map(|(_, usage)| usage.is_mostly_dead(geometry)).collect()
         };
-        let map = core.map();
-        let mut pages: Vec<u64> = map
+        let pages: Vec<u64> = core
+            .map()
             .copies()
             .filter(|(_, pointer)| sparse[(pointer.position / per_segment) as usize])
             .map(|(page, _)| page)
             .collect();
-        // At most a quarter of a bounded cache is loaded for this (the rest go at later
-        // checkpoints, or move with page-outs): a checkpoint must not read the whole
-        // index back into a cache that holds a tenth of it.
-        let mut loads_left = (map.cache_stats().capacity_pages / 4).max(SPARSE_PAGE_LOADS_MINIMUM);
-        pages.retain(|&page| {
-            if map.is_resident(page) {
-                return true;
-            }
-            loads_left = loads_left.saturating_sub(1);
-            loads_left > 0
-        });
         for &page in &pages {
-            map.ensure_resident(page)?;
+            core.map().ensure_resident(page)?;
         }
         Ok(pages)
     }

@@ -297,11 +297,6 @@ struct Live {
     shared_record: Option<u64>,
 }
 
-/// The most index pages a relocation loads ahead of a batch (a quarter of the map cache
-/// below that), and the records it looks at to find them.
-const PAGES_LOADED_AHEAD_MAXIMUM: u64 = 1024;
-const RECORDS_LOOKED_AHEAD_MAXIMUM: usize = 4096;
-
 /// The cleaner of one volume: its policy, and the state of its rounds.
 pub(crate) struct Cleaner {
     pub(crate) core: std::sync::Arc<Core>,
@@ -557,11 +552,8 @@ impl Cleaner {
         let mut runs: std::collections::BTreeMap<(u64, usize), Vec<BlockToRead>> = Default::default();
         for (index, record) in live.iter_mut().enumerate() {
             if let Some(position) = record.mapping.position() {
-                // Overwritten meanwhile: skipped when appending. (A record whose index
-                // page left RAM is read anyway rather than its page loaded again: the
-                // relocation looks at it under the write lock.)
-                if self.is_current_if_resident(record) == Some(false) {
-                    continue;
+                if !self.is_current(record)? {
+                    continue; // overwritten meanwhile: skipped when appending
                 }
                 let location = self.core.geometry().locate(position);
                 record.generation = self.core.generation(location.segment);
@@ -725,14 +717,6 @@ impl Cleaner {
         }
     }
 
-    /// [`Cleaner::is_current`] without loading an index page (`None`: not in RAM).
-    fn is_current_if_resident(&self, record: &Live) -> Option<bool> {
-        match record.shared_record {
-            Some(_) => self.is_current(record).ok(),
-            None => Some(self.core.map().get_if_resident(record.logical_block)? == record.mapping),
-        }
-    }
-
     fn served_mask(
         &self,
         start_block: &[u8],
@@ -755,32 +739,6 @@ impl Cleaner {
             }
         }
         Ok(mask)
-    }
-
-    /// Outside the write lock: load the index pages the next relocation batch will look at
-    /// — of the records ahead (`ahead`, in the order they are moved) of the first one's
-    /// stream, up to a quarter of the map cache — so that a batch is not ended at each
-    /// record whose page a bounded cache no longer holds (a batch of one record and a
-    /// padded row each).
-    fn load_pages_ahead(&self, ahead: &[Live]) -> Result<()> {
-        let map = self.core.map();
-        let budget = (map.cache_stats().capacity_pages / 4).clamp(1, PAGES_LOADED_AHEAD_MAXIMUM);
-        let Some(stream) = ahead.first().map(|record| record.stream) else {
-            return Ok(());
-        };
-        let mut pages = Vec::new();
-        for record in ahead.iter().take_while(|record| record.stream == stream).take(RECORDS_LOOKED_AHEAD_MAXIMUM) {
-            if record.shared_record.is_none() && map.get_if_resident(record.logical_block).is_none() {
-                let page = record.logical_block / map.entries_per_page();
-                if pages.last() != Some(&page) {
-                    pages.push(page);
-                    if pages.len() as u64 >= budget {
-                        break;
-                    }
-                }
-            }
-        }
-        map.load_pages(&pages, self.core.io_mode() == crate::log::IoMode::Threaded)
     }
 
     /// Under the write lock: whether `record` is still where it was found and read, and
@@ -820,27 +778,19 @@ impl Cleaner {
     /// refers to (`data_only`: data blocks alone). A segment whose summaries can be
     /// neither read nor rebuilt is pinned (its blocks cannot be found to move them) and
     /// yields nothing.
-    /// `walkers`: the segments walked at once, which share the index pages a bounded map
-    /// cache lets them load ahead.
-    fn live_records(&self, segment: u64, data_only: bool, walkers: usize) -> Result<Vec<Live>> {
+    fn live_records(&self, segment: u64, data_only: bool) -> Result<Vec<Live>> {
         let core = &self.core;
         let (entries, generation) = {
             let _fence = core.read_fence();
             (core.segment_entries(segment), core.generation(segment))
         };
-        let Ok(mut entries) = entries else {
+        let Ok(entries) = entries else {
             let mut state = core.lock_state();
             if core.generation(segment) == generation {
                 state.space_mut().pin(segment);
             }
             return Ok(Vec::new());
         };
-        // Checked against the index in logical order: the entries of one index page follow
-        // each other, so a bounded map cache loads it once for the segment.
-        entries.sort_by_key(|entry| match entry.entry.effect(entry.position, segment) {
-            EntryEffect::Map { first_logical_block, .. } => first_logical_block,
-            _ => u64::MAX,
-        });
         let record = |logical_block: u64, mapping: Mapping, write_clock: u64, lifetime_class: u8| Live {
             logical_block,
             mapping,
@@ -852,31 +802,6 @@ impl Cleaner {
             shared_record: None,
         };
         let logical_blocks = core.map().block_count();
-        // The index pages the entries name, loaded a quarter of the map cache at a time
-        // ahead of the checks, with their reads in flight together.
-        let map = core.map();
-        let entries_per_page = map.entries_per_page();
-        let mut pages: Vec<u64> = entries
-            .iter()
-            .filter_map(|item| match item.entry.effect(item.position, segment) {
-                EntryEffect::Map { first_logical_block, .. } if first_logical_block < logical_blocks => {
-                    Some(first_logical_block / entries_per_page)
-                }
-                _ => None,
-            })
-            .collect();
-        pages.dedup();
-        let budget = (map.cache_stats().capacity_pages / 4 / walkers.max(1) as u64).clamp(1, PAGES_LOADED_AHEAD_MAXIMUM)
-            as usize;
-        let parallel = core.io_mode() == crate::log::IoMode::Threaded;
-        let load_ahead = |logical_block: u64| -> Result<()> {
-            let page = logical_block / entries_per_page;
-            if map.is_resident(page) {
-                return Ok(());
-            }
-            let from = pages.partition_point(|&other| other < page);
-            map.load_pages(&pages[from..(from + budget).min(pages.len())], parallel)
-        };
         let mut records = Vec::new();
         let mut ranged = rustc_hash::FxHashSet::default();
         for SegmentEntry { entry, position, write_clock } in entries {
@@ -908,7 +833,7 @@ impl Cleaner {
             let end = first.saturating_add(count).min(logical_blocks);
             match mapping {
                 Mapping::Data { .. } => {
-                    if first < logical_blocks && load_ahead(first).is_ok() && core.map().get(first)? == mapping {
+                    if first < logical_blocks && core.map().get(first)? == mapping {
                         records.push(record(first, mapping, write_clock, lifetime_class));
                     }
                 }
@@ -916,7 +841,6 @@ impl Cleaner {
                 // share is the same mapping: one record.)
                 Mapping::Fragment { .. } if !data_only => {
                     if first < logical_blocks
-                        && load_ahead(first).is_ok()
                         && core.map().get(first)? == mapping
                         && !records
                             .iter()
@@ -1055,9 +979,8 @@ impl Cleaner {
         let walks: Vec<(u64, bool)> =
             victims.iter().map(|&segment| (segment, false)).chain(filler.map(|segment| (segment, true))).collect();
         let parallel = self.core.io_mode() == crate::log::IoMode::Threaded;
-        let walker_count = if parallel { walks.len() } else { 1 };
         let mut walked = crate::array::members::for_each_item(walks, parallel, |(segment, data_only)| {
-            self.live_records(segment, data_only, walker_count)
+            self.live_records(segment, data_only)
         })
         .into_iter()
         .map(|records| records.unwrap_or(Err(Error::Internal(InternalFailure::SummaryWalkerPanicked))))
@@ -1072,10 +995,8 @@ impl Cleaner {
                     if self.separate_streams { relocation_stream(&state, record, yardstick) } else { HOST_STREAM };
             }
         }
-        // By stream (one batch run each), in logical order: records that share an index
-        // page follow each other, so a bounded map cache loads each page once per round,
-        // not once per record (the reads go by member and row span whatever the order).
-        live.sort_by_key(|record| (record.stream, record.logical_block, record.mapping.position().unwrap_or(u64::MAX)));
+        // By stream (one batch run each), data blocks in position order (sequential reads).
+        live.sort_by_key(|record| (record.stream, record.mapping.position().unwrap_or(u64::MAX), record.logical_block));
         let mut contents = vec![0u8; live.len() * BLOCK_SIZE_BYTES];
         let fragments = self.read_live(&mut live, &mut contents)?;
         // Blocks of the next candidate complete the last rows of the relocation batches,
@@ -1102,7 +1023,6 @@ impl Cleaner {
             // current (a batch starts with a record it will hold: it is never sealed
             // empty). An index page not in RAM is loaded outside the lock, and the record
             // looked at again.
-            self.load_pages_ahead(&live[next..])?;
             let mut page_to_load = None;
             let side = self.core.begin_side_batch_if(kind, || {
                 while next < live.len() {

@@ -578,8 +578,6 @@ pub enum InternalFailure {
     CheckWorkerPanicked,
     #[error("a maintenance worker panicked")]
     MaintenanceWorkerPanicked,
-    #[error("an index page loader panicked")]
-    PageLoaderPanicked,
 }
 
 /// `items` shown one after the other with `separator` between them, for messages.

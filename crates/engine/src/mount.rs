@@ -665,11 +665,6 @@ fn check_chain_ends(
         // A block there that cannot be read proves nothing: stale content of an earlier
         // use of the segment may be what damage made unreadable.
         match end.found {
-            // The log holds this sequence number from a later session: the damaged
-            // summary (and the chain it ends, of the same use) is of a tail a crash
-            // discarded, whose numbers were given out again.
-            Some(DamagedHead::DamagedSummary { sequence, epoch, .. })
-                if batches.get(&sequence).is_some_and(|found| found.header.epoch > epoch) => {}
             Some(DamagedHead::DamagedSummary { sequence, epoch, segment_open_sequence })
                 if sequence <= last_sequence && epoch == end.epoch && segment_open_sequence == end.open_sequence =>
             {

@@ -68,17 +68,9 @@ pub struct Counters {
     /// (from taking the checkpoint lock to the commit; no page is evicted meanwhile).
     pub checkpoint_index_pages: AtomicU64,
     pub checkpoint_nanoseconds: AtomicU64,
-    /// Page-outs (dirty index pages written between checkpoints), the pages they wrote
-    /// and the time they took; the times one was refused because the free segments were
-    /// at the clients' floor.
-    pub page_outs: AtomicU64,
-    pub page_out_pages: AtomicU64,
-    pub page_out_nanoseconds: AtomicU64,
-    pub page_outs_refused_for_space: AtomicU64,
-    /// Times the map cache was over its bound and a page-out gave up because a checkpoint
-    /// (or another page-out) held the checkpoint lock, or the evictor because a writer
-    /// held the write lock.
-    pub page_outs_blocked_by_checkpoints: AtomicU64,
+    /// Times the map cache was over its bound and the evictor gave up because a
+    /// checkpoint held its lock, or a writer the write lock.
+    pub evictions_blocked_by_checkpoints: AtomicU64,
     pub evictions_blocked_by_writers: AtomicU64,
     /// Takings of the write lock that waited for another holder, and for how long in all.
     pub write_lock_waits: AtomicU64,
@@ -549,12 +541,11 @@ pub struct PagingStatus {
     pub page_load_seconds: f64,
     pub pages_created: u64,
     /// Pages evicted; passes of the clock that kept a page because it was dirty or used
-    /// since; times a page-out gave up because a checkpoint held its lock, and the
-    /// evictor because a writer held the write lock.
+    /// since; times the evictor gave up because a checkpoint or a writer held a lock.
     pub page_evictions: u64,
     pub evictions_kept_dirty: u64,
     pub evictions_kept_referenced: u64,
-    pub page_outs_blocked_by_checkpoints: u64,
+    pub evictions_blocked_by_checkpoints: u64,
     pub evictions_blocked_by_writers: u64,
     /// Checkpoints committed, by cause (the rest: for space, at a close, at a mount),
     /// the index pages they wrote and the seconds they took.
@@ -564,12 +555,6 @@ pub struct PagingStatus {
     pub checkpoints_for_interval: u64,
     pub checkpoint_index_pages: u64,
     pub checkpoint_seconds: f64,
-    /// Page-outs, the index pages they wrote and the seconds they took; the times one was
-    /// refused for space.
-    pub page_outs: u64,
-    pub page_out_pages: u64,
-    pub page_out_seconds: f64,
-    pub page_outs_refused_for_space: u64,
     /// Takings of the write lock that waited, and the seconds they waited in all.
     pub write_lock_waits: u64,
     pub write_lock_wait_seconds: f64,

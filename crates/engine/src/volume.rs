@@ -1004,9 +1004,7 @@ impl Volume {
                 }
             }
         }
-        // The write is accepted whatever this does: a page-out that fails leaves its pages
-        // dirty for the next one or a checkpoint, which stops the volume if it fails too.
-        let _ = self.checkpointer.page_out_if_needed();
+        self.core.evict_map_pages_if_needed();
         Ok(())
     }
 
@@ -1484,10 +1482,7 @@ fn flush_timer(cleaner: &Cleaner, checkpointer: &Checkpointer, interval: Duratio
             Ok(()) | Err(Error::OutOfSpace) | Err(Error::Closed) => {}
             Err(error) => core.fail(Shutdown::Checkpoint(Arc::new(error))),
         }
-        match checkpointer.page_out_if_needed() {
-            Ok(()) | Err(Error::OutOfSpace) | Err(Error::Closed) => {}
-            Err(error) => core.fail(Shutdown::Checkpoint(Arc::new(error))),
-        }
+        core.evict_map_pages_if_needed();
         // The compressed share follows the CPU; the members are busy when the write
         // queue holds more than one batch waiting for them.
         core.compression().control(core.members_busy());
@@ -1840,7 +1835,7 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
             page_evictions: map_cache.evictions,
             evictions_kept_dirty: map_cache.evictions_kept_dirty,
             evictions_kept_referenced: map_cache.evictions_kept_referenced,
-            page_outs_blocked_by_checkpoints: Counters::get(&counters.page_outs_blocked_by_checkpoints),
+            evictions_blocked_by_checkpoints: Counters::get(&counters.evictions_blocked_by_checkpoints),
             evictions_blocked_by_writers: Counters::get(&counters.evictions_blocked_by_writers),
             checkpoints: Counters::get(&counters.checkpoints),
             checkpoints_for_dirty_pages: Counters::get(&counters.checkpoints_for_dirty_pages),
@@ -1848,10 +1843,6 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
             checkpoints_for_interval: Counters::get(&counters.checkpoints_for_interval),
             checkpoint_index_pages: Counters::get(&counters.checkpoint_index_pages),
             checkpoint_seconds: Counters::get(&counters.checkpoint_nanoseconds) as f64 / 1e9,
-            page_outs: Counters::get(&counters.page_outs),
-            page_out_pages: Counters::get(&counters.page_out_pages),
-            page_out_seconds: Counters::get(&counters.page_out_nanoseconds) as f64 / 1e9,
-            page_outs_refused_for_space: Counters::get(&counters.page_outs_refused_for_space),
             write_lock_waits: Counters::get(&counters.write_lock_waits),
             write_lock_wait_seconds: Counters::get(&counters.write_lock_wait_nanoseconds) as f64 / 1e9,
         },

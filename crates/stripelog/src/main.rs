@@ -907,7 +907,7 @@ fn print_paging(paging: &stripelog_engine::PagingStatus) {
     let per_million = |count: u64| count as f64 * 1e6 / paging.client_blocks_written.max(1) as f64;
     println!(
         "  paging         most pages resident {} of {}; loads {} ({:.0} per M client blocks, {:.1} s), created {}; \
-         evicted {}, kept dirty {}, kept used {}, page-outs blocked by checkpoints {}, evictor by writers {}",
+         evicted {}, kept dirty {}, kept used {}, evictor blocked by checkpoints {} and writers {}",
         paging.resident_pages_maximum,
         paging.cache_pages,
         paging.page_loads,
@@ -917,13 +917,12 @@ fn print_paging(paging: &stripelog_engine::PagingStatus) {
         paging.page_evictions,
         paging.evictions_kept_dirty,
         paging.evictions_kept_referenced,
-        paging.page_outs_blocked_by_checkpoints,
+        paging.evictions_blocked_by_checkpoints,
         paging.evictions_blocked_by_writers
     );
     println!(
         "                 checkpoints {} ({:.0} per M client blocks: {} for dirty pages, {} for replay, {} on the \
-         interval), {} index pages written ({:.0} per M), {:.1} s; page-outs {} ({} refused for space), {} pages \
-         written ({:.0} per M), {:.1} s; write lock waited {} times, {:.1} s",
+         interval), {} index pages written ({:.0} per M), {:.1} s; write lock waited {} times, {:.1} s",
         paging.checkpoints,
         per_million(paging.checkpoints),
         paging.checkpoints_for_dirty_pages,
@@ -932,11 +931,6 @@ fn print_paging(paging: &stripelog_engine::PagingStatus) {
         paging.checkpoint_index_pages,
         per_million(paging.checkpoint_index_pages),
         paging.checkpoint_seconds,
-        paging.page_outs,
-        paging.page_outs_refused_for_space,
-        paging.page_out_pages,
-        per_million(paging.page_out_pages),
-        paging.page_out_seconds,
         paging.write_lock_waits,
         paging.write_lock_wait_seconds
     );

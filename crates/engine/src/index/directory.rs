@@ -5,12 +5,10 @@
 use crate::index::map::{BlockMap, PointerArray};
 use crate::layout::checkpoint::{PagePointer, SegmentRecord, SEGMENT_RECORDS_PER_PAGE};
 use crate::layout::geometry::Geometry;
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// A checkpoint is written when the index pages changed since the last one (dirty, or
-/// written out by page-outs) reach this many: a snapshot copies the dirty ones while
-/// writers wait, and page-outs' dead copies wait for a commit to free their segments.
+/// A checkpoint is written when the index pages changed since the last one reach this
+/// many (they are copied while writers wait, and mount may have to read them back).
 pub const CHECKPOINT_DIRTY_PAGES_MAXIMUM: u64 = 16 * 1024;
 /// ... or when this many bytes of batches were written since (what a mount after a
 /// crash reads the summaries of).
@@ -41,12 +39,6 @@ pub(crate) struct CheckpointState {
     /// When the latest checkpoint was committed, and the batches written by then.
     committed_at: Instant,
     batch_bytes_at_commit: u64,
-    /// Index pages written out since the latest commit (their map copy is a page-out's,
-    /// which no committed root names), each with the committed copy it replaced: still
-    /// live, it dies at the next commit.
-    paged_out: BTreeMap<u64, Option<PagePointer>>,
-    /// Index pages page-outs wrote since the latest commit.
-    pages_written_out: u64,
 }
 
 impl CheckpointState {
@@ -64,8 +56,6 @@ impl CheckpointState {
             generation: 0,
             committed_at: Instant::now(),
             batch_bytes_at_commit: 0,
-            paged_out: BTreeMap::new(),
-            pages_written_out: 0,
         }
     }
 
@@ -185,37 +175,18 @@ impl CheckpointState {
         );
         let mut dying = std::mem::replace(&mut self.directory_positions, directory_positions);
         dying.extend(self.root.replace(root).map(|root| root.position));
-        // The copies page-outs wrote are named now; the committed ones they replaced die.
-        dying.extend(std::mem::take(&mut self.paged_out).into_values().flatten().map(|copy| copy.position));
-        self.pages_written_out = 0;
         self.generation = generation;
         self.committed_at = Instant::now();
         self.batch_bytes_at_commit = batch_bytes;
         dying
     }
 
-    /// Index page `page` was written out to `copy` (its map copy now), replacing `old`:
-    /// the copy that dies now (an earlier page-out's, which no committed root names), if
-    /// any. A committed copy stays live until the next commit.
-    pub(crate) fn written_out(&mut self, page: u64, old: Option<PagePointer>) -> Option<PagePointer> {
-        self.pages_written_out += 1;
-        match self.paged_out.entry(page) {
-            std::collections::btree_map::Entry::Occupied(_) => old,
-            std::collections::btree_map::Entry::Vacant(vacant) => {
-                vacant.insert(old);
-                None
-            }
-        }
-    }
-
-    /// Whether a checkpoint is due: many index pages changed (dirty, or written out by
-    /// page-outs), a large replay, or a long time with writes. `batch_bytes`:
+    /// Whether a checkpoint is due: many dirty pages (or half the map cache: they cannot
+    /// be evicted before one), a large replay, or a long time with writes. `batch_bytes`:
     /// bytes of batches written since the volume was opened.
     pub(crate) fn due(&self, map: &BlockMap, batch_bytes: u64, interval: Duration) -> Option<CheckpointCause> {
         let replay_bytes = batch_bytes.saturating_sub(self.batch_bytes_at_commit);
-        // (Not for a cache full of dirty pages: page-outs write them, and a checkpoint
-        // holds page-outs off while it runs.)
-        if map.dirty_page_count() + self.pages_written_out >= CHECKPOINT_DIRTY_PAGES_MAXIMUM {
+        if map.dirty_page_count() >= CHECKPOINT_DIRTY_PAGES_MAXIMUM.min(map.dirty_pages_due()) {
             Some(CheckpointCause::DirtyPages)
         } else if replay_bytes >= CHECKPOINT_REPLAY_BUDGET_BYTES {
             Some(CheckpointCause::ReplayBytes)
@@ -226,15 +197,13 @@ impl CheckpointState {
         }
     }
 
-    /// Where every live checkpoint block is: the committed checkpoint's, and the copies
-    /// page-outs wrote since (`map` names them) with the committed ones they replaced.
+    /// Where every checkpoint block of the committed checkpoint is (its live copies).
     pub(crate) fn live_positions<'a>(&'a self, map: &'a BlockMap) -> impl Iterator<Item = u64> + 'a {
         map.copies()
             .chain(self.table_pages.iter())
             .chain(self.shared_pages.iter())
             .chain(self.name_pages.iter())
             .map(|(_, pointer)| pointer.position)
-            .chain(self.paged_out.values().flatten().map(|copy| copy.position))
             .chain(self.directory_positions.iter().copied())
             .chain(self.root.map(|root| root.position))
     }
@@ -243,7 +212,7 @@ impl CheckpointState {
 /// Why a checkpoint is due.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CheckpointCause {
-    /// The index pages changed since the last commit reached their bound.
+    /// The dirty index pages reached their bound (they cannot be evicted until written).
     DirtyPages,
     /// The batches a mount after a crash would replay reached their budget.
     ReplayBytes,

@@ -129,12 +129,6 @@ impl EntryCodec {
 /// only evicts a page whose lock is free).
 const LOAD_LOCK_COUNT: usize = 256;
 
-/// Index page reads a bulk load ([`BlockMap::load_pages`]) keeps in flight.
-pub const PAGE_LOADS_IN_FLIGHT: usize = 16;
-
-/// The most index pages one page-out writes (16 MiB): what it copies while writers wait.
-pub const PAGE_OUT_PAGES_MAXIMUM: u64 = 4096;
-
 /// Where the map reads a page that is not in RAM: the copy a pointer names, verified,
 /// returned as its packed entries (`PAGE_ENTRY_BYTES`, little-endian).
 pub trait PageSource: Send + Sync {
@@ -158,10 +152,6 @@ struct Page {
     /// comes back when a checkpoint takes it, so that the clock visits pages it may
     /// evict, not every dirty page after every write.
     in_clock: AtomicBool,
-    /// Taken by a checkpoint or a page-out (clean) and its new copy not yet named: not
-    /// evicted until it is ([`BlockMap::set_copy`] clears it and puts the page in the
-    /// clock), since its latest copy on the members is older than its entries.
-    copy_pending: AtomicBool,
     words: Box<[AtomicU64]>,
 }
 
@@ -173,7 +163,6 @@ impl Page {
             referenced: AtomicBool::new(true),
             evicted: AtomicBool::new(false),
             in_clock: AtomicBool::new(true),
-            copy_pending: AtomicBool::new(false),
             words: (0..word_count).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -421,7 +410,7 @@ pub struct BlockMap {
     /// One pointer per page; null: not in RAM. A page is freed once evicted and no thread
     /// can still hold it (epoch-based reclamation).
     pages: Box<[AtomicPtr<Page>]>,
-    /// Per page: its latest copy, written by a checkpoint or a page-out.
+    /// Per page: its latest checkpoint copy.
     copies: PointerArray,
     source: Option<Arc<dyn PageSource>>,
     load_locks: Box<[Mutex<()>]>,
@@ -542,23 +531,15 @@ impl BlockMap {
         }
     }
 
-    /// The pointer to page `index`'s latest copy (a checkpoint's or a page-out's).
+    /// The pointer to page `index`'s latest checkpoint copy.
     pub fn copy(&self, index: u64) -> Option<PagePointer> {
         self.copies.get(index)
     }
 
-    /// Point page `index` at a new copy (a checkpoint or a page-out, which hold the
-    /// checkpoint lock); returns the pointer it replaces. A page taken for it may be
-    /// evicted from now on.
+    /// Point page `index` at a new copy (the checkpoint writer, which holds its lock);
+    /// returns the pointer it replaces.
     pub fn set_copy(&self, index: u64, pointer: PagePointer) -> Option<PagePointer> {
-        let old = self.copies.set(index, pointer);
-        let guard = epoch::pin();
-        if let Some(page) = self.resident(index, &guard) {
-            if page.copy_pending.swap(false, Ordering::Release) && !page.in_clock.swap(true, Ordering::Relaxed) {
-                self.clock.lock().push_back(index);
-            }
-        }
-        old
+        self.copies.set(index, pointer)
     }
 
     /// Every page copy (page number, pointer).
@@ -773,41 +754,6 @@ impl BlockMap {
         list
     }
 
-    /// Load the pages of `indices` that are in the log and not in RAM — `parallel`:
-    /// [`PAGE_LOADS_IN_FLIGHT`] at a time, each on a thread of its own, so that their
-    /// reads overlap (a cleaning round needs hundreds); otherwise one after the other (the
-    /// simulation's inline volumes, whose operations follow one order).
-    pub fn load_pages(&self, indices: &[u64], parallel: bool) -> Result<()> {
-        let missing: Vec<u64> =
-            indices.iter().copied().filter(|&index| !self.is_resident(index) && self.copy(index).is_some()).collect();
-        if !parallel || missing.len() < 2 {
-            return missing.into_iter().try_for_each(|index| self.load(index));
-        }
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let load_some = || -> Result<()> {
-            loop {
-                let Some(&index) = missing.get(next.fetch_add(1, Ordering::Relaxed)) else {
-                    return Ok(());
-                };
-                self.load(index)?;
-            }
-        };
-        std::thread::scope(|scope| {
-            let loaders: Vec<_> =
-                (0..missing.len().min(PAGE_LOADS_IN_FLIGHT)).map(|_| scope.spawn(load_some)).collect();
-            loaders.into_iter().try_for_each(|loader| {
-                loader
-                    .join()
-                    .unwrap_or(Err(crate::error::Error::Internal(crate::error::InternalFailure::PageLoaderPanicked)))
-            })
-        })
-    }
-
-    /// Whether page `index` is in RAM.
-    pub fn is_resident(&self, index: u64) -> bool {
-        !self.pages[index as usize].load(Ordering::Acquire).is_null()
-    }
-
     /// Make sure page `index` is in RAM (the checkpoint writer, before its snapshot, for
     /// pages it rewrites to empty a metadata segment).
     pub fn ensure_resident(&self, index: u64) -> Result<()> {
@@ -826,67 +772,20 @@ impl BlockMap {
     }
 
     /// The packed entries of page `index` as stored on media (`PAGE_ENTRY_BYTES`,
-    /// little-endian), marking it clean and its copy pending (not evicted until
-    /// [`BlockMap::set_copy`]); `None`: not in RAM. Callers hold the state lock (no writer
-    /// changes the page meanwhile) and the checkpoint lock.
+    /// little-endian), marking it clean; `None`: not in RAM. Callers hold the state lock
+    /// (no writer changes the page meanwhile) and the checkpoint lock (no eviction).
     pub fn take_page(&self, index: u64) -> Option<Vec<u8>> {
         let guard = epoch::pin();
         let page = self.resident(index, &guard)?;
-        Some(self.take_resident(index, page))
-    }
-
-    /// [`BlockMap::take_page`] of a page in RAM.
-    fn take_resident(&self, index: u64, page: &Page) -> Vec<u8> {
-        // Not evicted before its copy is named (`set_copy` puts it back in the clock).
-        page.copy_pending.store(true, Ordering::Relaxed);
         if page.dirty.swap(false, Ordering::Relaxed) {
             let before = self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
             assert!(before > 0, "page {index}: a dirty page is counted dirty");
         }
-        page.packed()
-    }
-
-    /// The dirty pages a page-out writes now: as many as bring the cache to 15/16 of its
-    /// bound, at least an eighth of it, at most [`PAGE_OUT_PAGES_MAXIMUM`]; none when the
-    /// cache is within its bound (docs/index-and-checkpoints.md, "Page-out between
-    /// checkpoints").
-    pub fn pages_to_write_out(&self) -> usize {
-        if !self.over_capacity() {
-            return 0;
+        // Clean once this checkpoint commits: back in the clock (no evictor runs before).
+        if !page.in_clock.swap(true, Ordering::Relaxed) {
+            self.clock.lock().push_back(index);
         }
-        let capacity = self.capacity_pages.load(Ordering::Relaxed);
-        let resident = self.resident_pages.load(Ordering::Relaxed);
-        let needed = resident.saturating_sub(capacity - capacity / 16).max(capacity / 8).max(1);
-        needed.min(self.dirty_page_count()).min(PAGE_OUT_PAGES_MAXIMUM) as usize
-    }
-
-    /// Take up to `count` dirty pages for a page-out, as [`BlockMap::take_page`] takes
-    /// them (copied, marked clean): the oldest dirtied first, those not used since the
-    /// clock last passed them before the others (whose referenced bit the first pass
-    /// clears, as the clock's does). Callers hold the write lock (no writer changes a
-    /// page meanwhile) and the checkpoint lock.
-    pub fn take_pages_to_write_out(&self, count: usize) -> Vec<(u64, Vec<u8>)> {
-        let mut list = self.dirty_list.lock();
-        let guard = epoch::pin();
-        let mut taken = Vec::with_capacity(count);
-        for unreferenced_only in [true, false] {
-            for &index in list.iter() {
-                if taken.len() >= count {
-                    break;
-                }
-                // (A page taken earlier in this call is clean now.)
-                let Some(page) = self.resident(index, &guard).filter(|page| page.dirty.load(Ordering::Relaxed)) else {
-                    continue;
-                };
-                if unreferenced_only && page.referenced.swap(false, Ordering::Relaxed) {
-                    continue;
-                }
-                taken.push((index, self.take_resident(index, page)));
-            }
-        }
-        // Every dirty page stays listed; the pages taken (clean now) leave the list.
-        list.retain(|&index| self.resident(index, &guard).is_some_and(|page| page.dirty.load(Ordering::Relaxed)));
-        taken
+        Some(page.packed())
     }
 
     /// Mark page `index` changed again (a checkpoint that took it failed before it
@@ -927,9 +826,15 @@ impl BlockMap {
         self.resident_pages.load(Ordering::Relaxed) > self.capacity_pages.load(Ordering::Relaxed)
     }
 
+    /// The dirty pages at which a checkpoint is due: half the cache (they cannot be
+    /// evicted until one writes them).
+    pub fn dirty_pages_due(&self) -> u64 {
+        (self.capacity_pages.load(Ordering::Relaxed) / 2).max(1)
+    }
+
     /// Evict clean pages not used since the clock last passed them, down to 15/16 of the
-    /// cache (never one whose new copy is pending). Callers hold the write lock. Returns
-    /// the pages evicted.
+    /// cache. Callers hold the checkpoint lock (no checkpoint between its snapshot and
+    /// its commit). Returns the pages evicted.
     pub fn evict(&self) -> u64 {
         let capacity = self.capacity_pages.load(Ordering::Relaxed);
         let target = capacity - capacity / 16;
@@ -961,10 +866,8 @@ impl BlockMap {
         let Some(page) = self.resident(index, &guard) else {
             return Visit::NotResident;
         };
-        // Dirty, never written, or its new copy not yet named: out of the clock until a
-        // checkpoint or a page-out names a copy that holds its entries.
-        if page.copy_pending.load(Ordering::Acquire) || self.copy(index).is_none() || page.dirty.load(Ordering::Relaxed)
-        {
+        // (The evictor holds the checkpoint lock: no checkpoint takes a page meanwhile.)
+        if self.copy(index).is_none() || page.dirty.load(Ordering::Relaxed) {
             self.evictions_kept_dirty.fetch_add(1, Ordering::Relaxed);
             page.in_clock.store(false, Ordering::Relaxed);
             return Visit::LeftClock;
@@ -1121,12 +1024,9 @@ impl Drop for BlockMap {
                 let page = unsafe { Box::from_raw(pointer) };
                 let listed = page.in_clock.load(Ordering::Relaxed);
                 in_clock += listed as u64;
-                // (A page leaves the clock only dirty, without a copy or with its copy
-                // pending, and comes back when a copy is named: one that may be evicted
-                // is always in it.)
-                let evictable = !page.dirty.load(Ordering::Relaxed)
-                    && !page.copy_pending.load(Ordering::Relaxed)
-                    && self.copies.get(index as u64).is_some();
+                // (A page leaves the clock only dirty or without a copy, and comes back
+                // when a checkpoint takes it: one that may be evicted is always in it.)
+                let evictable = !page.dirty.load(Ordering::Relaxed) && self.copies.get(index as u64).is_some();
                 if !std::thread::panicking() {
                     assert!(listed || !evictable, "page {index}: a clean page with a copy is in the eviction clock");
                 }

@@ -373,20 +373,6 @@ impl Core {
         self.make_durable(target)
     }
 
-    /// Return once every batch up to `target` is on the members (written, not synced).
-    pub(crate) fn wait_written(&self, target: u64) -> Result<()> {
-        let mut state = self.lock_state();
-        while state.log.written_through() < target {
-            self.members.check_running()?;
-            // (Threaded and closed, the pipeline is gone: nothing more is written.)
-            if self.io_mode == IoMode::Threaded && self.is_closed() {
-                return Err(Error::Closed);
-            }
-            state.wait(&self.progress);
-        }
-        Ok(())
-    }
-
     /// The last batch sealed so far.
     pub(crate) fn last_sealed_sequence(&self) -> u64 {
         self.lock_state().log.last_sealed_sequence()

@@ -528,12 +528,22 @@ impl Core {
         self.map.counts().held_blocks() + self.shared.read().held_blocks()
     }
 
-    /// Evict clean index pages beyond the map cache — when no writer holds the write lock
-    /// (which keeps the pages writers looked up in RAM). A page a checkpoint or a page-out
-    /// took stays until its new copy is named (`BlockMap::set_copy`), so eviction goes on
-    /// while they write. Never waits: it only tries the lock. Readers and writers call it
-    /// after their work, holding no lock.
+    /// Evict clean index pages beyond the map cache — when no checkpoint is between its
+    /// snapshot and its commit and no writer holds the write lock (which keeps the pages
+    /// writers looked up in RAM). Never waits: it only tries both. Readers and writers call
+    /// it after their work, holding no lock.
     pub(crate) fn evict_map_pages_if_needed(&self) {
+        if self.map.over_capacity() {
+            match self.directory.try_lock() {
+                Some(_directory) => self.evict_map_pages_fenced(),
+                None => Counters::add(&self.counters.evictions_blocked_by_checkpoints, 1),
+            }
+        }
+    }
+
+    /// [`Core::evict_map_pages_if_needed`] for a caller that holds the checkpoint lock (a
+    /// checkpoint just committed: every clean page's copy is durable and named).
+    pub(crate) fn evict_map_pages_fenced(&self) {
         if self.map.over_capacity() {
             match self.try_lock_state() {
                 Some(_state) => drop(self.map.evict()),
