@@ -665,6 +665,11 @@ fn check_chain_ends(
         // A block there that cannot be read proves nothing: stale content of an earlier
         // use of the segment may be what damage made unreadable.
         match end.found {
+            // The log holds this sequence number from a later session: the damaged
+            // summary (and the chain it ends, of the same use) is of a tail a crash
+            // discarded, whose numbers were given out again.
+            Some(DamagedHead::DamagedSummary { sequence, epoch, .. })
+                if batches.get(&sequence).is_some_and(|found| found.header.epoch > epoch) => {}
             Some(DamagedHead::DamagedSummary { sequence, epoch, segment_open_sequence })
                 if sequence <= last_sequence && epoch == end.epoch && segment_open_sequence == end.open_sequence =>
             {
@@ -1655,7 +1660,60 @@ pub(crate) fn recover_from_checkpoint(
 
 #[cfg(test)]
 mod tests {
-    use super::whole_pairs_only;
+    use super::{check_chain_ends, whole_pairs_only, ChainEnd, FoundBatch, SegmentHead};
+    use crate::layout::format::{BatchHeader, DamagedHead, NO_SEGMENT};
+    use std::collections::BTreeMap;
+
+    fn found(sequence: u64, epoch: u64) -> FoundBatch {
+        FoundBatch {
+            header: BatchHeader {
+                volume_uuid: [7; 16],
+                sequence,
+                segment: 4,
+                segment_open_sequence: sequence,
+                durable_through_sequence: sequence,
+                first_row: 0,
+                row_count: 2,
+                block_count: 1,
+                summary_count: 1,
+                epoch,
+                previous_segment: NO_SEGMENT,
+                next_segment: NO_SEGMENT,
+                write_clock: 0,
+                stream: 4,
+                paired_with_next: false,
+            },
+            summaries: Vec::new(),
+            summary_indices: Vec::new(),
+            summary_checksums: Vec::new(),
+        }
+    }
+
+    /// A stale chain (batch 399 of epoch 5, in segment 12) of a tail a crash discarded,
+    /// ending in a torn summary of batch 401 of the same use; the log has since given
+    /// 399 … 403 out again in epoch 9. Found as simulation seed 361 with index pages
+    /// written out after every write (branch `issue57-page-out`): `check` refused the
+    /// volume as if the log's batch 401 were destroyed.
+    #[test]
+    fn a_torn_summary_after_a_discarded_tails_chain_is_not_the_logs() {
+        let heads = vec![SegmentHead::Chain { open_sequence: 399 }];
+        let stale_end = |epoch_of_log: u64| {
+            let damaged = DamagedHead::DamagedSummary { sequence: 401, epoch: 5, segment_open_sequence: 399 };
+            let mut batches = BTreeMap::new();
+            for sequence in 399..=403 {
+                batches.insert(sequence, found(sequence, epoch_of_log));
+            }
+            (batches, vec![(12, ChainEnd { row: 2, found: Some(damaged), epoch: 5, open_sequence: 399 })])
+        };
+        let (later, ends) = stale_end(9);
+        assert!(check_chain_ends(&later, &heads, &ends, 403).is_ok(), "a discarded tail's summary");
+        // The same damaged summary where the batch 401 found is of its epoch or older: the
+        // damaged one may be the log's, destroyed, and it is refused.
+        for epoch_of_log in [5, 3] {
+            let (found, ends) = stale_end(epoch_of_log);
+            assert!(check_chain_ends(&found, &heads, &ends, 403).is_err(), "found in epoch {epoch_of_log}");
+        }
+    }
 
     #[test]
     fn a_tail_never_keeps_half_a_pair() {
