@@ -1612,10 +1612,11 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
     // Mapped: every logical block that reads data (whole, compressed, shared).
     let blocks_mapped = counts.data_blocks + counts.fragment_blocks + counts.shared_blocks;
     let blocks_zero = counts.zero_blocks;
-    let (shared_copies, (fragment_copies, fragment_copy_sixteenths), shared_sixteenths, shared_table_memory_bytes) = {
-        let shared = core.shared_table().read();
-        (shared.in_use(), shared.fragment_copies(), shared.stored_sixteenths(), shared.memory_bytes())
-    };
+    let shared = core.shared_table().read();
+    let (shared_copies, (fragment_copies, fragment_copy_sixteenths)) = (shared.in_use(), shared.fragment_copies());
+    let (shared_sixteenths, shared_held_blocks) = (shared.stored_sixteenths(), shared.held_blocks());
+    let shared_table_memory_bytes = shared.memory_bytes();
+    drop(shared);
     // Stored: what holds the data (whole blocks, fragments' shares, shared copies whole or
     // by their share).
     let sixteenths = crate::layout::format::SIXTEENTHS_PER_BLOCK as u64;
@@ -1639,7 +1640,7 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
             mean_fragment_bytes: Counters::get(&core.counters().fragment_bytes) as f64 / compressed.max(1) as f64,
         }
     });
-    let held_blocks = counts.held_blocks() + shared_sixteenths.div_ceil(sixteenths);
+    let held_blocks = counts.held_blocks() + shared_held_blocks;
     let thin_provisioning = geometry.thin_logical_block_count.map(|_| {
         let provisioned = geometry.provisioned_block_count();
         crate::stats::ThinStatus {
