@@ -62,8 +62,30 @@ struct TlsServer {
     control: PathBuf,
 }
 
+/// Starts a `free_port` may lose to another test binding it between its release and the
+/// server's bind.
+const PORT_ATTEMPTS: usize = 5;
+
 impl TlsServer {
+    /// Start a server, on fresh ports again when one was taken meanwhile.
     fn start(directory: &Path, exports: &[String], tls_arguments: &[String]) -> TlsServer {
+        for _ in 1..PORT_ATTEMPTS {
+            match TlsServer::start_on_free_ports(directory, exports, tls_arguments) {
+                Ok(server) => return server,
+                Err(log) if log.contains("Address already in use") => continue,
+                Err(log) => panic!("stripelog serve exited:\n{log}"),
+            }
+        }
+        TlsServer::start_on_free_ports(directory, exports, tls_arguments)
+            .unwrap_or_else(|log| panic!("stripelog serve exited:\n{log}"))
+    }
+
+    /// Start a server on two ports free a moment ago; `Err(its log)` when it exits first.
+    fn start_on_free_ports(
+        directory: &Path,
+        exports: &[String],
+        tls_arguments: &[String],
+    ) -> Result<TlsServer, String> {
         let port = free_port();
         let metrics_port = free_port();
         let log = directory.join("serve.log");
@@ -88,12 +110,13 @@ impl TlsServer {
         // in place, and its start-up lines are all in the log).
         while !server.log().contains("ready: serving on") {
             if let Some(status) = server.process.as_mut().and_then(|process| process.try_wait().ok().flatten()) {
-                panic!("stripelog serve exited ({status}):\n{}", server.log());
+                server.process = None;
+                return Err(format!("({status})\n{}", server.log()));
             }
             assert!(Instant::now() < deadline, "the server was not ready on port {port}:\n{}", server.log());
             std::thread::sleep(Duration::from_millis(50));
         }
-        server
+        Ok(server)
     }
 
     fn log(&self) -> String {
