@@ -289,13 +289,16 @@ const SCRAMBLE_BYTES_PER_SECTOR: usize = 8;
 /// incompressible as before, without copying the whole block again: on a fast target the
 /// copy was a sixth of the loop's time.
 fn scramble(buffer: &mut [u8], data: Data, prng: &mut Prng) {
-    let zeros = match data {
+    let percent = match data {
         Data::Random => 0,
         Data::Zero => return,
-        Data::Compressible(percent) => (buffer.len() * percent.min(100) as usize / 100) / 512 * 512,
+        Data::Compressible(percent) => percent,
     };
-    for sector in buffer[zeros..].chunks_exact_mut(512) {
-        sector[..SCRAMBLE_BYTES_PER_SECTOR].copy_from_slice(&prng.next_u64().to_le_bytes());
+    for block in buffer.chunks_mut(COMPRESSIBLE_BLOCK_BYTES) {
+        let zeros = zero_bytes(block.len(), percent);
+        for sector in block[zeros..].chunks_exact_mut(512) {
+            sector[..SCRAMBLE_BYTES_PER_SECTOR].copy_from_slice(&prng.next_u64().to_le_bytes());
+        }
     }
 }
 
@@ -305,12 +308,23 @@ fn fill(buffer: &mut [u8], data: Data, random: &RandomData, prng: &mut Prng) {
         Data::Random => buffer.copy_from_slice(random.window(prng, buffer.len())),
         Data::Zero => buffer.fill(0),
         Data::Compressible(percent) => {
-            let zeros = (buffer.len() * percent.min(100) as usize / 100) / 512 * 512;
-            let (zero_part, random_part) = buffer.split_at_mut(zeros);
-            zero_part.fill(0);
-            random_part.copy_from_slice(random.window(prng, random_part.len()));
+            // Each 4 KiB block of the request (what the engine compresses) is zeros at the
+            // start, as much as asked, and random after.
+            for block in buffer.chunks_mut(COMPRESSIBLE_BLOCK_BYTES) {
+                let (zero_part, random_part) = block.split_at_mut(zero_bytes(block.len(), percent));
+                zero_part.fill(0);
+                random_part.copy_from_slice(random.window(prng, random_part.len()));
+            }
         }
     }
+}
+
+/// The unit `Data::Compressible` makes compressible: the engine's block.
+const COMPRESSIBLE_BLOCK_BYTES: usize = stripelog_engine::BLOCK_SIZE_BYTES;
+
+/// Bytes of zeros at the start of a compressible block of `length` bytes (whole sectors).
+fn zero_bytes(length: usize, percent: u32) -> usize {
+    (length * percent.min(100) as usize / 100) / 512 * 512
 }
 
 /// Run `workload` on `target`. `progress` gets the fraction done about every second.
@@ -672,5 +686,14 @@ mod tests {
         assert!(block[2048..].iter().any(|&byte| byte != 0));
         fill(&mut block, Data::Zero, &random, &mut prng);
         assert!(block.iter().all(|&byte| byte == 0));
+        // A larger request is compressible in every one of its 4 KiB blocks, as the
+        // engine compresses them, not zeros in its first half only.
+        let mut request = vec![1u8; 1 << 20];
+        fill(&mut request, Data::Compressible(50), &random, &mut prng);
+        scramble(&mut request, Data::Compressible(50), &mut prng);
+        for block in request.chunks(4096) {
+            assert!(block[..2048].iter().all(|&byte| byte == 0));
+            assert!(block[2048..].iter().any(|&byte| byte != 0));
+        }
     }
 }
