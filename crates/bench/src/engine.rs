@@ -36,6 +36,9 @@ pub struct Options {
     pub write_thread_counts: Vec<usize>,
     pub read_thread_counts: Vec<usize>,
     pub keep_files: bool,
+    /// Existing files or block devices to run on instead of `member_count` files in
+    /// `directory` (empty: files).
+    pub devices: Vec<PathBuf>,
     /// Allow member files that already exist in `directory` (they are overwritten).
     pub force: bool,
     /// The engine's block cache (0: none).
@@ -83,18 +86,28 @@ pub struct Report {
     pub resident_memory_bytes_per_logical_gib: Option<f64>,
 }
 
-/// Run `body` on `count` member files `PREFIX-N` in `directory` (created), then remove
-/// them unless `keep`. The run writes over the files and removes them: one that already
-/// exists and is not empty (a kept run's volume, or anything else of that name) is
-/// refused unless `force`.
+/// Run `body` on `devices` when named (existing files or block devices, written over and
+/// kept: one that holds data is refused unless `force`), otherwise on `count` member files
+/// `PREFIX-N` in `directory` (created), then remove them unless `keep`. The run writes
+/// over the files and removes them: one that already exists and is not empty (a kept
+/// run's volume, or anything else of that name) is refused unless `force`.
 pub(crate) fn with_member_files<T>(
     directory: &std::path::Path,
     prefix: &str,
     count: usize,
+    devices: &[PathBuf],
     keep: bool,
     force: bool,
     body: impl FnOnce(&[PathBuf]) -> Result<T, String>,
 ) -> Result<T, String> {
+    if !devices.is_empty() {
+        if !force {
+            for path in devices {
+                crate::target::refuse_existing_data(path)?;
+            }
+        }
+        return body(devices);
+    }
     std::fs::create_dir_all(directory).map_err(|error| format!("{}: {error}", directory.display()))?;
     let paths: Vec<PathBuf> = (0..count).map(|index| directory.join(format!("{prefix}-{index}"))).collect();
     if !force {
@@ -336,6 +349,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         &options.directory,
         "bench-member",
         options.member_count,
+        &options.devices,
         options.keep_files,
         options.force,
         |paths| run_in(options, paths, progress),
@@ -343,7 +357,8 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
 }
 
 fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Result<Report, String> {
-    let devices = open_devices(paths, options.member_size_bytes)?;
+    // Named devices are used at their size, never grown.
+    let devices = open_devices(paths, if options.devices.is_empty() { options.member_size_bytes } else { 0 })?;
     let descriptions: Vec<String> = devices.iter().map(|device| device.describe()).collect();
     progress(&format!("members: {}", descriptions.join("; ")));
     progress("measuring the members' sequential O_DIRECT write bandwidth (all members at once)");
@@ -398,9 +413,13 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
     };
     volume.close().map_err(|error| error.to_string())?;
     Ok(Report {
-        member_count: options.member_count,
+        member_count: paths.len(),
         raid_level: options.raid_level.to_string(),
-        member_size_bytes: options.member_size_bytes,
+        member_size_bytes: if options.devices.is_empty() {
+            options.member_size_bytes
+        } else {
+            devices.iter().map(|device| device.size_bytes()).min().unwrap_or(0)
+        },
         chunk_size_bytes: options.chunk_size_bytes,
         region_bytes: options.region_bytes,
         members: descriptions,

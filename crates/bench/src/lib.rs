@@ -27,7 +27,9 @@ pub mod saturation;
 pub mod scale;
 mod side_by_side;
 pub mod slow_member;
+pub mod suite;
 pub mod target;
+pub mod testbed;
 mod workload;
 
 pub use memory::resident_memory_bytes;

@@ -49,6 +49,9 @@ pub struct Options {
     /// The engine's index page cache (`None`: its default).
     pub map_cache_bytes: Option<u64>,
     pub keep_files: bool,
+    /// Existing files or block devices to run on instead of `member_count` files in
+    /// `directory` (empty: files).
+    pub devices: Vec<PathBuf>,
     /// Allow member files that already exist in `directory` (they are overwritten).
     pub force: bool,
     pub seed: u64,
@@ -225,6 +228,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         &options.directory,
         "saturate-member",
         options.member_count,
+        &options.devices,
         options.keep_files,
         options.force,
         |paths| run_in(options, paths, progress),
@@ -232,7 +236,8 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
 }
 
 fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Result<Report, String> {
-    let devices = open_devices(paths, options.member_size_bytes)?;
+    // Named devices are used at their size, never grown.
+    let devices = open_devices(paths, if options.devices.is_empty() { options.member_size_bytes } else { 0 })?;
     let descriptions: Vec<String> = devices.iter().map(|device| device.describe()).collect();
     type Bandwidth = fn(&[std::sync::Arc<stripelog_blockdev::FileDevice>], usize, Duration) -> Result<f64, String>;
     let measure = |what: &str, bandwidth: Bandwidth| -> Result<f64, String> {
@@ -433,9 +438,13 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         cleaner_read_per_relocated_byte.max(1.0),
     );
     let report = Report {
-        member_count: options.member_count,
+        member_count: paths.len(),
         raid_level: options.raid_level.to_string(),
-        member_size_bytes: options.member_size_bytes,
+        member_size_bytes: if options.devices.is_empty() {
+            options.member_size_bytes
+        } else {
+            devices.iter().map(|device| device.size_bytes()).min().unwrap_or(0)
+        },
         chunk_size_bytes: options.chunk_size_bytes,
         spare_fraction: options.spare_ppm as f64 / 1e6,
         policy: options.policy.to_string(),

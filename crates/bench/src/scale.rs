@@ -130,7 +130,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
         empty_member_bytes as f64 / TIB
     ));
     report.empty =
-        with_member_files(&options.directory, "scale-empty", options.members, false, options.force, |paths| {
+        with_member_files(&options.directory, "scale-empty", options.members, &[], false, options.force, |paths| {
             let logical_bytes = {
                 let devices = open_devices(paths, empty_member_bytes)?;
                 match create_on(&devices, &create_options(options, true), &open_options("stripelog bench scale")) {
@@ -153,7 +153,7 @@ pub fn run(options: &Options, progress: &dyn Fn(&str)) -> Result<Report, String>
             let per_tib = open.added_bytes() as f64 / GIB / (logical_bytes as f64 / TIB);
             Ok(EmptyVolume { logical_bytes, open, resident_gib_per_tib: per_tib })
         })?;
-    with_member_files(&options.directory, "scale", options.members, options.keep, options.force, |paths| {
+    with_member_files(&options.directory, "scale", options.members, &[], options.keep, options.force, |paths| {
         {
             let devices = open_devices(paths, options.member_size_bytes)?;
             let volume = create_on(&devices, &create_options(options, true), &open_options("stripelog bench scale"))?;

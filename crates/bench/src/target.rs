@@ -127,10 +127,21 @@ pub(crate) fn check_overwrite(path: &Path, options: &TargetOptions) -> Result<()
     if !options.writes || options.force {
         return Ok(());
     }
+    refuse_existing_data(path)
+}
+
+/// Refuse a path a benchmark would write over: a block device, or a file that exists and
+/// is not empty (names what it found; the caller's `--force` is the way past).
+pub fn refuse_existing_data(path: &Path) -> Result<(), String> {
     match std::fs::metadata(path) {
-        Ok(metadata) if metadata.file_type().is_block_device() || metadata.len() > 0 => Err(format!(
-            "{}: exists and is not empty; a write benchmark overwrites it (pass --force to allow that)",
+        Ok(metadata) if metadata.file_type().is_block_device() => Err(format!(
+            "{}: a block device; a write benchmark overwrites it (pass --force to allow that)",
             path.display()
+        )),
+        Ok(metadata) if metadata.len() > 0 => Err(format!(
+            "{}: exists and is not empty ({} bytes); a write benchmark overwrites it (pass --force to allow that)",
+            path.display(),
+            metadata.len()
         )),
         _ => Ok(()),
     }

@@ -761,3 +761,130 @@ fn input_size_bytes(path: &std::path::Path) -> Option<u64> {
     }
     std::fs::File::open(path).and_then(|mut file| std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))).ok()
 }
+
+/// `stripelog bench suite`: which members, which parts, how long.
+#[derive(Args)]
+pub struct SuiteArguments {
+    /// Where report.json, report.md, the charts and the children's logs (work/) go.
+    #[arg(long, default_value = "stripelog-suite")]
+    output: PathBuf,
+    /// Parts to run, comma-separated, in this order (default: all): fresh, steady, reads,
+    /// nbd, nbd-multi, sync, rebuild, check, compression, dedup, cores.
+    #[arg(long, value_delimiter = ',', value_parser = stripelog_bench::suite::Part::parse)]
+    parts: Vec<stripelog_bench::suite::Part>,
+    /// Member files: this many files in --dir (plus a spare for the rebuild).
+    #[arg(long, default_value_t = 5)]
+    members: usize,
+    /// Directory for the member files (created; they are removed afterwards).
+    #[arg(long, default_value = "stripelog-suite-members", conflicts_with_all = ["devices", "testbed"])]
+    dir: PathBuf,
+    /// Size of each member file, or of each testbed drive.
+    #[arg(long, default_value = "2GiB", value_parser = units::parse_size)]
+    member_size: u64,
+    /// Run on these files or block devices (comma-separated) instead of files in --dir.
+    /// Their data is overwritten: one that holds data is refused unless --force.
+    #[arg(long, value_name = "PATHS", value_delimiter = ',', conflicts_with = "testbed")]
+    devices: Vec<PathBuf>,
+    /// With --devices: a file or device beside them that the rebuild writes to and the
+    /// durable-write peer (nbdkit file) uses.
+    #[arg(long, value_name = "PATH", requires = "devices")]
+    spare_device: Option<PathBuf>,
+    /// Run on a testbed of independent drives: --members loop devices over files in
+    /// /dev/shm (and one spare), each throttled through the blkio cgroup to the speeds
+    /// below. Needs root and cgroup v1.
+    #[arg(long)]
+    testbed: bool,
+    /// Testbed: each drive's sequential write bandwidth.
+    #[arg(long, default_value = "100MiB", value_parser = units::parse_size)]
+    drive_write: u64,
+    /// Testbed: each drive's sequential read bandwidth.
+    #[arg(long, default_value = "200MiB", value_parser = units::parse_size)]
+    drive_read: u64,
+    /// Testbed: each drive's reads per second (one I/O of any size counts one).
+    #[arg(long, default_value_t = 5000)]
+    drive_read_iops: u64,
+    /// Testbed: each drive's writes per second.
+    #[arg(long, default_value_t = 5000)]
+    drive_write_iops: u64,
+    /// Length of each measured cell.
+    #[arg(long, default_value = "10s", value_parser = units::parse_duration)]
+    cell: Duration,
+    /// Time limit of the steady-state part (its fill and the writes up to steady state).
+    #[arg(long, default_value = "300s", value_parser = units::parse_duration)]
+    steady_limit: Duration,
+    /// Write over members, drives' backing files and an output directory that hold data.
+    #[arg(long)]
+    force: bool,
+    /// No progress lines.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+pub fn suite(arguments: SuiteArguments) -> Result<ExitCode, String> {
+    use stripelog_bench::suite::{Members, Options, Part};
+    let members = if arguments.testbed {
+        Members::Testbed(stripelog_bench::testbed::Options {
+            drive_count: arguments.members + 1,
+            drive_size_bytes: arguments.member_size,
+            speed: stripelog_bench::testbed::DriveSpeed {
+                read_bytes_per_second: arguments.drive_read,
+                write_bytes_per_second: arguments.drive_write,
+                read_iops: arguments.drive_read_iops,
+                write_iops: arguments.drive_write_iops,
+            },
+            directory: PathBuf::from("/dev/shm"),
+            force: arguments.force,
+        })
+    } else if !arguments.devices.is_empty() {
+        Members::Devices { paths: arguments.devices, spare: arguments.spare_device }
+    } else {
+        Members::Files { directory: arguments.dir, count: arguments.members }
+    };
+    let options = Options {
+        stripelog: std::env::current_exe().map_err(|error| format!("this program's path: {error}"))?,
+        members,
+        member_size_bytes: arguments.member_size,
+        parts: if arguments.parts.is_empty() { Part::ALL.to_vec() } else { arguments.parts },
+        cell: arguments.cell,
+        steady_limit: arguments.steady_limit,
+        output: arguments.output,
+        force: arguments.force,
+    };
+    let words: Vec<String> = std::env::args().collect();
+    let quiet = arguments.quiet;
+    let report = stripelog_bench::suite::run(&options, &stripelog_bench::suite::shell_words(&words), &|line| {
+        if !quiet {
+            eprintln!("{line}");
+        }
+    })?;
+    for part in &report.parts {
+        println!("{}: {}", part.part.name(), part.title);
+        if let Some(error) = &part.error {
+            println!("  FAILED: {error}");
+        }
+        for figure in &part.figures {
+            let ratio = figure.ratio.map(|ratio| format!("  ratio {ratio:.3}")).unwrap_or_default();
+            let verdict = figure
+                .bar
+                .as_ref()
+                .map(|bar| {
+                    format!("  ({} {}: {})", bar.direction, bar.threshold, if bar.met { "met" } else { "MISSED" })
+                })
+                .unwrap_or_default();
+            println!("  {:<72} {:>12.1} {}{ratio}{verdict}", figure.name, figure.value, figure.unit);
+        }
+        println!("  limit: {}", part.limit);
+    }
+    println!("report: {}", options.output.join("report.md").display());
+    let failed = report.failed_parts();
+    if failed.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "bench suite: {} part(s) failed: {}",
+            failed.len(),
+            failed.iter().map(|part| part.part.name()).collect::<Vec<_>>().join(", ")
+        );
+        Ok(ExitCode::FAILURE)
+    }
+}

@@ -541,7 +541,16 @@ enum BenchCommand {
         after_help = "Examples:\n  stripelog bench slow-member --members d/m0,d/m1,d/m2,d/m3,d/m4 --member-size 2GiB\n  stripelog bench slow-member --members d/m0,d/m1,d/m2,d/m3,d/m4 --force --spike-latency 20ms --spike-fraction 10% --json slow.json"
     )]
     SlowMember(bench::SlowMemberArguments),
+    /// Every figure beside its peer in one run: fresh and steady-state writes, reads, NBD
+    /// with one and four connections, durable writes, rebuild, check, compression, dedup,
+    /// cores — against fio on the raw members, nbdkit memory and nbdkit file. Runs on
+    /// member files, named devices or a testbed of throttled drives; writes report.json,
+    /// report.md and SVG charts.
+    #[command(after_help = SUITE_EXAMPLES)]
+    Suite(bench::SuiteArguments),
 }
+
+const SUITE_EXAMPLES: &str = "Examples:\n  stripelog bench suite --dir /var/tmp/sl --member-size 2GiB --output report-files\n  stripelog bench suite --testbed --members 5 --member-size 2GiB --drive-write 100MiB --drive-read 200MiB --output report-testbed\n  stripelog bench suite --devices /dev/sdb,/dev/sdc,/dev/sdd --spare-device /dev/sde --force --parts fresh,steady,rebuild";
 
 /// The target forms of `bench mix` and `bench grid` (a macro: `concat!` takes literals).
 macro_rules! target_forms {
@@ -656,6 +665,10 @@ struct SaturateArguments {
     dir: PathBuf,
     #[arg(long, default_value_t = 5)]
     members: usize,
+    /// Run on these existing files or block devices (comma-separated) instead of files in
+    /// --dir: written over and kept; refused when one holds data, unless --force.
+    #[arg(long, value_name = "PATHS", value_delimiter = ',')]
+    devices: Vec<PathBuf>,
     #[arg(long, default_value = "2GiB", value_parser = units::parse_size)]
     member_size: u64,
     #[arg(long, default_value = "1MiB", value_parser = units::parse_size)]
@@ -709,6 +722,10 @@ struct EngineBenchArguments {
     dir: PathBuf,
     #[arg(long, default_value_t = 5)]
     members: usize,
+    /// Run on these existing files or block devices (comma-separated) instead of files in
+    /// --dir: written over and kept; refused when one holds data, unless --force.
+    #[arg(long, value_name = "PATHS", value_delimiter = ',')]
+    devices: Vec<PathBuf>,
     #[arg(long, default_value = "8GiB", value_parser = units::parse_size)]
     member_size: u64,
     #[arg(long, default_value = "1MiB", value_parser = units::parse_size)]
@@ -1413,6 +1430,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Bench(BenchCommand::Latency(arguments)) => bench::latency(arguments),
         Command::Bench(BenchCommand::Compare(arguments)) => bench::compare(arguments),
         Command::Bench(BenchCommand::SlowMember(arguments)) => bench::slow_member(arguments),
+        Command::Bench(BenchCommand::Suite(arguments)) => bench::suite(arguments),
         Command::Sim(SimCommand::Gc(arguments)) => sim_gc(arguments),
         Command::Sim(SimCommand::Overprovisioning(arguments)) => {
             sim::overprovisioning(arguments).map(|()| ExitCode::SUCCESS)
@@ -1634,6 +1652,7 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
         cache_size_bytes: arguments.cache,
         map_cache_bytes: arguments.map_cache,
         keep_files: arguments.keep,
+        devices: arguments.devices,
         force: arguments.force,
         seed: arguments.seed,
     };
@@ -1772,6 +1791,7 @@ fn bench_engine(arguments: EngineBenchArguments) -> Result<ExitCode, String> {
         write_thread_counts: arguments.threads,
         read_thread_counts: arguments.read_threads,
         keep_files: arguments.keep,
+        devices: arguments.devices,
         force: arguments.force,
         cache_size_bytes: arguments.cache,
         map_cache_bytes: arguments.map_cache,
