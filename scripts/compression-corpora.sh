@@ -13,26 +13,21 @@
 # The corpora stay in DIRECTORY for the NBD measurements; files of these names already
 # there are refused (named) unless FORCE=1.
 set -euo pipefail
+. "$(dirname "$0")/common.sh"
 directory=${1:-/var/tmp/stripelog-corpora}
 fio_mib=${FIO_MIB:-1024}
 scale=${PGBENCH_SCALE:-50}
 stripelog=${STRIPELOG:-./target/release/stripelog}
 postgres_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
-for tool in fio mkfs.ext4 pgbench runuser du; do
-  command -v "$tool" >/dev/null || { echo "compression-corpora: $tool is not installed (scripts/install-deps.sh)" >&2; exit 1; }
-done
-[ -n "$postgres_bin" ] || { echo "compression-corpora: PostgreSQL server is not installed (scripts/install-deps.sh)" >&2; exit 1; }
-[ -x "$stripelog" ] || { echo "compression-corpora: build first: cargo build --release" >&2; exit 1; }
-[ "$(id -u)" = 0 ] || { echo "compression-corpora: run as root (PostgreSQL runs as postgres)" >&2; exit 1; }
+need fio mkfs.ext4 pgbench runuser du
+[ -n "$postgres_bin" ] || fail "PostgreSQL server is not installed (scripts/install-deps.sh)"
+[ -x "$stripelog" ] || fail "build first: cargo build --release"
+[ "$(id -u)" = 0 ] || fail "run as root (PostgreSQL runs as postgres)"
 stripelog=$(realpath "$stripelog")
 mkdir -p "$directory"
 directory=$(cd "$directory" && pwd)
 corpora=("$directory/usr.ext4" "$directory/pgbench.ext4" "$directory/fio-0.dat" "$directory/fio-75.dat")
-if [ "${FORCE:-0}" != 1 ]; then
-  for file in "${corpora[@]}" "$directory/pgdata"; do
-    [ -e "$file" ] && { echo "compression-corpora: $file exists (it would be overwritten): FORCE=1 to go on" >&2; exit 1; }
-  done
-fi
+refuse_existing "${corpora[@]}" "$directory/pgdata"
 rm -f "${corpora[@]}"
 
 # An image a quarter larger than what it holds, at least 256 MiB.

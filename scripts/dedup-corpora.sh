@@ -13,20 +13,17 @@
 # The tree of each image is a hard-linked copy of SOURCE (so it must be on the same
 # filesystem as DIRECTORY) in which the changed files are replaced, never written through.
 set -euo pipefail
+. "$(dirname "$0")/common.sh"
 directory=${1:?usage: scripts/dedup-corpora.sh DIRECTORY}
 images=${IMAGES:-10}
 changed=${FILES_CHANGED:-20}
 source=${SOURCE:-/usr}
-for tool in mkfs.ext4 du cp find; do
-  command -v "$tool" >/dev/null || { echo "dedup-corpora: $tool is not installed (scripts/install-deps.sh)" >&2; exit 1; }
-done
+need mkfs.ext4 du cp find
 mkdir -p "$directory"
 directory=$(cd "$directory" && pwd)
-if [ "${FORCE:-0}" != 1 ]; then
-  for name in tree image.ext4 image-bytes $(seq -f 'image-%g' 0 $((images - 1))); do
-    [ -e "$directory/$name" ] && { echo "dedup-corpora: $directory/$name exists (it would be replaced): FORCE=1 to go on" >&2; exit 1; }
-  done
-fi
+for name in tree image.ext4 image-bytes $(seq -f 'image-%g' 0 $((images - 1))); do
+  refuse_existing "$directory/$name"
+done
 tree="$directory/tree"
 image="$directory/image.ext4"
 cleanup() { rm -rf "$tree" "$image"; }
@@ -37,17 +34,14 @@ for index in $(seq 0 $((images - 1))); do
 done
 # The regular files large enough to change, in a fixed order.
 mapfile -t candidates < <(find "$source" -xdev -type f -size +64k 2>/dev/null | sort)
-[ "${#candidates[@]}" -gt 0 ] || { echo "dedup-corpora: no files over 64 KiB under $source" >&2; exit 1; }
+[ "${#candidates[@]}" -gt 0 ] || fail "no files over 64 KiB under $source"
 mib=$(du -sm --apparent-size "$source" | cut -f1)
 mib=$(( mib + mib / 4 + 256 ))
 # The images' size, for a consumer that places them side by side in one volume.
 echo $(( mib << 20 )) >"$directory/image-bytes"
 for index in $(seq 0 $((images - 1))); do
   rm -rf "$tree" "$image"
-  if ! cp -al "$source" "$tree" 2>/dev/null; then
-    echo "dedup-corpora: cannot hard-link $source into $directory (another filesystem?)" >&2
-    exit 1
-  fi
+  cp -al "$source" "$tree" 2>/dev/null || fail "cannot hard-link $source into $directory (another filesystem?)"
   if [ "$index" -gt 0 ]; then
     for change in $(seq 0 $((changed - 1))); do
       original=${candidates[$(( (index * 7919 + change * 104729) % ${#candidates[@]} ))]}

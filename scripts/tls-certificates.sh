@@ -8,17 +8,15 @@
 # perhaps) are never overwritten unless FORCE=1.
 # Usage: [FORCE=1] scripts/tls-certificates.sh DIR [CLIENT-NAME...]   (default client: client)
 set -eu
+. "$(dirname "$0")/common.sh"
 directory=${1:?usage: $0 DIR [CLIENT-NAME...]}
 shift
 [ $# -gt 0 ] || set -- client
-command -v openssl >/dev/null || { echo "$0: openssl is needed (apt-get install openssl)" >&2; exit 1; }
-if [ "${FORCE:-0}" != 1 ] && [ -d "$directory" ] && [ -n "$(ls -A "$directory")" ]; then
-  echo "$0: $directory is not empty (it holds $(ls -A "$directory" | head -5 | tr '\n' ' ')): its keys and certificates would be overwritten; give FORCE=1 to do so" >&2
-  exit 1
-fi
+need openssl
+refuse_existing "$directory"
 mkdir -p "$directory/authority" "$directory/server"
 cd "$directory"
-quiet() { "$@" >/dev/null 2>&1 || { echo "$0: failed: $*" >&2; "$@"; exit 1; }; }
+quiet() { "$@" >/dev/null 2>&1 || { "$@"; fail "failed: $*"; }; }
 quiet openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=stripelog test authority" \
     -keyout authority/ca-key.pem -out authority/ca-cert.pem
 sign() { # sign NAME DIR PREFIX EXTENSIONS
