@@ -210,10 +210,12 @@ pub struct MemberSpeed {
     pub size_bytes: u64,
     pub sequential_write_bytes_per_second: f64,
     pub sequential_read_bytes_per_second: f64,
-    /// The same sequential writes submitted through libaio instead of io_uring (the
-    /// engine's path): on a throttled loop device the kernel charges a throttled io_uring
-    /// write twice (its non-blocking attempt and its retry), so the two differ there.
-    pub sequential_write_libaio_bytes_per_second: f64,
+    /// The same sequential writes and reads through io_uring (the engine's path) instead
+    /// of libaio: on a throttled loop device the kernel charges an io_uring request the
+    /// throttle holds back twice (its non-blocking attempt and its retry), so the two
+    /// differ there; on drives and files they agree.
+    pub sequential_write_io_uring_bytes_per_second: f64,
+    pub sequential_read_io_uring_bytes_per_second: f64,
 }
 
 /// The members together, measured by fio: the hardware's own bounds.

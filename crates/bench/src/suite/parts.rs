@@ -174,12 +174,13 @@ impl<'a> Context<'a> {
     }
 
     /// fio on the raw members, all at once: sequential write (which also fills member files
-    /// with real data) and read per member, 4 KiB random read and write at depth 32 over all.
+    /// with real data) and read per member through libaio, the drives' own speeds (the
+    /// bounds); the same through io_uring; 4 KiB random read and write at depth 32 over all.
     pub fn calibrate(&mut self) -> Result<ArraySpeed, String> {
         let mut array = ArraySpeed::default();
-        let per_member = |rw: &str, runtime: bool| -> Vec<String> {
-            let mut arguments: Vec<String> =
-                ["--direct=1", "--ioengine=io_uring", "--bs=1M", "--iodepth=4"].map(String::from).to_vec();
+        let per_member = |engine: &str, rw: &str, runtime: bool| -> Vec<String> {
+            let mut arguments: Vec<String> = ["--direct=1", "--bs=1M", "--iodepth=4"].map(String::from).to_vec();
+            arguments.push(format!("--ioengine={engine}"));
             arguments.push(format!("--rw={rw}"));
             if runtime {
                 arguments.push("--time_based".into());
@@ -192,11 +193,12 @@ impl<'a> Context<'a> {
             arguments
         };
         (self.progress)("  sequential writes over each whole member");
-        let (write, write_command) = self.fio("calibrate-write", per_member("write", false))?;
-        let (read, read_command) = self.fio("calibrate-read", per_member("read", true))?;
-        let mut libaio_arguments = per_member("write", true);
-        libaio_arguments[1] = "--ioengine=libaio".into();
-        let (libaio, libaio_command) = self.fio("calibrate-write-libaio", libaio_arguments)?;
+        let (write, write_command) = self.fio("calibrate-write", per_member("libaio", "write", false))?;
+        let (read, read_command) = self.fio("calibrate-read", per_member("libaio", "read", true))?;
+        let (uring_write, uring_write_command) =
+            self.fio("calibrate-write-io_uring", per_member("io_uring", "write", true))?;
+        let (uring_read, uring_read_command) =
+            self.fio("calibrate-read-io_uring", per_member("io_uring", "read", true))?;
         for (index, member) in self.members.iter().enumerate() {
             let size_bytes = std::fs::File::open(member)
                 .and_then(|mut file| std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0)))
@@ -207,7 +209,14 @@ impl<'a> Context<'a> {
                 size_bytes,
                 sequential_write_bytes_per_second: number(&write, &format!("/jobs/{index}/write/bw_bytes"))?,
                 sequential_read_bytes_per_second: number(&read, &format!("/jobs/{index}/read/bw_bytes"))?,
-                sequential_write_libaio_bytes_per_second: number(&libaio, &format!("/jobs/{index}/write/bw_bytes"))?,
+                sequential_write_io_uring_bytes_per_second: number(
+                    &uring_write,
+                    &format!("/jobs/{index}/write/bw_bytes"),
+                )?,
+                sequential_read_io_uring_bytes_per_second: number(
+                    &uring_read,
+                    &format!("/jobs/{index}/read/bw_bytes"),
+                )?,
             });
         }
         array.sequential_write_bytes_per_second =
@@ -230,7 +239,14 @@ impl<'a> Context<'a> {
         let (random_write, random_write_command) = self.fio("calibrate-random-write", random("randwrite"))?;
         array.random_read_iops_depth_32 = number(&random_read, "/jobs/0/read/iops")?;
         array.random_write_iops_depth_32 = number(&random_write, "/jobs/0/write/iops")?;
-        array.commands = vec![write_command, read_command, random_read_command, random_write_command, libaio_command];
+        array.commands = vec![
+            write_command,
+            read_command,
+            random_read_command,
+            random_write_command,
+            uring_write_command,
+            uring_read_command,
+        ];
         self.array = array.clone();
         Ok(array)
     }
@@ -370,13 +386,21 @@ impl<'a> Context<'a> {
         // The bound from the members' own speeds (fio's, at the start of the run): on the
         // testbed each drive has a read budget and a write budget of its own; files of one
         // disk, or drives, spend one time on both.
-        let (write_speed, read_speed) =
-            (self.array.sequential_write_bytes_per_second, self.array.sequential_read_bytes_per_second);
-        let computed = if matches!(self.options.members, super::Members::Testbed(_)) {
-            (write_speed / write_per_block).min(read_speed / read_per_block.max(1e-9))
-        } else {
-            1.0 / (write_per_block / write_speed + read_per_block / read_speed)
+        let testbed = matches!(self.options.members, super::Members::Testbed(_));
+        let bound_of = |write_speed: f64, read_speed: f64| {
+            if testbed {
+                (write_speed / write_per_block).min(read_speed / read_per_block.max(1e-9))
+            } else {
+                1.0 / (write_per_block / write_speed + read_per_block / read_speed)
+            }
         };
+        let computed =
+            bound_of(self.array.sequential_write_bytes_per_second, self.array.sequential_read_bytes_per_second);
+        let uring_write: f64 =
+            self.array.members.iter().map(|member| member.sequential_write_io_uring_bytes_per_second).sum();
+        let uring_read: f64 =
+            self.array.members.iter().map(|member| member.sequential_read_io_uring_bytes_per_second).sum();
+        let uring_bound = bound_of(uring_write, uring_read);
         let formula = if matches!(self.options.members, super::Members::Testbed(_)) {
             "min(W ÷ written per block, R ÷ read per block)"
         } else {
@@ -392,9 +416,14 @@ impl<'a> Context<'a> {
                 .at_least(STEADY_BAR, Some(STEADY_GOAL))
                 .busy(cores),
             Figure::new("the same steady-state IOPS", iops, "IOPS", &command).beside(
-                "fio running the cleaner's read/write mix on the raw members, host blocks/s",
+                "fio running the cleaner's read/write mix on the raw members (io_uring), host blocks/s",
                 bound,
                 &mix_command,
+            ),
+            Figure::new("the same steady-state IOPS", iops, "IOPS", &command).beside(
+                "the same bound from the members' speeds through io_uring, the engine's path",
+                uring_bound,
+                self.array.commands.get(4).map_or("", String::as_str),
             ),
             Figure::new(
                 "largest write latency of a 10 s interval from the steady state on",
@@ -635,7 +664,7 @@ impl<'a> Context<'a> {
         self.filled_volume()?;
         // The whole new member written once, as the calibration writes the members (a
         // time-based run would rewrite a small file's first bytes in a cache).
-        let mut arguments = self.common_fio(false);
+        let mut arguments: Vec<String> = ["--direct=1", "--ioengine=libaio"].map(String::from).to_vec();
         arguments.extend([
             "--name=spare-write".to_string(),
             format!("--filename={}", spare.display()),
@@ -851,8 +880,8 @@ fn limit_of(part: Part, figures: &[Figure], _notes: &[String]) -> String {
         )
     } else {
         format!(
-            "neither the cores ({busy:.2} of {cores:.0} busy) nor {}: the request path's latency (depth, flushes, one \
-             shared disk)",
+            "neither the cores ({busy:.2} of {cores:.0} busy) nor {}: the request path's latency (queue depth, \
+             flushes)",
             if drive_peer { "the drives at their fio bound" } else { "a drive bound (the peer is a server)" }
         )
     }
