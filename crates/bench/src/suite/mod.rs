@@ -330,7 +330,6 @@ pub fn run(options: &Options, command: &str, progress: &dyn Fn(&str)) -> Result<
         parts,
         seconds: started.elapsed().as_secs_f64(),
     });
-    context.stop_servers();
     drop(testbed);
     if let Members::Files { directory, .. } = &options.members {
         for path in members.iter().chain([&directory.join("spare")]) {

@@ -59,10 +59,6 @@ impl<'a> Context<'a> {
         }
     }
 
-    pub fn stop_servers(&mut self) {
-        // Servers are guards local to the part that started them; nothing outlives a part.
-    }
-
     fn seconds(&self) -> u64 {
         self.options.cell.as_secs().max(1)
     }
@@ -120,6 +116,11 @@ impl<'a> Context<'a> {
             .args(extra)
             .args(&self.members);
         self.run_json(name, &words)
+    }
+
+    /// `stripelog info --json` of the volume on the members.
+    fn info(&self, name: &str) -> Result<Value, String> {
+        self.run_json(name, &self.stripelog().args(["info", "--json"]).args(&self.members))
     }
 
     /// Write `bytes` sequentially from `offset` with 1 MiB requests, in process.
@@ -279,7 +280,7 @@ impl<'a> Context<'a> {
             title: part.title().to_string(),
             seconds: started.elapsed().as_secs_f64(),
             cores_busy,
-            limit: limit_of(part, &figures, &self.notes),
+            limit: limit_of(part, &figures),
             figures,
             charts: self.charts.clone(),
             notes: self.notes.clone(),
@@ -608,14 +609,29 @@ impl<'a> Context<'a> {
                 std::fs::File::create(&peer_path).map_err(|error| format!("{}: {error}", peer_path.display()))?;
             file.set_len(2 << 30).map_err(|error| format!("{}: {error}", peer_path.display()))?;
         }
-        let log_path = std::env::temp_dir().join(format!("stripelog-suite-log-{}", std::process::id()));
-        let shm_log = Path::new("/dev/shm").join(format!("stripelog-suite-log-{}", std::process::id()));
-        let log_path = if Path::new("/dev/shm").is_dir() { shm_log } else { log_path };
         let peer = self.nbdkit("sync-nbdkit", &["file".into(), format!("file={}", peer_path.display())])?;
         let (peer_result, peer_command) =
             self.fio_nbd("sync-nbdkit", &peer.uri(""), "randwrite", 1, 1, &["--fsync=1"])?;
         peer.stop()?;
         let peer_iops = fio_iops(&peer_result)?;
+        // The write log's file, standing in for NVDIMM or a drive with power-loss
+        // protection; removed whatever happens to the part.
+        let log_path = Path::new("/dev/shm").join(format!("stripelog-suite-log-{}", std::process::id()));
+        let result = self.sync_against(&peer_path, &log_path, &peer_result, peer_iops, &peer_command);
+        let _ = std::fs::remove_file(&log_path);
+        self.filled = None;
+        result
+    }
+
+    /// The sync part's stripelog figures, without and with a write log at `log_path`.
+    fn sync_against(
+        &mut self,
+        peer_path: &Path,
+        log_path: &Path,
+        peer_result: &Value,
+        peer_iops: f64,
+        peer_command: &str,
+    ) -> Result<Vec<Figure>, String> {
         let mut figures = Vec::new();
         for (label, extra) in [
             ("no write log", vec![]),
@@ -634,7 +650,7 @@ impl<'a> Context<'a> {
             server.stop()?;
             figures.push(
                 Figure::new(format!("durable 4 KiB writes/s ({label})"), fio_iops(&ours)?, "writes/s", &command)
-                    .beside(format!("nbdkit file on {}", peer_path.display()), peer_iops, &peer_command)
+                    .beside(format!("nbdkit file on {}", peer_path.display()), peer_iops, peer_command)
                     .busy(cores),
             );
             let p99 = |value: &Value| {
@@ -648,11 +664,9 @@ impl<'a> Context<'a> {
                     "µs",
                     &command,
                 )
-                .beside("nbdkit file", p99(&peer_result)? / 1e3, &peer_command),
+                .beside("nbdkit file", p99(peer_result)? / 1e3, peer_command),
             );
         }
-        let _ = std::fs::remove_file(&log_path);
-        self.filled = None;
         Ok(figures)
     }
 
@@ -736,10 +750,7 @@ impl<'a> Context<'a> {
             let bytes = self.data_part_bytes(number(&info, "/logical_size_bytes")?, 0.5);
             let (written, command, cores) =
                 self.write_sequentially(&format!("compression-{setting}"), 0, bytes, &["--compressible", "50"])?;
-            let info = self.run_json(
-                &format!("compression-{setting}-info"),
-                &self.stripelog().args(["info", "--json"]).args(&self.members),
-            )?;
+            let info = self.info(&format!("compression-{setting}-info"))?;
             let ratio = if setting == "off" { 1.0 } else { number(&info, "/compression/ratio")? };
             results.push((number(&written, "/write/bw_bytes")?, command, ratio, cores));
         }
@@ -770,10 +781,7 @@ impl<'a> Context<'a> {
             self.write_sequentially(&format!("dedup-{setting}-first"), 0, bytes, &same)?;
             let (second, command, cores) =
                 self.write_sequentially(&format!("dedup-{setting}-second"), bytes, bytes, &same)?;
-            let info = self.run_json(
-                &format!("dedup-{setting}-info"),
-                &self.stripelog().args(["info", "--json"]).args(&self.members),
-            )?;
+            let info = self.info(&format!("dedup-{setting}-info"))?;
             let ratio = if setting == "off" { 1.0 } else { number(&info, "/deduplication/ratio")? };
             results.push((number(&second, "/write/bw_bytes")?, command, ratio, cores));
         }
@@ -862,7 +870,7 @@ impl Figure {
 
 /// What limited a part, from its first figure: the cores when the machine was nearly all
 /// busy, the drives when the figure reached their own bound, otherwise neither.
-fn limit_of(part: Part, figures: &[Figure], _notes: &[String]) -> String {
+fn limit_of(part: Part, figures: &[Figure]) -> String {
     let cores = std::thread::available_parallelism().map_or(1, |count| count.get()) as f64;
     let Some(figure) = figures.first() else { return "not measured".into() };
     let busy = figure.cores_busy.unwrap_or(0.0);
