@@ -8,7 +8,7 @@
 //! need no lock, and one request gains nothing from a ring.
 
 use crate::{check_request, BlockDevice, DeviceError, IoRequest, Result, IO_ALIGNMENT_BYTES};
-use io_uring::{opcode, types, IoUring};
+use io_uring::{opcode, squeue, types, IoUring};
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -91,6 +91,10 @@ pub struct FileDevice {
     ring_abandoned: AtomicBool,
     /// Why io_uring is not in use although it was asked for.
     io_uring_unavailable_reason: Option<String>,
+    /// The block layer's throttle rule that limits this process's I/O to the device, if
+    /// one does: io_uring entries then go straight to the kernel's workers
+    /// (`IOSQE_ASYNC`), as a throttled inline attempt is charged twice (`throttle`).
+    throttle_rule: Option<String>,
     /// This process's claim on the member (its lock goes with `file`, dropped first).
     _claim: crate::exclusive::MemberClaim,
     /// A writable regular file: the filesystem it is on (`st_dev`).
@@ -140,6 +144,12 @@ impl FileDevice {
         };
         let size_bytes = raw_size_bytes / IO_ALIGNMENT_BYTES as u64 * IO_ALIGNMENT_BYTES as u64;
 
+        let throttle_rule = match kind {
+            MemberKind::BlockDevice => {
+                crate::throttle::throttle_rule(libc::major(metadata.rdev()), libc::minor(metadata.rdev()))
+            }
+            MemberKind::RegularFile => None,
+        };
         let (ring, io_uring_unavailable_reason) = match options.io_engine {
             IoEngine::Sync => (None, None),
             IoEngine::IoUring => match set_up_ring() {
@@ -159,6 +169,7 @@ impl FileDevice {
             ring,
             ring_abandoned: AtomicBool::new(false),
             io_uring_unavailable_reason,
+            throttle_rule,
             _claim: claim,
             filesystem_key: (kind == MemberKind::RegularFile && !options.read_only).then(|| metadata.dev()),
         })
@@ -167,6 +178,20 @@ impl FileDevice {
     /// Whether the file was opened with O_DIRECT (false if not asked for, or refused).
     pub fn direct_io_in_use(&self) -> bool {
         self.direct_io_in_use
+    }
+
+    /// The throttle rule that limits this process's I/O to the device, if any (its io_uring
+    /// requests then go straight to the kernel's workers).
+    pub fn throttle_rule(&self) -> Option<&str> {
+        self.throttle_rule.as_deref()
+    }
+
+    fn submission_flags(&self) -> squeue::Flags {
+        if self.throttle_rule.is_some() {
+            squeue::Flags::ASYNC
+        } else {
+            squeue::Flags::empty()
+        }
     }
 
     /// The engine `submit_batch` actually uses.
@@ -336,6 +361,7 @@ impl FileDevice {
                         opcode::Write::new(fd, buffer.as_ptr(), buffer.len() as u32).offset(*offset_bytes).build()
                     }
                 }
+                .flags(self.submission_flags())
                 .user_data(index as u64);
                 // SAFETY: the entry points at `requests[index]`'s buffer, which is borrowed
                 // for the whole of `submit_batch` and not touched by us until its
@@ -429,6 +455,10 @@ impl BlockDevice for FileDevice {
 
     fn read_descriptor(&self) -> Option<std::os::unix::io::RawFd> {
         Some(self.file.as_raw_fd())
+    }
+
+    fn submit_through_kernel_workers(&self) -> bool {
+        self.throttle_rule.is_some()
     }
 
     fn read_at(&self, buffer: &mut [u8], offset_bytes: u64) -> Result<()> {
@@ -546,7 +576,10 @@ impl BlockDevice for FileDevice {
             "buffered"
         };
         let engine = match (self.io_engine(), &self.io_uring_unavailable_reason) {
-            (IoEngine::IoUring, _) => "io_uring".to_string(),
+            (IoEngine::IoUring, _) => match &self.throttle_rule {
+                Some(rule) => format!("io_uring through the kernel's workers: throttled by {rule}"),
+                None => "io_uring".to_string(),
+            },
             (IoEngine::Sync, Some(reason)) => format!("sync I/O (io_uring unavailable: {reason})"),
             (IoEngine::Sync, None) if self.ring.is_some() => "sync I/O (io_uring failed and was abandoned)".to_string(),
             (IoEngine::Sync, None) => "sync I/O".to_string(),

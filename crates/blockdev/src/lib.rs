@@ -45,6 +45,7 @@ mod prng;
 mod read_ring;
 mod simulated;
 mod spike;
+mod throttle;
 
 pub use aligned::{AlignedBuffer, IO_ALIGNMENT_BYTES};
 pub use file::{new_ring, refuse_to_create, FileDevice, FileDeviceOptions, IoEngine};
@@ -145,6 +146,14 @@ pub trait BlockDevice: Send + Sync {
     /// open as long as the device. `None` (the default): reads go through `read_at`.
     fn read_descriptor(&self) -> Option<std::os::unix::io::RawFd> {
         None
+    }
+
+    /// Whether io_uring requests on [`BlockDevice::read_descriptor`] go straight to the
+    /// kernel's worker threads (`IOSQE_ASYNC`) instead of an inline attempt first: true for
+    /// a device under a block-layer throttle rule, which charges a held-back inline attempt
+    /// and its retry both ([`FileDevice`]).
+    fn submit_through_kernel_workers(&self) -> bool {
+        false
     }
 
     /// Whether the device is still usable as it was opened: `Err` with the reason when it

@@ -210,10 +210,10 @@ pub struct MemberSpeed {
     pub size_bytes: u64,
     pub sequential_write_bytes_per_second: f64,
     pub sequential_read_bytes_per_second: f64,
-    /// The same sequential writes and reads through io_uring (the engine's path) instead
-    /// of libaio: on a throttled loop device the kernel charges an io_uring request the
-    /// throttle holds back twice (its non-blocking attempt and its retry), so the two
-    /// differ there; on drives and files they agree.
+    /// The same sequential writes and reads through io_uring as the engine submits
+    /// (straight to the kernel's workers on the testbed, where an inline attempt the
+    /// throttle holds back is charged twice): the two agree when the engine's path gets the
+    /// drive's whole speed.
     pub sequential_write_io_uring_bytes_per_second: f64,
     pub sequential_read_io_uring_bytes_per_second: f64,
 }

@@ -164,9 +164,21 @@ impl<'a> Context<'a> {
         Ok(filled)
     }
 
+    /// fio's io_uring as the engine submits: on the testbed every request goes straight to
+    /// the kernel's workers, as the engine's do to a member under a throttle rule (an
+    /// inline attempt the throttle holds back is charged twice; stripelog_blockdev's
+    /// `throttle` module).
+    fn io_uring_fio(&self) -> Vec<String> {
+        let mut arguments = vec!["--ioengine=io_uring".to_string()];
+        if matches!(self.options.members, super::Members::Testbed(_)) {
+            arguments.push("--force_async=1".into());
+        }
+        arguments
+    }
+
     fn common_fio(&self, runtime: bool) -> Vec<String> {
-        let mut arguments: Vec<String> =
-            ["--direct=1", "--ioengine=io_uring", "--group_reporting"].map(String::from).to_vec();
+        let mut arguments: Vec<String> = ["--direct=1", "--group_reporting"].map(String::from).to_vec();
+        arguments.extend(self.io_uring_fio());
         if runtime {
             arguments.push("--time_based".into());
             arguments.push(format!("--runtime={}", self.seconds()));
@@ -176,12 +188,17 @@ impl<'a> Context<'a> {
 
     /// fio on the raw members, all at once: sequential write (which also fills member files
     /// with real data) and read per member through libaio, the drives' own speeds (the
-    /// bounds); the same through io_uring; 4 KiB random read and write at depth 32 over all.
+    /// bounds); the same through io_uring as the engine submits; 4 KiB random read and
+    /// write at depth 32 over all.
     pub fn calibrate(&mut self) -> Result<ArraySpeed, String> {
         let mut array = ArraySpeed::default();
         let per_member = |engine: &str, rw: &str, runtime: bool| -> Vec<String> {
             let mut arguments: Vec<String> = ["--direct=1", "--bs=1M", "--iodepth=4"].map(String::from).to_vec();
-            arguments.push(format!("--ioengine={engine}"));
+            if engine == "io_uring" {
+                arguments.extend(self.io_uring_fio());
+            } else {
+                arguments.push(format!("--ioengine={engine}"));
+            }
             arguments.push(format!("--rw={rw}"));
             if runtime {
                 arguments.push("--time_based".into());

@@ -94,11 +94,10 @@ pub fn markdown(report: &Report, has_ratios: bool) -> String {
             text,
             "Each drive is a loop device over a file in /dev/shm, throttled by the blkio cgroup {} to {} MB/s \
              read, {} MB/s write, {} read IOPS, {} write IOPS; the suite and everything it starts run in that \
-             cgroup. Drives: {}. The blkio throttle charges an io_uring request that it holds back twice (its \
-             non-blocking attempt and its retry), so large io_uring requests reach as little as half a drive's limit \
-             while libaio's reach all of it: the members' table measures both; figures are judged against the \
-             drives' own speeds (libaio), and what io_uring gets here shows what this kernel's throttle leaves the \
-             engine.\n",
+             cgroup. Drives: {}. The throttle charges an io_uring request that it holds back twice (its \
+             non-blocking attempt and its retry from the kernel's workers): the engine sends every request to a \
+             throttled member straight to the workers, and fio's io_uring runs here do the same (`--force_async=1`), \
+             so each is charged once, as libaio's are.\n",
             testbed.cgroup,
             speed.read_bytes_per_second / 1_000_000,
             speed.write_bytes_per_second / 1_000_000,
@@ -131,7 +130,7 @@ pub fn markdown(report: &Report, has_ratios: bool) -> String {
         text,
         "| all | | | {} | {} | | |\n\nSequential: 1 MiB O_DIRECT requests at depth 4 per member through libaio (the whole \
          member written once, then read for the cell's length): the members' own speeds, the bounds the figures are \
-         judged against; then the same through io_uring, the engine's path. 4 KiB random at depth 32 over all members: {} reads/s, {} writes/s.\n",
+         judged against; then the same through io_uring as the engine submits. 4 KiB random at depth 32 over all members: {} reads/s, {} writes/s.\n",
         value(array.sequential_write_bytes_per_second / 1e6, "MB/s"),
         value(array.sequential_read_bytes_per_second / 1e6, "MB/s"),
         value(array.random_read_iops_depth_32, ""),
