@@ -178,9 +178,9 @@ impl Figure {
         self
     }
 
+    /// Judge the value itself (in its unit, whatever its peer) against `threshold`, at most.
     fn at_most(mut self, threshold: f64) -> Figure {
-        let judged = self.ratio.unwrap_or(self.value);
-        self.bar = Some(Bar { direction: "at most".into(), threshold, goal: None, met: judged <= threshold });
+        self.bar = Some(Bar { direction: "at most".into(), threshold, goal: None, met: self.value <= threshold });
         self
     }
 }

@@ -380,6 +380,23 @@ impl<'a> Context<'a> {
         let (mix, mix_command) = self.fio("steady-cleaner-mix", arguments)?;
         let moved = number(&mix, "/jobs/0/read/bw_bytes")? + number(&mix, "/jobs/0/write/bw_bytes")?;
         let bound = moved / (read_per_block + write_per_block);
+        // The drives' own worst write: a client write that finds every write buffer in
+        // flight waits for a batch of 1 MiB chunk writes to reach the members.
+        let mix_write_maximum_milliseconds = number(&mix, "/jobs/0/write/clat_ns/max")? / 1e6;
+        let mut arguments = self.common_fio(true);
+        arguments.extend([
+            "--name=alone-depth-1".to_string(),
+            format!("--filename={}", self.members[0].display()),
+            "--rw=randwrite".into(),
+            "--bs=1M".into(),
+            "--iodepth=1".into(),
+        ]);
+        let (alone, alone_command) = self.fio("steady-write-latency", arguments)?;
+        let alone_write_maximum_milliseconds = number(&alone, "/jobs/0/write/clat_ns/max")? / 1e6;
+        self.notes.push(format!(
+            "the members' own 1 MiB writes took up to {mix_write_maximum_milliseconds:.1} ms in that mix, and up to \
+             {alone_write_maximum_milliseconds:.1} ms one at a time on one idle member ({alone_command})"
+        ));
         self.notes.push(format!(
             "steady state: write amplification {amplification:.2}; each host block costs the members {:.1} KiB \
              written and {:.1} KiB read; fio ran that mix ({read_percent} % reads, 1 MiB) at {:.0} MB/s",
@@ -448,6 +465,11 @@ impl<'a> Context<'a> {
                 worst_latency_milliseconds,
                 "ms",
                 &command,
+            )
+            .beside(
+                "fio's largest 1 MiB write completion on the raw members in the cleaner's read/write mix, ms",
+                mix_write_maximum_milliseconds,
+                &mix_command,
             )
             .at_most(STEADY_LATENCY_BAR_MILLISECONDS),
             Figure::new("write amplification (member bytes written ÷ host bytes)", amplification, "", &command),
