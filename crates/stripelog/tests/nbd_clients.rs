@@ -775,20 +775,34 @@ fn tcp_on_loopback_serves_several_exports() {
         assert!(create.status.success(), "create: {}", text(&create));
     }
     let join = |members: &[PathBuf]| members.iter().map(|m| m.display().to_string()).collect::<Vec<_>>().join(",");
-    let port = free_port();
-    let mut child = stripelog()
-        .args(["serve", "--listen", &port.to_string()])
-        .arg(format!("--export=alpha={}", join(&alpha)))
-        .arg(format!("--export=beta={}", join(&beta)))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start stripelog serve");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "the server did not listen on 127.0.0.1:{port}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // On a port another test took meanwhile the server exits ("Address already in use")
+    // and is started again on another; the server is the one listening once it still runs
+    // after the port answers.
+    let (mut child, port) = (0..PORT_ATTEMPTS)
+        .find_map(|_| {
+            let port = free_port();
+            let mut child = stripelog()
+                .args(["serve", "--listen", &port.to_string()])
+                .arg(format!("--export=alpha={}", join(&alpha)))
+                .arg(format!("--export=beta={}", join(&beta)))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start stripelog serve");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if child.try_wait().expect("wait for the server").is_some() {
+                    return None;
+                }
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    std::thread::sleep(Duration::from_millis(250));
+                    return child.try_wait().expect("wait for the server").is_none().then_some((child, port));
+                }
+                assert!(Instant::now() < deadline, "the server did not listen on 127.0.0.1:{port}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+        .expect("stripelog serve listening on a free port");
     let list =
         run_with_timeout(Command::new(&nbdinfo).arg("--list").arg(format!("nbd://127.0.0.1:{port}")), CLIENT_TIMEOUT);
     let beta_info = run_with_timeout(
@@ -992,9 +1006,8 @@ fn metrics_are_scraped_during_a_load_and_parsed_by_prometheus_s_own_parser() {
     let Some(python) = python_with("prometheus_client.parser", "python3-prometheus-client") else { return };
     let mut server = Server::start();
     server.stop_cleanly(libc::SIGTERM);
-    let port = free_port();
-    server.serve_arguments = vec!["--metrics".into(), format!("127.0.0.1:{port}")];
-    server.spawn();
+    server.serve_arguments.clear();
+    let port = server.spawn_on_free_port(|port| vec!["--metrics".into(), format!("127.0.0.1:{port}")]);
     let parse = |body: &str| -> serde_json::Value {
         use std::io::Write;
         let mut child = Command::new(&python)
@@ -1143,3 +1156,4 @@ fn metrics_are_scraped_during_a_load_and_parsed_by_prometheus_s_own_parser() {
     let log = server.log();
     assert!(log.contains("level=debug") && log.contains("connection="), "{log}");
 }
+

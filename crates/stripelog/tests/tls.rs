@@ -62,10 +62,6 @@ struct TlsServer {
     control: PathBuf,
 }
 
-/// Starts a `free_port` may lose to another test binding it between its release and the
-/// server's bind.
-const PORT_ATTEMPTS: usize = 5;
-
 impl TlsServer {
     /// Start a server, on fresh ports again when one was taken meanwhile.
     fn start(directory: &Path, exports: &[String], tls_arguments: &[String]) -> TlsServer {

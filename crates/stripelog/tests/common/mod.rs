@@ -276,6 +276,37 @@ impl Server {
 
     /// Start `stripelog serve` on the members and wait until it answers on the socket.
     pub fn spawn(&mut self) {
+        if let Err(log) = self.try_spawn() {
+            panic!("{log}");
+        }
+    }
+
+    /// `spawn`, with `arguments(port)` added to the serve arguments for a TCP port from
+    /// `free_port`: a port another test took between `free_port` and the server's bind
+    /// ("Address already in use") is replaced by a fresh one, up to `PORT_ATTEMPTS` times.
+    /// Returns the port the server listens on.
+    pub fn spawn_on_free_port(&mut self, arguments: impl Fn(u16) -> Vec<String>) -> u16 {
+        let base = self.serve_arguments.clone();
+        let mut last_log = String::new();
+        for _ in 0..PORT_ATTEMPTS {
+            let port = free_port();
+            self.serve_arguments = base.iter().cloned().chain(arguments(port)).collect();
+            match self.try_spawn() {
+                Ok(()) => return port,
+                Err(log) if log.contains("Address already in use") => {
+                    // The attempt that lost its port is not one of the server's runs.
+                    let _ = std::fs::remove_file(self.log_path(self.starts));
+                    self.starts -= 1;
+                    last_log = log;
+                }
+                Err(log) => panic!("{log}"),
+            }
+        }
+        panic!("no free port after {PORT_ATTEMPTS} attempts:\n{last_log}")
+    }
+
+    /// Start the server and wait until it is ready; `Err` with its log when it exits first.
+    fn try_spawn(&mut self) -> Result<(), String> {
         assert!(self.process.is_none(), "a server is already running");
         self.starts += 1;
         let log = std::fs::File::create(self.log_path(self.starts)).expect("create the server log");
@@ -291,24 +322,31 @@ impl Server {
             .spawn()
             .expect("start stripelog serve");
         self.process = Some(process);
-        self.wait_until_ready();
+        self.try_wait_until_ready()
     }
 
     /// Wait (at most SERVER_TIMEOUT) until a connection to the socket gets the whole NBD fixed-newstyle
     /// greeting ("NBDMAGIC", "IHAVEOPT", handshake flags with NBD_FLAG_FIXED_NEWSTYLE); the connection
     /// is then closed without an answer, and the server must carry on.
     pub fn wait_until_ready(&mut self) {
+        if let Err(log) = self.try_wait_until_ready() {
+            panic!("{log}");
+        }
+    }
+
+    /// `wait_until_ready`, with `Err` (the server's log) when the server exits first.
+    fn try_wait_until_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + SERVER_TIMEOUT;
         let mut last_error = String::from("the socket does not exist yet");
         loop {
             let process = self.process.as_mut().expect("a server process");
             if let Some(status) = process.try_wait().expect("wait for the server") {
                 self.process = None;
-                panic!("stripelog serve exited ({status}) before accepting connections:\n{}", self.log());
+                return Err(format!("stripelog serve exited ({status}) before accepting connections:\n{}", self.log()));
             }
             if self.socket.exists() {
                 match greeting(&self.socket) {
-                    Ok(greeting) if &greeting[..16] == b"NBDMAGICIHAVEOPT" && greeting[17] & 1 == 1 => return,
+                    Ok(greeting) if &greeting[..16] == b"NBDMAGICIHAVEOPT" && greeting[17] & 1 == 1 => return Ok(()),
                     Ok(greeting) => panic!(
                         "the server's greeting is {:?}, not NBDMAGIC IHAVEOPT with NBD_FLAG_FIXED_NEWSTYLE:\n{}",
                         String::from_utf8_lossy(&greeting),
@@ -392,6 +430,10 @@ impl Drop for Server {
 }
 
 /// A free TCP port on loopback: bind port 0, note it, release it.
+/// Servers started on a `free_port` that another test took before the server bound it are
+/// started again on another, this many times at most.
+pub const PORT_ATTEMPTS: usize = 5;
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
 }
