@@ -48,6 +48,8 @@ pub struct Options {
     pub cache_size_bytes: u64,
     /// The engine's index page cache (`None`: its default).
     pub map_cache_bytes: Option<u64>,
+    /// Bytes of sealed batches in flight to the members (`None`: the engine's default).
+    pub write_queue_bytes: Option<u64>,
     pub keep_files: bool,
     /// Existing files or block devices to run on instead of `member_count` files in
     /// `directory` (empty: files).
@@ -153,6 +155,14 @@ pub struct Report {
     pub buffer_stall_seconds: f64,
     pub writes_stalled_for_space: u64,
     pub space_stall_seconds: f64,
+    /// Sealed batches in flight at most (`--write-queue` ÷ a stripe), and the batches
+    /// written as whole stripes and as short ones (sealed before they were full: by a
+    /// flush, or by a cleaner's or checkpoint's batch, which seals the clients' open batch
+    /// first to keep the log order). A short one holds a whole stripe's buffers while it is
+    /// in flight.
+    pub write_queue_batches: usize,
+    pub full_stripes: u64,
+    pub short_stripes: u64,
     pub map_cache: crate::MapCacheUse,
 }
 
@@ -263,6 +273,7 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         cache_size_bytes: options.cache_size_bytes,
         map_cache_bytes: options.map_cache_bytes,
         cleaning_policy: options.policy,
+        write_queue_bytes: options.write_queue_bytes.unwrap_or(OpenOptions::default().write_queue_bytes),
         ..OpenOptions::default()
     };
     let volume = create_on(&devices, &create, &open)?;
@@ -480,6 +491,9 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         buffer_stall_seconds: end.buffer_stall_seconds,
         writes_stalled_for_space: end.writes_stalled_for_space,
         space_stall_seconds: end.space_stall_seconds,
+        write_queue_batches: end.write_queue_batches,
+        full_stripes: end.full_stripes,
+        short_stripes: end.short_stripes,
         map_cache: crate::MapCacheUse::of(&end),
     };
     Ok(report)

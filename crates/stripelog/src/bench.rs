@@ -812,6 +812,10 @@ pub struct SuiteArguments {
     /// Time limit of the steady-state part (its fill and the writes up to steady state).
     #[arg(long, default_value = "300s", value_parser = units::parse_duration)]
     steady_limit: Duration,
+    /// The steady-state part's write queue: bytes of sealed batches in flight to the
+    /// members (default: the engine's, 64MiB).
+    #[arg(long, value_parser = units::parse_size)]
+    steady_write_queue: Option<u64>,
     /// Write over members, drives' backing files and an output directory that hold data.
     #[arg(long)]
     force: bool,
@@ -847,6 +851,7 @@ pub fn suite(arguments: SuiteArguments) -> Result<ExitCode, String> {
         parts: if arguments.parts.is_empty() { Part::ALL.to_vec() } else { arguments.parts },
         cell: arguments.cell,
         steady_limit: arguments.steady_limit,
+        steady_write_queue_bytes: arguments.steady_write_queue,
         output: arguments.output,
         force: arguments.force,
     };

@@ -427,6 +427,11 @@ pub(crate) struct ServeArguments {
     /// machine's memory, else that quarter. More than the machine has is refused.
     #[arg(long, value_parser = units::parse_size)]
     map_cache: Option<u64>,
+    /// RAM per volume for sealed batches on their way to the members, in whole stripes (at
+    /// most 64): writers wait for a member only when all of it is in flight, so more rides
+    /// out longer member stalls (docs/garbage-collection.md, "Pacing").
+    #[arg(long, default_value = "64MiB", value_parser = units::parse_size)]
+    write_queue: u64,
     /// Deduplication's RAM: its sparse index keeps one block name in 2^BITS (the recent
     /// table and runs find the rest). 3, the default, takes 1.31 bytes per physical
     /// block (measured on a 12 GiB data space, docs/deduplication.md); each bit more
@@ -699,6 +704,10 @@ struct SaturateArguments {
     /// The engine's index page cache (as `serve --map-cache`).
     #[arg(long, value_parser = units::parse_size)]
     map_cache: Option<u64>,
+    /// Bytes of sealed batches in flight to the members, in whole stripes (default: the
+    /// engine's, 64MiB): more RAM rides out longer member stalls.
+    #[arg(long, value_parser = units::parse_size)]
+    write_queue: Option<u64>,
     #[arg(long)]
     keep: bool,
     #[arg(long, default_value_t = 1)]
@@ -1651,6 +1660,7 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
         interval: arguments.interval,
         cache_size_bytes: arguments.cache,
         map_cache_bytes: arguments.map_cache,
+        write_queue_bytes: arguments.write_queue,
         keep_files: arguments.keep,
         devices: arguments.devices,
         force: arguments.force,
@@ -1763,6 +1773,11 @@ fn bench_saturate(arguments: SaturateArguments) -> Result<ExitCode, String> {
         report.buffer_stall_seconds,
         report.writes_stalled_for_space,
         report.space_stall_seconds
+    );
+    println!(
+        "batches: {} whole stripes, {} short (sealed early: flushes, the cleaner's batches); at most {} in flight, \
+         each holding a whole stripe's buffers",
+        report.full_stripes, report.short_stripes, report.write_queue_batches
     );
     println!("{}", report.map_cache.describe());
     write_json_file(arguments.json.as_deref(), &report)?;

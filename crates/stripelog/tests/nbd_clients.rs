@@ -1157,3 +1157,24 @@ fn metrics_are_scraped_during_a_load_and_parsed_by_prometheus_s_own_parser() {
     assert!(log.contains("level=debug") && log.contains("connection="), "{log}");
 }
 
+/// `serve --write-queue` sets the RAM for sealed batches on their way to the members, in
+/// whole stripes (five members of 64 KiB chunks: 320 KiB), at most 64; the status reports
+/// the batches.
+#[test]
+fn the_write_queue_is_the_one_serve_is_given() {
+    let mut server = Server::start();
+    let batches = |server: &Server| {
+        let status = run_with_timeout(
+            stripelog().args(["status", "--json", "--control"]).arg(format!("{}.control", server.socket.display())),
+            CLIENT_TIMEOUT,
+        );
+        assert!(status.status.success(), "stripelog status: {}", text(&status));
+        json(&status)["exports"][0]["write_queue_batches"].as_u64().expect("write_queue_batches in the status")
+    };
+    assert_eq!(batches(&server), 64, "64 MiB of 320 KiB stripes, at most 64 batches");
+    server.stop_cleanly(libc::SIGTERM);
+    server.serve_arguments = vec!["--write-queue".into(), "1MiB".into()];
+    server.spawn();
+    assert_eq!(batches(&server), 3, "1 MiB holds three 320 KiB stripes");
+    server.stop_cleanly(libc::SIGTERM);
+}

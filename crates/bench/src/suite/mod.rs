@@ -114,6 +114,9 @@ pub struct Options {
     pub cell: Duration,
     /// The steady-state part's time limit (its fill and the writes until steady state).
     pub steady_limit: Duration,
+    /// The steady-state part's write queue (`bench saturate --write-queue`; `None`: the
+    /// engine's default).
+    pub steady_write_queue_bytes: Option<u64>,
     /// Where report.json, report.md, the charts and the children's logs go.
     pub output: PathBuf,
     pub force: bool,

@@ -349,13 +349,16 @@ impl<'a> Context<'a> {
     fn steady(&mut self) -> Result<Vec<Figure>, String> {
         self.filled = None;
         let chart = self.options.output.join("steady.svg");
-        let words = self
+        let mut words = self
             .stripelog()
             .args(["bench", "saturate", "--devices", &self.member_list(","), "--spare", "27%", "--passes", "20"])
             .arg("--time-limit")
             .arg(format!("{}s", self.options.steady_limit.as_secs()))
             .args(["--threads", "4", "--force", "--quiet", "--chart"])
             .arg(&chart);
+        if let Some(bytes) = self.options.steady_write_queue_bytes {
+            words = words.arg("--write-queue").arg(format!("{bytes}"));
+        }
         let (report, command, cores) = self.measure("steady", words)?;
         self.charts.push("steady.svg".into());
         let iops = number(&report, "/cleaner_bound_iops")? * number(&report, "/ratio_to_cleaner_bound")?;
@@ -403,6 +406,19 @@ impl<'a> Context<'a> {
             write_per_block / 1024.0,
             read_per_block / 1024.0,
             moved / 1e6
+        ));
+        // What a write that waited was waiting for (the latency figure's causes).
+        self.notes.push(format!(
+            "writes that waited: {:.0} for a write buffer ({:.1} s in all), {:.0} for a free segment ({:.1} s); \
+             batches: {:.0} whole stripes and {:.0} short ones (sealed early by a flush or the cleaner's batches), \
+             at most {:.0} in flight",
+            number(&report, "/writes_stalled_for_buffers")?,
+            number(&report, "/buffer_stall_seconds")?,
+            number(&report, "/writes_stalled_for_space")?,
+            number(&report, "/space_stall_seconds")?,
+            number(&report, "/full_stripes")?,
+            number(&report, "/short_stripes")?,
+            number(&report, "/write_queue_batches")?,
         ));
         let first = report.pointer("/steady_state/first_interval").and_then(Value::as_u64);
         if first.is_none() {
