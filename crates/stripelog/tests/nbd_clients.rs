@@ -778,31 +778,38 @@ fn tcp_on_loopback_serves_several_exports() {
     // On a port another test took meanwhile the server exits ("Address already in use")
     // and is started again on another; the server is the one listening once it still runs
     // after the port answers.
-    let (mut child, port) = (0..PORT_ATTEMPTS)
-        .find_map(|_| {
-            let port = free_port();
-            let mut child = stripelog()
-                .args(["serve", "--listen", &port.to_string()])
-                .arg(format!("--export=alpha={}", join(&alpha)))
-                .arg(format!("--export=beta={}", join(&beta)))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start stripelog serve");
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                if child.try_wait().expect("wait for the server").is_some() {
-                    return None;
-                }
-                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    std::thread::sleep(Duration::from_millis(250));
-                    return child.try_wait().expect("wait for the server").is_none().then_some((child, port));
-                }
-                assert!(Instant::now() < deadline, "the server did not listen on 127.0.0.1:{port}");
-                std::thread::sleep(Duration::from_millis(50));
+    let log = directory.join("serve.log");
+    let exited = |child: &mut Child| -> Option<String> {
+        let status = child.try_wait().expect("wait for the server")?;
+        Some(format!("stripelog serve exited ({status}):\n{}", std::fs::read_to_string(&log).unwrap_or_default()))
+    };
+    let (mut child, port) = retry_on_a_taken_port(|| {
+        let port = free_port();
+        let file = std::fs::File::create(&log).expect("create the server log");
+        let mut child = stripelog()
+            .args(["serve", "--listen", &port.to_string()])
+            .arg(format!("--export=alpha={}", join(&alpha)))
+            .arg(format!("--export=beta={}", join(&beta)))
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("start stripelog serve");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(log) = exited(&mut child) {
+                return Err(log);
             }
-        })
-        .expect("stripelog serve listening on a free port");
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                std::thread::sleep(Duration::from_millis(250));
+                return match exited(&mut child) {
+                    Some(log) => Err(log),
+                    None => Ok((child, port)),
+                };
+            }
+            assert!(Instant::now() < deadline, "the server did not listen on 127.0.0.1:{port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
     let list =
         run_with_timeout(Command::new(&nbdinfo).arg("--list").arg(format!("nbd://127.0.0.1:{port}")), CLIENT_TIMEOUT);
     let beta_info = run_with_timeout(

@@ -65,15 +65,10 @@ struct TlsServer {
 impl TlsServer {
     /// Start a server, on fresh ports again when one was taken meanwhile.
     fn start(directory: &Path, exports: &[String], tls_arguments: &[String]) -> TlsServer {
-        for _ in 1..PORT_ATTEMPTS {
-            match TlsServer::start_on_free_ports(directory, exports, tls_arguments) {
-                Ok(server) => return server,
-                Err(log) if log.contains("Address already in use") => continue,
-                Err(log) => panic!("stripelog serve exited:\n{log}"),
-            }
-        }
-        TlsServer::start_on_free_ports(directory, exports, tls_arguments)
-            .unwrap_or_else(|log| panic!("stripelog serve exited:\n{log}"))
+        retry_on_a_taken_port(|| {
+            TlsServer::start_on_free_ports(directory, exports, tls_arguments)
+                .map_err(|log| format!("stripelog serve exited:\n{log}"))
+        })
     }
 
     /// Start a server on two ports free a moment ago; `Err(its log)` when it exits first.

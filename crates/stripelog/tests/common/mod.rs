@@ -287,22 +287,15 @@ impl Server {
     /// Returns the port the server listens on.
     pub fn spawn_on_free_port(&mut self, arguments: impl Fn(u16) -> Vec<String>) -> u16 {
         let base = self.serve_arguments.clone();
-        let mut last_log = String::new();
-        for _ in 0..PORT_ATTEMPTS {
+        retry_on_a_taken_port(|| {
             let port = free_port();
             self.serve_arguments = base.iter().cloned().chain(arguments(port)).collect();
-            match self.try_spawn() {
-                Ok(()) => return port,
-                Err(log) if log.contains("Address already in use") => {
-                    // The attempt that lost its port is not one of the server's runs.
-                    let _ = std::fs::remove_file(self.log_path(self.starts));
-                    self.starts -= 1;
-                    last_log = log;
-                }
-                Err(log) => panic!("{log}"),
-            }
-        }
-        panic!("no free port after {PORT_ATTEMPTS} attempts:\n{last_log}")
+            self.try_spawn().map(|()| port).inspect_err(|_| {
+                // The attempt that lost its port is not one of the server's runs.
+                let _ = std::fs::remove_file(self.log_path(self.starts));
+                self.starts -= 1;
+            })
+        })
     }
 
     /// Start the server and wait until it is ready; `Err` with its log when it exits first.
@@ -433,6 +426,21 @@ impl Drop for Server {
 /// Servers started on a `free_port` that another test took before the server bound it are
 /// started again on another, this many times at most.
 pub const PORT_ATTEMPTS: usize = 5;
+
+/// Run `start` (a server on ports `free_port` gave) again while it fails because another
+/// test took a port first ("Address already in use" in its `Err`, the server's log), at
+/// most `PORT_ATTEMPTS` times; any other failure panics with the log.
+pub fn retry_on_a_taken_port<T>(mut start: impl FnMut() -> Result<T, String>) -> T {
+    let mut last_log = String::new();
+    for _ in 0..PORT_ATTEMPTS {
+        match start() {
+            Ok(server) => return server,
+            Err(log) if log.contains("Address already in use") => last_log = log,
+            Err(log) => panic!("{log}"),
+        }
+    }
+    panic!("no free port after {PORT_ATTEMPTS} attempts:\n{last_log}")
+}
 
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
