@@ -273,7 +273,7 @@ fn run_in(options: &Options, paths: &[PathBuf], progress: &dyn Fn(&str)) -> Resu
         cache_size_bytes: options.cache_size_bytes,
         map_cache_bytes: options.map_cache_bytes,
         cleaning_policy: options.policy,
-        write_queue_bytes: options.write_queue_bytes.unwrap_or(OpenOptions::default().write_queue_bytes),
+        write_queue_bytes: options.write_queue_bytes.unwrap_or(stripelog_engine::DEFAULT_WRITE_QUEUE_BYTES),
         ..OpenOptions::default()
     };
     let volume = create_on(&devices, &create, &open)?;

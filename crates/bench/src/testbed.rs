@@ -173,15 +173,12 @@ fn attach_loop_device(file: &Path) -> Result<PathBuf, String> {
     Ok(PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()))
 }
 
-/// The major and minor numbers of a block device (glibc's encoding of `st_rdev`).
-fn device_number(device: &Path) -> Result<(u64, u64), String> {
+/// The major and minor numbers of a block device.
+fn device_number(device: &Path) -> Result<(u32, u32), String> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let metadata = std::fs::metadata(device).map_err(|error| format!("{}: {error}", device.display()))?;
     if !metadata.file_type().is_block_device() {
         return Err(format!("{}: not a block device", device.display()));
     }
-    let number = metadata.rdev();
-    let major = ((number >> 8) & 0xfff) | ((number >> 32) & !0xfff);
-    let minor = (number & 0xff) | ((number >> 12) & !0xff);
-    Ok((major, minor))
+    Ok((libc::major(metadata.rdev()), libc::minor(metadata.rdev())))
 }

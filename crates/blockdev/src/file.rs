@@ -186,14 +186,6 @@ impl FileDevice {
         self.throttle_rule.as_deref()
     }
 
-    fn submission_flags(&self) -> squeue::Flags {
-        if self.throttle_rule.is_some() {
-            squeue::Flags::ASYNC
-        } else {
-            squeue::Flags::empty()
-        }
-    }
-
     /// The engine `submit_batch` actually uses.
     pub fn io_engine(&self) -> IoEngine {
         if self.ring.is_some() && !self.ring_abandoned.load(Ordering::Acquire) {
@@ -361,7 +353,7 @@ impl FileDevice {
                         opcode::Write::new(fd, buffer.as_ptr(), buffer.len() as u32).offset(*offset_bytes).build()
                     }
                 }
-                .flags(self.submission_flags())
+                .flags(submission_flags(self.submit_through_kernel_workers()))
                 .user_data(index as u64);
                 // SAFETY: the entry points at `requests[index]`'s buffer, which is borrowed
                 // for the whole of `submit_batch` and not touched by us until its
@@ -713,6 +705,16 @@ fn set_up_ring() -> std::result::Result<IoUring, String> {
 /// Older kernels get a plain ring.
 pub fn new_ring(entries: u32) -> io::Result<IoUring> {
     IoUring::builder().setup_coop_taskrun().build(entries).or_else(|_| IoUring::new(entries))
+}
+
+/// The flags of an io_uring entry for a device whose requests go straight to the kernel's
+/// workers, or not ([`BlockDevice::submit_through_kernel_workers`]).
+pub(crate) fn submission_flags(through_kernel_workers: bool) -> squeue::Flags {
+    if through_kernel_workers {
+        squeue::Flags::ASYNC
+    } else {
+        squeue::Flags::empty()
+    }
 }
 
 /// io_uring_enter errors after which simply entering again is right.

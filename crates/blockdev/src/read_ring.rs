@@ -11,7 +11,7 @@
 //! other read does.
 
 use crate::{check_request, AlignedBuffer, BlockDevice, Result};
-use io_uring::{opcode, squeue, types, IoUring};
+use io_uring::{opcode, types, IoUring};
 use std::collections::VecDeque;
 use std::os::unix::io::RawFd;
 use std::sync::Arc;
@@ -118,7 +118,7 @@ impl ReadRing {
         let entry = opcode::Read::new(types::Fd(descriptor), buffer.as_mut_ptr(), buffer.len() as u32)
             .offset(offset_bytes)
             .build()
-            .flags(if device.submit_through_kernel_workers() { squeue::Flags::ASYNC } else { squeue::Flags::empty() })
+            .flags(crate::file::submission_flags(device.submit_through_kernel_workers()))
             .user_data(index as u64);
         // SAFETY: the entry points into `buffer`, whose heap allocation does not move when
         // the buffer is moved into `self.submitted[index]` below; it is kept there, with the

@@ -429,9 +429,9 @@ pub(crate) struct ServeArguments {
     map_cache: Option<u64>,
     /// RAM per volume for sealed batches on their way to the members, in whole stripes (at
     /// most 64): writers wait for a member only when all of it is in flight, so more rides
-    /// out longer member stalls (docs/garbage-collection.md, "Pacing").
-    #[arg(long, default_value = "64MiB", value_parser = units::parse_size)]
-    write_queue: u64,
+    /// out longer member stalls (docs/garbage-collection.md, "Pacing"); default 64MiB.
+    #[arg(long, value_parser = units::parse_size)]
+    write_queue: Option<u64>,
     /// Deduplication's RAM: its sparse index keeps one block name in 2^BITS (the recent
     /// table and runs find the rest). 3, the default, takes 1.31 bytes per physical
     /// block (measured on a 12 GiB data space, docs/deduplication.md); each bit more

@@ -861,7 +861,7 @@ pub fn serve(arguments: ServeArguments) -> Result<ExitCode, String> {
             read_only: arguments.read_only,
             cache_size_bytes: arguments.cache,
             map_cache_bytes: arguments.map_cache,
-            write_queue_bytes: arguments.write_queue,
+            write_queue_bytes: arguments.write_queue.unwrap_or(stripelog_engine::DEFAULT_WRITE_QUEUE_BYTES),
             dedup_sampling_bits: arguments.dedup_sampling_bits,
             holder_program: "stripelog serve".into(),
             take_over_from_another_host: arguments.force,

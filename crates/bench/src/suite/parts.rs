@@ -192,13 +192,9 @@ impl<'a> Context<'a> {
     /// write at depth 32 over all.
     pub fn calibrate(&mut self) -> Result<ArraySpeed, String> {
         let mut array = ArraySpeed::default();
-        let per_member = |engine: &str, rw: &str, runtime: bool| -> Vec<String> {
+        let per_member = |engine: Vec<String>, rw: &str, runtime: bool| -> Vec<String> {
             let mut arguments: Vec<String> = ["--direct=1", "--bs=1M", "--iodepth=4"].map(String::from).to_vec();
-            if engine == "io_uring" {
-                arguments.extend(self.io_uring_fio());
-            } else {
-                arguments.push(format!("--ioengine={engine}"));
-            }
+            arguments.extend(engine);
             arguments.push(format!("--rw={rw}"));
             if runtime {
                 arguments.push("--time_based".into());
@@ -211,12 +207,14 @@ impl<'a> Context<'a> {
             arguments
         };
         (self.progress)("  sequential writes over each whole member");
-        let (write, write_command) = self.fio("calibrate-write", per_member("libaio", "write", false))?;
-        let (read, read_command) = self.fio("calibrate-read", per_member("libaio", "read", true))?;
+        let (write, write_command) =
+            self.fio("calibrate-write", per_member(vec!["--ioengine=libaio".into()], "write", false))?;
+        let (read, read_command) =
+            self.fio("calibrate-read", per_member(vec!["--ioengine=libaio".into()], "read", true))?;
         let (uring_write, uring_write_command) =
-            self.fio("calibrate-write-io_uring", per_member("io_uring", "write", true))?;
+            self.fio("calibrate-write-io_uring", per_member(self.io_uring_fio(), "write", true))?;
         let (uring_read, uring_read_command) =
-            self.fio("calibrate-read-io_uring", per_member("io_uring", "read", true))?;
+            self.fio("calibrate-read-io_uring", per_member(self.io_uring_fio(), "read", true))?;
         for (index, member) in self.members.iter().enumerate() {
             let size_bytes = std::fs::File::open(member)
                 .and_then(|mut file| std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0)))
