@@ -27,7 +27,6 @@ use crate::maintenance::{
 use crate::mount;
 use crate::space::signals::CleanerSignals;
 use crate::space::Purpose;
-use crate::space::SegmentStatus;
 use crate::space::SegmentTable;
 use crate::stats::{Counters, MemberStatus, VolumeStats};
 use parking_lot::Mutex;
@@ -1690,9 +1689,8 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
     });
     let map_cache = core.map().cache_stats();
     let state = core.lock_state();
-    let segments_free = state.space().count(|status| status == SegmentStatus::Free);
-    let segments_waiting =
-        state.space().count(|status| matches!(status, SegmentStatus::WaitingForFlush(_) | SegmentStatus::Releasing));
+    let segments_free = state.space().free_count() as u64;
+    let segments_waiting = state.space().waiting_count();
     let counters = &core.counters();
     let lost = core.members().lost();
     let (rebuilding, missing): (Vec<usize>, Vec<usize>) = lost
@@ -1843,6 +1841,8 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
             checkpoints_for_replay_bytes: Counters::get(&counters.checkpoints_for_replay_bytes),
             checkpoints_for_interval: Counters::get(&counters.checkpoints_for_interval),
             checkpoint_index_pages: Counters::get(&counters.checkpoint_index_pages),
+            checkpoint_directory_pages: Counters::get(&counters.checkpoint_directory_pages),
+            checkpoint_table_pages: Counters::get(&counters.checkpoint_table_pages),
             checkpoint_seconds: Counters::get(&counters.checkpoint_nanoseconds) as f64 / 1e9,
             write_lock_waits: Counters::get(&counters.write_lock_waits),
             write_lock_wait_seconds: Counters::get(&counters.write_lock_wait_nanoseconds) as f64 / 1e9,

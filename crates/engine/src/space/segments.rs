@@ -18,10 +18,10 @@
 //! segment leaves `Current` for `Used` only with something live, for `WaitingForFlush`
 //! and beyond only with nothing); live counts never wrap.
 
-use crate::layout::checkpoint::SegmentRecord;
+use crate::layout::checkpoint::{SegmentRecord, SEGMENT_RECORDS_PER_PAGE};
 use crate::layout::format::BatchHeader;
 use crate::layout::geometry::Geometry;
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum SegmentStatus {
@@ -301,6 +301,49 @@ pub(crate) struct SegmentTable {
     units_per_segment: u64,
     /// Units one reference adds at most (a whole block's).
     units_per_block: u64,
+    /// The segments waiting for a batch to be durable, as (that batch, segment), and the
+    /// number being released: kept by [`SegmentTable::transition`], so that the reclaimer
+    /// and the status find them without a pass over every segment (a 64 TiB volume has
+    /// millions).
+    waiting: BTreeSet<(u64, u64)>,
+    releasing: u64,
+    /// Checkpoint table pages ([`SEGMENT_RECORDS_PER_PAGE`] records each) with a record
+    /// changed since a checkpoint's snapshot last took them: the snapshot encodes only
+    /// these (and the pages in mostly dead segments), not every segment's record.
+    changed_pages: ChangedPages,
+}
+
+/// A set of page numbers with the order they were first marked in: membership by a bit,
+/// the members by a list, so that taking them costs their number, not the pages'.
+struct ChangedPages {
+    bits: Vec<u64>,
+    list: Vec<u64>,
+}
+
+impl ChangedPages {
+    /// Every page of `count` marked.
+    fn all(count: u64) -> ChangedPages {
+        let mut pages = ChangedPages { bits: vec![0; count.div_ceil(64) as usize], list: Vec::new() };
+        for page in 0..count {
+            pages.mark(page);
+        }
+        pages
+    }
+
+    fn mark(&mut self, page: u64) {
+        let (word, bit) = ((page / 64) as usize, 1u64 << (page % 64));
+        if self.bits[word] & bit == 0 {
+            self.bits[word] |= bit;
+            self.list.push(page);
+        }
+    }
+
+    fn take(&mut self) -> Vec<u64> {
+        for &page in &self.list {
+            self.bits[(page / 64) as usize] &= !(1u64 << (page % 64));
+        }
+        std::mem::take(&mut self.list)
+    }
 }
 
 impl SegmentTable {
@@ -315,6 +358,18 @@ impl SegmentTable {
         let free_segments = (0..segments.len() as u64)
             .filter(|&segment| segments[segment as usize].status == SegmentStatus::Free)
             .collect();
+        let waiting = segments
+            .iter()
+            .enumerate()
+            .filter_map(|(segment, usage)| match usage.status {
+                SegmentStatus::WaitingForFlush(killer) => Some((killer, segment as u64)),
+                _ => None,
+            })
+            .collect();
+        let releasing = segments.iter().filter(|usage| usage.status == SegmentStatus::Releasing).count() as u64;
+        // A table just built (created, or recovered by a mount): the first snapshot looks
+        // at every page, and writes those whose records differ from the committed copy.
+        let changed_pages = ChangedPages::all((segments.len() as u64).div_ceil(SEGMENT_RECORDS_PER_PAGE as u64));
         let table = SegmentTable {
             segments,
             free_segments,
@@ -322,6 +377,9 @@ impl SegmentTable {
             checkpoint_headroom,
             units_per_segment: geometry.blocks_per_segment() * geometry.live_units_per_block(),
             units_per_block: geometry.live_units_per_block(),
+            waiting,
+            releasing,
+            changed_pages,
         };
         table.check_invariants();
         table
@@ -353,6 +411,36 @@ impl SegmentTable {
             "segment {segment} waits for a batch that cannot exist"
         );
         usage.status = to;
+        match from {
+            SegmentStatus::WaitingForFlush(killer) => assert!(self.waiting.remove(&(killer, segment))),
+            SegmentStatus::Releasing => self.releasing -= 1,
+            _ => {}
+        }
+        match to {
+            SegmentStatus::WaitingForFlush(killer) => assert!(self.waiting.insert((killer, segment))),
+            SegmentStatus::Releasing => self.releasing += 1,
+            _ => {}
+        }
+        self.changed(segment);
+    }
+
+    /// Segment `segment`'s record changed: its table page goes to the next snapshot.
+    fn changed(&mut self, segment: u64) {
+        self.changed_pages.mark(segment / SEGMENT_RECORDS_PER_PAGE as u64);
+    }
+
+    /// The table pages with a record changed since the last call (or since the table was
+    /// built), for a checkpoint's snapshot.
+    pub(crate) fn take_changed_pages(&mut self) -> Vec<u64> {
+        self.changed_pages.take()
+    }
+
+    /// Table pages a snapshot took whose checkpoint was not committed: the next one
+    /// writes them.
+    pub(crate) fn mark_pages_changed(&mut self, pages: &[u64]) {
+        for &page in pages {
+            self.changed_pages.mark(page);
+        }
     }
 
     pub(crate) fn usage(&self, segment: u64) -> &SegmentUse {
@@ -447,6 +535,7 @@ impl SegmentTable {
     /// write clock `write_clock`; a relocation batch's `oldest_clock` (the oldest of the
     /// blocks it moves) makes the segment as old as that.
     pub(crate) fn note_sealed(&mut self, segment: u64, sealed_rows: u32, write_clock: u64, oldest_clock: Option<u64>) {
+        self.changed(segment);
         let usage = &mut self.segments[segment as usize];
         assert_eq!(usage.status, SegmentStatus::Current, "segment {segment} takes batches only while current");
         assert!(sealed_rows > usage.sealed_rows, "segment {segment}: batches seal in row order");
@@ -475,6 +564,7 @@ impl SegmentTable {
 
     /// `units` more live units in current segment `segment` (a record accepted into it).
     pub(crate) fn add_live(&mut self, segment: u64, units: u64) {
+        self.changed(segment);
         let usage = &mut self.segments[segment as usize];
         assert_eq!(usage.status, SegmentStatus::Current, "segment {segment}: records go only into a current segment");
         assert!(units > 0, "segment {segment}: a record adds at least one unit");
@@ -486,6 +576,7 @@ impl SegmentTable {
     /// blocks, dead once `killer` is durable): when nothing is left in a used segment it
     /// waits for `killer` to be durable.
     pub(crate) fn remove_live(&mut self, segment: u64, units: u64, killer: u64) {
+        self.changed(segment);
         assert!(
             units > 0 && units <= self.units_per_block,
             "segment {segment}: a death removes what one record added, not {units} units"
@@ -509,24 +600,29 @@ impl SegmentTable {
     /// `from` wait for `to`.
     pub(crate) fn renumber_waiting(&mut self, from: u64, to: u64) {
         assert!(to > from, "a batch moves up, never down");
-        for segment in 0..self.segments.len() as u64 {
-            let status = self.segments[segment as usize].status;
-            assert_ne!(
-                status,
-                SegmentStatus::WaitingForFlush(to),
-                "segment {segment} waits for a batch not given out yet"
-            );
-            if status == SegmentStatus::WaitingForFlush(from) {
-                self.transition(segment, SegmentStatus::WaitingForFlush(to));
-            }
+        if let Some(&(_, segment)) = self.waiting.range((to, 0)..=(to, u64::MAX)).next() {
+            panic!("segment {segment} waits for a batch not given out yet");
         }
+        let moving: Vec<u64> = self.waiting.range((from, 0)..=(from, u64::MAX)).map(|&(_, segment)| segment).collect();
+        for segment in moving {
+            self.transition(segment, SegmentStatus::WaitingForFlush(to));
+        }
+    }
+
+    /// The segments waiting for a batch through `durable`, in the order of those batches.
+    fn waiting_through(&self, durable: u64) -> impl Iterator<Item = &SegmentUse> + '_ {
+        self.waiting.range(..=(durable, u64::MAX)).map(|&(_, segment)| &self.segments[segment as usize])
     }
 
     /// Segments whose death is durable through `durable` and that the reuse rule lets go:
     /// each becomes `Releasing` (its caller owns it until [`SegmentTable::finish_release`]).
     pub(crate) fn begin_release(&mut self, durable: u64) -> Vec<u64> {
-        let releasing: Vec<u64> =
-            self.uses().filter(|(_, usage)| self.releasable(usage, durable)).map(|(segment, _)| segment).collect();
+        let releasing: Vec<u64> = self
+            .waiting
+            .range(..=(durable, u64::MAX))
+            .filter(|&&(_, segment)| self.releasable(&self.segments[segment as usize], durable))
+            .map(|&(_, segment)| segment)
+            .collect();
         for &segment in &releasing {
             self.transition(segment, SegmentStatus::Releasing);
         }
@@ -555,21 +651,23 @@ impl SegmentTable {
     /// Whether a segment is coming free: being released, or waiting for nothing beyond
     /// `durable` and the reuse rule.
     pub(crate) fn any_coming_free(&self, durable: u64) -> bool {
-        self.uses().any(|(_, usage)| usage.status == SegmentStatus::Releasing || self.releasable(usage, durable))
+        self.releasing > 0 || self.waiting_through(durable).any(|usage| self.releasable(usage, durable))
     }
 
     /// Whether a segment's death waits for a batch after `durable` (a flush frees it).
     pub(crate) fn any_waiting_beyond(&self, durable: u64) -> bool {
-        self.uses().any(|(_, usage)| matches!(usage.status, SegmentStatus::WaitingForFlush(killer) if killer > durable))
+        self.waiting.last().is_some_and(|&(killer, _)| killer > durable)
     }
 
     /// Whether a segment whose death is durable through `durable` waits only for a
     /// checkpoint to be committed (the reuse rule).
     pub(crate) fn any_waiting_for_checkpoint(&self, durable: u64) -> bool {
-        self.uses().any(|(_, usage)| {
-            matches!(usage.status, SegmentStatus::WaitingForFlush(killer) if killer <= durable)
-                && !self.checkpoints.allows_reuse(usage.left_at_generation)
-        })
+        self.waiting_through(durable).any(|usage| !self.checkpoints.allows_reuse(usage.left_at_generation))
+    }
+
+    /// Segments waiting for a batch to be durable or being released: coming free.
+    pub(crate) fn waiting_count(&self) -> u64 {
+        self.waiting.len() as u64 + self.releasing
     }
 
     /// Dead blocks in used segments: room cleaning could win.
@@ -580,16 +678,12 @@ impl SegmentTable {
             .sum()
     }
 
-    /// Segments in `status`-matching states.
-    pub(crate) fn count(&self, wanted: impl Fn(SegmentStatus) -> bool) -> u64 {
-        self.uses().filter(|(_, usage)| wanted(usage.status)).count() as u64
-    }
-
     /// Segment `segment` holds a block nothing can read or rebuild, or summaries that
     /// cannot be read: it is never chosen as a cleaning victim. Found outside the write
     /// lock, so the segment may have emptied since: one that holds nothing any more
     /// (waiting, being released, free) is not pinned, and `false` says so.
     pub(crate) fn pin(&mut self, segment: u64) -> bool {
+        self.changed(segment);
         let usage = &mut self.segments[segment as usize];
         if !matches!(usage.status, SegmentStatus::Used | SegmentStatus::Current) {
             return false;
@@ -651,6 +745,16 @@ impl SegmentTable {
             }
         }
         assert!(self.checkpoints.committed <= self.checkpoints.snapshot, "committed after snapshot");
+        let waiting: BTreeSet<(u64, u64)> = self
+            .uses()
+            .filter_map(|(segment, usage)| match usage.status {
+                SegmentStatus::WaitingForFlush(killer) => Some((killer, segment)),
+                _ => None,
+            })
+            .collect();
+        assert!(waiting == self.waiting, "the waiting set is the segments waiting for a flush");
+        let releasing = self.uses().filter(|(_, usage)| usage.status == SegmentStatus::Releasing).count() as u64;
+        assert_eq!(releasing, self.releasing, "segments being released");
     }
 }
 
@@ -685,6 +789,85 @@ mod tests {
         table.finish_release(segment);
         assert_eq!(table.free_count(), free);
         table.check_invariants();
+    }
+
+    /// What the reclaimer and the status ask of the waiting segments, answered from the
+    /// waiting set, agrees with a pass over every segment, through the reuse rule and a
+    /// renumbering.
+    #[test]
+    fn the_waiting_set_answers_as_a_pass_over_every_segment_would() {
+        let mut table = table();
+        let mut segments = Vec::new();
+        for killer in [3, 5, 5, 8] {
+            let segment = table.start_current(None, 0, 0).expect("a free segment");
+            table.add_live(segment, 1);
+            table.note_sealed(segment, 1, 0, None);
+            table.leave_current(segment, 1);
+            table.remove_live(segment, 1, killer);
+            segments.push(segment);
+        }
+        // The third left its stream after a snapshot: it waits for a commit too.
+        table.snapshot_taken(1);
+        let late = table.start_current(None, 0, 0).expect("a free segment");
+        table.add_live(late, 1);
+        table.note_sealed(late, 1, 0, None);
+        table.leave_current(late, 1);
+        table.remove_live(late, 1, 4);
+        let scan = |table: &SegmentTable, wanted: &dyn Fn(SegmentStatus) -> bool| {
+            table.uses().filter(|(_, usage)| wanted(usage.status)).count() as u64
+        };
+        assert_eq!(table.waiting_count(), 5);
+        assert_eq!(
+            table.waiting_count(),
+            scan(&table, &|status| matches!(status, SegmentStatus::WaitingForFlush(_) | SegmentStatus::Releasing))
+        );
+        assert!(table.any_waiting_beyond(7) && !table.any_waiting_beyond(8));
+        assert!(table.any_waiting_for_checkpoint(4) && !table.any_waiting_for_checkpoint(3));
+        assert!(!table.any_coming_free(2) && table.any_coming_free(3));
+        table.renumber_waiting(5, 6);
+        assert_eq!(
+            table.begin_release(5),
+            vec![segments[0]],
+            "batch 6 is not durable, the late one waits for a commit"
+        );
+        assert_eq!(table.waiting_count(), 5, "a segment being released still comes free");
+        assert!(table.any_coming_free(0), "one is being released");
+        table.finish_release(segments[0]);
+        table.checkpoint_committed(1);
+        assert!(table.any_waiting_for_checkpoint(6), "the late one left at generation 1: it waits for a later commit");
+        table.snapshot_taken(2);
+        table.checkpoint_committed(2);
+        let mut released = table.begin_release(6);
+        released.sort_unstable();
+        let mut expected = vec![segments[1], segments[2], late];
+        expected.sort_unstable();
+        assert_eq!(released, expected);
+        for segment in released {
+            table.finish_release(segment);
+        }
+        assert_eq!(table.waiting_count(), 1);
+        table.check_invariants();
+    }
+
+    /// A snapshot takes the table pages whose records changed since the last one, and
+    /// only those; a page given back (a checkpoint that failed) is taken again.
+    #[test]
+    fn a_snapshot_takes_the_pages_whose_records_changed() {
+        let mut table = table();
+        let pages = (table.segment_count()).div_ceil(SEGMENT_RECORDS_PER_PAGE as u64);
+        assert_eq!(table.take_changed_pages().len() as u64, pages, "a table just built: every page");
+        assert!(table.take_changed_pages().is_empty());
+        let segment = table.start_current(None, 0, 0).expect("a free segment");
+        let page = segment / SEGMENT_RECORDS_PER_PAGE as u64;
+        assert_eq!(table.take_changed_pages(), vec![page]);
+        table.add_live(segment, 2);
+        table.note_sealed(segment, 1, 3, None);
+        assert_eq!(table.take_changed_pages(), vec![page], "each page once");
+        table.mark_pages_changed(&[page]);
+        assert_eq!(table.take_changed_pages(), vec![page]);
+        table.leave_current(segment, 1);
+        table.remove_live(segment, 2, 2);
+        assert_eq!(table.take_changed_pages(), vec![page]);
     }
 
     #[test]
