@@ -5,8 +5,8 @@
 
 use crate::array::members::Members;
 use crate::error::{Error, LostMetadata, Result};
-use crate::index::directory::records_digest;
 pub(crate) use crate::index::directory::CheckpointState;
+use crate::index::directory::{records_digest, DirectoryPageCopy};
 use crate::index::map::{BlockMap, PageSource};
 use crate::io::{Core, SideKind, WriteState};
 use crate::layout::checkpoint::{
@@ -18,7 +18,7 @@ use crate::layout::geometry::{Geometry, BLOCK_SIZE_BYTES};
 use crate::log::{METADATA_STREAM, STREAM_COUNT};
 use crate::space::SegmentUse;
 use crate::stats::Counters;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use stripelog_blockdev::AlignedBuffer;
@@ -44,6 +44,19 @@ struct Snapshot {
     shared_pages: Vec<(u64, AlignedBuffer)>,
     /// (page number, encoded block) of the name index pages that changed.
     name_pages: Vec<(u64, AlignedBuffer)>,
+    /// Positions of the committed directory pages whose copy lies in a mostly dead
+    /// segment: written again, so that the segment empties.
+    sparse_directory_pages: HashSet<u64>,
+}
+
+/// One tree's leaves as a checkpoint writes its directory: how many, each one's copy (the
+/// one written now, else the committed one), and whether any in `first..end` was written
+/// now.
+struct TreeLeaves<'a> {
+    tree: Tree,
+    count: u64,
+    leaf: &'a dyn Fn(u64) -> Option<PagePointer>,
+    changed: &'a dyn Fn(u64, u64) -> bool,
 }
 
 /// The checkpoint writer of one open volume (layer 7): writes the index pages, the
@@ -136,8 +149,10 @@ impl Checkpointer {
         }
         let taken_pages: Vec<u64> = snapshot.index_pages.iter().map(|(page, _)| *page).collect();
         let index_pages_written = taken_pages.len() as u64;
+        let table_pages_written = snapshot.table_pages.len() as u64;
         let taken_shared_pages: Vec<u64> = snapshot.shared_pages.iter().map(|(page, _)| *page).collect();
         let taken_name_pages: Vec<u64> = snapshot.name_pages.iter().map(|(page, _)| *page).collect();
+        let taken_table_pages: Vec<u64> = snapshot.table_pages.iter().map(|(page, _, _)| *page).collect();
         let result = self.write_snapshot(&mut directory, snapshot, batch_bytes);
         match &result {
             // Committed: every clean page's copy is durable and named, so pages may go.
@@ -147,6 +162,7 @@ impl Checkpointer {
                 for page in taken_pages {
                     core.map().mark_dirty(page);
                 }
+                core.lock_state_to_write().space_mut().mark_pages_changed(&taken_table_pages);
                 core.shared_table().write().mark_dirty(taken_shared_pages);
                 if let Some(finder) = core.deduplication() {
                     finder.index().mark_dirty(taken_name_pages);
@@ -157,6 +173,7 @@ impl Checkpointer {
         let generation = result?;
         Counters::add(&core.counters().checkpoints, 1);
         Counters::add(&core.counters().checkpoint_index_pages, index_pages_written);
+        Counters::add(&core.counters().checkpoint_table_pages, table_pages_written);
         Counters::add(&core.counters().checkpoint_nanoseconds, started.elapsed().as_nanos() as u64);
         core.reclaim()?;
         Ok(Some(generation))
@@ -238,38 +255,59 @@ impl Checkpointer {
         }
         let (written, _) = self.write_blocks(name_blocks, copies)?;
         let new_names: BTreeMap<u64, PagePointer> = written.into_iter().collect();
-        let mut directory_positions = Vec::new();
+        let mut directory_written = Vec::new();
         let map = core.map();
+        let sparse = &snapshot.sparse_directory_pages;
         let (index_depth, index_top) = self.write_tree(
-            Tree::Index,
-            map.page_count(),
-            &|page| new_index.get(&page).copied().or_else(|| map.copy(page)),
+            TreeLeaves {
+                tree: Tree::Index,
+                count: map.page_count(),
+                leaf: &|page| new_index.get(&page).copied().or_else(|| map.copy(page)),
+                changed: &|first, end| new_index.range(first..end).next().is_some(),
+            },
+            directory,
+            sparse,
             generation,
-            &mut directory_positions,
+            &mut directory_written,
             copies,
         )?;
         let (segment_depth, segment_top) = self.write_tree(
-            Tree::SegmentTable,
-            directory.table_page_count(),
-            &|page| new_tables.get(&page).map(|(pointer, _)| *pointer).or_else(|| directory.table_page(page)),
+            TreeLeaves {
+                tree: Tree::SegmentTable,
+                count: directory.table_page_count(),
+                leaf: &|page| new_tables.get(&page).map(|(pointer, _)| *pointer).or_else(|| directory.table_page(page)),
+                changed: &|first, end| new_tables.range(first..end).next().is_some(),
+            },
+            directory,
+            sparse,
             generation,
-            &mut directory_positions,
+            &mut directory_written,
             copies,
         )?;
         let (shared_depth, shared_top) = self.write_tree(
-            Tree::SharedTable,
-            directory.shared_page_count(),
-            &|page| new_shared.get(&page).copied().or_else(|| directory.shared_page(page)),
+            TreeLeaves {
+                tree: Tree::SharedTable,
+                count: directory.shared_page_count(),
+                leaf: &|page| new_shared.get(&page).copied().or_else(|| directory.shared_page(page)),
+                changed: &|first, end| new_shared.range(first..end).next().is_some(),
+            },
+            directory,
+            sparse,
             generation,
-            &mut directory_positions,
+            &mut directory_written,
             copies,
         )?;
         let (name_depth, name_top) = self.write_tree(
-            Tree::NameTable,
-            directory.name_page_count(),
-            &|page| new_names.get(&page).copied().or_else(|| directory.name_page(page)),
+            TreeLeaves {
+                tree: Tree::NameTable,
+                count: directory.name_page_count(),
+                leaf: &|page| new_names.get(&page).copied().or_else(|| directory.name_page(page)),
+                changed: &|first, end| new_names.range(first..end).next().is_some(),
+            },
+            directory,
+            sparse,
             generation,
-            &mut directory_positions,
+            &mut directory_written,
             copies,
         )?;
         let root = CheckpointRoot {
@@ -330,7 +368,8 @@ impl Checkpointer {
         for (page, pointer) in new_names {
             dying.extend(directory.set_name_page(page, pointer).map(|old| old.position));
         }
-        dying.extend(directory.committed(generation, root_pointer, directory_positions, batch_bytes));
+        Counters::add(&core.counters().checkpoint_directory_pages, directory_written.len() as u64);
+        dying.extend(directory.committed(generation, root_pointer, directory_written, batch_bytes));
         let mut state = core.lock_state();
         let durable = state.log().durable_through();
         assert!(durable >= root_batch, "the root's batch is durable before the commit");
@@ -376,6 +415,7 @@ impl Checkpointer {
         );
         let generation = state.space().checkpoints().snapshot.max(directory.generation()) + 1;
         state.space_mut().snapshot_taken(generation);
+        let changed_table_pages = state.space_mut().take_changed_pages();
         let geometry = core.geometry();
         let per_segment = geometry.blocks_per_segment();
         let space = state.space();
@@ -400,9 +440,15 @@ impl Checkpointer {
             counts.fragment_sixteenths <= counts.fragment_blocks * format::SIXTEENTHS_PER_BLOCK as u64,
             "a fragment takes at most a block: {counts:?}"
         );
+        // The segment table's pages with a changed record, and those in mostly dead
+        // segments; a page whose records equal its committed copy's is not written.
+        let mut table_page_numbers = changed_table_pages;
+        table_page_numbers.extend((0..directory.table_page_count()).filter(|&page| sparse(directory.table_page(page))));
+        table_page_numbers.sort_unstable();
+        table_page_numbers.dedup();
         let mut table_pages = Vec::new();
         let segment_count = space.segment_count();
-        for page in 0..directory.table_page_count() {
+        for page in table_page_numbers {
             let first = page * SEGMENT_RECORDS_PER_PAGE as u64;
             let end = (first + SEGMENT_RECORDS_PER_PAGE as u64).min(segment_count);
             let records: Vec<SegmentRecord> = (first..end).map(|segment| space.usage(segment).record()).collect();
@@ -478,6 +524,11 @@ impl Checkpointer {
                 })
                 .collect();
         }
+        let sparse_directory_pages = directory
+            .directory_page_copies()
+            .filter(|pointer| sparse(Some(*pointer)))
+            .map(|pointer| pointer.position)
+            .collect();
         let log = state.log();
         let streams = std::array::from_fn(|stream| {
             if stream >= STREAM_COUNT {
@@ -502,65 +553,86 @@ impl Checkpointer {
             table_pages,
             shared_pages,
             name_pages,
+            sparse_directory_pages,
         }
     }
 
-    /// Write the directory pages of one tree over `leaves`, bottom up; returns the tree's
-    /// depth and the root's top pointers. Their positions go to `positions`.
+    /// Write the directory pages of one tree that need writing, bottom up: those with a
+    /// page below written now, with no copy yet, or whose copy is in `sparse` (a mostly
+    /// dead segment); every other one keeps the copy the committed checkpoint names
+    /// (docs/index-and-checkpoints.md, "Directory pages are written when they change").
+    /// Returns the tree's depth and the root's top pointers; the pages written go to
+    /// `written`.
     fn write_tree(
         &self,
-        tree: Tree,
-        leaf_count: u64,
-        leaf: &dyn Fn(u64) -> Option<PagePointer>,
+        leaves: TreeLeaves,
+        committed: &CheckpointState,
+        sparse: &HashSet<u64>,
         generation: u64,
-        positions: &mut Vec<u64>,
+        written: &mut Vec<DirectoryPageCopy>,
         copies: &mut Vec<u64>,
     ) -> Result<(u8, Vec<Option<PagePointer>>)> {
-        let depth = codec::tree_depth(leaf_count);
-        // The leaves are read a directory page's worth at a time (a large volume has
-        // millions): the levels above are small.
+        let tree = leaves.tree;
+        let depth = codec::tree_depth(leaves.count);
+        // The level below's pointers and which of them were written now (the leaves are
+        // read a directory page's worth at a time: a large volume has millions).
         let mut level_pointers: Vec<Option<PagePointer>> = Vec::new();
-        let mut level_count = leaf_count;
+        let mut level_written: Vec<bool> = Vec::new();
+        let mut level_count = leaves.count;
         for level in 1..=depth {
             let mut blocks = Vec::new();
             let mut numbers = Vec::new();
             let parent_count = level_count.div_ceil(DIRECTORY_FANOUT as u64);
+            let mut parents = vec![None; parent_count as usize];
+            let mut parents_written = vec![false; parent_count as usize];
             for index in 0..parent_count {
                 let first = index * DIRECTORY_FANOUT as u64;
                 let end = (first + DIRECTORY_FANOUT as u64).min(level_count);
+                let old = committed.directory_page(tree, level, index);
+                let below_written = if level == 1 {
+                    (leaves.changed)(first, end)
+                } else {
+                    level_written[first as usize..end as usize].iter().any(|written| *written)
+                };
+                if let Some(old) = old.filter(|old| !below_written && !sparse.contains(&old.position)) {
+                    parents[index as usize] = Some(old);
+                    continue;
+                }
                 let children: Vec<Option<PagePointer>> = if level == 1 {
-                    (first..end).map(leaf).collect()
+                    (first..end).map(leaves.leaf).collect()
                 } else {
                     level_pointers[first as usize..end as usize].to_vec()
                 };
+                // (Leaves keep their copies once written: a page with a copy has children.)
                 if children.iter().all(Option::is_none) {
+                    assert!(old.is_none(), "{tree:?} directory page {level}/{index} lost every page below it");
                     continue;
                 }
-                let index = index as usize;
                 let page = DirectoryPage {
                     tree,
                     level,
-                    first_page: (index * DIRECTORY_FANOUT) as u64,
+                    first_page: index * DIRECTORY_FANOUT as u64,
                     generation,
                     pointers: children,
                 };
                 let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
                 page.encode(&mut block, self.core.volume_uuid());
                 // The page number in the summary: the level in the top byte.
-                blocks.push((PageKind::Directory, (level as u64) << 56 | index as u64, block));
+                blocks.push((PageKind::Directory, (level as u64) << 56 | index, block));
                 numbers.push(index);
             }
-            let mut parents = vec![None; parent_count as usize];
-            let (written, _) = self.write_blocks(blocks, copies)?;
-            for ((_, pointer), index) in written.into_iter().zip(numbers) {
-                positions.push(pointer.position);
-                parents[index] = Some(pointer);
+            let (new_copies, _) = self.write_blocks(blocks, copies)?;
+            for ((_, pointer), number) in new_copies.into_iter().zip(numbers) {
+                parents[number as usize] = Some(pointer);
+                parents_written[number as usize] = true;
+                written.push(DirectoryPageCopy { tree, level, number, pointer });
             }
             level_pointers = parents;
+            level_written = parents_written;
             level_count = parent_count;
         }
         if depth == 0 {
-            level_pointers = (0..leaf_count).map(leaf).collect();
+            level_pointers = (0..leaves.count).map(leaves.leaf).collect();
         }
         debug_assert!(level_pointers.len() <= ROOT_TOP_POINTERS);
         Ok((depth, level_pointers))
@@ -679,7 +751,7 @@ pub(crate) fn load(
         .filter(|root| root.generation == reference.generation && root.sequence == reference.sequence)
         .ok_or(lost("root", reference.root_position))?;
     let mut state = CheckpointState::empty(geometry);
-    let mut directory_positions = Vec::new();
+    let mut directory_pages = Vec::new();
     let index_page_count = map.page_count();
     load_tree(
         geometry,
@@ -689,7 +761,7 @@ pub(crate) fn load(
         root.index_tree_depth,
         &root.index_top,
         &mut |page, pointer| page < index_page_count && map.set_copy(page, pointer).is_none(),
-        &mut directory_positions,
+        &mut directory_pages,
     )?;
     // Each leaf once, within its tree.
     let leaf_into =
@@ -709,7 +781,7 @@ pub(crate) fn load(
         root.segment_tree_depth,
         &root.segment_top,
         &mut |page, pointer| leaf_into(&mut table_pages, page, pointer),
-        &mut directory_positions,
+        &mut directory_pages,
     )?;
     let mut shared_pages = vec![None; state.shared_page_count() as usize];
     load_tree(
@@ -720,7 +792,7 @@ pub(crate) fn load(
         root.shared_tree_depth,
         &root.shared_top,
         &mut |page, pointer| leaf_into(&mut shared_pages, page, pointer),
-        &mut directory_positions,
+        &mut directory_pages,
     )?;
     // The name index: its pages are read after the open (`Volume`'s name loader).
     let name_page_count =
@@ -735,14 +807,14 @@ pub(crate) fn load(
         root.name_tree_depth,
         &root.name_top,
         &mut |page, pointer| leaf_into(&mut name_pages, page, pointer),
-        &mut directory_positions,
+        &mut directory_pages,
     )?;
     for (page, pointer) in name_pages.into_iter().enumerate() {
         if let Some(pointer) = pointer {
             state.set_name_page(page as u64, pointer);
         }
     }
-    state.loaded(root.generation, root_pointer, directory_positions);
+    state.loaded(root.generation, root_pointer, directory_pages);
     let fragments_possible = geometry.packed_fragments || (root.fragment_blocks == 0 && root.fragment_sixteenths == 0);
     if root
         .data_blocks
@@ -824,7 +896,7 @@ fn load_tree(
     top: &[Option<PagePointer>],
     // Record leaf `page`'s pointer; `false`: beyond the tree, or named twice.
     set_leaf: &mut dyn FnMut(u64, PagePointer) -> bool,
-    directory_positions: &mut Vec<u64>,
+    directory_pages: &mut Vec<DirectoryPageCopy>,
 ) -> Result<()> {
     let lost = |position| Error::MetadataLost(LostMetadata::CheckpointBlock { what: "directory page", position });
     // (level, index at that level, pointer)
@@ -844,7 +916,7 @@ fn load_tree(
                 page.tree == tree && page.level == level && page.first_page == index * DIRECTORY_FANOUT as u64
             })
             .ok_or(lost(pointer.position))?;
-        directory_positions.push(pointer.position);
+        directory_pages.push(DirectoryPageCopy { tree, level, number: index, pointer });
         for (child, pointer) in page.pointers.iter().enumerate() {
             if let Some(pointer) = pointer {
                 pending.push((level - 1, index * DIRECTORY_FANOUT as u64 + child as u64, *pointer));

@@ -67,6 +67,10 @@ pub struct Counters {
     /// Index pages the committed checkpoints wrote, and the time checkpoints took
     /// (from taking the checkpoint lock to the commit; no page is evicted meanwhile).
     pub checkpoint_index_pages: AtomicU64,
+    /// Directory pages (every tree) and segment table pages the committed checkpoints
+    /// wrote.
+    pub checkpoint_directory_pages: AtomicU64,
+    pub checkpoint_table_pages: AtomicU64,
     pub checkpoint_nanoseconds: AtomicU64,
     /// Times the map cache was over its bound and the evictor gave up because a
     /// checkpoint held its lock, or a writer the write lock.
@@ -554,6 +558,9 @@ pub struct PagingStatus {
     pub checkpoints_for_replay_bytes: u64,
     pub checkpoints_for_interval: u64,
     pub checkpoint_index_pages: u64,
+    /// The directory pages of every tree and the segment table pages they wrote.
+    pub checkpoint_directory_pages: u64,
+    pub checkpoint_table_pages: u64,
     pub checkpoint_seconds: f64,
     /// Takings of the write lock that waited, and the seconds they waited in all.
     pub write_lock_waits: u64,

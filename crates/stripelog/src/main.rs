@@ -948,7 +948,8 @@ fn print_paging(paging: &stripelog_engine::PagingStatus) {
     );
     println!(
         "                 checkpoints {} ({:.0} per M client blocks: {} for dirty pages, {} for replay, {} on the \
-         interval), {} index pages written ({:.0} per M), {:.1} s; write lock waited {} times, {:.1} s",
+         interval), {} index pages written ({:.0} per M), {} directory and {} segment table pages, {:.1} s; write lock \
+         waited {} times, {:.1} s",
         paging.checkpoints,
         per_million(paging.checkpoints),
         paging.checkpoints_for_dirty_pages,
@@ -956,6 +957,8 @@ fn print_paging(paging: &stripelog_engine::PagingStatus) {
         paging.checkpoints_for_interval,
         paging.checkpoint_index_pages,
         per_million(paging.checkpoint_index_pages),
+        paging.checkpoint_directory_pages,
+        paging.checkpoint_table_pages,
         paging.checkpoint_seconds,
         paging.write_lock_waits,
         paging.write_lock_wait_seconds

@@ -414,6 +414,7 @@ fn overview(served: &Served) -> serde_json::Value {
                     "hold_maximum_seconds": stats.write_lock_hold_maximum_microseconds / 1e6,
                 },
                 "write_queue_batches": stats.write_queue_batches,
+                "paging": stats.paging,
                 "write_log": stats.write_log,
                 "compression": stats.compression,
                 "deduplication": stats.deduplication,

@@ -3,7 +3,7 @@
 //! checkpoint writer keeps between checkpoints (docs/index-and-checkpoints.md). The writer is the checkpoint module, a later layer.
 
 use crate::index::map::{BlockMap, PointerArray};
-use crate::layout::checkpoint::{PagePointer, SegmentRecord, SEGMENT_RECORDS_PER_PAGE};
+use crate::layout::checkpoint::{PagePointer, SegmentRecord, Tree, SEGMENT_RECORDS_PER_PAGE};
 use crate::layout::geometry::Geometry;
 use std::time::{Duration, Instant};
 
@@ -30,9 +30,14 @@ pub(crate) struct CheckpointState {
     /// bits of the table they were cut from (a table of another shape cannot load them).
     name_pages: PointerArray,
     name_shape: (u64, u8),
-    /// Directory pages and root of the latest checkpoint written: they all die when the
-    /// next one is committed (every directory page is written again each time).
-    directory_positions: Vec<u64>,
+    /// The directory pages the committed checkpoint names, per tree (by `Tree`'s number),
+    /// per level (index 0: level 1, above the leaves), by number within the level. A
+    /// checkpoint writes again only the ones whose pages below changed (or that lie in a
+    /// mostly dead segment); the others stay named and live.
+    directory_pages: [Vec<Vec<Option<PagePointer>>>; TREE_COUNT],
+    /// Blocks that die at the next commit although no page replaces them: the pages and
+    /// directory pages of a name index of another shape.
+    dying_at_next_commit: Vec<u64>,
     root: Option<PagePointer>,
     /// The latest committed generation (0: none).
     generation: u64,
@@ -51,7 +56,8 @@ impl CheckpointState {
             shared_pages: PointerArray::new(shared_table_page_count(geometry)),
             name_pages: PointerArray::new(0),
             name_shape: (0, 0),
-            directory_positions: Vec::new(),
+            directory_pages: Default::default(),
+            dying_at_next_commit: Vec::new(),
             root: None,
             generation: 0,
             committed_at: Instant::now(),
@@ -62,11 +68,38 @@ impl CheckpointState {
     /// The state of a checkpoint mount loaded: its generation and root, the directory
     /// pages it read; the table pages' pointers are set by [`CheckpointState::set_table_page`]
     /// and [`CheckpointState::set_shared_page`] as the trees are walked.
-    pub(crate) fn loaded(&mut self, generation: u64, root: PagePointer, directory_positions: Vec<u64>) {
+    pub(crate) fn loaded(&mut self, generation: u64, root: PagePointer, directory_pages: Vec<DirectoryPageCopy>) {
         assert_eq!(self.generation, 0, "loaded once, into an empty state");
         self.generation = generation;
         self.root = Some(root);
-        self.directory_positions = directory_positions;
+        for page in directory_pages {
+            assert!(self.name_directory_page(page).is_none(), "directory page {page:?} named twice");
+        }
+    }
+
+    /// Record `page` as named by the committed checkpoint; the copy it replaces.
+    fn name_directory_page(&mut self, page: DirectoryPageCopy) -> Option<PagePointer> {
+        let levels = &mut self.directory_pages[page.tree as usize];
+        let level = page.level as usize - 1;
+        if levels.len() <= level {
+            levels.resize_with(level + 1, Vec::new);
+        }
+        let pages = &mut levels[level];
+        if pages.len() <= page.number as usize {
+            pages.resize(page.number as usize + 1, None);
+        }
+        pages[page.number as usize].replace(page.pointer)
+    }
+
+    /// The copy of directory page `number` of `tree` at `level` (1: above the leaves) the
+    /// committed checkpoint names.
+    pub(crate) fn directory_page(&self, tree: Tree, level: u8, number: u64) -> Option<PagePointer> {
+        *self.directory_pages[tree as usize].get(level as usize - 1)?.get(number as usize)?
+    }
+
+    /// Every directory page the committed checkpoint names.
+    pub(crate) fn directory_page_copies(&self) -> impl Iterator<Item = PagePointer> + '_ {
+        self.directory_pages.iter().flatten().flatten().filter_map(|pointer| *pointer)
     }
 
     /// The latest committed generation (0: none).
@@ -133,7 +166,9 @@ impl CheckpointState {
             return true;
         }
         let stale: Vec<u64> = self.name_pages.iter().map(|(_, pointer)| pointer.position).collect();
-        self.directory_positions.extend(stale);
+        self.dying_at_next_commit.extend(stale);
+        let directory = std::mem::take(&mut self.directory_pages[Tree::NameTable as usize]);
+        self.dying_at_next_commit.extend(directory.into_iter().flatten().flatten().map(|pointer| pointer.position));
         self.name_shape = shape;
         self.name_pages = PointerArray::new(page_count);
         false
@@ -157,14 +192,14 @@ impl CheckpointState {
         self.name_pages.set(page, pointer)
     }
 
-    /// The checkpoint of `generation` is committed with `root` over `directory_positions`,
-    /// `batch_bytes` written by then: the directory pages and root of the one before, which
-    /// it replaces, are returned (they are dead now).
+    /// The checkpoint of `generation` is committed with `root`, having written the directory
+    /// pages `written`, `batch_bytes` written by then: the directory pages and root of the
+    /// one before that it replaces are returned (they are dead now).
     pub(crate) fn committed(
         &mut self,
         generation: u64,
         root: PagePointer,
-        directory_positions: Vec<u64>,
+        written: Vec<DirectoryPageCopy>,
         batch_bytes: u64,
     ) -> Vec<u64> {
         assert!(generation > self.generation, "committed generations increase");
@@ -173,7 +208,10 @@ impl CheckpointState {
             self.root.is_none_or(|old| old.position != root.position),
             "checkpoint {generation}'s root is a new block"
         );
-        let mut dying = std::mem::replace(&mut self.directory_positions, directory_positions);
+        let mut dying = std::mem::take(&mut self.dying_at_next_commit);
+        for page in written {
+            dying.extend(self.name_directory_page(page).map(|old| old.position));
+        }
         dying.extend(self.root.replace(root).map(|root| root.position));
         self.generation = generation;
         self.committed_at = Instant::now();
@@ -204,9 +242,23 @@ impl CheckpointState {
             .chain(self.shared_pages.iter())
             .chain(self.name_pages.iter())
             .map(|(_, pointer)| pointer.position)
-            .chain(self.directory_positions.iter().copied())
+            .chain(self.directory_page_copies().map(|pointer| pointer.position))
+            .chain(self.dying_at_next_commit.iter().copied())
             .chain(self.root.map(|root| root.position))
     }
+}
+
+/// The trees of directory pages (`Tree`).
+const TREE_COUNT: usize = 4;
+
+/// A directory page's copy: which tree, level (1: above the leaves) and number within the
+/// level, and where.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DirectoryPageCopy {
+    pub tree: Tree,
+    pub level: u8,
+    pub number: u64,
+    pub pointer: PagePointer,
 }
 
 /// Why a checkpoint is due.
