@@ -8,8 +8,13 @@ use crate::layout::geometry::Geometry;
 use std::time::{Duration, Instant};
 
 /// A checkpoint is written when the index pages changed since the last one reach this
-/// many (they are copied while writers wait, and mount may have to read them back).
+/// many (they are copied while writers wait, and mount may have to read them back) ...
 pub const CHECKPOINT_DIRTY_PAGES_MAXIMUM: u64 = 16 * 1024;
+/// ... or, when more, this many per directory page the committed checkpoint names: under
+/// uniform random writes over a large volume nearly every directory page has a page below
+/// it that changed, so each checkpoint writes them all, and its changed index pages must
+/// outnumber them for the directory to stay a small share of what it writes.
+pub const CHECKPOINT_DIRTY_PAGES_PER_DIRECTORY_PAGE: u64 = 4;
 /// ... or when this many bytes of batches were written since (what a mount after a
 /// crash reads the summaries of).
 pub const CHECKPOINT_REPLAY_BUDGET_BYTES: u64 = 1 << 30;
@@ -38,6 +43,8 @@ pub(crate) struct CheckpointState {
     /// Blocks that die at the next commit although no page replaces them: the pages and
     /// directory pages of a name index of another shape.
     dying_at_next_commit: Vec<u64>,
+    /// How many directory pages the committed checkpoint names.
+    directory_page_count: u64,
     root: Option<PagePointer>,
     /// The latest committed generation (0: none).
     generation: u64,
@@ -58,6 +65,7 @@ impl CheckpointState {
             name_shape: (0, 0),
             directory_pages: Default::default(),
             dying_at_next_commit: Vec::new(),
+            directory_page_count: 0,
             root: None,
             generation: 0,
             committed_at: Instant::now(),
@@ -88,7 +96,9 @@ impl CheckpointState {
         if pages.len() <= page.number as usize {
             pages.resize(page.number as usize + 1, None);
         }
-        pages[page.number as usize].replace(page.pointer)
+        let old = pages[page.number as usize].replace(page.pointer);
+        self.directory_page_count += u64::from(old.is_none());
+        old
     }
 
     /// The copy of directory page `number` of `tree` at `level` (1: above the leaves) the
@@ -168,7 +178,10 @@ impl CheckpointState {
         let stale: Vec<u64> = self.name_pages.iter().map(|(_, pointer)| pointer.position).collect();
         self.dying_at_next_commit.extend(stale);
         let directory = std::mem::take(&mut self.directory_pages[Tree::NameTable as usize]);
-        self.dying_at_next_commit.extend(directory.into_iter().flatten().flatten().map(|pointer| pointer.position));
+        let stale_directory: Vec<u64> =
+            directory.into_iter().flatten().flatten().map(|pointer| pointer.position).collect();
+        self.directory_page_count -= stale_directory.len() as u64;
+        self.dying_at_next_commit.extend(stale_directory);
         self.name_shape = shape;
         self.name_pages = PointerArray::new(page_count);
         false
@@ -224,7 +237,8 @@ impl CheckpointState {
     /// bytes of batches written since the volume was opened.
     pub(crate) fn due(&self, map: &BlockMap, batch_bytes: u64, interval: Duration) -> Option<CheckpointCause> {
         let replay_bytes = batch_bytes.saturating_sub(self.batch_bytes_at_commit);
-        if map.dirty_page_count() >= CHECKPOINT_DIRTY_PAGES_MAXIMUM.min(map.dirty_pages_due()) {
+        let per_directory = CHECKPOINT_DIRTY_PAGES_PER_DIRECTORY_PAGE * self.directory_page_count;
+        if map.dirty_page_count() >= CHECKPOINT_DIRTY_PAGES_MAXIMUM.max(per_directory).min(map.dirty_pages_due()) {
             Some(CheckpointCause::DirtyPages)
         } else if replay_bytes >= CHECKPOINT_REPLAY_BUDGET_BYTES {
             Some(CheckpointCause::ReplayBytes)
