@@ -105,6 +105,8 @@ pub struct TargetOptions {
     /// `engine:` targets: the volume's block cache (`None`: the engine's default; 0: off,
     /// so that every read goes to the members).
     pub engine_cache_bytes: Option<u64>,
+    /// `engine:` targets: the volume's index page cache (`None`: the engine's default).
+    pub map_cache_bytes: Option<u64>,
 }
 
 /// Open the target named by `spec` (see the module documentation for the forms).
@@ -441,6 +443,7 @@ impl EngineTarget {
                 read_only,
                 holder_program: "stripelog bench".into(),
                 cache_size_bytes: options.engine_cache_bytes.unwrap_or(defaults.cache_size_bytes),
+                map_cache_bytes: options.map_cache_bytes.or(defaults.map_cache_bytes),
                 ..defaults
             };
             Volume::open(devices, &open_options).map_err(|error| format!("engine:{members}: {error}"))

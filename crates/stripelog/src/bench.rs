@@ -26,6 +26,10 @@ pub struct TargetArguments {
     /// default: the engine's, 256 MiB).
     #[arg(long, value_name = "SIZE", value_parser = units::parse_size)]
     engine_cache: Option<u64>,
+    /// engine: targets: the volume's index page cache (as `serve --map-cache`; default:
+    /// the whole index when it fits a quarter of the machine's memory).
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size)]
+    map_cache: Option<u64>,
     /// Allow writing to a target that holds data (its data is overwritten): a file or device
     /// that exists and is not empty, an NBD export with allocated extents (or that cannot say),
     /// an engine: volume with mapped blocks.
@@ -64,6 +68,7 @@ impl TargetArguments {
             force: self.force,
             create_size_bytes: self.size,
             engine_cache_bytes: self.engine_cache,
+            map_cache_bytes: self.map_cache,
         };
         target::open(&self.target, &options)
     }

@@ -126,3 +126,50 @@ fn a_testbed_drive_runs_at_its_given_speed_and_is_gone_afterwards() {
     assert!(!Path::new("/dev/shm/stripelog-testbed-drive-0").exists());
     std::fs::remove_dir_all(&directory).unwrap();
 }
+
+/// The index part (issue 57): every map cache's figure beside the whole index's, the bars
+/// at a quarter and a tenth, and the paging counts and mount times in its notes.
+#[test]
+fn the_index_part_measures_each_map_cache_beside_the_whole_index() {
+    if tool("fio").is_none() {
+        return;
+    }
+    let directory = fresh_directory("suite-index");
+    let output_directory = directory.join("report");
+    let output = stripelog()
+        .args(["bench", "suite", "--members", "3", "--member-size", "192MiB", "--cell", "1s", "--parts", "index"])
+        .args(["--steady-limit", "6s", "--dir"])
+        .arg(directory.join("members"))
+        .arg("--output")
+        .arg(&output_directory)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    let report = report(&output_directory);
+    figure(&report, "index");
+    let part = report["parts"].as_array().unwrap().iter().find(|entry| entry["part"] == "index").unwrap();
+    let figures = part["figures"].as_array().unwrap();
+    let named = |words: &[&str]| {
+        figures
+            .iter()
+            .find(|figure| words.iter().all(|word| figure["name"].as_str().unwrap().contains(word)))
+            .unwrap_or_else(|| panic!("no figure {words:?} in {figures:?}"))
+    };
+    for cache in ["a half", "a quarter", "a tenth"] {
+        let steady = named(&["steady state", cache]);
+        assert!(steady["value"].as_f64().unwrap() > 0.0, "{steady}");
+        assert!(steady["peer"]["name"].as_str().unwrap().contains("whole index"), "{steady}");
+        assert!(steady["command"].as_str().unwrap().contains("--map-cache"), "{steady}");
+    }
+    assert_eq!(named(&["steady state", "a quarter"])["bar"]["threshold"], 0.7);
+    assert_eq!(named(&["steady state", "a tenth"])["bar"]["threshold"], 0.5);
+    assert_eq!(named(&["reads", "a quarter"])["bar"]["threshold"], 0.7);
+    let zipf = named(&["Zipf(0.99)", "a tenth"]);
+    assert_eq!(zipf["bar"]["threshold"], 0.85);
+    assert!(zipf["command"].as_str().unwrap().contains("--random_distribution=zipf:0.99"), "{zipf}");
+    let notes = part["notes"].as_array().unwrap().iter().map(|note| note.as_str().unwrap()).collect::<Vec<_>>();
+    assert!(notes.iter().any(|note| note.contains("page reads") && note.contains("a tenth")), "{notes:?}");
+    assert!(notes.iter().any(|note| note.contains("after a SIGKILL")), "{notes:?}");
+    assert!(!directory.join("members").join("member-0").exists());
+    std::fs::remove_dir_all(&directory).unwrap();
+}

@@ -32,10 +32,11 @@ pub enum Part {
     Compression,
     Dedup,
     Cores,
+    Index,
 }
 
 impl Part {
-    pub const ALL: [Part; 11] = [
+    pub const ALL: [Part; 12] = [
         Part::Fresh,
         Part::Steady,
         Part::Reads,
@@ -47,6 +48,7 @@ impl Part {
         Part::Compression,
         Part::Dedup,
         Part::Cores,
+        Part::Index,
     ];
 
     pub fn name(self) -> &'static str {
@@ -62,6 +64,7 @@ impl Part {
             Part::Compression => "compression",
             Part::Dedup => "dedup",
             Part::Cores => "cores",
+            Part::Index => "index",
         }
     }
 
@@ -78,6 +81,9 @@ impl Part {
             Part::Compression => "Compression (lz4), half-compressible data",
             Part::Dedup => "Deduplication: a second copy of the same data",
             Part::Cores => "Cores: the NBD server on one core and on two (members in /dev/shm)",
+            Part::Index => {
+                "The index beyond its cache: the map cache at the whole index, a half, a quarter and a tenth"
+            }
         }
     }
 

@@ -15,6 +15,16 @@ const FILL_SHARE: f64 = 0.7;
 const STEADY_BAR: f64 = 0.85;
 const STEADY_GOAL: f64 = 0.95;
 const STEADY_LATENCY_BAR_MILLISECONDS: f64 = 20.0;
+/// The index part's map caches, as shares of the whole index (issue 57), and its bars:
+/// steady-state random writes at a quarter and a tenth ÷ with the whole index (goals
+/// beside), Zipf(0.99) writes at a tenth, cache-off random reads at a quarter.
+const INDEX_CACHE_SHARES: [(&str, f64); 4] =
+    [("the whole index", 1.0), ("a half", 0.5), ("a quarter", 0.25), ("a tenth", 0.1)];
+const INDEX_QUARTER_BAR: (f64, f64) = (0.7, 0.9);
+const INDEX_TENTH_BAR: (f64, f64) = (0.5, 0.7);
+const INDEX_ZIPF_TENTH_BAR: f64 = 0.85;
+const INDEX_READS_QUARTER_BAR: f64 = 0.7;
+
 /// A part's figure is "limited by the cores" when the machine was this busy during it.
 const CORES_LIMIT_SHARE: f64 = 0.9;
 /// …and "limited by the drives" when it reached this share of their own bound.
@@ -284,6 +294,7 @@ impl<'a> Context<'a> {
             Part::Compression => self.compression(),
             Part::Dedup => self.dedup(),
             Part::Cores => self.cores(),
+            Part::Index => self.index(),
         };
         let cores_busy = busy.cores();
         let (figures, error) = match result {
@@ -549,6 +560,164 @@ impl<'a> Context<'a> {
             .beside("fio 4 KiB random reads at depth 32 on the raw members", raw_iops, &raw_command)
             .busy(nbd_cores),
         ])
+    }
+
+    /// The index beyond its cache (docs/index-and-checkpoints.md, "Paging"): steady-state
+    /// 4 KiB random writes in process, one volume per map cache; then, on one volume 70 %
+    /// written, cache-off random reads at depth 32 in process, uniform and Zipf(0.99)
+    /// random writes over the whole logical space through NBD, and the mount's time after
+    /// a clean close and after a SIGKILL. Each cache's figure beside the whole index's.
+    fn index(&mut self) -> Result<Vec<Figure>, String> {
+        let mut figures = Vec::new();
+        let mut whole_index_bytes = 0u64;
+        let mut resident: Option<(f64, String)> = None;
+        let cache_of = |share: f64, whole: u64| ((whole as f64 * share) as u64).max(4096);
+        for (label, share) in INDEX_CACHE_SHARES {
+            let mut words = self
+                .stripelog()
+                .args(["bench", "saturate", "--devices", &self.member_list(","), "--spare", "27%", "--passes", "20"])
+                .arg("--time-limit")
+                .arg(format!("{}s", self.options.steady_limit.as_secs()))
+                .arg("--interval")
+                .arg(format!("{}s", self.seconds()))
+                .args(["--threads", "4", "--force", "--quiet"]);
+            if share < 1.0 {
+                words = words.arg("--map-cache").arg(cache_of(share, whole_index_bytes).to_string());
+            }
+            let (report, command, cores) = self.measure(&format!("index-steady-{}", share_name(share)), words)?;
+            let iops = number(&report, "/cleaner_bound_iops")? * number(&report, "/ratio_to_cleaner_bound")?;
+            if share == 1.0 {
+                whole_index_bytes = number(&report, "/map_cache/whole_index_bytes")? as u64;
+            }
+            self.notes.push(format!("steady state, {label}: {}", paging_counts(&report)?));
+            let name = format!("4 KiB random writes in process, steady state, map cache {label}, IOPS");
+            let figure = match &resident {
+                None => Figure::new(name, iops, "IOPS", &command).beside(
+                    "the cleaner's traffic bound from the members' fio speeds",
+                    number(&report, "/cleaner_bound_iops")?,
+                    &self.fio_sequential_command(),
+                ),
+                Some((resident_iops, resident_command)) => Figure::new(name, iops, "IOPS", &command).beside(
+                    "the same with the whole index in the cache",
+                    *resident_iops,
+                    resident_command,
+                ),
+            };
+            let figure = match share_name(share) {
+                "quarter" => figure.at_least(INDEX_QUARTER_BAR.0, Some(INDEX_QUARTER_BAR.1)),
+                "tenth" => figure.at_least(INDEX_TENTH_BAR.0, Some(INDEX_TENTH_BAR.1)),
+                _ => figure,
+            };
+            figures.push(figure.busy(cores));
+            if share == 1.0 {
+                resident = Some((iops, command));
+            }
+        }
+        // One volume, 70 % written, for the rest.
+        let filled = self.filled_volume()?;
+        let logical = number(&self.info("index-info")?, "/logical_size_bytes")? as u64;
+        let mut reads: Option<(f64, String)> = None;
+        for (label, share) in INDEX_CACHE_SHARES.into_iter().filter(|(_, share)| *share != 0.5) {
+            let mut words = self
+                .stripelog()
+                .args(["bench", "mix"])
+                .arg(format!("engine:{}", self.member_list(",")))
+                .args(["--engine-cache", "0", "-q", "--read-percent", "100", "--queue-depth", "32"])
+                .arg("--duration")
+                .arg(format!("{}s", self.seconds()))
+                .arg("--region")
+                .arg(filled.bytes.to_string());
+            if share < 1.0 {
+                words = words.arg("--map-cache").arg(cache_of(share, whole_index_bytes).to_string());
+            }
+            let (report, command, cores) = self.measure(&format!("index-reads-{}", share_name(share)), words)?;
+            let iops = number(&report, "/read/iops")?;
+            let name = format!("4 KiB random reads, depth 32, block cache off, map cache {label}, IOPS");
+            match &reads {
+                None => reads = Some((iops, command)),
+                Some((whole_iops, whole_command)) => {
+                    let figure = Figure::new(name, iops, "IOPS", &command)
+                        .beside("the same with the whole index in the cache", *whole_iops, whole_command)
+                        .busy(cores);
+                    figures.push(if share == 0.25 { figure.at_least(INDEX_READS_QUARTER_BAR, None) } else { figure });
+                }
+            }
+        }
+        // Through NBD, over the whole logical space: uniform, then Zipf(0.99) (fio refuses
+        // a theta of exactly 1).
+        let whole_space = format!("--size={logical}");
+        let mut through_nbd: Vec<(&str, f64, String)> = Vec::new();
+        for (label, share) in INDEX_CACHE_SHARES.into_iter().filter(|(_, share)| *share != 0.5) {
+            let mut extra = vec!["--cache".to_string(), "0".to_string()];
+            if share < 1.0 {
+                extra.extend(["--map-cache".to_string(), cache_of(share, whole_index_bytes).to_string()]);
+            }
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            let server = self.serve(&format!("index-serve-{}", share_name(share)), &extra)?;
+            let uri = server.uri("stripelog");
+            for (distribution, what) in [("random", "uniform"), ("zipf:0.99", "Zipf(0.99)")] {
+                let arguments =
+                    [whole_space.as_str(), "--norandommap", &format!("--random_distribution={distribution}")];
+                let (result, command) = self.fio_nbd(
+                    &format!("index-nbd-{}-{}", share_name(share), what.replace(['(', ')', '.'], "")),
+                    &uri,
+                    "randwrite",
+                    32,
+                    1,
+                    &arguments,
+                )?;
+                let iops = fio_iops(&result)?;
+                let name = format!("4 KiB random writes, {what}, over NBD, map cache {label}, IOPS");
+                match through_nbd.iter().find(|(whole_what, _, _)| *whole_what == what) {
+                    None => through_nbd.push((what, iops, command)),
+                    Some((_, whole_iops, whole_command)) => {
+                        let figure = Figure::new(name, iops, "IOPS", &command).beside(
+                            "the same with the whole index in the cache",
+                            *whole_iops,
+                            whole_command,
+                        );
+                        figures.push(match (what, share_name(share)) {
+                            ("Zipf(0.99)", "tenth") => figure.at_least(INDEX_ZIPF_TENTH_BAR, None),
+                            ("uniform", "quarter") => figure.at_least(INDEX_QUARTER_BAR.0, Some(INDEX_QUARTER_BAR.1)),
+                            ("uniform", "tenth") => figure.at_least(INDEX_TENTH_BAR.0, Some(INDEX_TENTH_BAR.1)),
+                            _ => figure,
+                        });
+                    }
+                }
+            }
+            // The mount's time after a clean close, then after a SIGKILL under writes.
+            server.stop()?;
+            let (clean, clean_command) = self.timed_info(&format!("index-mount-clean-{}", share_name(share)))?;
+            let server = self.serve(&format!("index-serve-kill-{}", share_name(share)), &extra)?;
+            let arguments = [whole_space.as_str(), "--norandommap", "--runtime=5"];
+            self.fio_nbd(
+                &format!("index-nbd-{}-before-kill", share_name(share)),
+                &server.uri("stripelog"),
+                "randwrite",
+                32,
+                1,
+                &arguments,
+            )?;
+            server.kill()?;
+            let (killed, killed_command) = self.timed_info(&format!("index-mount-killed-{}", share_name(share)))?;
+            let tebibytes = logical as f64 / (1u64 << 40) as f64;
+            self.notes.push(format!(
+                "map cache {label}: a read-only mount (`{clean_command}`) took {clean:.2} s after a clean close \
+                 ({:.2} s per TiB of the {:.3} TiB volume) and {killed:.2} s after a SIGKILL under 5 s of random \
+                 writes (`{killed_command}`)",
+                clean / tebibytes,
+                tebibytes
+            ));
+        }
+        Ok(figures)
+    }
+
+    /// `stripelog info --json` of the volume on the members, timed: a mount (read-only).
+    fn timed_info(&self, name: &str) -> Result<(f64, String), String> {
+        let words = self.stripelog().args(["info", "--json"]).args(&self.members);
+        let started = Instant::now();
+        process::run(&words, &self.log(name))?;
+        Ok((started.elapsed().as_secs_f64(), words.text()))
     }
 
     /// `stripelog serve` on the members, on a Unix socket in work/.
@@ -994,6 +1163,32 @@ fn number(value: &Value, pointer: &str) -> Result<f64, String> {
 }
 
 /// Reads and writes per second of a fio report (its jobs grouped).
+/// A map cache share's short name.
+fn share_name(share: f64) -> &'static str {
+    match share {
+        share if share >= 1.0 => "whole",
+        share if share >= 0.5 => "half",
+        share if share >= 0.25 => "quarter",
+        _ => "tenth",
+    }
+}
+
+/// What paging cost a saturation run, per million client blocks (its `map_cache` report).
+fn paging_counts(report: &Value) -> Result<String, String> {
+    let written = number(report, "/map_cache/paging/client_blocks_written")?.max(1.0);
+    let per_million = |pointer: &str| -> Result<f64, String> { Ok(number(report, pointer)? * 1e6 / written) };
+    Ok(format!(
+        "per million client blocks {:.0} page reads, {:.0} index pages and {:.0} directory pages written by {:.0} \
+         checkpoints; most pages resident {:.0} of a cache of {:.0}",
+        per_million("/map_cache/paging/page_loads")?,
+        per_million("/map_cache/paging/checkpoint_index_pages")?,
+        per_million("/map_cache/paging/checkpoint_directory_pages")?,
+        per_million("/map_cache/paging/checkpoints")?,
+        number(report, "/map_cache/paging/resident_pages_maximum")?,
+        number(report, "/map_cache/paging/cache_pages")?,
+    ))
+}
+
 fn fio_iops(value: &Value) -> Result<f64, String> {
     Ok(number(value, "/jobs/0/read/iops")? + number(value, "/jobs/0/write/iops")?)
 }

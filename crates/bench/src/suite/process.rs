@@ -159,6 +159,18 @@ impl Server {
         format!("nbd+unix:///{export}?socket={}", self.socket.display())
     }
 
+    /// Kill the server with SIGKILL (a crash) and wait for it: an error when it had
+    /// already died.
+    pub fn kill(mut self) -> Result<(), String> {
+        let Some(mut child) = self.child.take() else { return Ok(()) };
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("{} had exited ({status}) while it was measured", self.name));
+        }
+        child.kill().map_err(|error| format!("{}: {error}", self.name))?;
+        child.wait().map_err(|error| format!("{}: {error}", self.name))?;
+        Ok(())
+    }
+
     /// Stop the server and report how it exited: an error when it had already died or did
     /// not exit cleanly on SIGTERM.
     pub fn stop(mut self) -> Result<(), String> {
