@@ -36,8 +36,11 @@ struct Snapshot {
     streams: [StreamPosition; ROOT_STREAMS],
     /// The map's counts of data, zero and fragment entries.
     counts: crate::index::map::MapCounts,
-    /// (page number, packed entries)
-    index_pages: Vec<(u64, Vec<u8>)>,
+    /// The index pages it took (their entries are copied after the write lock is
+    /// released: `BlockMap::copy_snapshot_pages`).
+    index_pages: Vec<u64>,
+    /// Their packed entries as of the snapshot, once copied.
+    index_entries: Vec<(u64, Vec<u8>)>,
     /// (page number, encoded block, digest of its records)
     table_pages: Vec<(u64, AlignedBuffer, u32)>,
     /// (page number, encoded block) of the shared-block table pages that changed.
@@ -135,7 +138,7 @@ impl Checkpointer {
         let sparse_pages = self.sparse_pages()?;
         // 1. Snapshot: the clients' open batch is sealed, so that the map and the table
         // reflect exactly the batches up to `sequence`.
-        let (snapshot, sealed) = {
+        let (mut snapshot, sealed) = {
             let mut state = core.lock_state_to_write();
             core.reserve_stream_segments(&mut state);
             if !state.log().every_stream_reserved() {
@@ -144,10 +147,12 @@ impl Checkpointer {
             let sealed = core.seal_clients(&mut state);
             (self.snapshot(&mut state, &directory, &sparse_pages), sealed)
         };
+        // The pages' entries as the snapshot took them, copied without the write lock.
+        snapshot.index_entries = core.map().copy_snapshot_pages(&snapshot.index_pages);
         for batch in sealed {
             core.dispatch(batch)?;
         }
-        let taken_pages: Vec<u64> = snapshot.index_pages.iter().map(|(page, _)| *page).collect();
+        let taken_pages: Vec<u64> = snapshot.index_pages.clone();
         let index_pages_written = taken_pages.len() as u64;
         let table_pages_written = snapshot.table_pages.len() as u64;
         let taken_shared_pages: Vec<u64> = snapshot.shared_pages.iter().map(|(page, _)| *page).collect();
@@ -221,7 +226,7 @@ impl Checkpointer {
         // 2. The pages, then the directories above them, then the root.
         let width_bits = core.map().codec().width_bits as u8;
         let index_blocks: Vec<(PageKind, u64, AlignedBuffer)> = snapshot
-            .index_pages
+            .index_entries
             .iter()
             .map(|(page, packed)| {
                 let mut block = AlignedBuffer::zeroed(BLOCK_SIZE_BYTES);
@@ -229,8 +234,8 @@ impl Checkpointer {
                 (PageKind::Index, *page, block)
             })
             .collect();
-        let index_page_count = snapshot.index_pages.len();
-        drop(snapshot.index_pages);
+        let index_page_count = snapshot.index_entries.len();
+        drop(snapshot.index_entries);
         let (written, _) = self.write_blocks(index_blocks, copies)?;
         let new_index: BTreeMap<u64, PagePointer> = written.into_iter().collect();
         let (table_blocks, digests): (Vec<_>, Vec<_>) = snapshot
@@ -427,8 +432,8 @@ impl Checkpointer {
         pages.extend_from_slice(sparse_pages);
         pages.sort_unstable();
         pages.dedup();
-        let index_pages: Vec<(u64, Vec<u8>)> =
-            pages.into_iter().filter_map(|page| Some((page, map.take_page(page)?))).collect();
+        map.begin_snapshot();
+        let index_pages: Vec<u64> = pages.into_iter().filter(|&page| map.take_page(page)).collect();
         let counts = map.counts();
         // (Mount refuses a root whose counts exceed the volume.)
         assert!(
@@ -550,6 +555,7 @@ impl Checkpointer {
             streams,
             counts,
             index_pages,
+            index_entries: Vec::new(),
             table_pages,
             shared_pages,
             name_pages,

@@ -12,7 +12,7 @@ use crate::layout::checkpoint::PagePointer;
 use crate::layout::geometry::Geometry;
 use crossbeam_epoch as epoch;
 use parking_lot::Mutex;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -152,6 +152,10 @@ struct Page {
     /// comes back when a checkpoint takes it, so that the clock visits pages it may
     /// evict, not every dirty page after every write.
     in_clock: AtomicBool,
+    /// Taken by a checkpoint's snapshot and not copied yet: the first writer to change it
+    /// first leaves its entries as they were in the snapshot stash
+    /// ([`BlockMap::copy_snapshot_pages`]).
+    snapshot_pending: AtomicBool,
     words: Box<[AtomicU64]>,
 }
 
@@ -163,6 +167,7 @@ impl Page {
             referenced: AtomicBool::new(true),
             evicted: AtomicBool::new(false),
             in_clock: AtomicBool::new(true),
+            snapshot_pending: AtomicBool::new(false),
             words: (0..word_count).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -238,12 +243,16 @@ impl Page {
     }
 
     /// Replace the entry at `bit`: the old entry and whether the page became dirty.
-    /// `None`: the page was evicted meanwhile (look it up again).
-    fn write(&self, bit: u64, width: u32, value: u64) -> Option<(u64, bool)> {
+    /// `None`: the page was evicted meanwhile (look it up again). A page a snapshot took
+    /// and no one copied yet leaves its entries in `stash` first, under its lock.
+    fn write(&self, bit: u64, width: u32, value: u64, stash: impl FnOnce(Vec<u8>)) -> Option<(u64, bool)> {
         let locked_at = self.lock();
         if self.evicted.load(Ordering::Relaxed) {
             self.unlock(locked_at);
             return None;
+        }
+        if self.snapshot_pending.swap(false, Ordering::Relaxed) {
+            stash(self.packed());
         }
         let old = self.bits(bit, width);
         self.set_bits(bit, width, value);
@@ -265,8 +274,10 @@ impl Page {
     }
 
     fn packed(&self) -> Vec<u8> {
-        let mut bytes: Vec<u8> =
-            self.words.iter().flat_map(|word| word.load(Ordering::Relaxed).to_le_bytes()).collect();
+        let mut bytes = Vec::with_capacity(self.words.len() * 8);
+        for word in self.words.iter() {
+            bytes.extend_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+        }
         bytes.resize(PAGE_ENTRY_BYTES, 0);
         bytes
     }
@@ -436,6 +447,9 @@ pub struct BlockMap {
     /// Pages changed since the last checkpoint took them, and their numbers.
     dirty_pages: AtomicU64,
     dirty_list: Mutex<Vec<u64>>,
+    /// Pages a checkpoint's snapshot took that a writer changed before the checkpoint
+    /// copied them: their entries as of the snapshot, by page.
+    snapshot_stash: Mutex<HashMap<u64, Vec<u8>>>,
 }
 
 impl BlockMap {
@@ -483,6 +497,7 @@ impl BlockMap {
             shared_blocks: AtomicU64::new(0),
             dirty_pages: AtomicU64::new(0),
             dirty_list: Mutex::new(Vec::new()),
+            snapshot_stash: Mutex::new(HashMap::new()),
         }
     }
 
@@ -678,7 +693,8 @@ impl BlockMap {
             {
                 let guard = epoch::pin();
                 if let Some(page) = self.resident(index, &guard) {
-                    match page.write(bit, self.codec.width_bits, value) {
+                    let stash = |entries| drop(self.snapshot_stash.lock().insert(index, entries));
+                    match page.write(bit, self.codec.width_bits, value, stash) {
                         Some(done) => break done,
                         None => continue, // evicted meanwhile
                     }
@@ -771,12 +787,26 @@ impl BlockMap {
         Ok(())
     }
 
-    /// The packed entries of page `index` as stored on media (`PAGE_ENTRY_BYTES`,
-    /// little-endian), marking it clean; `None`: not in RAM. Callers hold the state lock
-    /// (no writer changes the page meanwhile) and the checkpoint lock (no eviction).
-    pub fn take_page(&self, index: u64) -> Option<Vec<u8>> {
+    /// The packed entries of resident page `index` now (tests).
+    #[cfg(test)]
+    fn resident_page_packed(&self, index: u64) -> Vec<u8> {
         let guard = epoch::pin();
-        let page = self.resident(index, &guard)?;
+        self.resident(index, &guard).expect("resident").packed()
+    }
+
+    /// A checkpoint's snapshot begins: pre-images a failed checkpoint left are dropped.
+    /// Callers hold the state lock and the checkpoint lock.
+    pub fn begin_snapshot(&self) {
+        self.snapshot_stash.lock().clear();
+    }
+
+    /// Take page `index` into a checkpoint's snapshot, marking it clean: its entries as
+    /// they are now are what [`BlockMap::copy_snapshot_pages`] gives, even when writers
+    /// change it first. `false`: not in RAM. Callers hold the state lock (no writer
+    /// changes the page meanwhile) and the checkpoint lock (no eviction until the commit).
+    pub fn take_page(&self, index: u64) -> bool {
+        let guard = epoch::pin();
+        let Some(page) = self.resident(index, &guard) else { return false };
         if page.dirty.swap(false, Ordering::Relaxed) {
             let before = self.dirty_pages.fetch_sub(1, Ordering::Relaxed);
             assert!(before > 0, "page {index}: a dirty page is counted dirty");
@@ -785,7 +815,30 @@ impl BlockMap {
         if !page.in_clock.swap(true, Ordering::Relaxed) {
             self.clock.lock().push_back(index);
         }
-        Some(page.packed())
+        page.snapshot_pending.store(true, Ordering::Relaxed);
+        true
+    }
+
+    /// The packed entries (`PAGE_ENTRY_BYTES`, little-endian, as stored on media) of the
+    /// pages a snapshot took, as they were when it took them: copied from the page, or
+    /// from the stash where a writer that changed it since left them. Outside the write
+    /// lock, holding the checkpoint lock (the pages stay in RAM).
+    pub fn copy_snapshot_pages(&self, pages: &[u64]) -> Vec<(u64, Vec<u8>)> {
+        pages
+            .iter()
+            .map(|&index| {
+                let guard = epoch::pin();
+                let page = self.resident(index, &guard).expect("a page a snapshot took stays in RAM until the commit");
+                let locked_at = page.lock();
+                let entries = if page.snapshot_pending.swap(false, Ordering::Relaxed) {
+                    page.packed()
+                } else {
+                    self.snapshot_stash.lock().remove(&index).expect("a writer that changed a taken page stashed it")
+                };
+                page.unlock(locked_at);
+                (index, entries)
+            })
+            .collect()
     }
 
     /// Mark page `index` changed again (a checkpoint that took it failed before it
@@ -1186,6 +1239,36 @@ mod tests {
         }
     }
 
+    /// A snapshot's pages are copied after the write lock is released: a page a writer
+    /// changed in between gives the entries it had when the snapshot took it, a page no
+    /// one changed its own; the change itself stays in the page, dirty for the next one.
+    #[test]
+    fn a_snapshot_copies_its_pages_as_they_were_when_it_took_them() {
+        let codec = EntryCodec::new(1000, 10);
+        let map = BlockMap::new(codec.entries_per_page() * 2, codec);
+        let first = codec.entries_per_page();
+        map.set(3, Mapping::Data { position: 7 }).unwrap();
+        map.set(first + 3, Mapping::Data { position: 9 }).unwrap();
+        let before: Vec<Vec<u8>> = [0, 1].iter().map(|&page| map.resident_page_packed(page)).collect();
+        map.begin_snapshot();
+        assert!(map.take_page(0) && map.take_page(1));
+        assert_eq!(map.dirty_page_count(), 0);
+        // A writer changes page 0 before the checkpoint copies it.
+        map.set(4, Mapping::Data { position: 8 }).unwrap();
+        let copied = map.copy_snapshot_pages(&[0, 1]);
+        assert!(
+            copied == vec![(0, before[0].clone()), (1, before[1].clone())],
+            "the copies are the pages as the snapshot took them"
+        );
+        assert_eq!(map.get(4).unwrap(), Mapping::Data { position: 8 });
+        assert_eq!(map.dirty_page_count(), 1, "the change goes to the next checkpoint");
+        // Taken again, nothing stashed: the page's own entries, with the change.
+        map.begin_snapshot();
+        assert!(map.take_page(0));
+        let again = map.copy_snapshot_pages(&[0]);
+        assert!(again[0].1 != before[0] && again[0].1 == map.resident_page_packed(0), "the page's own entries");
+    }
+
     /// A page read elsewhere (a read queue's ring) is taken only while the pointer it was
     /// read from is still the page's copy and the page is not in RAM, and only when the
     /// block is that copy: a read that raced a load, a change, a checkpoint and an
@@ -1199,7 +1282,8 @@ mod tests {
         let new = Mapping::Data { position: 8 };
         // A checkpoint writes the page with `old` at position 100, and the page is evicted.
         map.set(3, old).unwrap();
-        let packed_old = map.take_page(0).unwrap();
+        assert!(map.take_page(0));
+        let packed_old = map.copy_snapshot_pages(&[0]).remove(0).1;
         let pointer_old = PagePointer { position: 100, checksum: crc32c::crc32c(&packed_old) };
         source.0.lock().insert(100, packed_old.clone());
         map.set_copy(0, pointer_old);
@@ -1208,7 +1292,8 @@ mod tests {
         // A queue starts reading the copy at 100. Meanwhile a writer loads the page,
         // changes the entry, a checkpoint writes it at 200 and it is evicted again.
         map.set(3, new).unwrap();
-        let packed_new = map.take_page(0).unwrap();
+        assert!(map.take_page(0));
+        let packed_new = map.copy_snapshot_pages(&[0]).remove(0).1;
         let pointer_new = PagePointer { position: 200, checksum: crc32c::crc32c(&packed_new) };
         source.0.lock().insert(200, packed_new.clone());
         map.set_copy(0, pointer_new);
