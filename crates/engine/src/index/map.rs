@@ -889,12 +889,18 @@ impl BlockMap {
     /// cache. Callers hold the checkpoint lock (no checkpoint between its snapshot and
     /// its commit). Returns the pages evicted.
     pub fn evict(&self) -> u64 {
+        self.evict_at_most(u64::MAX)
+    }
+
+    /// [`BlockMap::evict`], evicting at most `limit` pages (and passing at most twice as
+    /// many), so that a caller holding the write lock holds it for a bounded time.
+    pub fn evict_at_most(&self, limit: u64) -> u64 {
         let capacity = self.capacity_pages.load(Ordering::Relaxed);
         let target = capacity - capacity / 16;
         let mut evicted = 0;
         // Each resident page is visited at most twice (once to clear its bit).
-        let mut visits = 2 * self.resident_pages.load(Ordering::Relaxed);
-        while self.resident_pages.load(Ordering::Relaxed) > target && visits > 0 {
+        let mut visits = (2 * self.resident_pages.load(Ordering::Relaxed)).min(limit.saturating_mul(2));
+        while self.resident_pages.load(Ordering::Relaxed) > target && visits > 0 && evicted < limit {
             visits -= 1;
             let Some(index) = self.clock.lock().pop_front() else { break };
             match self.try_evict(index) {

@@ -190,6 +190,9 @@ pub(crate) struct Core {
     fault_panic_countdown: std::sync::atomic::AtomicU64,
 }
 
+/// Index pages evicted under one hold of the write lock (a few milliseconds' work).
+const EVICTIONS_PER_HOLD: u64 = 4096;
+
 impl Core {
     pub(crate) fn new(parts: CoreParts) -> Core {
         let segment_count = parts.geometry.segment_count();
@@ -542,12 +545,26 @@ impl Core {
     }
 
     /// [`Core::evict_map_pages_if_needed`] for a caller that holds the checkpoint lock (a
-    /// checkpoint just committed: every clean page's copy is durable and named).
+    /// checkpoint just committed: every clean page's copy is durable and named). It takes
+    /// the write lock for [`EVICTIONS_PER_HOLD`] pages at a time: a checkpoint that
+    /// cleaned a few hundred thousand pages beyond the cache otherwise held writers for
+    /// their whole eviction (0.4 s on a 60 TiB volume).
     pub(crate) fn evict_map_pages_fenced(&self) {
-        if self.map.over_capacity() {
+        if !self.map.over_capacity() {
+            return;
+        }
+        loop {
             match self.try_lock_state() {
-                Some(_state) => drop(self.map.evict()),
-                None => Counters::add(&self.counters.evictions_blocked_by_writers, 1),
+                // Fewer than asked: down to the clock's target, or nothing more may go.
+                Some(_state) => {
+                    if self.map.evict_at_most(EVICTIONS_PER_HOLD) < EVICTIONS_PER_HOLD {
+                        return;
+                    }
+                }
+                None => {
+                    Counters::add(&self.counters.evictions_blocked_by_writers, 1);
+                    return;
+                }
             }
         }
     }
