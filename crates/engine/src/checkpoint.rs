@@ -161,7 +161,7 @@ impl Checkpointer {
         let result = self.write_snapshot(&mut directory, snapshot, batch_bytes);
         match &result {
             // Committed: every clean page's copy is durable and named, so pages may go.
-            Ok(_) => core.evict_map_pages_fenced(),
+            Ok(_) => core.evict_map_pages_fenced(true),
             // Not committed: what the snapshot took is still to be written.
             Err(_) => {
                 for page in taken_pages {

@@ -538,7 +538,7 @@ impl Core {
     pub(crate) fn evict_map_pages_if_needed(&self) {
         if self.map.over_capacity() {
             match self.directory.try_lock() {
-                Some(_directory) => self.evict_map_pages_fenced(),
+                Some(_directory) => self.evict_map_pages_fenced(false),
                 None => Counters::add(&self.counters.evictions_blocked_by_checkpoints, 1),
             }
         }
@@ -548,13 +548,19 @@ impl Core {
     /// checkpoint just committed: every clean page's copy is durable and named). It takes
     /// the write lock for [`EVICTIONS_PER_HOLD`] pages at a time: a checkpoint that
     /// cleaned a few hundred thousand pages beyond the cache otherwise held writers for
-    /// their whole eviction (0.4 s on a 60 TiB volume).
-    pub(crate) fn evict_map_pages_fenced(&self) {
+    /// their whole eviction (0.4 s on a 60 TiB volume). With `wait_for_writers` (the
+    /// checkpoint writer after its commit) it waits for the write lock between those
+    /// holds rather than leave the cache over its bound; otherwise (readers and writers
+    /// after their work) it gives up when a writer holds it.
+    pub(crate) fn evict_map_pages_fenced(&self, wait_for_writers: bool) {
         if !self.map.over_capacity() {
             return;
         }
+        let mut first = true;
         loop {
-            match self.try_lock_state() {
+            let state = if wait_for_writers && !first { Some(self.lock_state()) } else { self.try_lock_state() };
+            first = false;
+            match state {
                 // Fewer than asked: down to the clock's target, or nothing more may go.
                 Some(_state) => {
                     if self.map.evict_at_most(EVICTIONS_PER_HOLD) < EVICTIONS_PER_HOLD {
