@@ -355,16 +355,33 @@ impl<'a> Context<'a> {
         Ok(figures)
     }
 
-    fn steady(&mut self) -> Result<Vec<Figure>, String> {
-        self.filled = None;
-        let chart = self.options.output.join("steady.svg");
-        let mut words = self
-            .stripelog()
+    /// `bench saturate` on the members: a fresh volume at 27 % spare written by 4 threads
+    /// until the steady state or the time limit.
+    fn saturate(&self) -> Words {
+        self.stripelog()
             .args(["bench", "saturate", "--devices", &self.member_list(","), "--spare", "27%", "--passes", "20"])
             .arg("--time-limit")
             .arg(format!("{}s", self.options.steady_limit.as_secs()))
-            .args(["--threads", "4", "--force", "--quiet", "--chart"])
-            .arg(&chart);
+            .args(["--threads", "4", "--force", "--quiet"])
+    }
+
+    /// `bench mix` on the volume on the members: 4 KiB random reads at depth 32 over
+    /// `region` bytes, block cache off, for a cell.
+    fn cache_off_reads(&self, region: u64) -> Words {
+        self.stripelog()
+            .args(["bench", "mix"])
+            .arg(format!("engine:{}", self.member_list(",")))
+            .args(["--engine-cache", "0", "-q", "--read-percent", "100", "--queue-depth", "32"])
+            .arg("--duration")
+            .arg(format!("{}s", self.seconds()))
+            .arg("--region")
+            .arg(region.to_string())
+    }
+
+    fn steady(&mut self) -> Result<Vec<Figure>, String> {
+        self.filled = None;
+        let chart = self.options.output.join("steady.svg");
+        let mut words = self.saturate().arg("--chart").arg(&chart);
         if let Some(bytes) = self.options.steady_write_queue_bytes {
             words = words.arg("--write-queue").arg(format!("{bytes}"));
         }
@@ -504,17 +521,7 @@ impl<'a> Context<'a> {
     fn reads(&mut self) -> Result<Vec<Figure>, String> {
         let filled = self.filled_volume()?;
         let chart = self.options.output.join("reads-latency.svg");
-        let words = self
-            .stripelog()
-            .args(["bench", "mix"])
-            .arg(format!("engine:{}", self.member_list(",")))
-            .args(["--engine-cache", "0", "-q", "--read-percent", "100", "--queue-depth", "32"])
-            .arg("--duration")
-            .arg(format!("{}s", self.seconds()))
-            .arg("--region")
-            .arg(filled.bytes.to_string())
-            .arg("--chart")
-            .arg(&chart);
+        let words = self.cache_off_reads(filled.bytes).arg("--chart").arg(&chart);
         let (engine, engine_command, cores) = self.measure("reads-engine", words)?;
         self.charts.push("reads-latency.svg".into());
         // The raw members over the same footprint: the volume's bytes and their parity.
@@ -573,14 +580,7 @@ impl<'a> Context<'a> {
         let mut resident: Option<(f64, String)> = None;
         let cache_of = |share: f64, whole: u64| ((whole as f64 * share) as u64).max(4096);
         for (label, share) in INDEX_CACHE_SHARES {
-            let mut words = self
-                .stripelog()
-                .args(["bench", "saturate", "--devices", &self.member_list(","), "--spare", "27%", "--passes", "20"])
-                .arg("--time-limit")
-                .arg(format!("{}s", self.options.steady_limit.as_secs()))
-                .arg("--interval")
-                .arg(format!("{}s", self.seconds()))
-                .args(["--threads", "4", "--force", "--quiet"]);
+            let mut words = self.saturate().arg("--interval").arg(format!("{}s", self.seconds()));
             if share < 1.0 {
                 words = words.arg("--map-cache").arg(cache_of(share, whole_index_bytes).to_string());
             }
@@ -618,15 +618,7 @@ impl<'a> Context<'a> {
         let logical = number(&self.info("index-info")?, "/logical_size_bytes")? as u64;
         let mut reads: Option<(f64, String)> = None;
         for (label, share) in INDEX_CACHE_SHARES.into_iter().filter(|(_, share)| *share != 0.5) {
-            let mut words = self
-                .stripelog()
-                .args(["bench", "mix"])
-                .arg(format!("engine:{}", self.member_list(",")))
-                .args(["--engine-cache", "0", "-q", "--read-percent", "100", "--queue-depth", "32"])
-                .arg("--duration")
-                .arg(format!("{}s", self.seconds()))
-                .arg("--region")
-                .arg(filled.bytes.to_string());
+            let mut words = self.cache_off_reads(filled.bytes);
             if share < 1.0 {
                 words = words.arg("--map-cache").arg(cache_of(share, whole_index_bytes).to_string());
             }
