@@ -205,3 +205,39 @@ fn a_checkpoint_writes_only_the_directory_pages_above_what_changed() {
     assert!(volume.check().expect("check").is_clean(), "check after the reopen");
     volume.close().expect("close");
 }
+
+/// A server runs a write on the thread that read it only when no index page must be read
+/// first (`Volume::index_pages_resident`): true for pages in RAM and pages never written,
+/// false for a page only in the log and for a range beyond the volume.
+#[test]
+fn a_write_says_whether_its_index_pages_must_be_read_first() {
+    let devices = memory_members(4, MEMBER_SIZE_BYTES);
+    let volume = Volume::create(members(&devices), &create_options(), &small_cache()).expect("create");
+    let size = volume.logical_size_bytes();
+    let logical_blocks = size / BLOCK_BYTES;
+    // Nothing written: no page to read.
+    assert!(volume.index_pages_resident(0, size), "a volume never written has no page to read");
+    assert!(!volume.index_pages_resident(size - BLOCK_BYTES, 2 * BLOCK_BYTES), "beyond the volume");
+    assert!(!volume.index_pages_resident(u64::MAX - BLOCK_BYTES, 2 * BLOCK_BYTES), "beyond u64");
+    let data = vec![0x5au8; 64 * BLOCK_SIZE_BYTES];
+    for first in (0..logical_blocks).step_by(64) {
+        let count = 64.min(logical_blocks - first);
+        volume.write(first * BLOCK_BYTES, &data[..(count * BLOCK_BYTES) as usize], false).expect("write");
+    }
+    // The checkpoint at the flush writes every page; eviction leaves two or so in RAM.
+    volume.flush().expect("flush");
+    let out_of_ram: Vec<u64> = (0..logical_blocks)
+        .step_by(1000)
+        .filter(|&block| !volume.index_pages_resident(block * BLOCK_BYTES, BLOCK_BYTES))
+        .collect();
+    assert!(out_of_ram.len() >= 4, "most pages left RAM: only {out_of_ram:?} did");
+    assert!(!volume.index_pages_resident(0, size), "the whole volume spans pages only in the log");
+    // Reading a block loads its page: a write there then needs no read.
+    let block = out_of_ram[out_of_ram.len() / 2];
+    let mut out = vec![0u8; BLOCK_SIZE_BYTES];
+    volume.read(block * BLOCK_BYTES, &mut out).expect("read");
+    assert_eq!(out, data[..BLOCK_SIZE_BYTES], "block {block}");
+    assert!(volume.index_pages_resident(block * BLOCK_BYTES, BLOCK_BYTES), "block {block}'s page was just read");
+    assert!(volume.index_pages_resident(block * BLOCK_BYTES + 100, 200), "a partial block in the same page");
+    volume.close().expect("close");
+}

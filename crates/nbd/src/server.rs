@@ -707,13 +707,21 @@ fn transmission(server: Arc<Server>, stream: Box<dyn Connection>, negotiated: Ne
 /// Requests that only touch memory (accepting writes into the open batch, the map) run
 /// on the reader thread itself: no hand-off, and they complete before the next request
 /// is read, so a later flush covers them. Requests that wait on the members go to workers.
-fn runs_inline(request: &Request, flushes_are_quick: bool) -> bool {
+fn runs_inline(request: &Request, volume: &Volume) -> bool {
     let fua = request.flags & COMMAND_FLAG_FUA != 0;
+    let flushes_are_quick = volume.flushes_to_a_write_log();
     match request.command {
         // A partial block is merged with its old content, read from the members first: a
         // worker waits for that read, so that the reader goes on with the requests behind
         // it (several partial writes then read their blocks at once).
         _ if changes_part_of_a_block(request) => false,
+        // So does a write whose index pages must be read first (a map cache smaller than
+        // the index): the reader goes on, and several page loads are in flight at once.
+        COMMAND_WRITE | COMMAND_TRIM | COMMAND_WRITE_ZEROES
+            if !volume.index_pages_resident(request.offset_bytes, u64::from(request.length_bytes)) =>
+        {
+            false
+        }
         COMMAND_WRITE | COMMAND_TRIM | COMMAND_WRITE_ZEROES => !fua || flushes_are_quick,
         COMMAND_FLUSH => flushes_are_quick,
         COMMAND_CACHE | COMMAND_BLOCK_STATUS => true,
@@ -900,7 +908,7 @@ fn read_requests_into(
             reads.submit(request, received);
             continue;
         }
-        let inline = refusal.is_some() || runs_inline(&request, export.volume.flushes_to_a_write_log());
+        let inline = refusal.is_some() || runs_inline(&request, &export.volume);
         if !inline {
             tokens.recv().map_err(|_| io::Error::other("workers stopped"))?;
         }
@@ -1160,6 +1168,55 @@ impl ConnectionState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A write whose index page is only in the log goes to a worker, which waits for the
+    /// page load; one whose page is in RAM runs on the reader thread.
+    #[test]
+    fn a_write_that_must_read_its_index_page_first_goes_to_a_worker() {
+        use stripelog_blockdev::{BlockDevice, MemoryDevice};
+        use stripelog_engine::{CreateOptions, IoMode, MemberDevice, OpenOptions, RaidLevel};
+        let members = (0..4)
+            .map(|index| MemberDevice {
+                name: format!("m{index}"),
+                device: Some(Arc::new(MemoryDevice::new(24 << 20)) as Arc<dyn BlockDevice>),
+            })
+            .collect();
+        let create = CreateOptions { raid_level: RaidLevel::Raid5, chunk_size_bytes: 64 << 10, ..Default::default() };
+        // Two index pages in RAM; a checkpoint at every flush.
+        let open = OpenOptions {
+            flush_interval: None,
+            io_mode: IoMode::Inline,
+            cache_size_bytes: 0,
+            checkpoint_interval: Duration::ZERO,
+            map_cache_bytes: Some(2 * 4200),
+            ..OpenOptions::default()
+        };
+        let volume = Volume::create(members, &create, &open).expect("create");
+        let block = BLOCK_SIZE_BYTES as u64;
+        let blocks = volume.logical_size_bytes() / block;
+        let write = |offset_bytes: u64, flags: u16| Request {
+            flags,
+            command: COMMAND_WRITE,
+            cookie: 1,
+            offset_bytes,
+            length_bytes: BLOCK_SIZE_BYTES as u32,
+        };
+        assert!(runs_inline(&write(0, 0), &volume), "nothing written: no page to read");
+        let data = vec![7u8; 64 * BLOCK_SIZE_BYTES];
+        for first in (0..blocks).step_by(64) {
+            let count = 64.min(blocks - first) as usize;
+            volume.write(first * block, &data[..count * BLOCK_SIZE_BYTES], false).expect("write");
+        }
+        volume.flush().expect("flush: a checkpoint, then eviction");
+        let evicted = (0..blocks).step_by(1000).find(|&first| !volume.index_pages_resident(first * block, block));
+        let evicted = evicted.expect("a page left RAM");
+        assert!(!runs_inline(&write(evicted * block, 0), &volume), "block {evicted}: its page is only in the log");
+        let mut out = vec![0u8; BLOCK_SIZE_BYTES];
+        volume.read(evicted * block, &mut out).expect("read: loads the page");
+        assert!(runs_inline(&write(evicted * block, 0), &volume), "block {evicted}: its page is in RAM");
+        assert!(!runs_inline(&write(evicted * block, COMMAND_FLAG_FUA), &volume), "a FUA write waits on a flush");
+        volume.close().expect("close");
+    }
 
     #[test]
     fn pending_replies_fall_due_by_count_or_by_size() {

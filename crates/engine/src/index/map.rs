@@ -787,6 +787,18 @@ impl BlockMap {
         Ok(())
     }
 
+    /// Whether the index pages of `count` blocks from `first_logical_block` are all in RAM
+    /// or were never written (no page load is needed to write them now).
+    pub fn resident_for(&self, first_logical_block: u64, count: u64) -> bool {
+        if count == 0 {
+            return true;
+        }
+        let (first, _) = self.place(first_logical_block);
+        let (last, _) = self.place(first_logical_block + count - 1);
+        (first..=last)
+            .all(|index| !self.pages[index as usize].load(Ordering::Acquire).is_null() || self.copy(index).is_none())
+    }
+
     /// The packed entries of resident page `index` now (tests).
     #[cfg(test)]
     fn resident_page_packed(&self, index: u64) -> Vec<u8> {
