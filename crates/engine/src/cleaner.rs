@@ -778,6 +778,15 @@ impl Cleaner {
     /// refers to (`data_only`: data blocks alone). A segment whose summaries can be
     /// neither read nor rebuilt is pinned (its blocks cannot be found to move them) and
     /// yields nothing.
+    /// Load the index pages of `blocks` that are not in RAM, several at once on threaded
+    /// volumes, at most half the map cache's pages (the rest load one at a time when
+    /// needed).
+    fn load_pages_of(&self, blocks: impl IntoIterator<Item = u64>) -> Result<()> {
+        let map = self.core.map();
+        let pages_maximum = (map.cache_stats().capacity_pages / 2) as usize;
+        map.load_pages_of(blocks, self.core.io_mode() == crate::log::IoMode::Threaded, pages_maximum)
+    }
+
     fn live_records(&self, segment: u64, data_only: bool) -> Result<Vec<Live>> {
         let core = &self.core;
         let (entries, generation) = {
@@ -802,6 +811,15 @@ impl Cleaner {
             shared_record: None,
         };
         let logical_blocks = core.map().block_count();
+        // The entries' index pages, loaded several at once (one at a time below, they
+        // would cost one member read each in turn: a segment's blocks written at random
+        // lie on as many pages).
+        let first_blocks =
+            entries.iter().filter_map(|SegmentEntry { entry, position, .. }| match entry.effect(*position, segment) {
+                EntryEffect::Map { first_logical_block, .. } => Some(first_logical_block),
+                _ => None,
+            });
+        self.load_pages_of(first_blocks)?;
         let mut records = Vec::new();
         let mut ranged = rustc_hash::FxHashSet::default();
         for SegmentEntry { entry, position, write_clock } in entries {
@@ -1014,6 +1032,10 @@ impl Cleaner {
         // failing) and its segment is pinned, out of the cleaner's way. Victims and fillers
         // alike.
         self.pin_unreadable(live.iter().chain(fillers.iter()));
+        // Their pages again (reading the records took a while), several at once.
+        self.load_pages_of(
+            live.iter().filter(|record| record.shared_record.is_none()).map(|record| record.logical_block),
+        )?;
         let mut next_filler = 0usize;
         let mut next = 0usize;
         let kind = SideKind::Relocation { one_log: !self.separate_streams };

@@ -544,6 +544,8 @@ pub struct PagingStatus {
     pub page_loads: u64,
     pub page_load_seconds: f64,
     pub pages_created: u64,
+    /// Of the loads, pages the cleaner loaded ahead of its lookups, several at once.
+    pub pages_loaded_ahead: u64,
     /// Pages evicted; passes of the clock that kept a page because it was dirty or used
     /// since; times the evictor gave up because a checkpoint or a writer held a lock.
     pub page_evictions: u64,

@@ -1849,6 +1849,7 @@ fn volume_stats(cleaner: &Cleaner, recovery_report: &crate::stats::RecoveryRepor
             page_loads: map_cache.loads,
             page_load_seconds: map_cache.load_nanoseconds as f64 / 1e9,
             pages_created: map_cache.pages_created,
+            pages_loaded_ahead: map_cache.loaded_ahead,
             page_evictions: map_cache.evictions,
             evictions_kept_dirty: map_cache.evictions_kept_dirty,
             evictions_kept_referenced: map_cache.evictions_kept_referenced,

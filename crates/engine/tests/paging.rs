@@ -241,3 +241,46 @@ fn a_write_says_whether_its_index_pages_must_be_read_first() {
     assert!(volume.index_pages_resident(block * BLOCK_BYTES + 100, 200), "a partial block in the same page");
     volume.close().expect("close");
 }
+
+/// The cleaner loads the index pages of the records it moves several at once, ahead of
+/// its lookups (`BlockMap::load_pages_of`): on a threaded volume whose map cache holds a
+/// few of its pages, random overwrites of a full volume make it clean segments whose
+/// blocks lie on many pages; it loads them ahead, and every block reads back right.
+#[test]
+fn the_cleaner_loads_the_pages_of_the_records_it_moves_ahead() {
+    let devices = memory_members(4, 64 << 20);
+    let open = OpenOptions { io_mode: IoMode::Threaded, map_cache_bytes: Some(8 * 4200), ..small_cache() };
+    let volume = Volume::create(members(&devices), &create_options(), &open).expect("create");
+    let logical_blocks = volume.logical_size_bytes() / BLOCK_BYTES;
+    assert!(logical_blocks.div_ceil(1000) >= 24, "{logical_blocks} blocks: too few pages for a cache of 8");
+    let mut prng = Prng::new(57);
+    let mut model = Model::new();
+    let mut data = vec![0u8; 64 * BLOCK_SIZE_BYTES];
+    for first in (0..logical_blocks).step_by(64) {
+        let count = 64.min(logical_blocks - first);
+        prng.fill(&mut data);
+        volume.write(first * BLOCK_BYTES, &data[..(count * BLOCK_BYTES) as usize], false).expect("write");
+        for (index, content) in data.chunks(BLOCK_SIZE_BYTES).take(count as usize).enumerate() {
+            model.insert(first + index as u64, content.to_vec());
+        }
+    }
+    for round in 0..2 * logical_blocks {
+        let block = prng.below(logical_blocks);
+        let mut content = vec![0u8; BLOCK_SIZE_BYTES];
+        prng.fill(&mut content);
+        volume.write(block * BLOCK_BYTES, &content, false).expect("overwrite");
+        model.insert(block, content);
+        if round % 4096 == 0 {
+            volume.flush().expect("flush");
+        }
+    }
+    volume.flush().expect("flush");
+    let stats = volume.stats();
+    assert!(stats.segments_cleaned > 0, "the overwrites made the cleaner run: {stats:?}");
+    let paging = &stats.paging;
+    assert!(paging.pages_loaded_ahead > 0, "the cleaner loaded no page ahead: {paging:?}");
+    assert!(paging.pages_loaded_ahead <= paging.page_loads, "pages loaded ahead are loads: {paging:?}");
+    verify(&volume, &model, logical_blocks, "after cleaning");
+    assert!(volume.check().expect("check").is_clean());
+    volume.close().expect("close");
+}

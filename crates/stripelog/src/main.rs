@@ -932,13 +932,14 @@ pub(crate) fn device_error(name: &str, error: stripelog_blockdev::DeviceError) -
 fn print_paging(paging: &stripelog_engine::PagingStatus) {
     let per_million = |count: u64| count as f64 * 1e6 / paging.client_blocks_written.max(1) as f64;
     println!(
-        "  paging         most pages resident {} of {}; loads {} ({:.0} per M client blocks, {:.1} s), created {}; \
+        "  paging         most pages resident {} of {}; loads {} ({:.0} per M client blocks, {:.1} s; {} ahead), created {}; \
          evicted {}, kept dirty {}, kept used {}, evictor blocked by checkpoints {} and writers {}",
         paging.resident_pages_maximum,
         paging.cache_pages,
         paging.page_loads,
         per_million(paging.page_loads),
         paging.page_load_seconds,
+        paging.pages_loaded_ahead,
         paging.pages_created,
         paging.page_evictions,
         paging.evictions_kept_dirty,

@@ -129,6 +129,10 @@ impl EntryCodec {
 /// only evicts a page whose lock is free).
 const LOAD_LOCK_COUNT: usize = 256;
 
+/// Threads that load index pages at once for [`BlockMap::load_pages_of`] (the cleaner's
+/// records, spread over many pages): each load is one member read.
+const PAGE_LOADS_IN_FLIGHT: usize = 8;
+
 /// Where the map reads a page that is not in RAM: the copy a pointer names, verified,
 /// returned as its packed entries (`PAGE_ENTRY_BYTES`, little-endian).
 pub trait PageSource: Send + Sync {
@@ -406,6 +410,9 @@ pub struct MapCacheStats {
     pub load_nanoseconds: u64,
     /// Pages never written before, created empty in RAM by a writer.
     pub pages_created: u64,
+    /// Of the loads, pages loaded ahead of their lookups, several at once
+    /// ([`BlockMap::load_pages_of`]: the cleaner's records).
+    pub loaded_ahead: u64,
     pub evictions: u64,
     /// Pages the evictor's clock passed and kept: dirty (waiting for a checkpoint), or
     /// used since its last pass.
@@ -434,6 +441,7 @@ pub struct BlockMap {
     loads: AtomicU64,
     load_nanoseconds: AtomicU64,
     pages_created: AtomicU64,
+    loaded_ahead: AtomicU64,
     evictions: AtomicU64,
     evictions_kept_dirty: AtomicU64,
     evictions_kept_referenced: AtomicU64,
@@ -487,6 +495,7 @@ impl BlockMap {
             loads: AtomicU64::new(0),
             load_nanoseconds: AtomicU64::new(0),
             pages_created: AtomicU64::new(0),
+            loaded_ahead: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             evictions_kept_dirty: AtomicU64::new(0),
             evictions_kept_referenced: AtomicU64::new(0),
@@ -787,6 +796,49 @@ impl BlockMap {
         Ok(())
     }
 
+    /// Load the pages of `blocks` that are only in the log, `PAGE_LOADS_IN_FLIGHT` at a
+    /// time on threads of their own when `parallel` (threaded volumes; the simulation's
+    /// inline volumes keep one order of reads). At most `pages_maximum` pages are loaded
+    /// (a cache much smaller than the pages asked for would evict them before they are
+    /// used). The first load that fails is returned.
+    pub fn load_pages_of(
+        &self,
+        blocks: impl IntoIterator<Item = u64>,
+        parallel: bool,
+        pages_maximum: usize,
+    ) -> Result<()> {
+        let mut pages: Vec<u64> = blocks
+            .into_iter()
+            .filter(|&block| block < self.block_count)
+            .map(|block| self.place(block).0)
+            .filter(|&index| self.pages[index as usize].load(Ordering::Acquire).is_null() && self.copy(index).is_some())
+            .collect();
+        pages.sort_unstable();
+        pages.dedup();
+        pages.truncate(pages_maximum);
+        self.loaded_ahead.fetch_add(pages.len() as u64, Ordering::Relaxed);
+        if !parallel || pages.len() < 2 {
+            return pages.into_iter().try_for_each(|index| self.load(index));
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let load_in_turn = || -> Result<()> {
+            loop {
+                let taken = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&index) = pages.get(taken) else {
+                    return Ok(());
+                };
+                self.load(index)?;
+            }
+        };
+        std::thread::scope(|scope| {
+            let loaders: Vec<_> =
+                (0..PAGE_LOADS_IN_FLIGHT.min(pages.len())).map(|_| scope.spawn(load_in_turn)).collect();
+            loaders
+                .into_iter()
+                .try_for_each(|loader| loader.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+        })
+    }
+
     /// Whether the index pages of `count` blocks from `first_logical_block` are all in RAM
     /// or were never written (no page load is needed to write them now).
     pub fn resident_for(&self, first_logical_block: u64, count: u64) -> bool {
@@ -1032,6 +1084,7 @@ impl BlockMap {
             loads: self.loads.load(Ordering::Relaxed),
             load_nanoseconds: self.load_nanoseconds.load(Ordering::Relaxed),
             pages_created: self.pages_created.load(Ordering::Relaxed),
+            loaded_ahead: self.loaded_ahead.load(Ordering::Relaxed),
             evictions: self.evictions.load(Ordering::Relaxed),
             evictions_kept_dirty: self.evictions_kept_dirty.load(Ordering::Relaxed),
             evictions_kept_referenced: self.evictions_kept_referenced.load(Ordering::Relaxed),
