@@ -571,9 +571,10 @@ impl<'a> Context<'a> {
 
     /// The index beyond its cache (docs/index-and-checkpoints.md, "Paging"): steady-state
     /// 4 KiB random writes in process, one volume per map cache; then, on one volume 70 %
-    /// written, cache-off random reads at depth 32 in process, uniform and Zipf(0.99)
-    /// random writes over the whole logical space through NBD, and the mount's time after
-    /// a clean close and after a SIGKILL. Each cache's figure beside the whole index's.
+    /// written, cache-off random reads at depth 32 in process; then, per map cache on a
+    /// volume filled anew, uniform and Zipf(0.99) random writes over the whole logical
+    /// space through NBD, and the mount's time after a clean close and after a SIGKILL.
+    /// Each cache's figure beside the whole index's.
     fn index(&mut self) -> Result<Vec<Figure>, String> {
         let mut figures = Vec::new();
         let mut whole_index_bytes = 0u64;
@@ -636,10 +637,14 @@ impl<'a> Context<'a> {
             }
         }
         // Through NBD, over the whole logical space: uniform, then Zipf(0.99) (fio refuses
-        // a theta of exactly 1).
+        // a theta of exactly 1). Each cache on a volume created and filled anew, so that
+        // each starts from the same history (the writes of the runs before would leave a
+        // later one more to clean).
         let whole_space = format!("--size={logical}");
         let mut through_nbd: Vec<(&str, f64, String)> = Vec::new();
         for (label, share) in INDEX_CACHE_SHARES.into_iter().filter(|(_, share)| *share != 0.5) {
+            self.filled = None;
+            self.filled_volume()?;
             let mut extra = vec!["--cache".to_string(), "0".to_string()];
             if share < 1.0 {
                 extra.extend(["--map-cache".to_string(), cache_of(share, whole_index_bytes).to_string()]);
