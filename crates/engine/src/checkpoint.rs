@@ -152,7 +152,7 @@ impl Checkpointer {
         for batch in sealed {
             core.dispatch(batch)?;
         }
-        let taken_pages: Vec<u64> = snapshot.index_pages.clone();
+        let taken_pages = std::mem::take(&mut snapshot.index_pages);
         let index_pages_written = taken_pages.len() as u64;
         let table_pages_written = snapshot.table_pages.len() as u64;
         let taken_shared_pages: Vec<u64> = snapshot.shared_pages.iter().map(|(page, _)| *page).collect();

@@ -811,20 +811,20 @@ impl Cleaner {
             shared_record: None,
         };
         let logical_blocks = core.map().block_count();
+        let effects: Vec<(EntryEffect, SegmentEntry)> =
+            entries.into_iter().map(|entry| (entry.entry.effect(entry.position, segment), entry)).collect();
         // The entries' index pages, loaded several at once (one at a time below, they
         // would cost one member read each in turn: a segment's blocks written at random
         // lie on as many pages).
-        let first_blocks =
-            entries.iter().filter_map(|SegmentEntry { entry, position, .. }| match entry.effect(*position, segment) {
-                EntryEffect::Map { first_logical_block, .. } => Some(first_logical_block),
-                _ => None,
-            });
-        self.load_pages_of(first_blocks)?;
+        self.load_pages_of(effects.iter().filter_map(|(effect, _)| match *effect {
+            EntryEffect::Map { first_logical_block, .. } => Some(first_logical_block),
+            _ => None,
+        }))?;
         let mut records = Vec::new();
         let mut ranged = rustc_hash::FxHashSet::default();
-        for SegmentEntry { entry, position, write_clock } in entries {
+        for (effect, SegmentEntry { entry, write_clock, .. }) in effects {
             let lifetime_class = entry.lifetime_class();
-            let (first, count, mapping) = match entry.effect(position, segment) {
+            let (first, count, mapping) = match effect {
                 EntryEffect::Map { first_logical_block, block_count, mapping } => {
                     (first_logical_block, block_count, mapping)
                 }

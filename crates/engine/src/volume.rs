@@ -1210,18 +1210,14 @@ impl Volume {
     /// members first (each block's page is in RAM, or was never written). A server runs
     /// such a write on the thread that read it and hands the others, which wait on a page
     /// load, to a worker (docs/index-and-checkpoints.md, "Paging"). `false` for a range
-    /// beyond the volume (the write itself refuses it).
+    /// the write itself refuses (unaligned, or beyond the volume).
     pub fn index_pages_resident(&self, offset_bytes: u64, length_bytes: u64) -> bool {
-        let block = BLOCK_SIZE_BYTES as u64;
-        let map = self.core.map();
-        let Some(end_bytes) = offset_bytes.checked_add(length_bytes) else {
-            return false;
-        };
-        if end_bytes > map.block_count() * block {
+        if self.core.check_range(offset_bytes, length_bytes).is_err() {
             return false;
         }
+        let block = BLOCK_SIZE_BYTES as u64;
         let first = offset_bytes / block;
-        map.resident_for(first, end_bytes.div_ceil(block) - first)
+        self.core.map().resident_for(first, (offset_bytes + length_bytes).div_ceil(block) - first)
     }
 
     /// Return when every write accepted before the call is durable: on the write log when

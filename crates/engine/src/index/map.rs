@@ -606,20 +606,26 @@ impl BlockMap {
             && (end - first..self.entries_per_page).all(|slot| page.bits(slot * width as u64, width) == 0)
     }
 
-    /// Bring page `index` into RAM from its copy (it has one).
-    fn load(&self, index: u64) -> Result<()> {
+    /// Bring page `index` into RAM from its copy (it has one). `Ok(false)`: nothing to
+    /// read (in RAM already, or never written).
+    fn load(&self, index: u64) -> Result<bool> {
         let _load = self.load_locks[index as usize % LOAD_LOCK_COUNT].lock();
         if !self.pages[index as usize].load(Ordering::Acquire).is_null() {
-            return Ok(());
+            return Ok(false);
         }
         let Some(pointer) = self.copy(index) else {
-            return Ok(());
+            return Ok(false);
         };
         let started = std::time::Instant::now();
         let page = self.read_copy(index, pointer)?;
         self.load_nanoseconds.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         self.install_loaded(index, page);
-        Ok(())
+        Ok(true)
+    }
+
+    /// Whether page `index` is only in the log: not in RAM, and written (it has a copy).
+    fn only_in_log(&self, index: u64) -> bool {
+        self.pages[index as usize].load(Ordering::Acquire).is_null() && self.copy(index).is_some()
     }
 
     /// Install page `index`, read from its copy by a loader holding its load lock.
@@ -782,7 +788,7 @@ impl BlockMap {
     /// Make sure page `index` is in RAM (the checkpoint writer, before its snapshot, for
     /// pages it rewrites to empty a metadata segment).
     pub fn ensure_resident(&self, index: u64) -> Result<()> {
-        self.load(index)
+        self.load(index).map(drop)
     }
 
     /// Make sure the page of `logical_block` is in RAM if it has a copy (writers, before
@@ -790,7 +796,7 @@ impl BlockMap {
     /// atomic load when it is there.
     pub fn ensure_resident_for(&self, logical_block: u64) -> Result<()> {
         let (index, _) = self.place(logical_block);
-        if self.pages[index as usize].load(Ordering::Acquire).is_null() && self.copy(index).is_some() {
+        if self.only_in_log(index) {
             self.load(index)?;
         }
         Ok(())
@@ -811,14 +817,20 @@ impl BlockMap {
             .into_iter()
             .filter(|&block| block < self.block_count)
             .map(|block| self.place(block).0)
-            .filter(|&index| self.pages[index as usize].load(Ordering::Acquire).is_null() && self.copy(index).is_some())
+            .filter(|&index| self.only_in_log(index))
             .collect();
         pages.sort_unstable();
         pages.dedup();
         pages.truncate(pages_maximum);
-        self.loaded_ahead.fetch_add(pages.len() as u64, Ordering::Relaxed);
+        // (A page another loader read meanwhile is not counted.)
+        let load_ahead = |index: u64| -> Result<()> {
+            if self.load(index)? {
+                self.loaded_ahead.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        };
         if !parallel || pages.len() < 2 {
-            return pages.into_iter().try_for_each(|index| self.load(index));
+            return pages.into_iter().try_for_each(load_ahead);
         }
         let next = std::sync::atomic::AtomicUsize::new(0);
         let load_in_turn = || -> Result<()> {
@@ -827,7 +839,7 @@ impl BlockMap {
                 let Some(&index) = pages.get(taken) else {
                     return Ok(());
                 };
-                self.load(index)?;
+                load_ahead(index)?;
             }
         };
         std::thread::scope(|scope| {
@@ -847,8 +859,7 @@ impl BlockMap {
         }
         let (first, _) = self.place(first_logical_block);
         let (last, _) = self.place(first_logical_block + count - 1);
-        (first..=last)
-            .all(|index| !self.pages[index as usize].load(Ordering::Acquire).is_null() || self.copy(index).is_none())
+        (first..=last).all(|index| !self.only_in_log(index))
     }
 
     /// The packed entries of resident page `index` now (tests).
