@@ -13,6 +13,23 @@ fn report(directory: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(&path).expect("report.json")).expect("report.json is JSON")
 }
 
+/// `stripelog bench suite` on three 192 MiB member files it creates in `directory`,
+/// with cells of 1 s and `arguments`; it must succeed. The report and its directory.
+fn suite_on_files(directory: &Path, arguments: &[&str]) -> (Value, std::path::PathBuf) {
+    let output_directory = directory.join("report");
+    let output = stripelog()
+        .args(["bench", "suite", "--members", "3", "--member-size", "192MiB", "--cell", "1s"])
+        .args(arguments)
+        .arg("--dir")
+        .arg(directory.join("members"))
+        .arg("--output")
+        .arg(&output_directory)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    (report(&output_directory), output_directory)
+}
+
 fn figure<'a>(report: &'a Value, part: &str) -> &'a Value {
     let parts = report["parts"].as_array().expect("parts");
     let found = parts.iter().find(|entry| entry["part"] == part).unwrap_or_else(|| panic!("no part {part}"));
@@ -47,17 +64,7 @@ fn each_figure_is_measured_beside_its_peer_and_reported() {
         return;
     }
     let directory = fresh_directory("suite-files");
-    let output_directory = directory.join("report");
-    let output = stripelog()
-        .args(["bench", "suite", "--members", "3", "--member-size", "192MiB", "--cell", "1s", "--parts", "nbd,check"])
-        .arg("--dir")
-        .arg(directory.join("members"))
-        .arg("--output")
-        .arg(&output_directory)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", text(&output));
-    let report = report(&output_directory);
+    let (report, output_directory) = suite_on_files(&directory, &["--parts", "nbd,check"]);
     let nbd = figure(&report, "nbd");
     assert!(nbd["value"].as_f64().unwrap() > 0.0 && nbd["peer"]["value"].as_f64().unwrap() > 0.0, "{nbd}");
     assert!(nbd["ratio"].as_f64().unwrap() > 0.0);
@@ -135,17 +142,7 @@ fn the_index_part_measures_each_map_cache_beside_the_whole_index() {
         return;
     }
     let directory = fresh_directory("suite-index");
-    let output_directory = directory.join("report");
-    let output = stripelog()
-        .args(["bench", "suite", "--members", "3", "--member-size", "192MiB", "--cell", "1s", "--parts", "index"])
-        .args(["--steady-limit", "6s", "--dir"])
-        .arg(directory.join("members"))
-        .arg("--output")
-        .arg(&output_directory)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", text(&output));
-    let report = report(&output_directory);
+    let (report, _) = suite_on_files(&directory, &["--parts", "index", "--steady-limit", "6s"]);
     figure(&report, "index");
     let part = report["parts"].as_array().unwrap().iter().find(|entry| entry["part"] == "index").unwrap();
     let figures = part["figures"].as_array().unwrap();

@@ -614,7 +614,8 @@ impl<'a> Context<'a> {
                 resident = Some((iops, command));
             }
         }
-        // One volume, 70 % written, for the rest.
+        // One volume, 70 % written, for the reads (which leave it as it is: the first
+        // cache's NBD runs below take it over).
         let filled = self.filled_volume()?;
         let logical = number(&self.info("index-info")?, "/logical_size_bytes")? as u64;
         let mut reads: Option<(f64, String)> = None;
@@ -637,13 +638,12 @@ impl<'a> Context<'a> {
             }
         }
         // Through NBD, over the whole logical space: uniform, then Zipf(0.99) (fio refuses
-        // a theta of exactly 1). Each cache on a volume created and filled anew, so that
-        // each starts from the same history (the writes of the runs before would leave a
-        // later one more to clean).
+        // a theta of exactly 1). Each cache on a volume just filled, so that each starts
+        // from the same history (the writes of the runs before would leave a later one
+        // more to clean).
         let whole_space = format!("--size={logical}");
         let mut through_nbd: Vec<(&str, f64, String)> = Vec::new();
         for (label, share) in INDEX_CACHE_SHARES.into_iter().filter(|(_, share)| *share != 0.5) {
-            self.filled = None;
             self.filled_volume()?;
             let mut extra = vec!["--cache".to_string(), "0".to_string()];
             if share < 1.0 {
@@ -696,6 +696,8 @@ impl<'a> Context<'a> {
                 &arguments,
             )?;
             server.kill()?;
+            // (Written since it was filled: the next cache fills a new one.)
+            self.filled = None;
             let (killed, killed_command) = self.timed_info(&format!("index-mount-killed-{}", share_name(share)))?;
             let tebibytes = logical as f64 / (1u64 << 40) as f64;
             self.notes.push(format!(

@@ -162,10 +162,7 @@ impl Server {
     /// Kill the server with SIGKILL (a crash) and wait for it: an error when it had
     /// already died.
     pub fn kill(mut self) -> Result<(), String> {
-        let Some(mut child) = self.child.take() else { return Ok(()) };
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("{} had exited ({status}) while it was measured", self.name));
-        }
+        let Some(mut child) = self.take_running()? else { return Ok(()) };
         child.kill().map_err(|error| format!("{}: {error}", self.name))?;
         child.wait().map_err(|error| format!("{}: {error}", self.name))?;
         Ok(())
@@ -177,11 +174,18 @@ impl Server {
         self.stop_inner()
     }
 
-    fn stop_inner(&mut self) -> Result<(), String> {
-        let Some(mut child) = self.child.take() else { return Ok(()) };
+    /// The server's process, taken to be stopped (`None`: stopped already); an error when
+    /// it had died while it was measured.
+    fn take_running(&mut self) -> Result<Option<std::process::Child>, String> {
+        let Some(mut child) = self.child.take() else { return Ok(None) };
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!("{} had exited ({status}) while it was measured", self.name));
         }
+        Ok(Some(child))
+    }
+
+    fn stop_inner(&mut self) -> Result<(), String> {
+        let Some(mut child) = self.take_running()? else { return Ok(()) };
         // SAFETY: kill(2) with the pid of a child this process started and has not reaped.
         unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
         let started = Instant::now();
