@@ -112,6 +112,15 @@ impl CheckpointState {
         self.directory_pages.iter().flatten().flatten().filter_map(|pointer| *pointer)
     }
 
+    /// Invariant: the count `due` weighs checkpoints by is the directory pages named.
+    pub(crate) fn check_invariants(&self) {
+        assert_eq!(
+            self.directory_page_count,
+            self.directory_page_copies().count() as u64,
+            "the directory page count follows the directory pages named"
+        );
+    }
+
     /// The latest committed generation (0: none).
     pub(crate) fn generation(&self) -> u64 {
         self.generation
@@ -180,7 +189,10 @@ impl CheckpointState {
         let directory = std::mem::take(&mut self.directory_pages[Tree::NameTable as usize]);
         let stale_directory: Vec<u64> =
             directory.into_iter().flatten().flatten().map(|pointer| pointer.position).collect();
-        self.directory_page_count -= stale_directory.len() as u64;
+        self.directory_page_count = self
+            .directory_page_count
+            .checked_sub(stale_directory.len() as u64)
+            .expect("the directory page count counts every page named, these among them");
         self.dying_at_next_commit.extend(stale_directory);
         self.name_shape = shape;
         self.name_pages = PointerArray::new(page_count);

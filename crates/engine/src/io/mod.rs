@@ -593,6 +593,7 @@ impl Core {
         // What refers to each segment, counted first: the index's pages are read outside
         // the write lock (writers are paused, so they do not change meanwhile).
         let expected = self.live_units_referred(directory, depth)?;
+        directory.check_invariants();
         let state = self.lock_state();
         state.check_invariants();
         for (segment, usage) in state.space().uses() {
